@@ -1,0 +1,87 @@
+//! The core's message contract: what the shell feeds in, what it gets back.
+//!
+//! Owns: [`Input`], [`Output`] and [`Route`]. Must never: carry a borrow of
+//! the window past the call (outputs are latched and replayed later).
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use crate::alpn::AlpnOffer;
+use crate::pattern::SniPattern;
+use crate::reject::{FallbackReason, RejectReason};
+use crate::routes::ClusterId;
+use crate::sni::HostName;
+
+/// What happened on the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Input<'a> {
+    /// The whole window received so far, from the connection's first byte.
+    /// Feed it again, whole, after every read that added bytes; never a delta.
+    Bytes {
+        /// The window.
+        buf: &'a [u8],
+        /// The current time, from the shell's clock.
+        now: Instant,
+    },
+    /// A timer of the shell fired: the preread deadline, or (before any byte)
+    /// the listener's server-first timer.
+    Timeout {
+        /// The current time, from the shell's clock.
+        now: Instant,
+    },
+    /// The client closed (or reset) its side before a decision.
+    FrontClosed,
+}
+
+/// The core's answer to one input.
+#[must_use = "an Output tells the shell what to do with the connection"]
+#[derive(Debug, Clone, PartialEq, Eq)]
+// Route stays inline so that a decision allocates as little as possible;
+// outputs are moved, and cloned only when replaying the latch.
+#[allow(clippy::large_enum_variant)]
+pub enum Output {
+    /// Keep reading; call again with the grown window, or with
+    /// `Input::Timeout` at `deadline` (absolute; it never moves).
+    NeedMore {
+        /// When the ClientHello must be complete.
+        deadline: Instant,
+    },
+    /// Connect to a backend of `route.cluster` and replay the window.
+    Routed(Route),
+    /// Close the connection; count it under the reason's metric.
+    Reject(RejectReason),
+}
+
+impl Output {
+    /// Whether this output ends the preread (and is latched).
+    pub fn is_terminal(&self) -> bool {
+        !matches!(self, Self::NeedMore { .. })
+    }
+}
+
+/// Where a connection goes and what the core learned on the way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// The cluster whose backends serve the connection.
+    pub cluster: ClusterId,
+    /// Length of the inbound PROXY header at the start of the window (0
+    /// without one): the ClientHello starts here.
+    pub content_offset: usize,
+    /// Offset in the window just past the ClientHello's last record; `None`
+    /// when no ClientHello was parsed (non-TLS or server-first fallback).
+    pub hello_end: Option<usize>,
+    /// The client address the inbound PROXY header gave, if any.
+    pub proxy_source: Option<SocketAddr>,
+    /// The normalized SNI, when the client sent one.
+    pub sni: Option<HostName>,
+    /// The client's ALPN offer, when it sent one.
+    pub alpn: Option<AlpnOffer>,
+    /// The frontend pattern that matched (`None` for a fallback).
+    pub matched_sni: Option<SniPattern>,
+    /// The protocol of the client's offer that chose the frontend; `None`
+    /// when a frontend without ALPN took the connection, or for a fallback.
+    pub matched_alpn: Option<Box<[u8]>>,
+    /// Set when the listener's default cluster took a connection that would
+    /// otherwise have been refused, and why.
+    pub fallback: Option<FallbackReason>,
+}

@@ -1,0 +1,130 @@
+//! [`SniPrereadCore`]: one connection's preread, from its first byte to its
+//! one decision.
+//!
+//! Owns: the latch (the first terminal output is the only one, replayed for
+//! every later input), the deadline (armed once on the first `Bytes`, never
+//! moved), and the server-first fallback. Must never: perform I/O, read a
+//! clock (time comes in with the input), or let a later input change a
+//! decision.
+
+use std::time::{Duration, Instant};
+
+use crate::config::PrereadConfig;
+use crate::output::{Input, Output, Route};
+use crate::reject::{FallbackReason, RejectReason};
+use crate::verdict;
+
+/// Stand-in for a timeout so large that `now + timeout` overflows `Instant`:
+/// a year is "never" for a preread.
+const FAR_FUTURE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The per-connection preread state machine. Build one per accepted
+/// connection with [`SniPrereadCore::new`]; drop it once it has decided.
+#[derive(Debug, Default)]
+pub struct SniPrereadCore {
+    decided: Option<Output>,
+    deadline: Option<Instant>,
+    received_bytes: bool,
+    /// Reassembly buffer for a ClientHello split over records; stays empty
+    /// (unallocated) for the usual single-record hello.
+    scratch: Vec<u8>,
+}
+
+impl SniPrereadCore {
+    /// A core that has seen nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feeds one input and returns what to do.
+    ///
+    /// Call with `Input::Bytes` after every read that grew the window (the
+    /// whole window, from its first byte), with `Input::Timeout` when a timer
+    /// armed from a `NeedMore` deadline (or the server-first timer) fires,
+    /// and with `Input::FrontClosed` when the client goes away undecided.
+    /// Once an output is terminal, every later call returns it again.
+    pub fn handle_input(&mut self, config: &PrereadConfig, input: Input<'_>) -> Output {
+        if let Some(decided) = &self.decided {
+            return decided.clone();
+        }
+        let deadline_before = self.deadline;
+        let output = match input {
+            Input::Bytes { buf, now } => self.on_bytes(config, buf, now),
+            Input::Timeout { now } => self.on_timeout(config, now),
+            Input::FrontClosed => self.latch(Output::Reject(RejectReason::FrontClosed)),
+        };
+        debug_assert!(
+            deadline_before.is_none() || self.deadline == deadline_before,
+            "the deadline is armed once and never moves"
+        );
+        debug_assert!(!output.is_terminal() || self.decided.as_ref() == Some(&output));
+        output
+    }
+
+    /// The deadline, once the first bytes armed it.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// The latched decision, if any.
+    pub fn decision(&self) -> Option<&Output> {
+        self.decided.as_ref()
+    }
+
+    /// Whether any byte arrived: a close or timeout without one is a health
+    /// check or an idle client, which the shell reports silently.
+    pub fn has_received_bytes(&self) -> bool {
+        self.received_bytes
+    }
+
+    fn latch(&mut self, output: Output) -> Output {
+        debug_assert!(self.decided.is_none(), "a decision is taken once");
+        debug_assert!(output.is_terminal());
+        self.decided = Some(output.clone());
+        output
+    }
+
+    fn on_bytes(&mut self, config: &PrereadConfig, buf: &[u8], now: Instant) -> Output {
+        let deadline = *self.deadline.get_or_insert_with(|| {
+            now.checked_add(config.timeout)
+                .or_else(|| now.checked_add(FAR_FUTURE))
+                .unwrap_or(now)
+        });
+        self.received_bytes |= !buf.is_empty();
+        if now >= deadline {
+            return self.latch(Output::Reject(RejectReason::Fragmented));
+        }
+        if buf.is_empty() {
+            return Output::NeedMore { deadline };
+        }
+        match verdict::decide(config, buf, &mut self.scratch) {
+            Some(output) => self.latch(output),
+            None => Output::NeedMore { deadline },
+        }
+    }
+
+    fn on_timeout(&mut self, config: &PrereadConfig, now: Instant) -> Output {
+        if !self.received_bytes
+            && config.server_first_timeout.is_some()
+            && let Some(cluster) = &config.default_cluster
+        {
+            let route = Route {
+                cluster: cluster.clone(),
+                content_offset: 0,
+                hello_end: None,
+                proxy_source: None,
+                sni: None,
+                alpn: None,
+                matched_sni: None,
+                matched_alpn: None,
+                fallback: Some(FallbackReason::ServerFirst),
+            };
+            return self.latch(Output::Routed(route));
+        }
+        match self.deadline {
+            // A timer that fired early (or a stale one) changes nothing.
+            Some(deadline) if now < deadline => Output::NeedMore { deadline },
+            _ => self.latch(Output::Reject(RejectReason::Fragmented)),
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! Why a connection was refused, or why it went to the default cluster.
+//!
+//! Owns: [`RejectReason`] (the eleven reasons of the architecture) and
+//! [`FallbackReason`], with their stable snake_case names and metric names.
+//! Both mappings are total `match`es: a new variant without a name does not
+//! compile. Must never: share a metric name between two reasons.
+
+use core::fmt;
+
+/// Why the core refused a connection. Deliberately not `#[non_exhaustive]`:
+/// embedders must handle every reason, and a new one is a breaking change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RejectReason {
+    /// The first byte is not a TLS handshake record (or the second not major
+    /// version 3): a plain-TCP client or an SSLv2-style hello.
+    NotTls,
+    /// The record layer broke RFC 8446 §5.1: an empty or oversized record, or
+    /// a record of another type inside the ClientHello.
+    MalformedRecord,
+    /// The first handshake message is not a well-formed ClientHello, or its
+    /// `host_name` is not a usable name.
+    MalformedHandshake,
+    /// The preread deadline passed before the ClientHello was complete.
+    Fragmented,
+    /// The window reached the byte cap while still incomplete.
+    TooLarge,
+    /// A well-formed ClientHello without a `host_name`.
+    NoSni,
+    /// No `host_name`, but an `encrypted_client_hello` extension: an ECH
+    /// client with no outer name to route on.
+    EchOuterAbsent,
+    /// The SNI matched no frontend of the listener.
+    SniUnmatched,
+    /// The SNI matched, but no frontend of that name accepts the client's ALPN offer.
+    AlpnUnmatched,
+    /// The listener expects a PROXY header and the bytes are not a valid one.
+    ProxyHeaderInvalid,
+    /// The client closed before a decision.
+    FrontClosed,
+}
+
+impl RejectReason {
+    /// Every reason, for tests and metric registration.
+    pub const ALL: [Self; 11] = [
+        Self::NotTls,
+        Self::MalformedRecord,
+        Self::MalformedHandshake,
+        Self::Fragmented,
+        Self::TooLarge,
+        Self::NoSni,
+        Self::EchOuterAbsent,
+        Self::SniUnmatched,
+        Self::AlpnUnmatched,
+        Self::ProxyHeaderInvalid,
+        Self::FrontClosed,
+    ];
+
+    /// The stable snake_case name used in logs, `inspect` and metric names.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotTls => "not_tls",
+            Self::MalformedRecord => "malformed_record",
+            Self::MalformedHandshake => "malformed_handshake",
+            Self::Fragmented => "fragmented",
+            Self::TooLarge => "too_large",
+            Self::NoSni => "no_sni",
+            Self::EchOuterAbsent => "ech_outer_absent",
+            Self::SniUnmatched => "sni_unmatched",
+            Self::AlpnUnmatched => "alpn_unmatched",
+            Self::ProxyHeaderInvalid => "proxy_header_invalid",
+            Self::FrontClosed => "front_closed",
+        }
+    }
+
+    /// The counter incremented when a connection is refused for this reason.
+    pub fn metric_name(self) -> &'static str {
+        match self {
+            Self::NotTls => "tcp.sni_preread.rejected.not_tls",
+            Self::MalformedRecord => "tcp.sni_preread.rejected.malformed_record",
+            Self::MalformedHandshake => "tcp.sni_preread.rejected.malformed_handshake",
+            Self::Fragmented => "tcp.sni_preread.rejected.fragmented",
+            Self::TooLarge => "tcp.sni_preread.rejected.too_large",
+            Self::NoSni => "tcp.sni_preread.rejected.no_sni",
+            Self::EchOuterAbsent => "tcp.sni_preread.rejected.ech_outer_absent",
+            Self::SniUnmatched => "tcp.sni_preread.rejected.sni_unmatched",
+            Self::AlpnUnmatched => "tcp.sni_preread.rejected.alpn_unmatched",
+            Self::ProxyHeaderInvalid => "tcp.sni_preread.rejected.proxy_header_invalid",
+            Self::FrontClosed => "tcp.sni_preread.rejected.front_closed",
+        }
+    }
+
+    /// The fallback this reason turns into when the listener has a
+    /// `default_cluster`; `None` for reasons that are never routed anywhere.
+    pub fn fallback(self) -> Option<FallbackReason> {
+        match self {
+            Self::NotTls => Some(FallbackReason::NotTls),
+            Self::NoSni => Some(FallbackReason::NoSni),
+            Self::SniUnmatched => Some(FallbackReason::SniUnmatched),
+            Self::EchOuterAbsent => Some(FallbackReason::EchOuterAbsent),
+            Self::MalformedRecord
+            | Self::MalformedHandshake
+            | Self::Fragmented
+            | Self::TooLarge
+            | Self::AlpnUnmatched
+            | Self::ProxyHeaderInvalid
+            | Self::FrontClosed => None,
+        }
+    }
+}
+
+impl fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a connection went to the listener's `default_cluster`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FallbackReason {
+    /// The client does not speak TLS.
+    NotTls,
+    /// A ClientHello without SNI.
+    NoSni,
+    /// An SNI no frontend matched.
+    SniUnmatched,
+    /// An ECH ClientHello without an outer SNI.
+    EchOuterAbsent,
+    /// The client sent nothing for `server_first_timeout`: a protocol where
+    /// the server speaks first (SMTP, many databases).
+    ServerFirst,
+}
+
+impl FallbackReason {
+    /// Every fallback reason, for tests and metric registration.
+    pub const ALL: [Self; 5] = [
+        Self::NotTls,
+        Self::NoSni,
+        Self::SniUnmatched,
+        Self::EchOuterAbsent,
+        Self::ServerFirst,
+    ];
+
+    /// The stable snake_case name used in logs, `inspect` and metric names.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotTls => "not_tls",
+            Self::NoSni => "no_sni",
+            Self::SniUnmatched => "sni_unmatched",
+            Self::EchOuterAbsent => "ech_outer_absent",
+            Self::ServerFirst => "server_first",
+        }
+    }
+
+    /// The counter incremented when a connection falls back for this reason.
+    pub fn metric_name(self) -> &'static str {
+        match self {
+            Self::NotTls => "tcp.sni_preread.fallback.not_tls",
+            Self::NoSni => "tcp.sni_preread.fallback.no_sni",
+            Self::SniUnmatched => "tcp.sni_preread.fallback.sni_unmatched",
+            Self::EchOuterAbsent => "tcp.sni_preread.fallback.ech_outer_absent",
+            Self::ServerFirst => "tcp.sni_preread.fallback.server_first",
+        }
+    }
+}
+
+impl fmt::Display for FallbackReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{FallbackReason, RejectReason};
+    use std::collections::HashSet;
+
+    #[test]
+    fn every_reject_reason_has_a_distinct_metric_name() {
+        let names: HashSet<_> = RejectReason::ALL.iter().map(|r| r.metric_name()).collect();
+        assert_eq!(names.len(), 11);
+        for reason in RejectReason::ALL {
+            assert_eq!(
+                reason.metric_name(),
+                format!("tcp.sni_preread.rejected.{}", reason.as_str())
+            );
+        }
+    }
+
+    #[test]
+    fn every_fallback_reason_has_a_distinct_metric_name() {
+        let names: HashSet<_> = FallbackReason::ALL
+            .iter()
+            .map(|r| r.metric_name())
+            .collect();
+        assert_eq!(names.len(), FallbackReason::ALL.len());
+        for reason in FallbackReason::ALL {
+            assert_eq!(
+                reason.metric_name(),
+                format!("tcp.sni_preread.fallback.{}", reason.as_str())
+            );
+        }
+    }
+
+    #[test]
+    fn only_the_four_unrouted_shapes_fall_back() {
+        let falling: Vec<_> = RejectReason::ALL
+            .into_iter()
+            .filter_map(RejectReason::fallback)
+            .collect();
+        assert_eq!(
+            falling,
+            [
+                FallbackReason::NotTls,
+                FallbackReason::NoSni,
+                FallbackReason::EchOuterAbsent,
+                FallbackReason::SniUnmatched
+            ]
+        );
+    }
+}

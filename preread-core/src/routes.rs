@@ -1,0 +1,899 @@
+//! The per-listener route table: `(SNI pattern, ALPN set)` → cluster.
+//!
+//! Owns: [`RouteTable`], [`AlpnSet`], [`Lookup`] and the conflict rules
+//! between frontends of one listener. Must never: allocate or take time
+//! proportional to the number of routes in [`RouteTable::lookup`] (it runs
+//! on every connection), perform I/O, or panic on a name or offer the wire
+//! controls.
+//!
+//! Storage is three hash maps keyed by the normalized name: exact names,
+//! `*.` suffixes and `**.` suffixes. A lookup costs one hash probe per label
+//! of the client's name, plus one.
+
+use core::fmt;
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+
+use crate::pattern::SniPattern;
+
+/// The name of a backend cluster; cheap to clone into every session.
+pub type ClusterId = Arc<str>;
+
+/// The longest ALPN protocol name, in bytes (its length is a u8 on the wire).
+pub const MAX_PROTOCOL_LEN: usize = 255;
+
+/// The protocol names of one frontend: non-empty, each 1 to 255 bytes, no
+/// duplicates, kept sorted so that two lists of the same names are one key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProtocolList(Box<[Box<[u8]>]>);
+
+impl ProtocolList {
+    /// The names, in byte order (not a preference order: the client's offer
+    /// decides).
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> {
+        self.0.iter().map(|name| &**name)
+    }
+
+    fn find(&self, offered: &[u8]) -> Option<&[u8]> {
+        self.iter().find(|name| *name == offered)
+    }
+}
+
+/// The ALPN side of a frontend's key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AlpnSet {
+    /// The frontend lists no ALPN: it matches any offer, including none, that
+    /// no frontend listing protocols took.
+    Any,
+    /// The frontend serves only these protocols.
+    Protocols(ProtocolList),
+}
+
+impl AlpnSet {
+    /// Builds a [`AlpnSet::Protocols`] from a frontend's list, in any order.
+    ///
+    /// Refuses an empty list (a frontend that wants any ALPN lists none and
+    /// is [`AlpnSet::Any`]), an empty or over-long name, and a name listed
+    /// twice.
+    pub fn protocols<I>(names: I) -> Result<Self, AlpnError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let mut list: Vec<Box<[u8]>> = Vec::new();
+        for name in names {
+            let name = name.as_ref();
+            if name.is_empty() {
+                return Err(AlpnError::EmptyProtocol);
+            }
+            if name.len() > MAX_PROTOCOL_LEN {
+                return Err(AlpnError::ProtocolTooLong { len: name.len() });
+            }
+            list.push(name.into());
+        }
+        if list.is_empty() {
+            return Err(AlpnError::Empty);
+        }
+        list.sort_unstable();
+        let duplicate = list.windows(2).find_map(|pair| match pair {
+            [a, b] if a == b => Some(a.clone()),
+            _ => None,
+        });
+        if let Some(protocol) = duplicate {
+            return Err(AlpnError::DuplicateProtocol { protocol });
+        }
+        Ok(Self::Protocols(ProtocolList(list.into_boxed_slice())))
+    }
+}
+
+/// `any`, or the protocol names such as `[h2, http/1.1]`.
+impl fmt::Display for AlpnSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Any => f.write_str("any"),
+            Self::Protocols(list) => {
+                f.write_str("[")?;
+                for (i, name) in list.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{}", name.escape_ascii())?;
+                }
+                f.write_str("]")
+            }
+        }
+    }
+}
+
+/// Why a frontend's ALPN list is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AlpnError {
+    /// The list is present but empty.
+    Empty,
+    /// A protocol name of zero bytes.
+    EmptyProtocol,
+    /// A protocol name longer than [`MAX_PROTOCOL_LEN`].
+    ProtocolTooLong { len: usize },
+    /// The same protocol twice in one list.
+    DuplicateProtocol { protocol: Box<[u8]> },
+}
+
+impl fmt::Display for AlpnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Empty => f.write_str(
+                "the ALPN list is empty: remove it to match any offer, or list protocols \
+                 such as `h2`",
+            ),
+            Self::EmptyProtocol => {
+                f.write_str("the ALPN list holds an empty protocol name: remove it")
+            }
+            Self::ProtocolTooLong { len } => write!(
+                f,
+                "an ALPN protocol name is {len} bytes long: the limit is {MAX_PROTOCOL_LEN}"
+            ),
+            Self::DuplicateProtocol { protocol } => write!(
+                f,
+                "the ALPN list names `{}` twice: list it once",
+                protocol.escape_ascii()
+            ),
+        }
+    }
+}
+
+impl core::error::Error for AlpnError {}
+
+/// Why [`RouteTable::insert`] refused a frontend. The table is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RouteConflict {
+    /// The same `(pattern, alpn)` already routes to another cluster.
+    ClusterMismatch {
+        pattern: SniPattern,
+        alpn: AlpnSet,
+        existing: ClusterId,
+        requested: ClusterId,
+    },
+    /// Another frontend of the same pattern already lists this protocol.
+    ProtocolTaken {
+        pattern: SniPattern,
+        protocol: Box<[u8]>,
+        listed_by: AlpnSet,
+        existing: ClusterId,
+    },
+}
+
+impl fmt::Display for RouteConflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ClusterMismatch {
+                pattern,
+                alpn: AlpnSet::Any,
+                existing,
+                requested,
+            } => write!(
+                f,
+                "a frontend for `{pattern}` without ALPN already routes to cluster `{existing}`, \
+                 so another one cannot route to `{requested}`: remove the existing frontend \
+                 first, or give one of them an ALPN list"
+            ),
+            Self::ClusterMismatch {
+                pattern,
+                alpn,
+                existing,
+                requested,
+            } => write!(
+                f,
+                "the frontend for `{pattern}` with ALPN {alpn} already routes to cluster \
+                 `{existing}`, so it cannot also route to `{requested}`: remove it first"
+            ),
+            Self::ProtocolTaken {
+                pattern,
+                protocol,
+                listed_by,
+                existing,
+            } => write!(
+                f,
+                "the ALPN protocol `{}` is already listed by the frontend for `{pattern}` with \
+                 ALPN {listed_by} (cluster `{existing}`): two frontends of one address and SNI \
+                 may not list the same protocol, remove it from one of them",
+                protocol.escape_ascii()
+            ),
+        }
+    }
+}
+
+impl core::error::Error for RouteConflict {}
+
+/// The outcome of [`RouteTable::lookup`], borrowing from the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Lookup<'t> {
+    /// Route to `cluster`. `protocol` is the ALPN protocol that chose it, or
+    /// `None` when the frontend without ALPN did.
+    Matched {
+        cluster: &'t ClusterId,
+        pattern: &'t SniPattern,
+        protocol: Option<&'t [u8]>,
+    },
+    /// No pattern matches the name.
+    SniUnmatched,
+    /// `pattern` is the most specific match, but none of its frontends
+    /// accepts the offer.
+    AlpnUnmatched { pattern: &'t SniPattern },
+}
+
+/// One frontend that lists protocols.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Listed {
+    protocols: ProtocolList,
+    cluster: ClusterId,
+}
+
+/// Every frontend of one pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    pattern: SniPattern,
+    any: Option<ClusterId>,
+    /// Sorted by protocol list and pairwise disjoint, so the order depends
+    /// only on the contents and tables compare equal however they were built.
+    listed: Vec<Listed>,
+}
+
+impl Entry {
+    fn new(pattern: SniPattern) -> Self {
+        Self {
+            pattern,
+            any: None,
+            listed: Vec::new(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.any.is_none() && self.listed.is_empty()
+    }
+
+    /// Returns whether a frontend was added (`false`: it was already there).
+    fn insert(&mut self, alpn: AlpnSet, cluster: ClusterId) -> Result<bool, RouteConflict> {
+        let existing = match &alpn {
+            AlpnSet::Any => self.any.as_ref(),
+            AlpnSet::Protocols(protocols) => self
+                .listed
+                .iter()
+                .find(|l| l.protocols == *protocols)
+                .map(|l| &l.cluster),
+        };
+        if let Some(existing) = existing {
+            return if *existing == cluster {
+                Ok(false)
+            } else {
+                Err(RouteConflict::ClusterMismatch {
+                    pattern: self.pattern.clone(),
+                    existing: existing.clone(),
+                    alpn,
+                    requested: cluster,
+                })
+            };
+        }
+        match alpn {
+            AlpnSet::Any => self.any = Some(cluster),
+            AlpnSet::Protocols(protocols) => {
+                for other in &self.listed {
+                    if let Some(taken) =
+                        protocols.iter().find(|p| other.protocols.find(p).is_some())
+                    {
+                        return Err(RouteConflict::ProtocolTaken {
+                            pattern: self.pattern.clone(),
+                            protocol: taken.into(),
+                            listed_by: AlpnSet::Protocols(other.protocols.clone()),
+                            existing: other.cluster.clone(),
+                        });
+                    }
+                }
+                let at = self.listed.partition_point(|l| l.protocols < protocols);
+                self.listed.insert(at, Listed { protocols, cluster });
+            }
+        }
+        Ok(true)
+    }
+
+    fn remove(&mut self, alpn: &AlpnSet) -> Option<ClusterId> {
+        match alpn {
+            AlpnSet::Any => self.any.take(),
+            AlpnSet::Protocols(protocols) => {
+                let at = self.listed.iter().position(|l| l.protocols == *protocols)?;
+                Some(self.listed.remove(at).cluster)
+            }
+        }
+    }
+
+    /// Walks the offer in the client's preference order; the frontend
+    /// without ALPN is only the fallback.
+    fn resolve<'t, 'o>(&'t self, offer: impl IntoIterator<Item = &'o [u8]>) -> Lookup<'t> {
+        for offered in offer {
+            for listed in &self.listed {
+                if let Some(protocol) = listed.protocols.find(offered) {
+                    return Lookup::Matched {
+                        cluster: &listed.cluster,
+                        pattern: &self.pattern,
+                        protocol: Some(protocol),
+                    };
+                }
+            }
+        }
+        match &self.any {
+            Some(cluster) => Lookup::Matched {
+                cluster,
+                pattern: &self.pattern,
+                protocol: None,
+            },
+            None => Lookup::AlpnUnmatched {
+                pattern: &self.pattern,
+            },
+        }
+    }
+}
+
+/// Splits `a.b.c` into `a` and `b.c`; `None` without a dot.
+fn split_first_label(name: &[u8]) -> Option<(&[u8], &[u8])> {
+    let mut parts = name.splitn(2, |&b| b == b'.');
+    Some((parts.next()?, parts.next()?))
+}
+
+/// The routes of one listener. Build it with [`RouteTable::insert`] as
+/// frontends are added, search it with [`RouteTable::lookup`] once per
+/// connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RouteTable {
+    exact: HashMap<Box<[u8]>, Entry>,
+    one_label: HashMap<Box<[u8]>, Entry>,
+    any_depth: HashMap<Box<[u8]>, Entry>,
+    /// The number of frontends, so `len` does not walk the maps.
+    len: usize,
+}
+
+impl RouteTable {
+    /// An empty table: every lookup is [`Lookup::SniUnmatched`].
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The number of frontends, i.e. of `(pattern, alpn)` keys.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the table holds no frontend.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn map(&self, pattern: &SniPattern) -> &HashMap<Box<[u8]>, Entry> {
+        match pattern {
+            SniPattern::Exact(_) => &self.exact,
+            SniPattern::OneLabel(_) => &self.one_label,
+            SniPattern::AnyDepth(_) => &self.any_depth,
+        }
+    }
+
+    fn map_mut(&mut self, pattern: &SniPattern) -> &mut HashMap<Box<[u8]>, Entry> {
+        match pattern {
+            SniPattern::Exact(_) => &mut self.exact,
+            SniPattern::OneLabel(_) => &mut self.one_label,
+            SniPattern::AnyDepth(_) => &mut self.any_depth,
+        }
+    }
+
+    /// Adds a frontend. Call it when a frontend is added to the listener.
+    ///
+    /// Re-adding a frontend that is already there with the same cluster is
+    /// `Ok` and changes nothing, so a controller may retry. Refused, leaving
+    /// the table unchanged: the same `(pattern, alpn)` with another cluster
+    /// (this covers two frontends without ALPN), and a protocol already
+    /// listed by another frontend of the same pattern.
+    pub fn insert(
+        &mut self,
+        pattern: SniPattern,
+        alpn: AlpnSet,
+        cluster: ClusterId,
+    ) -> Result<(), RouteConflict> {
+        let map = self.map_mut(&pattern);
+        let added = match map.get_mut(pattern.name().as_bytes()) {
+            Some(entry) => entry.insert(alpn, cluster)?,
+            None => {
+                let key = pattern.name().as_bytes().into();
+                let mut entry = Entry::new(pattern);
+                // A fresh entry has nothing to conflict with.
+                let added = entry.insert(alpn, cluster)?;
+                map.insert(key, entry);
+                added
+            }
+        };
+        if added {
+            self.len += 1;
+        }
+        Ok(())
+    }
+
+    /// Removes exactly the frontend `(pattern, alpn)` and returns its
+    /// cluster, or `None` if there is no such frontend. Inserting and then
+    /// removing a frontend leaves the table equal to what it was.
+    pub fn remove(&mut self, pattern: &SniPattern, alpn: &AlpnSet) -> Option<ClusterId> {
+        let map = self.map_mut(pattern);
+        let key = pattern.name().as_bytes();
+        let entry = map.get_mut(key)?;
+        let cluster = entry.remove(alpn)?;
+        if entry.is_empty() {
+            map.remove(key);
+        }
+        self.len -= 1;
+        Some(cluster)
+    }
+
+    /// Routes a connection. Call it once per ClientHello with the name from
+    /// [`HostName::as_bytes`](crate::sni::HostName::as_bytes) and the ALPN
+    /// offer in the client's order (empty when the client sent none).
+    ///
+    /// The most specific pattern wins: the exact name, then `*.` on the name
+    /// minus its first label, then `**.` on the longest suffix. ALPN is then
+    /// resolved on that pattern's frontends only: when none accepts the
+    /// offer the answer is [`Lookup::AlpnUnmatched`], never a less specific
+    /// pattern, so adding a more specific frontend cannot silently send
+    /// clients to a backend meant for another name.
+    ///
+    /// Wildcards match only non-empty labels, so a name with an empty label
+    /// (`a..example.com`) does not reach `**.example.com` through it.
+    ///
+    /// Costs one hash probe per label of `sni` plus one, then compares each
+    /// offered protocol with the matched pattern's listed ones; nothing
+    /// depends on the number of routes, and nothing allocates.
+    pub fn lookup<'t, 'o>(
+        &'t self,
+        sni: &[u8],
+        offer: impl IntoIterator<Item = &'o [u8]>,
+    ) -> Lookup<'t> {
+        match self.find_entry(sni) {
+            Some(entry) => entry.resolve(offer),
+            None => Lookup::SniUnmatched,
+        }
+    }
+
+    fn find_entry(&self, sni: &[u8]) -> Option<&Entry> {
+        if let Some(entry) = self.exact.get(sni) {
+            return Some(entry);
+        }
+        let (first, suffix) = split_first_label(sni)?;
+        if first.is_empty() {
+            return None;
+        }
+        if let Some(entry) = self.one_label.get(suffix) {
+            return Some(entry);
+        }
+        // Walking from the left tries the longest suffix first.
+        let mut suffix = suffix;
+        loop {
+            if let Some(entry) = self.any_depth.get(suffix) {
+                return Some(entry);
+            }
+            let (label, rest) = split_first_label(suffix)?;
+            if label.is_empty() {
+                return None;
+            }
+            suffix = rest;
+        }
+    }
+
+    /// Checks the table's internal consistency with `debug_assert!`; call it
+    /// from tests and after mutations in debug builds.
+    pub fn check_invariants(&self) {
+        // The walk itself is the cost; release builds skip it entirely.
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        let mut frontends = 0;
+        for (map, kind) in [
+            (&self.exact, "exact"),
+            (&self.one_label, "one-label"),
+            (&self.any_depth, "any-depth"),
+        ] {
+            for (key, entry) in map {
+                let pattern = &entry.pattern;
+                debug_assert!(!entry.is_empty(), "empty {kind} entry {pattern} kept");
+                debug_assert_eq!(
+                    &**key,
+                    pattern.name().as_bytes(),
+                    "{pattern} under a wrong key"
+                );
+                debug_assert!(
+                    core::ptr::eq(self.map(pattern), map),
+                    "{pattern} stored in the {kind} map"
+                );
+                debug_assert!(
+                    entry
+                        .listed
+                        .windows(2)
+                        .all(|pair| matches!(pair, [a, b] if a.protocols < b.protocols)),
+                    "frontends of {pattern} not sorted"
+                );
+                for (i, listed) in entry.listed.iter().enumerate() {
+                    let names = &listed.protocols.0;
+                    debug_assert!(!names.is_empty(), "empty ALPN list for {pattern}");
+                    debug_assert!(
+                        names.windows(2).all(|pair| matches!(pair, [a, b] if a < b)),
+                        "ALPN list for {pattern} not sorted and unique"
+                    );
+                    debug_assert!(
+                        names
+                            .iter()
+                            .all(|n| (1..=MAX_PROTOCOL_LEN).contains(&n.len())),
+                        "bad protocol length for {pattern}"
+                    );
+                    for other in entry.listed.iter().skip(i + 1) {
+                        debug_assert!(
+                            names.iter().all(|n| other.protocols.find(n).is_none()),
+                            "a protocol listed twice for {pattern}"
+                        );
+                    }
+                }
+                frontends += entry.listed.len() + usize::from(entry.any.is_some());
+            }
+        }
+        debug_assert_eq!(frontends, self.len, "frontend count out of date");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pattern::validate_sni_pattern;
+
+    fn pattern(input: &str) -> SniPattern {
+        match validate_sni_pattern(input) {
+            Ok(p) => p,
+            Err(e) => panic!("{input}: {e}"),
+        }
+    }
+
+    fn alpn(names: &[&str]) -> AlpnSet {
+        if names.is_empty() {
+            return AlpnSet::Any;
+        }
+        match AlpnSet::protocols(names) {
+            Ok(set) => set,
+            Err(e) => panic!("{names:?}: {e}"),
+        }
+    }
+
+    fn table(routes: &[(&str, &[&str], &str)]) -> RouteTable {
+        let mut table = RouteTable::new();
+        for &(sni, names, cluster) in routes {
+            if let Err(e) = table.insert(pattern(sni), alpn(names), cluster.into()) {
+                panic!("{sni} {names:?} → {cluster}: {e}");
+            }
+        }
+        table.check_invariants();
+        table
+    }
+
+    /// `(cluster, pattern, protocol)` of a match, `None` when unmatched.
+    fn route(
+        table: &RouteTable,
+        sni: &str,
+        offer: &[&str],
+    ) -> Option<(String, String, Option<String>)> {
+        match table.lookup(sni.as_bytes(), offer.iter().map(|p| p.as_bytes())) {
+            Lookup::Matched {
+                cluster,
+                pattern,
+                protocol,
+            } => Some((
+                cluster.to_string(),
+                pattern.to_string(),
+                protocol.map(|p| String::from_utf8_lossy(p).into_owned()),
+            )),
+            Lookup::SniUnmatched | Lookup::AlpnUnmatched { .. } => None,
+        }
+    }
+
+    fn cluster(table: &RouteTable, sni: &str) -> Option<String> {
+        route(table, sni, &[]).map(|(cluster, _, _)| cluster)
+    }
+
+    #[test]
+    fn exact_beats_one_label_beats_any_depth() {
+        let t = table(&[
+            ("a.example.com", &[], "exact"),
+            ("*.example.com", &[], "one"),
+            ("**.example.com", &[], "any"),
+        ]);
+        assert_eq!(cluster(&t, "a.example.com").as_deref(), Some("exact"));
+        assert_eq!(cluster(&t, "b.example.com").as_deref(), Some("one"));
+        assert_eq!(cluster(&t, "a.b.example.com").as_deref(), Some("any"));
+    }
+
+    #[test]
+    fn longer_any_depth_suffix_wins() {
+        let t = table(&[
+            ("**.example.com", &[], "short"),
+            ("**.b.example.com", &[], "long"),
+            ("*.example.com", &[], "one"),
+        ]);
+        assert_eq!(cluster(&t, "a.b.example.com").as_deref(), Some("long"));
+        assert_eq!(cluster(&t, "x.y.a.b.example.com").as_deref(), Some("long"));
+        assert_eq!(cluster(&t, "x.c.example.com").as_deref(), Some("short"));
+        // `**.b.example.com` needs a label in front of `b`.
+        assert_eq!(cluster(&t, "b.example.com").as_deref(), Some("one"));
+    }
+
+    #[test]
+    fn one_label_wildcard_depth() {
+        let t = table(&[("*.example.com", &[], "one")]);
+        assert_eq!(cluster(&t, "a.example.com").as_deref(), Some("one"));
+        assert_eq!(cluster(&t, "a.b.example.com"), None);
+        assert_eq!(cluster(&t, "example.com"), None);
+        assert_eq!(cluster(&t, ".example.com"), None);
+        assert_eq!(cluster(&t, "aexample.com"), None);
+    }
+
+    #[test]
+    fn any_depth_wildcard_depth() {
+        let t = table(&[("**.example.com", &[], "any")]);
+        assert_eq!(cluster(&t, "a.example.com").as_deref(), Some("any"));
+        assert_eq!(cluster(&t, "a.b.example.com").as_deref(), Some("any"));
+        assert_eq!(cluster(&t, "example.com"), None);
+        assert_eq!(cluster(&t, ".example.com"), None);
+        assert_eq!(cluster(&t, "a..example.com"), None);
+        assert_eq!(cluster(&t, "xexample.com"), None);
+    }
+
+    #[test]
+    fn one_label_and_any_depth_of_the_same_suffix() {
+        let t = table(&[
+            ("*.example.com", &[], "one"),
+            ("**.example.com", &[], "any"),
+        ]);
+        assert_eq!(cluster(&t, "a.example.com").as_deref(), Some("one"));
+        assert_eq!(cluster(&t, "a.b.example.com").as_deref(), Some("any"));
+    }
+
+    #[test]
+    fn unmatched_names() {
+        let t = table(&[("a.example.com", &[], "exact")]);
+        assert_eq!(
+            t.lookup(b"b.example.com", None::<&[u8]>),
+            Lookup::SniUnmatched
+        );
+        assert_eq!(t.lookup(b"com", None::<&[u8]>), Lookup::SniUnmatched);
+        assert_eq!(t.lookup(b"", None::<&[u8]>), Lookup::SniUnmatched);
+        assert_eq!(
+            RouteTable::new().lookup(b"a", None::<&[u8]>),
+            Lookup::SniUnmatched
+        );
+    }
+
+    #[test]
+    fn client_preference_decides_alpn() {
+        let t = table(&[
+            ("a.example.com", &["h2"], "x"),
+            ("a.example.com", &["http/1.1"], "y"),
+        ]);
+        assert_eq!(
+            route(&t, "a.example.com", &["http/1.1", "h2"]),
+            Some(("y".into(), "a.example.com".into(), Some("http/1.1".into())))
+        );
+        assert_eq!(
+            route(&t, "a.example.com", &["h2", "http/1.1"]),
+            Some(("x".into(), "a.example.com".into(), Some("h2".into())))
+        );
+        // Unknown protocols in the offer are skipped.
+        assert_eq!(
+            route(&t, "a.example.com", &["h3", "http/1.1"]).map(|r| r.0),
+            Some("y".into())
+        );
+    }
+
+    #[test]
+    fn any_frontend_is_the_fallback() {
+        let t = table(&[
+            ("a.example.com", &["h2"], "x"),
+            ("a.example.com", &[], "fallback"),
+        ]);
+        assert_eq!(
+            route(&t, "a.example.com", &["h2"]).map(|r| r.0),
+            Some("x".into())
+        );
+        assert_eq!(
+            route(&t, "a.example.com", &["http/1.1"]),
+            Some(("fallback".into(), "a.example.com".into(), None))
+        );
+        assert_eq!(
+            route(&t, "a.example.com", &[]),
+            Some(("fallback".into(), "a.example.com".into(), None))
+        );
+    }
+
+    #[test]
+    fn alpn_unmatched_does_not_fall_back_to_a_less_specific_pattern() {
+        let t = table(&[
+            ("a.example.com", &["h2"], "x"),
+            ("*.example.com", &[], "wild"),
+        ]);
+        let exact = pattern("a.example.com");
+        assert_eq!(
+            t.lookup(b"a.example.com", [&b"http/1.1"[..]]),
+            Lookup::AlpnUnmatched { pattern: &exact }
+        );
+        assert_eq!(
+            t.lookup(b"a.example.com", None::<&[u8]>),
+            Lookup::AlpnUnmatched { pattern: &exact }
+        );
+    }
+
+    #[test]
+    fn frontend_with_several_protocols() {
+        let t = table(&[("a.example.com", &["http/1.1", "h2"], "x")]);
+        assert_eq!(
+            route(&t, "a.example.com", &["http/1.1"]).map(|r| r.2),
+            Some(Some("http/1.1".into()))
+        );
+        assert_eq!(
+            route(&t, "a.example.com", &["h2"]).map(|r| r.0),
+            Some("x".into())
+        );
+        assert_eq!(route(&t, "a.example.com", &["h3"]), None);
+    }
+
+    #[test]
+    fn reinserting_the_same_frontend_is_idempotent() {
+        let mut t = table(&[
+            ("a.example.com", &["h2", "http/1.1"], "x"),
+            ("a.example.com", &[], "y"),
+        ]);
+        let before = t.clone();
+        assert_eq!(
+            t.insert(
+                pattern("a.example.com"),
+                alpn(&["http/1.1", "h2"]),
+                "x".into()
+            ),
+            Ok(())
+        );
+        assert_eq!(
+            t.insert(pattern("A.example.com."), alpn(&[]), "y".into()),
+            Ok(())
+        );
+        assert_eq!(t, before);
+        assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn same_key_with_another_cluster_is_refused() {
+        let mut t = table(&[("a.example.com", &["h2"], "x"), ("a.example.com", &[], "y")]);
+        let before = t.clone();
+        let e = t.insert(pattern("a.example.com"), alpn(&["h2"]), "z".into());
+        assert!(
+            matches!(&e, Err(RouteConflict::ClusterMismatch { existing, requested, .. })
+                if &**existing == "x" && &**requested == "z"),
+            "{e:?}"
+        );
+        let e = t.insert(pattern("a.example.com"), alpn(&[]), "z".into());
+        assert!(
+            matches!(&e, Err(RouteConflict::ClusterMismatch { alpn: AlpnSet::Any, existing, .. })
+                if &**existing == "y"),
+            "{e:?}"
+        );
+        assert_eq!(t, before);
+    }
+
+    #[test]
+    fn protocol_listed_twice_is_refused() {
+        let mut t = table(&[("a.example.com", &["h2", "http/1.1"], "x")]);
+        let before = t.clone();
+        for cluster in ["x", "y"] {
+            let e = t.insert(pattern("a.example.com"), alpn(&["h2"]), cluster.into());
+            assert!(
+                matches!(&e, Err(RouteConflict::ProtocolTaken { protocol, existing, .. })
+                    if &**protocol == b"h2" && &**existing == "x"),
+                "{e:?}"
+            );
+        }
+        let e = t.insert(
+            pattern("a.example.com"),
+            alpn(&["h3", "http/1.1"]),
+            "y".into(),
+        );
+        assert!(
+            matches!(e, Err(RouteConflict::ProtocolTaken { .. })),
+            "{e:?}"
+        );
+        assert_eq!(t, before);
+        // Other patterns, even of the same name, are independent.
+        assert_eq!(
+            t.insert(pattern("*.a.example.com"), alpn(&["h2"]), "y".into()),
+            Ok(())
+        );
+        assert_eq!(
+            t.insert(pattern("**.example.com"), alpn(&["h2"]), "y".into()),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn remove_is_the_inverse_of_insert() {
+        let mut t = table(&[("a.example.com", &["h2"], "x")]);
+        let before = t.clone();
+        let p = pattern("a.example.com");
+        let h = alpn(&["http/1.1"]);
+        assert_eq!(t.insert(p.clone(), h.clone(), "y".into()), Ok(()));
+        assert_eq!(t.insert(p.clone(), AlpnSet::Any, "z".into()), Ok(()));
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.remove(&p, &h).as_deref(), Some("y"));
+        assert_eq!(t.remove(&p, &AlpnSet::Any).as_deref(), Some("z"));
+        assert_eq!(t.remove(&p, &AlpnSet::Any), None);
+        t.check_invariants();
+        assert_eq!(t, before);
+        assert_eq!(t.remove(&p, &alpn(&["h2"])).as_deref(), Some("x"));
+        assert!(t.is_empty());
+        assert_eq!(t, RouteTable::new());
+    }
+
+    #[test]
+    fn remove_needs_the_exact_key() {
+        let mut t = table(&[("a.example.com", &["h2", "http/1.1"], "x")]);
+        assert_eq!(t.remove(&pattern("a.example.com"), &alpn(&["h2"])), None);
+        assert_eq!(
+            t.remove(&pattern("*.example.com"), &alpn(&["h2", "http/1.1"])),
+            None
+        );
+        assert_eq!(
+            t.remove(&pattern("a.example.com"), &alpn(&["http/1.1", "h2"]))
+                .as_deref(),
+            Some("x")
+        );
+    }
+
+    #[test]
+    fn alpn_set_validation() {
+        assert_eq!(
+            AlpnSet::protocols(Vec::<&[u8]>::new()),
+            Err(AlpnError::Empty)
+        );
+        assert_eq!(AlpnSet::protocols([""]), Err(AlpnError::EmptyProtocol));
+        assert_eq!(
+            AlpnSet::protocols([vec![b'a'; 256]]),
+            Err(AlpnError::ProtocolTooLong { len: 256 })
+        );
+        assert!(AlpnSet::protocols([vec![b'a'; 255]]).is_ok());
+        assert_eq!(
+            AlpnSet::protocols(["h2", "x", "h2"]),
+            Err(AlpnError::DuplicateProtocol {
+                protocol: b"h2"[..].into()
+            })
+        );
+        assert_eq!(alpn(&["h2", "http/1.1"]), alpn(&["http/1.1", "h2"]));
+        assert_eq!(alpn(&["http/1.1", "h2"]).to_string(), "[h2, http/1.1]");
+        assert_eq!(AlpnSet::Any.to_string(), "any");
+    }
+
+    #[test]
+    fn conflict_messages_say_what_to_change() {
+        let mut t = table(&[("a.example.com", &["h2"], "x"), ("a.example.com", &[], "y")]);
+        let e = t.insert(pattern("a.example.com"), alpn(&["h2"]), "z".into());
+        let message = e.map_err(|e| e.to_string()).err().unwrap_or_default();
+        assert!(message.contains("remove it first"), "{message}");
+        let e = t.insert(pattern("a.example.com"), alpn(&[]), "z".into());
+        let message = e.map_err(|e| e.to_string()).err().unwrap_or_default();
+        assert!(message.contains("without ALPN"), "{message}");
+        let e = t.insert(pattern("a.example.com"), alpn(&["h2", "h3"]), "z".into());
+        let message = e.map_err(|e| e.to_string()).err().unwrap_or_default();
+        assert!(
+            message.contains("may not list the same protocol"),
+            "{message}"
+        );
+    }
+}

@@ -1,0 +1,126 @@
+//! The decision for one window, as a pure function of the window and the
+//! listener's config.
+//!
+//! Owns: the order of the checks (PROXY header, TLS framing, ClientHello,
+//! SNI, route lookup, ALPN), the byte cap, and the default-cluster fallback.
+//! Must never: keep state between calls (the latch and the deadline belong
+//! to [`crate::SniPrereadCore`]), or route a malformed window anywhere.
+
+use std::net::SocketAddr;
+
+use preread_parser::proxy::{ProxyParsed, parse_proxy_header};
+use preread_parser::tls::{AlpnProtocols, ClientHello, Parsed, TlsError, parse_client_hello};
+
+use crate::alpn::AlpnOffer;
+use crate::config::PrereadConfig;
+use crate::output::{Output, Route};
+use crate::reject::{FallbackReason, RejectReason};
+use crate::routes::Lookup;
+use crate::sni::HostName;
+
+/// What was learned of the connection before the decision.
+#[derive(Default)]
+struct Seen<'a> {
+    content_offset: usize,
+    proxy_source: Option<SocketAddr>,
+    hello_end: Option<usize>,
+    sni: Option<HostName>,
+    alpn: Option<AlpnProtocols<'a>>,
+}
+
+impl Seen<'_> {
+    fn route(self, cluster: &crate::routes::ClusterId, fallback: Option<FallbackReason>) -> Route {
+        Route {
+            cluster: cluster.clone(),
+            content_offset: self.content_offset,
+            hello_end: self.hello_end,
+            proxy_source: self.proxy_source,
+            sni: self.sni,
+            alpn: self.alpn.map(AlpnOffer::from),
+            matched_sni: None,
+            matched_alpn: None,
+            fallback,
+        }
+    }
+}
+
+/// The terminal output for `window`, or `None` while more bytes are needed
+/// and the cap is not reached. `scratch` is the parser's reassembly buffer.
+pub(crate) fn decide(
+    config: &PrereadConfig,
+    window: &[u8],
+    scratch: &mut Vec<u8>,
+) -> Option<Output> {
+    let mut seen = Seen::default();
+    if config.expect_proxy {
+        match parse_proxy_header(window) {
+            Ok(ProxyParsed::Complete(header)) => {
+                seen.content_offset = header.len();
+                seen.proxy_source = header.source();
+            }
+            Ok(ProxyParsed::Incomplete(_)) => return incomplete(config, window),
+            Err(_) => return Some(Output::Reject(RejectReason::ProxyHeaderInvalid)),
+        }
+    }
+    let tls = window.get(seen.content_offset..).unwrap_or_default();
+    match parse_client_hello(tls, scratch) {
+        Ok(Parsed::Complete(hello)) => Some(route(config, &hello, seen)),
+        Ok(Parsed::Incomplete(_)) => incomplete(config, window),
+        Err(TlsError::NotTls) => Some(refuse(config, RejectReason::NotTls, seen)),
+        Err(TlsError::MalformedRecord(_)) => Some(Output::Reject(RejectReason::MalformedRecord)),
+        Err(_) => Some(Output::Reject(RejectReason::MalformedHandshake)),
+    }
+}
+
+/// A window that is still a valid prefix: wait, unless the cap is reached.
+fn incomplete(config: &PrereadConfig, window: &[u8]) -> Option<Output> {
+    (window.len() >= config.max_bytes).then_some(Output::Reject(RejectReason::TooLarge))
+}
+
+/// Refuses for `reason`, or sends to the default cluster when the listener
+/// has one and the reason allows it.
+fn refuse(config: &PrereadConfig, reason: RejectReason, seen: Seen<'_>) -> Output {
+    match (reason.fallback(), &config.default_cluster) {
+        (Some(fallback), Some(cluster)) => Output::Routed(seen.route(cluster, Some(fallback))),
+        _ => Output::Reject(reason),
+    }
+}
+
+fn route<'a>(config: &PrereadConfig, hello: &ClientHello<'a>, mut seen: Seen<'a>) -> Output {
+    seen.hello_end = Some(seen.content_offset + hello.end);
+    seen.alpn = hello.alpn;
+    let Some(raw) = hello.server_name else {
+        let reason = if hello.ech.is_some() {
+            RejectReason::EchOuterAbsent
+        } else {
+            RejectReason::NoSni
+        };
+        return refuse(config, reason, seen);
+    };
+    // The parser already enforces the same rules, so this only fails if the
+    // two ever drift apart; refusing is the safe answer then.
+    let Some(sni) = HostName::normalize(raw) else {
+        return Output::Reject(RejectReason::MalformedHandshake);
+    };
+    seen.sni = Some(sni);
+    let offer = hello.alpn.into_iter().flatten();
+    let lookup = config.routes.lookup(sni.as_bytes(), offer.clone());
+    debug_assert!(
+        lookup == config.routes.lookup(sni.as_bytes(), offer),
+        "route lookup must be a pure function of the name and the offer"
+    );
+    match lookup {
+        Lookup::Matched {
+            cluster,
+            pattern,
+            protocol,
+        } => {
+            let mut route = seen.route(cluster, None);
+            route.matched_sni = Some(pattern.clone());
+            route.matched_alpn = protocol.map(Box::from);
+            Output::Routed(route)
+        }
+        Lookup::SniUnmatched => refuse(config, RejectReason::SniUnmatched, seen),
+        Lookup::AlpnUnmatched { .. } => Output::Reject(RejectReason::AlpnUnmatched),
+    }
+}

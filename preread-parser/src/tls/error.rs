@@ -1,0 +1,138 @@
+//! Why a window can never become a routable ClientHello.
+//!
+//! Owns: [`TlsError`] and the fault details behind it. The three kinds are
+//! the proxy's reject taxonomy; the faults say which rule was broken, for
+//! logs and `preread inspect`.
+
+use core::fmt;
+
+/// A window that can never become a ClientHello, whatever bytes follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsError {
+    /// The first byte is not a handshake record (22), or the second is not a
+    /// TLS major version (3): a plain-text protocol or an SSLv2-style hello.
+    NotTls,
+    /// The record layer broke a rule of RFC 8446 §5.1.
+    MalformedRecord(RecordFault),
+    /// The handshake message is not a well-formed ClientHello.
+    MalformedHandshake(HandshakeFault),
+}
+
+/// Which record-layer rule a window broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RecordFault {
+    /// A record of length 0 (RFC 8446 forbids empty handshake fragments).
+    EmptyRecord,
+    /// A record longer than 2^14 bytes.
+    Oversized(u16),
+    /// A record of another content type before the ClientHello was complete.
+    UnexpectedContentType(u8),
+    /// A later record whose major version is not 3.
+    BadVersion(u8),
+}
+
+/// Which ClientHello rule a handshake message broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HandshakeFault {
+    /// The first handshake message is not a ClientHello (1).
+    NotClientHello(u8),
+    /// The last record carries bytes after the ClientHello.
+    TrailingHandshakeData,
+    /// A length field runs past the end of the structure that holds it.
+    Truncated,
+    /// `legacy_session_id` longer than 32 bytes.
+    SessionIdTooLong,
+    /// `cipher_suites` empty or of odd length.
+    BadCipherSuites,
+    /// `legacy_compression_methods` empty.
+    NoCompressionMethod,
+    /// The extensions block length differs from what remains of the body.
+    ExtensionsLengthMismatch,
+    /// An extension type appears twice (RFC 8446 §4.2).
+    DuplicateExtension(u16),
+    /// `server_name` is malformed: empty list, list length that disagrees
+    /// with the extension, or an entry that overruns it.
+    BadServerNameList,
+    /// `host_name` empty, a lone ".", longer than 255 bytes, or not printable ASCII.
+    BadHostName,
+    /// A second `host_name` entry.
+    DuplicateHostName,
+    /// ALPN list empty, of the wrong length, or with an empty protocol name.
+    BadAlpn,
+    /// `supported_versions` empty, of odd length, or of the wrong length.
+    BadSupportedVersions,
+    /// `encrypted_client_hello` empty or of an unknown type.
+    BadEch,
+}
+
+impl fmt::Display for TlsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotTls => f.write_str("not a TLS handshake record"),
+            Self::MalformedRecord(fault) => write!(f, "malformed TLS record: {fault}"),
+            Self::MalformedHandshake(fault) => write!(f, "malformed ClientHello: {fault}"),
+        }
+    }
+}
+
+impl fmt::Display for RecordFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::EmptyRecord => f.write_str("zero-length record"),
+            Self::Oversized(len) => write!(f, "record length {len} exceeds 16384"),
+            Self::UnexpectedContentType(t) => {
+                write!(
+                    f,
+                    "record of content type {t} before the ClientHello was complete"
+                )
+            }
+            Self::BadVersion(major) => write!(f, "record major version {major} is not 3"),
+        }
+    }
+}
+
+impl fmt::Display for HandshakeFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotClientHello(t) => write!(f, "handshake type {t} is not ClientHello (1)"),
+            Self::TrailingHandshakeData => f.write_str("bytes after the ClientHello in its record"),
+            Self::Truncated => f.write_str("a length field overruns its structure"),
+            Self::SessionIdTooLong => f.write_str("session id longer than 32 bytes"),
+            Self::BadCipherSuites => f.write_str("cipher suites empty or of odd length"),
+            Self::NoCompressionMethod => f.write_str("no compression method"),
+            Self::ExtensionsLengthMismatch => {
+                f.write_str("extensions length differs from the rest of the body")
+            }
+            Self::DuplicateExtension(t) => write!(f, "extension 0x{t:04x} appears twice"),
+            Self::BadServerNameList => f.write_str("server_name list malformed"),
+            Self::BadHostName => {
+                f.write_str("host_name empty, longer than 255 bytes or not printable ASCII")
+            }
+            Self::DuplicateHostName => f.write_str("more than one host_name"),
+            Self::BadAlpn => f.write_str("ALPN list empty, mis-sized or with an empty name"),
+            Self::BadSupportedVersions => f.write_str("supported_versions malformed"),
+            Self::BadEch => f.write_str("encrypted_client_hello empty or of unknown type"),
+        }
+    }
+}
+
+impl core::error::Error for TlsError {}
+
+impl<I> nom::error::ParseError<I> for HandshakeFault {
+    fn from_error_kind(_input: I, _kind: nom::error::ErrorKind) -> Self {
+        Self::Truncated
+    }
+
+    fn append(_input: I, _kind: nom::error::ErrorKind, other: Self) -> Self {
+        other
+    }
+}
+
+impl From<HandshakeFault> for TlsError {
+    fn from(fault: HandshakeFault) -> Self {
+        Self::MalformedHandshake(fault)
+    }
+}

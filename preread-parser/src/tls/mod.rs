@@ -1,0 +1,116 @@
+//! The TLS ClientHello as a proxy reads it: record framing, then the body.
+//!
+//! Owns: [`parse_client_hello`], the single entry point, and the types it
+//! returns. The framing (`record`) is streaming: a window that stops early
+//! is [`Parsed::Incomplete`], never an error, unless the bytes already seen
+//! can never become a ClientHello. The body (`hello`, `extensions`) is parsed
+//! only once framing proved it whole, so any shortfall inside it is a lying
+//! length field: [`TlsError::MalformedHandshake`].
+//!
+//! Must never: allocate when the ClientHello sits in one record, look at bytes
+//! after the ClientHello's last record (they belong to the application and
+//! are forwarded untouched), or panic.
+
+mod dedup;
+mod error;
+mod extensions;
+mod hello;
+mod record;
+
+use core::num::NonZeroUsize;
+
+pub use error::{HandshakeFault, RecordFault, TlsError};
+pub use extensions::{AlpnProtocols, EchKind, SupportedVersions};
+
+/// Largest TLS record payload a peer may send (RFC 8446 §5.1, 2^14).
+pub const MAX_RECORD_LEN: usize = 16384;
+
+/// Length of a TLS record header: type (1), version (2), length (2).
+pub const RECORD_HEADER_LEN: usize = 5;
+
+/// Length of a handshake message header: type (1), length (3).
+pub const HANDSHAKE_HEADER_LEN: usize = 4;
+
+/// Outcome of a parse that did not fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parsed<'a> {
+    /// The whole ClientHello is in the window.
+    Complete(ClientHello<'a>),
+    /// More bytes are needed; the window so far is a valid prefix.
+    Incomplete(Needed),
+}
+
+/// How many more bytes an incomplete window needs, at least.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needed {
+    /// The framing does not tell yet.
+    Unknown,
+    /// At least this many further bytes are needed before the verdict can change.
+    AtLeast(NonZeroUsize),
+}
+
+impl Needed {
+    pub(crate) fn at_least(n: usize) -> Self {
+        NonZeroUsize::new(n).map_or(Self::Unknown, Self::AtLeast)
+    }
+}
+
+/// A ClientHello that framing and body validation both accepted.
+///
+/// Every slice borrows the window (or, for a ClientHello split over several
+/// records, the scratch buffer given to [`parse_client_hello`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientHello<'a> {
+    /// `legacy_version` of the ClientHello body (0x0303 for TLS 1.2 and 1.3).
+    pub legacy_version: u16,
+    /// The `host_name` of `server_name`, exactly as sent (not normalized):
+    /// 1 to 255 bytes of printable ASCII.
+    pub server_name: Option<&'a [u8]>,
+    /// The ALPN offer, in the client's preference order, when the extension is present.
+    pub alpn: Option<AlpnProtocols<'a>>,
+    /// The `supported_versions` offer, when present.
+    pub supported_versions: Option<SupportedVersions<'a>>,
+    /// The `encrypted_client_hello` extension's type, when present.
+    pub ech: Option<EchKind>,
+    /// Offset in the window just past the last record that carries the
+    /// ClientHello: what follows is application data.
+    pub end: usize,
+    /// How many TLS records carry the ClientHello.
+    pub records: usize,
+    /// Length of the handshake message, its 4-byte header included.
+    pub handshake_len: usize,
+}
+
+/// Parses the ClientHello at the start of `window` (which must begin with
+/// the first TLS record: strip a PROXY header before calling).
+///
+/// Call with the whole window received so far, from its first byte, every
+/// time more bytes arrive. `scratch` is used only when the handshake message
+/// spans several records; it is cleared first and may be reused across calls.
+pub fn parse_client_hello<'a>(
+    window: &'a [u8],
+    scratch: &'a mut Vec<u8>,
+) -> Result<Parsed<'a>, TlsError> {
+    let framed = match record::frame(window)? {
+        record::Framing::Complete(framed) => framed,
+        record::Framing::Incomplete(needed) => return Ok(Parsed::Incomplete(needed)),
+    };
+    let message: &'a [u8] = if framed.records == 1 {
+        &window[framed.first_payload..framed.first_payload + framed.handshake_len]
+    } else {
+        record::reassemble(window, &framed, scratch);
+        scratch.as_slice()
+    };
+    debug_assert_eq!(message.len(), framed.handshake_len);
+    let body = hello::parse_body(&message[HANDSHAKE_HEADER_LEN..])?;
+    Ok(Parsed::Complete(ClientHello {
+        legacy_version: body.legacy_version,
+        server_name: body.server_name,
+        alpn: body.alpn,
+        supported_versions: body.supported_versions,
+        ech: body.ech,
+        end: framed.end,
+        records: framed.records,
+        handshake_len: framed.handshake_len,
+    }))
+}

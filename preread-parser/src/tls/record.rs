@@ -1,0 +1,176 @@
+//! TLS record framing of the first flight: finds the records that carry the
+//! ClientHello handshake message and proves it whole.
+//!
+//! Owns: the record-layer rules (content type, major version, record length
+//! 1..=2^14), the handshake header (type ClientHello, 24-bit length) across
+//! any record boundary, and reassembly of a message split over records.
+//!
+//! Must never: read past the record that completes the handshake message,
+//! report an error for a window that is merely short, or report "incomplete"
+//! for bytes that can never become TLS.
+
+use nom::number::streaming::{be_u8, be_u16};
+
+use super::{
+    HANDSHAKE_HEADER_LEN, HandshakeFault, MAX_RECORD_LEN, Needed, RECORD_HEADER_LEN, RecordFault,
+    TlsError,
+};
+
+const CONTENT_TYPE_HANDSHAKE: u8 = 22;
+const HANDSHAKE_TYPE_CLIENT_HELLO: u8 = 1;
+const TLS_MAJOR_VERSION: u8 = 3;
+
+/// Where the records carrying a whole ClientHello lie in the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Framed {
+    pub(super) records: usize,
+    /// Offset of the first record's payload (where the handshake header starts).
+    pub(super) first_payload: usize,
+    /// The handshake message length, header included.
+    pub(super) handshake_len: usize,
+    /// Offset just past the last record of the ClientHello.
+    pub(super) end: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Framing {
+    Complete(Framed),
+    Incomplete(Needed),
+}
+
+enum Header {
+    PayloadLen(usize),
+    Short,
+}
+
+/// Reads one record header with nom's streaming parsers, deciding on each
+/// byte as soon as it arrives.
+fn record_header(rest: &[u8], first: bool) -> Result<Header, TlsError> {
+    let Ok((rest, content_type)) = be_u8::<_, ()>(rest) else {
+        return Ok(Header::Short);
+    };
+    if content_type != CONTENT_TYPE_HANDSHAKE {
+        return Err(if first {
+            TlsError::NotTls
+        } else {
+            TlsError::MalformedRecord(RecordFault::UnexpectedContentType(content_type))
+        });
+    }
+    let Ok((rest, major)) = be_u8::<_, ()>(rest) else {
+        return Ok(Header::Short);
+    };
+    if major != TLS_MAJOR_VERSION {
+        return Err(if first {
+            TlsError::NotTls
+        } else {
+            TlsError::MalformedRecord(RecordFault::BadVersion(major))
+        });
+    }
+    // The minor version is legacy_record_version: RFC 8446 §5.1 says to ignore it.
+    let Ok((rest, _minor)) = be_u8::<_, ()>(rest) else {
+        return Ok(Header::Short);
+    };
+    let Ok((_, len)) = be_u16::<_, ()>(rest) else {
+        return Ok(Header::Short);
+    };
+    if len == 0 {
+        return Err(TlsError::MalformedRecord(RecordFault::EmptyRecord));
+    }
+    if usize::from(len) > MAX_RECORD_LEN {
+        return Err(TlsError::MalformedRecord(RecordFault::Oversized(len)));
+    }
+    Ok(Header::PayloadLen(usize::from(len)))
+}
+
+/// The 4-byte handshake header, gathered across record boundaries.
+struct HandshakeHeader {
+    bytes: [u8; HANDSHAKE_HEADER_LEN],
+    seen: usize,
+}
+
+impl HandshakeHeader {
+    /// Takes header bytes from the front of `payload`; returns the message
+    /// length (header included) once all four are known.
+    fn feed(&mut self, payload: &[u8]) -> Result<Option<usize>, TlsError> {
+        let take = (HANDSHAKE_HEADER_LEN - self.seen).min(payload.len());
+        self.bytes[self.seen..self.seen + take].copy_from_slice(&payload[..take]);
+        self.seen += take;
+        if self.seen > 0 && self.bytes[0] != HANDSHAKE_TYPE_CLIENT_HELLO {
+            return Err(HandshakeFault::NotClientHello(self.bytes[0]).into());
+        }
+        if self.seen < HANDSHAKE_HEADER_LEN {
+            return Ok(None);
+        }
+        let [_, a, b, c] = self.bytes;
+        let body_len = (usize::from(a) << 16) | (usize::from(b) << 8) | usize::from(c);
+        Ok(Some(HANDSHAKE_HEADER_LEN + body_len))
+    }
+}
+
+/// Frames the ClientHello at the start of `window`.
+pub(super) fn frame(window: &[u8]) -> Result<Framing, TlsError> {
+    let mut pos = 0;
+    let mut records = 0;
+    let mut collected = 0;
+    let mut header = HandshakeHeader {
+        bytes: [0; HANDSHAKE_HEADER_LEN],
+        seen: 0,
+    };
+    let mut handshake_len = None;
+    loop {
+        let rest = &window[pos..];
+        let payload_len = match record_header(rest, records == 0)? {
+            Header::PayloadLen(len) => len,
+            Header::Short => {
+                let short = RECORD_HEADER_LEN - rest.len();
+                let message_left = handshake_len.map_or(0, |total: usize| total - collected);
+                return Ok(Framing::Incomplete(Needed::at_least(short + message_left)));
+            }
+        };
+        let start = pos + RECORD_HEADER_LEN;
+        let available = payload_len.min(window.len() - start);
+        let payload = &window[start..start + available];
+        if handshake_len.is_none() {
+            handshake_len = header.feed(payload)?;
+        }
+        if available < payload_len {
+            let record_left = payload_len - available;
+            let message_left =
+                handshake_len.map_or(0, |total| total.saturating_sub(collected + available));
+            return Ok(Framing::Incomplete(Needed::at_least(
+                record_left.max(message_left),
+            )));
+        }
+        collected += payload_len;
+        records += 1;
+        pos = start + payload_len;
+        if let Some(total) = handshake_len
+            && collected >= total
+        {
+            if collected > total {
+                return Err(HandshakeFault::TrailingHandshakeData.into());
+            }
+            return Ok(Framing::Complete(Framed {
+                records,
+                first_payload: RECORD_HEADER_LEN,
+                handshake_len: total,
+                end: pos,
+            }));
+        }
+    }
+}
+
+/// Copies the handshake message of a multi-record ClientHello into `scratch`.
+pub(super) fn reassemble(window: &[u8], framed: &Framed, scratch: &mut Vec<u8>) {
+    scratch.clear();
+    scratch.reserve(framed.handshake_len);
+    let mut pos = 0;
+    for _ in 0..framed.records {
+        let len = usize::from(u16::from_be_bytes([window[pos + 3], window[pos + 4]]));
+        let start = pos + RECORD_HEADER_LEN;
+        scratch.extend_from_slice(&window[start..start + len]);
+        pos = start + len;
+    }
+    debug_assert_eq!(pos, framed.end);
+    debug_assert_eq!(scratch.len(), framed.handshake_len);
+}

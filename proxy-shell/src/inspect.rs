@@ -1,0 +1,221 @@
+//! `preread inspect`: what the proxy makes of captured client bytes, offline.
+//!
+//! Owns: turning one capture into the JSON object of INTERFACE.md, through
+//! the same parsers the worker uses. Must never: touch the network, or stop
+//! at the first unreadable file (each input is reported on its own).
+
+use preread_core::sni::HostName;
+use preread_parser::proxy::{Command, ProxyHeader, ProxyParsed, parse_proxy_header};
+use preread_parser::tls::{ClientHello, Needed, Parsed, TlsError, parse_client_hello};
+use serde_json::{Map, Value, json};
+
+/// How `inspect` reads its inputs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InspectOptions {
+    /// A PROXY v1/v2 header precedes the ClientHello.
+    pub expect_proxy: bool,
+}
+
+/// Why an input could not be turned into bytes.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum InputError {
+    /// `--hex` input holds a character that is neither a hex digit nor white space.
+    BadHexCharacter { offset: usize, found: char },
+    /// `--hex` input has an odd number of hex digits.
+    OddHexDigits,
+}
+
+impl std::fmt::Display for InputError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::BadHexCharacter { offset, found } => write!(
+                f,
+                "character {found:?} at offset {offset} is not a hex digit (--hex reads pairs of hex digits; white space and ':' are ignored)"
+            ),
+            Self::OddHexDigits => {
+                f.write_str("odd number of hex digits: the last byte is cut in half")
+            }
+        }
+    }
+}
+
+impl std::error::Error for InputError {}
+
+/// Decodes hex text: pairs of hex digits, white space and ':' ignored.
+pub fn decode_hex(text: &str) -> Result<Vec<u8>, InputError> {
+    let mut out = Vec::with_capacity(text.len() / 2);
+    let mut high: Option<u8> = None;
+    for (offset, c) in text.char_indices() {
+        if c.is_whitespace() || c == ':' {
+            continue;
+        }
+        let Some(nibble) = c.to_digit(16) else {
+            return Err(InputError::BadHexCharacter { offset, found: c });
+        };
+        let nibble = nibble as u8;
+        match high.take() {
+            Some(h) => out.push((h << 4) | nibble),
+            None => high = Some(nibble),
+        }
+    }
+    if high.is_some() {
+        return Err(InputError::OddHexDigits);
+    }
+    Ok(out)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+fn tlv_json(tlv_type: u8, value: &[u8]) -> Value {
+    let mut tlv = json!({ "type": tlv_type, "len": value.len(), "hex": hex(value) });
+    if !value.is_empty() && value.iter().all(u8::is_ascii_graphic) {
+        tlv["text"] = Value::String(String::from_utf8_lossy(value).into_owned());
+    }
+    tlv
+}
+
+fn proxy_json(header: &ProxyHeader<'_>) -> Value {
+    let address = |a: Option<std::net::SocketAddr>| a.map(|a| a.to_string());
+    let command = match header.command() {
+        Command::Local => "local",
+        Command::Proxy => "proxy",
+    };
+    json!({
+        "version": header.version(),
+        "len": header.len(),
+        "command": command,
+        "source": address(header.source()),
+        "destination": address(header.destination()),
+        "tlvs": header.tlvs().map(|(t, v)| tlv_json(t, v)).collect::<Vec<_>>(),
+    })
+}
+
+fn parse_name(error: &TlsError) -> &'static str {
+    match error {
+        TlsError::NotTls => "not_tls",
+        TlsError::MalformedRecord(_) => "malformed_record",
+        _ => "malformed_handshake",
+    }
+}
+
+fn hello_fields(out: &mut Map<String, Value>, hello: &ClientHello<'_>, offset: usize) {
+    out.insert("records".into(), json!(hello.records));
+    out.insert("hello_len".into(), json!(hello.handshake_len));
+    let sni = hello
+        .server_name
+        .and_then(HostName::normalize)
+        .map(|name| name.as_str().to_owned());
+    out.insert("sni".into(), json!(sni));
+    let alpn = hello.alpn.map(|alpn| {
+        alpn.iter()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect::<Vec<_>>()
+    });
+    out.insert("alpn".into(), json!(alpn));
+    out.insert(
+        "ech".into(),
+        json!(hello.ech.map_or("absent", |e| e.as_str())),
+    );
+    out.insert(
+        "legacy_version".into(),
+        json!(format!("{:04x}", hello.legacy_version)),
+    );
+    let versions = hello
+        .supported_versions
+        .map(|v| v.iter().map(|v| format!("{v:04x}")).collect::<Vec<_>>());
+    out.insert("supported_versions".into(), json!(versions));
+    out.insert("end".into(), json!(offset + hello.end));
+}
+
+/// The JSON object of INTERFACE.md for one input (without `decision`).
+pub fn inspect(file: &str, bytes: &[u8], options: InspectOptions) -> Value {
+    let mut out = Map::new();
+    out.insert("file".into(), json!(file));
+    out.insert("len".into(), json!(bytes.len()));
+    for key in [
+        "parse",
+        "records",
+        "hello_len",
+        "sni",
+        "alpn",
+        "ech",
+        "legacy_version",
+        "proxy",
+    ] {
+        out.insert(key.into(), Value::Null);
+    }
+    let mut offset = 0;
+    if options.expect_proxy {
+        match parse_proxy_header(bytes) {
+            Ok(ProxyParsed::Complete(header)) => {
+                offset = header.len();
+                out.insert("proxy".into(), proxy_json(&header));
+            }
+            Ok(ProxyParsed::Incomplete(needed)) => {
+                out.insert("parse".into(), json!("incomplete"));
+                insert_needed(&mut out, needed);
+                return Value::Object(out);
+            }
+            Err(error) => {
+                out.insert("parse".into(), json!("proxy_header_invalid"));
+                out.insert("error".into(), json!(error.to_string()));
+                return Value::Object(out);
+            }
+        }
+    }
+    let mut scratch = Vec::new();
+    match parse_client_hello(&bytes[offset..], &mut scratch) {
+        Ok(Parsed::Complete(hello)) => {
+            out.insert("parse".into(), json!("complete"));
+            hello_fields(&mut out, &hello, offset);
+        }
+        Ok(Parsed::Incomplete(needed)) => {
+            out.insert("parse".into(), json!("incomplete"));
+            insert_needed(&mut out, needed);
+        }
+        Err(error) => {
+            out.insert("parse".into(), json!(parse_name(&error)));
+            out.insert("error".into(), json!(error.to_string()));
+        }
+    }
+    Value::Object(out)
+}
+
+fn insert_needed(out: &mut Map<String, Value>, needed: Needed) {
+    let at_least = match needed {
+        Needed::AtLeast(n) => json!(n.get()),
+        Needed::Unknown => Value::Null,
+    };
+    out.insert("needed".into(), at_least);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{InputError, decode_hex};
+
+    #[test]
+    fn hex_decoding() {
+        assert_eq!(
+            decode_hex("16 03 01\n00:05").ok(),
+            Some(vec![0x16, 3, 1, 0, 5])
+        );
+        assert_eq!(decode_hex("ABcd").ok(), Some(vec![0xab, 0xcd]));
+        assert!(matches!(
+            decode_hex("1603x1"),
+            Err(InputError::BadHexCharacter {
+                offset: 4,
+                found: 'x'
+            })
+        ));
+        assert!(matches!(decode_hex("160"), Err(InputError::OddHexDigits)));
+    }
+}
