@@ -1,3 +1,8 @@
 //! The control plane of preread: the command protocol, the TOML config and
 //! its validation, the desired state, state files and the reload diff.
-//! Filled by the command-crate issue; nothing here yet.
+//!
+//! Owns: everything an operator or controller says to the proxy, and the
+//! rules that decide whether it may be applied. Must never: touch a data
+//! socket or a session; the worker applies what this crate accepted.
+
+pub mod proto;

@@ -277,7 +277,7 @@ criterion_group! {
     // two minutes. Override with `-- --warm-up-time S --measurement-time S`.
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_millis(1500));
+        .measurement_time(Duration::from_millis(1200));
     targets = clienthello
 }
 criterion_main!(benches);

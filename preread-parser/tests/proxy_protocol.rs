@@ -1,6 +1,9 @@
-//! PROXY protocol headers against the corpus vectors, and property tests:
-//! writer/parser round trip, prefixes, and no panic on arbitrary input.
+//! PROXY protocol headers against the corpus vectors, a counting allocator
+//! proving parsing allocates nothing, and property tests: writer/parser
+//! round trip, prefixes, and no panic on arbitrary input.
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use preread_parser::proxy::{
@@ -25,6 +28,35 @@ const V2_TLV: &[u8] = vector!("gen_m_proxy_v2_tlv.bin");
 const V2_SHORT_ADDR_LEN: &[u8] = vector!("gen_m_proxy_v2_short_addr_len.bin");
 const V1: &[u8] = vector!("gen_n_proxy_v1.bin");
 const V1_BAD_PROTOCOL: &[u8] = vector!("gen_n_proxy_v1_bad_protocol.bin");
+
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+// SAFETY: defers every operation to `System` unchanged; it only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 fn sa(s: &str) -> SocketAddr {
     s.parse().unwrap()
@@ -133,6 +165,29 @@ fn tls_record_is_not_a_proxy_header() {
         parse_proxy_header(&V2_TLV[63..]),
         Err(ProxyError::NotProxyProtocol)
     );
+}
+
+#[test]
+fn parsing_allocates_nothing() {
+    let mut unix = V2_SIGNATURE.to_vec();
+    unix.extend_from_slice(&[0x21, 0x31, 0x00, 216 + 7]);
+    unix.extend_from_slice(&[b'/'; 216]);
+    unix.extend_from_slice(&[0x01, 0x00, 0x04, b'h', b't', b't', b'p']);
+    let v6 = b"PROXY TCP6 2001:db8::1 2001:db8::2 1 2\r\n";
+    let windows = [V2_TLV, V2_SHORT_ADDR_LEN, V1, V1_BAD_PROTOCOL, &unix, v6];
+    let before = ALLOCATIONS.with(Cell::get);
+    let mut complete = 0;
+    for window in windows {
+        for cut in 0..=window.len().min(300) {
+            if let Ok(ProxyParsed::Complete(h)) = parse_proxy_header(&window[..cut]) {
+                std::hint::black_box((h.source(), h.authority(), h.alpn(), h.tlvs().count()));
+                complete += 1;
+            }
+        }
+    }
+    let allocations = ALLOCATIONS.with(Cell::get) - before;
+    assert_eq!(allocations, 0);
+    assert!(complete > 400, "only {complete} complete parses");
 }
 
 fn socket_addr() -> impl Strategy<Value = SocketAddr> {

@@ -360,6 +360,11 @@ mod tests {
     #[test]
     fn limit_is_107_bytes_crlf_included() {
         assert_eq!(complete(&pad_unknown(107)).len(), 107);
+        // Valid fields, but 116 bytes: the 107-byte limit wins.
+        let v6_max = "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255";
+        let long = format!("PROXY TCP6 {v6_max} {v6_max} 65535 65535\r\n");
+        assert_eq!(long.len(), 116);
+        assert_eq!(err(long.as_bytes()), ProxyError::V1TooLong);
         assert_eq!(err(&pad_unknown(108)), ProxyError::V1TooLong);
         // CR as the 107th byte: the LF could only be the 108th.
         assert_eq!(err(&pad_unknown(108)[..107]), ProxyError::V1TooLong);
