@@ -8,8 +8,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .btree_map(["."])
         .type_attribute(".", "#[derive(serde::Serialize, serde::Deserialize)]")
         .type_attribute(".", "#[serde(deny_unknown_fields)]")
-        .type_attribute(".preread.command.Request.request_type", "#[serde(rename_all = \"snake_case\")]")
-        .type_attribute(".preread.command.ResponseContent.content_type", "#[serde(rename_all = \"snake_case\")]")
+        .type_attribute(
+            ".preread.command.Request.request_type",
+            "#[serde(rename_all = \"snake_case\")]",
+        )
+        .type_attribute(
+            ".preread.command.ResponseContent.content_type",
+            "#[serde(rename_all = \"snake_case\")]",
+        )
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -5,4 +5,11 @@
 //! rules that decide whether it may be applied. Must never: touch a data
 //! socket or a session; the worker applies what this crate accepted.
 
+pub mod channel;
+pub mod codes;
+pub mod config;
+pub mod diff;
 pub mod proto;
+pub mod state;
+pub mod state_file;
+pub mod validate;

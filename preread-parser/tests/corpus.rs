@@ -574,3 +574,61 @@ fn not_tls_is_decided_on_the_first_or_second_byte() {
         assert_eq!(second == 3, got.is_ok(), "second byte {second}");
     }
 }
+
+mod mutations {
+    use std::sync::OnceLock;
+
+    use super::common::{Entry, corpus};
+    use preread_parser::tls::{Parsed, parse_client_hello};
+    use proptest::prelude::*;
+
+    fn files() -> &'static [Entry] {
+        static FILES: OnceLock<Vec<Entry>> = OnceLock::new();
+        FILES.get_or_init(corpus)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Corrupting real hellos byte by byte never panics, and a complete
+        /// parse always describes bytes inside the window with a valid name.
+        #[test]
+        fn mutated_hellos_never_panic_and_stay_consistent(
+            pick in any::<prop::sample::Index>(),
+            edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let files = files();
+            let entry = &files[pick.index(files.len())];
+            let mut bytes = entry.bytes.clone();
+            for (at, value) in edits {
+                let i = at.index(bytes.len());
+                bytes[i] = value;
+            }
+            let len = cut.index(bytes.len() + 1);
+            let window = &bytes[..len];
+            let mut scratch = Vec::new();
+            if let Ok(Parsed::Complete(hello)) = parse_client_hello(window, &mut scratch) {
+                prop_assert!(hello.end <= window.len());
+                prop_assert!(hello.records >= 1);
+                prop_assert!(hello.handshake_len >= 4);
+                if let Some(name) = hello.server_name {
+                    prop_assert!(!name.is_empty() && name.len() <= 255);
+                    prop_assert!(name.iter().all(u8::is_ascii_graphic));
+                }
+                if let Some(alpn) = hello.alpn {
+                    prop_assert!(alpn.iter().all(|p| !p.is_empty()));
+                }
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..3000), first in 20u8..24) {
+            let mut window = bytes;
+            if let Some(b) = window.first_mut() { *b = first; }
+            if window.len() > 1 { window[1] = 3; }
+            let mut scratch = Vec::new();
+            let _ = parse_client_hello(&window, &mut scratch);
+        }
+    }
+}

@@ -4,16 +4,33 @@
 //! the same parsers the worker uses. Must never: touch the network, or stop
 //! at the first unreadable file (each input is reported on its own).
 
+use std::time::Instant;
+
+use preread_core::routes::ClusterId;
 use preread_core::sni::HostName;
+use preread_core::{Input, Output, PrereadConfig, SniPrereadCore};
 use preread_parser::proxy::{Command, ProxyHeader, ProxyParsed, parse_proxy_header};
 use preread_parser::tls::{ClientHello, Needed, Parsed, TlsError, parse_client_hello};
 use serde_json::{Map, Value, json};
 
 /// How `inspect` reads its inputs.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct InspectOptions {
     /// A PROXY v1/v2 header precedes the ClientHello.
     pub expect_proxy: bool,
+    /// With a config: the listener whose routes decide.
+    pub listener: Option<ListenerRoutes>,
+}
+
+/// A listener as the worker would see it: its preread config, or the one
+/// cluster that takes every connection when the listener has a catch-all
+/// frontend (then there is no preread at all).
+#[derive(Debug, Clone)]
+pub enum ListenerRoutes {
+    /// SNI routing through the core.
+    Preread(PrereadConfig),
+    /// A catch-all frontend: every connection goes to this cluster unread.
+    CatchAll(ClusterId),
 }
 
 /// Why an input could not be turned into bytes.
@@ -136,8 +153,57 @@ fn hello_fields(out: &mut Map<String, Value>, hello: &ClientHello<'_>, offset: u
     out.insert("end".into(), json!(offset + hello.end));
 }
 
-/// The JSON object of INTERFACE.md for one input (without `decision`).
-pub fn inspect(file: &str, bytes: &[u8], options: InspectOptions) -> Value {
+/// The `decision` object of INTERFACE.md: the real core, fed the whole
+/// capture in one read.
+fn decision(listener: &ListenerRoutes, bytes: &[u8]) -> Value {
+    let config = match listener {
+        ListenerRoutes::CatchAll(cluster) => {
+            return json!({
+                "verdict": "routed", "cluster": &**cluster, "reason": null, "fallback": null,
+                "content_offset": 0, "matched_sni": null, "matched_alpn": null,
+            });
+        }
+        ListenerRoutes::Preread(config) => config,
+    };
+    let output = SniPrereadCore::new().handle_input(
+        config,
+        Input::Bytes {
+            buf: bytes,
+            now: Instant::now(),
+        },
+    );
+    match output {
+        Output::NeedMore { .. } => json!({
+            "verdict": "need_more", "cluster": null, "reason": null, "fallback": null,
+            "content_offset": null, "matched_sni": null, "matched_alpn": null,
+        }),
+        Output::Reject(reason) => json!({
+            "verdict": "rejected", "cluster": null, "reason": reason.as_str(), "fallback": null,
+            "content_offset": null, "matched_sni": null, "matched_alpn": null,
+        }),
+        Output::Routed(route) => json!({
+            "verdict": "routed",
+            "cluster": &*route.cluster,
+            "reason": null,
+            "fallback": route.fallback.map(|f| f.as_str()),
+            "content_offset": route.content_offset,
+            "matched_sni": route.matched_sni.map(|p| p.to_string()),
+            "matched_alpn": route.matched_alpn.map(|p| String::from_utf8_lossy(&p).into_owned()),
+        }),
+    }
+}
+
+/// The JSON object of INTERFACE.md for one input; `decision` only when a
+/// listener is given.
+pub fn inspect(file: &str, bytes: &[u8], options: &InspectOptions) -> Value {
+    let mut report = describe(file, bytes, options.expect_proxy);
+    if let (Some(listener), Value::Object(map)) = (&options.listener, &mut report) {
+        map.insert("decision".into(), decision(listener, bytes));
+    }
+    report
+}
+
+fn describe(file: &str, bytes: &[u8], expect_proxy: bool) -> Value {
     let mut out = Map::new();
     out.insert("file".into(), json!(file));
     out.insert("len".into(), json!(bytes.len()));
@@ -154,7 +220,7 @@ pub fn inspect(file: &str, bytes: &[u8], options: InspectOptions) -> Value {
         out.insert(key.into(), Value::Null);
     }
     let mut offset = 0;
-    if options.expect_proxy {
+    if expect_proxy {
         match parse_proxy_header(bytes) {
             Ok(ProxyParsed::Complete(header)) => {
                 offset = header.len();

@@ -1,7 +1,9 @@
 //! The preread worker and its command-line front end.
 //!
-//! Owns: the `preread` binary's subcommands. Today that is the offline
-//! `inspect`; the worker (event loop, preread shell, pipe, command server)
+//! Owns: the `preread` binary's subcommands: the offline ones (`inspect`,
+//! `config check`, `explain`) and the client half of every command-socket
+//! subcommand. The worker (event loop, preread shell, pipe, command server)
 //! comes with the worker issue.
 
+pub mod cli;
 pub mod inspect;

@@ -1,0 +1,503 @@
+//! The stable error codes of config, state-file and command validation.
+//!
+//! Owns: [`ErrorCode`] (one variant per rule), its string code (`E101`…),
+//! and the operator-facing [`Explanation`] printed by `preread explain
+//! CODE`. Must never: renumber or reuse a code: scripts, documents and
+//! controllers match on them. A retired rule keeps its number, unused.
+
+use core::fmt;
+
+/// Declares the enum, its code strings and [`ErrorCode::ALL`] from one list,
+/// so a new variant cannot lack a code or be missing from `ALL`.
+macro_rules! error_codes {
+    ($( $(#[$doc:meta])* $variant:ident = $code:literal, )+) => {
+        /// One validation rule, with a stable code (see [`ErrorCode::as_str`]).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[non_exhaustive]
+        pub enum ErrorCode {
+            $( $(#[$doc])* $variant, )+
+        }
+
+        impl ErrorCode {
+            /// Every code, in code order.
+            pub const ALL: &'static [ErrorCode] = &[$( ErrorCode::$variant, )+];
+
+            /// The stable code, such as `"E101"`.
+            #[must_use]
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $( ErrorCode::$variant => $code, )+
+                }
+            }
+        }
+    };
+}
+
+error_codes! {
+    /// The config file is not valid TOML, or a value has the wrong type.
+    InvalidToml = "E001",
+    /// A key the config file format does not know.
+    UnknownKey = "E002",
+    /// A config value of the right type but outside what is accepted.
+    InvalidValue = "E003",
+    /// The saved state file holds a line that is not a valid request.
+    StateFileCorrupt = "E010",
+    /// The saved state file was written by an incompatible version.
+    StateFileVersion = "E011",
+    /// The saved state file could not be read or written.
+    StateFileIo = "E012",
+    /// An address that is not `ip:port` with a non-zero port.
+    InvalidAddress = "E101",
+    /// `sni_preread_max_bytes` below the 5 bytes of a TLS record header.
+    PrereadMaxBytesTooSmall = "E102",
+    /// A timeout of 0 where a positive value is required.
+    InvalidTimeout = "E103",
+    /// `server_first_timeout` on a listener without `default_cluster`.
+    ServerFirstWithoutDefaultCluster = "E104",
+    /// A listener added again with other settings.
+    ListenerConflict = "E105",
+    /// A frontend on an address where no listener is declared.
+    UnknownListener = "E106",
+    /// A frontend's `sni` is not a valid pattern.
+    InvalidSniPattern = "E201",
+    /// A frontend's `alpn` list is not valid.
+    InvalidAlpn = "E202",
+    /// Two frontends of one `(address, sni)` list the same ALPN protocol.
+    AlpnProtocolTaken = "E203",
+    /// A frontend `(address, sni, alpn)` that already exists with another
+    /// cluster or other tags.
+    FrontendConflict = "E204",
+    /// A catch-all frontend (no SNI) and SNI frontends on one listener.
+    CatchAllMixedWithSni = "E205",
+    /// A second catch-all frontend on one listener.
+    MultipleCatchAll = "E206",
+    /// A frontend with an ALPN list but no SNI.
+    AlpnWithoutSni = "E207",
+    /// A `relay` cluster reached through a listener without `expect_proxy`.
+    RelayWithoutExpectProxy = "E208",
+    /// An empty, over-long or non-printable cluster or backend id.
+    InvalidId = "E301",
+    /// A reference to a cluster that does not exist.
+    UnknownCluster = "E302",
+    /// A cluster added again with other settings.
+    ClusterConflict = "E303",
+    /// A backend id already used by another backend.
+    DuplicateBackendId = "E304",
+    /// A backend added again with another address, weight or backup flag.
+    BackendConflict = "E305",
+    /// Removing, updating or (de)activating something that does not exist.
+    NotFound = "E401",
+    /// Removing something that other objects still reference.
+    InUse = "E402",
+    /// A request that does not change the routing state, sent where only
+    /// state changes are applied.
+    UnsupportedRequest = "E403",
+}
+
+/// What `preread explain CODE` prints about a code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Explanation {
+    /// One line naming the problem.
+    pub title: &'static str,
+    /// What the rule is and why it exists.
+    pub meaning: &'static str,
+    /// The shapes that are accepted.
+    pub accepted: &'static str,
+    /// How to fix a refused config or request.
+    pub fix: &'static str,
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}\n\n{}\n\nAccepted: {}\n\nFix: {}",
+            self.title, self.meaning, self.accepted, self.fix
+        )
+    }
+}
+
+impl ErrorCode {
+    /// The code for a string such as `"E101"` or `"e101"`; `None` for an
+    /// unknown code.
+    #[must_use]
+    pub fn from_code(code: &str) -> Option<Self> {
+        let code = code.trim();
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|c| c.as_str().eq_ignore_ascii_case(code))
+    }
+
+    /// The operator-facing description of the rule.
+    #[must_use]
+    pub fn explain(self) -> Explanation {
+        let (title, meaning, accepted, fix) = match self {
+            Self::InvalidToml => (
+                "the config file is not valid TOML",
+                "The config file could not be parsed as TOML, or a value has the wrong type \
+                 (a string where a number is expected, a table where a list is expected).",
+                "A TOML document as described in INTERFACE.md: global keys, [[listeners]] \
+                 tables and [clusters.<id>] tables.",
+                "Fix the syntax or the type at the line and column the message gives; \
+                 `preread config check` reports every problem at once.",
+            ),
+            Self::UnknownKey => (
+                "unknown key in the config file",
+                "The config file holds a key that preread does not know, at any level. \
+                 Unknown keys are refused rather than ignored so that a typo cannot silently \
+                 disable a setting.",
+                "Only the keys documented in INTERFACE.md, spelled exactly (snake_case).",
+                "Correct the spelling of the key, or remove it.",
+            ),
+            Self::InvalidValue => (
+                "invalid value in the config file",
+                "A config value has the right type but is not one of the accepted values \
+                 (an unknown load-balancing algorithm or proxy-protocol mode, a negative \
+                 count, an unknown log format).",
+                "The values listed for the key in INTERFACE.md, e.g. load_balancing = \
+                 \"round_robin\" | \"random\" | \"least_connections\" | \"power_of_two\".",
+                "Replace the value with one of the accepted ones.",
+            ),
+            Self::StateFileCorrupt => (
+                "the saved state file is corrupt",
+                "A line of the saved state file is not a valid JSON request, or replaying it \
+                 was refused. The state file is written atomically, so this usually means it \
+                 was edited by hand or truncated by another tool.",
+                "One JSON request per line, as written by `preread state save`.",
+                "Restore the file from a backup, fix the line the message names, or delete \
+                 the file to rebuild the state from the config file.",
+            ),
+            Self::StateFileVersion => (
+                "the saved state file has an incompatible version",
+                "The saved state file was written by a preread version whose format this one \
+                 cannot read.",
+                "State files written by this version of preread.",
+                "Delete the file to rebuild the state from the config file, or run the preread \
+                 version that wrote it and re-save with this one.",
+            ),
+            Self::StateFileIo => (
+                "the saved state file could not be read or written",
+                "Opening, reading, writing, syncing or renaming the state file failed (missing \
+                 directory, permissions, full disk).",
+                "A path in a writable directory for saving, a readable file for loading.",
+                "Check the path, its directory and its permissions, and the free space.",
+            ),
+            Self::InvalidAddress => (
+                "invalid socket address",
+                "A listener, frontend or backend address is not an IP address and port, or \
+                 its port is 0. Host names are not resolved: a proxy's addresses must not \
+                 change behind its back. Addresses are stored canonically, so \
+                 `127.0.0.1:0080` and `127.0.0.1:80` are the same.",
+                "`127.0.0.1:8443`, `0.0.0.0:443`, `[::1]:8443`, `[::]:443`; port 1 to 65535.",
+                "Write the address as `ip:port` (IPv6 in brackets) with a fixed, non-zero port.",
+            ),
+            Self::PrereadMaxBytesTooSmall => (
+                "sni_preread_max_bytes is too small",
+                "The preread window cap must hold at least a TLS record header (5 bytes), or \
+                 no ClientHello could ever be read. A real ClientHello needs far more: 512 to \
+                 2048 bytes usually, more with post-quantum key shares.",
+                "sni_preread_max_bytes >= 5; the default 16384 holds any ClientHello in one \
+                 record.",
+                "Raise sni_preread_max_bytes, or remove it to use the default 16384.",
+            ),
+            Self::InvalidTimeout => (
+                "a timeout is 0",
+                "sni_preread_timeout, server_first_timeout, front_timeout, back_timeout and \
+                 connect_timeout must be positive: 0 would close or reroute every connection \
+                 at once.",
+                "A positive number: milliseconds for sni_preread_timeout and \
+                 server_first_timeout, seconds for front/back/connect_timeout.",
+                "Set a positive value, or remove the key to use its default (5000 ms, none, \
+                 60 s, 30 s, 3 s).",
+            ),
+            Self::ServerFirstWithoutDefaultCluster => (
+                "server_first_timeout without default_cluster",
+                "server_first_timeout sends a client that stays silent to the listener's \
+                 default_cluster (for server-speaks-first protocols such as SMTP); without a \
+                 default_cluster there is nowhere to send it.",
+                "server_first_timeout together with default_cluster on the same listener.",
+                "Add default_cluster = \"<cluster id>\" to the listener, or remove \
+                 server_first_timeout.",
+            ),
+            Self::ListenerConflict => (
+                "the listener already exists with other settings",
+                "A listener was added at an address that already has a listener with \
+                 different settings (or a different active flag). Adding an identical \
+                 listener again is accepted and changes nothing.",
+                "One listener per socket address.",
+                "Send update_tcp_listener to change its settings, or remove it first.",
+            ),
+            Self::UnknownListener => (
+                "no listener at the frontend's address",
+                "A frontend names an address where no listener is declared. Frontends attach \
+                 to listeners; the listener must exist first.",
+                "A frontend address equal (canonically) to a listener's address.",
+                "Add the listener (`[[listeners]]` or `preread listener tcp add`) before the \
+                 frontend, or correct the frontend's address.",
+            ),
+            Self::InvalidSniPattern => (
+                "invalid SNI pattern",
+                "A frontend's sni is not a valid DNS name or wildcard. Patterns are \
+                 normalized (lowercase, one trailing dot stripped) when added.",
+                "`a.example.com` (exactly that name), `*.example.com` (exactly one label in \
+                 front), `**.example.com` (one or more labels in front); labels of ASCII \
+                 letters, digits and hyphens, at most 63 bytes, 253 in all; wildcards need two \
+                 labels after them; internationalized names in punycode (`xn--...`).",
+                "Correct the pattern as the message says; to catch connections whose name \
+                 matches nothing, use the listener's default_cluster, not a broad wildcard.",
+            ),
+            Self::InvalidAlpn => (
+                "invalid ALPN list",
+                "A frontend's alpn list holds an empty name, a name longer than 255 bytes, or \
+                 the same name twice.",
+                "A list of distinct protocol names of 1 to 255 bytes, such as \
+                 [\"h2\", \"http/1.1\"]; or no list at all, which matches any offer.",
+                "Remove the empty or repeated names, or the whole list to accept any ALPN.",
+            ),
+            Self::AlpnProtocolTaken => (
+                "ALPN protocol already listed by another frontend",
+                "Two frontends of one (address, sni) list the same ALPN protocol, so a client \
+                 offering it could go to either. Resolution must be unambiguous.",
+                "Frontends of one (address, sni) with disjoint ALPN lists, plus at most one \
+                 frontend without a list (the fallback for offers no list takes).",
+                "Remove the protocol from one of the two frontends, or remove the existing \
+                 frontend first.",
+            ),
+            Self::FrontendConflict => (
+                "frontend already exists with another cluster",
+                "A frontend with the same key (address, sni, alpn) already exists and routes \
+                 to another cluster, or carries other tags. Adding an identical frontend again \
+                 is accepted and changes nothing.",
+                "One frontend per (address, sni, alpn).",
+                "Remove the existing frontend first, or give the new one another sni or alpn.",
+            ),
+            Self::CatchAllMixedWithSni => (
+                "catch-all frontend mixed with SNI frontends",
+                "A frontend without sni takes every connection of its listener without \
+                 reading the ClientHello, so it cannot share a listener with frontends that \
+                 route by SNI.",
+                "A listener with either one frontend without sni (plain TCP proxying), or \
+                 only frontends with sni.",
+                "To send connections that match no SNI frontend (no SNI, unknown name, not \
+                 TLS) somewhere, set the listener's default_cluster instead of adding a \
+                 frontend without sni; or move the catch-all to its own listener.",
+            ),
+            Self::MultipleCatchAll => (
+                "second catch-all frontend on a listener",
+                "A listener already has a frontend without sni routing to another cluster; \
+                 a listener has at most one catch-all.",
+                "At most one frontend without sni per listener.",
+                "Remove the existing catch-all frontend first, or add the new one on another \
+                 listener.",
+            ),
+            Self::AlpnWithoutSni => (
+                "ALPN list on a frontend without SNI",
+                "A catch-all frontend (no sni) does not read the ClientHello, so it cannot \
+                 match on ALPN.",
+                "A frontend without sni has no alpn list.",
+                "Add an sni pattern to the frontend, or remove its alpn list.",
+            ),
+            Self::RelayWithoutExpectProxy => (
+                "relay cluster behind a listener without expect_proxy",
+                "A cluster with proxy_protocol = \"relay\" forwards the client's inbound PROXY \
+                 header, so every listener that reaches it (through a frontend or as its \
+                 default_cluster) must expect one.",
+                "proxy_protocol = \"relay\" only on clusters reached through listeners with \
+                 expect_proxy = true.",
+                "Set expect_proxy = true on the listener, or use proxy_protocol = \"send\" \
+                 (preread writes its own header) or \"none\" on the cluster.",
+            ),
+            Self::InvalidId => (
+                "invalid cluster or backend id",
+                "A cluster or backend id is empty, longer than 128 bytes, or holds something \
+                 other than printable ASCII (spaces and control characters are refused). Ids \
+                 appear in metric names and logs.",
+                "1 to 128 printable ASCII characters without spaces, e.g. `alpha`, \
+                 `alpha-0`.",
+                "Rename the cluster or backend.",
+            ),
+            Self::UnknownCluster => (
+                "unknown cluster",
+                "A frontend, a backend or a listener's default_cluster names a cluster that \
+                 does not exist.",
+                "The id of a cluster that was added before.",
+                "Add the cluster first (`[clusters.<id>]` or `preread cluster add`), or \
+                 correct the id.",
+            ),
+            Self::ClusterConflict => (
+                "the cluster already exists with other settings",
+                "A cluster was added with an id that already exists with different settings. \
+                 Adding an identical cluster again is accepted and changes nothing.",
+                "One cluster per id.",
+                "Remove the cluster (and what references it) and add it again, or let \
+                 `preread reload` do it from the edited config file.",
+            ),
+            Self::DuplicateBackendId => (
+                "backend id already in use",
+                "Backend ids are unique across all clusters, because per-backend metrics are \
+                 named `backend.<id>.…`.",
+                "A backend id used by one backend only, e.g. prefixed with its cluster id: \
+                 `alpha-0`.",
+                "Pick another backend_id, or remove the other backend first.",
+            ),
+            Self::BackendConflict => (
+                "the backend already exists with other settings",
+                "A backend was added again with the same cluster and backend id but another \
+                 address, weight or backup flag. Adding an identical backend again is \
+                 accepted and changes nothing.",
+                "One backend per (cluster_id, backend_id).",
+                "Remove the backend and add it again with the new settings, or use another \
+                 backend_id.",
+            ),
+            Self::NotFound => (
+                "no such object",
+                "A request removes, updates, activates or deactivates a listener, cluster, \
+                 frontend or backend that does not exist (for frontends and backends, with \
+                 exactly the given key, cluster and address).",
+                "The key of an existing object, as listed by `preread listener list`, \
+                 `cluster list` or `frontend list`.",
+                "Check the address, id, sni and alpn against the list; nothing needs to be \
+                 done if the object is already gone.",
+            ),
+            Self::InUse => (
+                "object still in use",
+                "A cluster cannot be removed while a frontend, a backend or a listener's \
+                 default_cluster references it; a listener cannot be removed while it has \
+                 frontends.",
+                "Removing objects in dependency order: frontends and backends, then \
+                 listeners and clusters.",
+                "Remove (or repoint) the objects the message names first.",
+            ),
+            Self::UnsupportedRequest => (
+                "not a state change",
+                "Only requests that change the routing state (add, update, remove, activate, \
+                 deactivate) are validated and applied to the state; status, list, metrics, \
+                 save/load and stop requests are answered elsewhere.",
+                "add/update/remove/activate/deactivate listener, add/remove cluster, \
+                 add/remove frontend, add/remove backend.",
+                "Send the request to the command server, which answers it directly.",
+            ),
+        };
+        Explanation {
+            title,
+            meaning,
+            accepted,
+            fix,
+        }
+    }
+}
+
+/// The stable code, such as `E101`.
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn codes_are_unique_and_well_formed() {
+        let mut seen = BTreeSet::new();
+        for code in ErrorCode::ALL {
+            let text = code.as_str();
+            assert!(seen.insert(text), "{text} used twice");
+            assert_eq!(text.len(), 4, "{text}");
+            assert!(text.starts_with('E'), "{text}");
+            assert!(text[1..].bytes().all(|b| b.is_ascii_digit()), "{text}");
+            assert_eq!(code.to_string(), text);
+        }
+    }
+
+    #[test]
+    fn all_is_in_code_order() {
+        assert!(
+            ErrorCode::ALL
+                .windows(2)
+                .all(|pair| pair[0].as_str() < pair[1].as_str())
+        );
+    }
+
+    /// The codes other components and documents already use.
+    #[test]
+    fn codes_are_stable() {
+        for (code, text) in [
+            (ErrorCode::InvalidToml, "E001"),
+            (ErrorCode::UnknownKey, "E002"),
+            (ErrorCode::InvalidValue, "E003"),
+            (ErrorCode::StateFileCorrupt, "E010"),
+            (ErrorCode::StateFileVersion, "E011"),
+            (ErrorCode::StateFileIo, "E012"),
+            (ErrorCode::InvalidAddress, "E101"),
+            (ErrorCode::PrereadMaxBytesTooSmall, "E102"),
+            (ErrorCode::InvalidTimeout, "E103"),
+            (ErrorCode::ServerFirstWithoutDefaultCluster, "E104"),
+            (ErrorCode::ListenerConflict, "E105"),
+            (ErrorCode::UnknownListener, "E106"),
+            (ErrorCode::InvalidSniPattern, "E201"),
+            (ErrorCode::InvalidAlpn, "E202"),
+            (ErrorCode::AlpnProtocolTaken, "E203"),
+            (ErrorCode::FrontendConflict, "E204"),
+            (ErrorCode::CatchAllMixedWithSni, "E205"),
+            (ErrorCode::MultipleCatchAll, "E206"),
+            (ErrorCode::AlpnWithoutSni, "E207"),
+            (ErrorCode::RelayWithoutExpectProxy, "E208"),
+            (ErrorCode::InvalidId, "E301"),
+            (ErrorCode::UnknownCluster, "E302"),
+            (ErrorCode::ClusterConflict, "E303"),
+            (ErrorCode::DuplicateBackendId, "E304"),
+            (ErrorCode::BackendConflict, "E305"),
+            (ErrorCode::NotFound, "E401"),
+            (ErrorCode::InUse, "E402"),
+            (ErrorCode::UnsupportedRequest, "E403"),
+        ] {
+            assert_eq!(code.as_str(), text, "{code:?}");
+        }
+    }
+
+    #[test]
+    fn from_code_round_trips_case_insensitively() {
+        for &code in ErrorCode::ALL {
+            assert_eq!(ErrorCode::from_code(code.as_str()), Some(code));
+            let lower = code.as_str().to_ascii_lowercase();
+            assert_eq!(ErrorCode::from_code(&lower), Some(code));
+        }
+        assert_eq!(ErrorCode::from_code("E999"), None);
+        assert_eq!(ErrorCode::from_code(""), None);
+        assert_eq!(ErrorCode::from_code("101"), None);
+    }
+
+    #[test]
+    fn every_code_is_explained() {
+        let mut titles = BTreeSet::new();
+        for &code in ErrorCode::ALL {
+            let e = code.explain();
+            for (part, text) in [
+                ("title", e.title),
+                ("meaning", e.meaning),
+                ("accepted", e.accepted),
+                ("fix", e.fix),
+            ] {
+                assert!(!text.trim().is_empty(), "{code}: empty {part}");
+            }
+            assert!(titles.insert(e.title), "{code}: title shared");
+            let shown = e.to_string();
+            assert!(shown.contains(e.fix), "{code}");
+        }
+    }
+
+    #[test]
+    fn catch_all_explanation_points_at_default_cluster() {
+        assert!(
+            ErrorCode::CatchAllMixedWithSni
+                .explain()
+                .fix
+                .contains("default_cluster")
+        );
+    }
+}

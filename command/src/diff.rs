@@ -1,0 +1,439 @@
+//! The reload diff: the requests that turn one state into another, and
+//! their application to the running state.
+//!
+//! Owns: [`diff`] (also the state→requests generator, as the diff from the
+//! empty state), [`apply_reload`] and [`ReloadReport`]. Must never: emit a
+//! request that `dispatch` would refuse in order, when both states are
+//! valid; leave an old route in place while its replacement is added (every
+//! removal comes before every addition).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+
+use crate::proto;
+use crate::proto::request::RequestType;
+use crate::state::{ConfigState, request};
+use crate::validate::ValidationError;
+
+/// The config without its activation, to compare settings alone.
+fn settings(config: &proto::TcpListenerConfig) -> proto::TcpListenerConfig {
+    proto::TcpListenerConfig {
+        active: None,
+        ..config.clone()
+    }
+}
+
+/// The requests that turn `current` into `desired`, in an order
+/// [`ConfigState::dispatch`] accepts one after the other:
+///
+/// 1. remove the frontends and backends that go or change, and those of
+///    clusters that go or change;
+/// 2. remove the listeners that go; detach (update without
+///    `default_cluster`) the listeners whose default cluster goes or changes;
+/// 3. remove the clusters that go or change, add the new and changed ones;
+/// 4. add the new listeners; update the changed ones (or just activate or
+///    deactivate them);
+/// 5. add the frontends and backends that are new, changed, or were removed
+///    in step 1 with their cluster.
+///
+/// A frontend is identified by `(address, sni, alpn)`, so one whose SNI or
+/// ALPN changed is removed under its old key before it is added under the
+/// new one. A cluster or backend cannot be updated in place: it is removed
+/// and added again, with what depends on it.
+#[must_use]
+pub fn diff(current: &ConfigState, desired: &ConfigState) -> Vec<proto::Request> {
+    let dirty: BTreeSet<&str> = current
+        .clusters
+        .iter()
+        .filter(|&(id, cluster)| desired.clusters.get(id) != Some(cluster))
+        .map(|(id, _)| id.as_str())
+        .collect();
+    let frontend_kept = |key, frontend: &proto::TcpFrontend| {
+        current.frontends.get(key) == Some(frontend)
+            && desired.frontends.get(key) == Some(frontend)
+            && !dirty.contains(frontend.cluster_id.as_str())
+    };
+    let backend_kept = |id: &str, backend: &proto::Backend| {
+        current.backends.get(id) == Some(backend)
+            && desired.backends.get(id) == Some(backend)
+            && !dirty.contains(backend.cluster_id.as_str())
+    };
+    let mut requests = Vec::new();
+
+    for (key, frontend) in &current.frontends {
+        if !frontend_kept(key, frontend) {
+            requests.push(request(RequestType::RemoveTcpFrontend(frontend.clone())));
+        }
+    }
+    for (id, backend) in &current.backends {
+        if !backend_kept(id, backend) {
+            requests.push(request(RequestType::RemoveBackend(proto::BackendRef {
+                cluster_id: backend.cluster_id.clone(),
+                backend_id: backend.backend_id.clone(),
+                address: backend.address.clone(),
+            })));
+        }
+    }
+
+    // The settings of each kept listener as the requests so far leave them.
+    let mut kept: BTreeMap<SocketAddr, proto::TcpListenerConfig> = BTreeMap::new();
+    for (address, listener) in &current.listeners {
+        if !desired.listeners.contains_key(address) {
+            requests.push(request(RequestType::RemoveListener(
+                proto::ListenerAddress {
+                    address: listener.config.address.clone(),
+                },
+            )));
+            continue;
+        }
+        let mut config = listener.config.clone();
+        if config
+            .default_cluster
+            .as_deref()
+            .is_some_and(|id| dirty.contains(id))
+        {
+            config.default_cluster = None;
+            config.server_first_timeout = None;
+            requests.push(request(RequestType::UpdateTcpListener(settings(&config))));
+        }
+        kept.insert(*address, config);
+    }
+
+    for id in &dirty {
+        requests.push(request(RequestType::RemoveCluster(proto::ClusterRef {
+            cluster_id: (*id).to_owned(),
+        })));
+    }
+    for (id, cluster) in &desired.clusters {
+        if current.clusters.get(id) != Some(cluster) {
+            requests.push(request(RequestType::AddCluster(cluster.clone())));
+        }
+    }
+
+    for (address, listener) in &desired.listeners {
+        let wanted = &listener.config;
+        let Some(now) = kept.get(address) else {
+            requests.push(request(RequestType::AddTcpListener(wanted.clone())));
+            continue;
+        };
+        if settings(now) != settings(wanted) {
+            requests.push(request(RequestType::UpdateTcpListener(wanted.clone())));
+        } else if now.active != wanted.active {
+            let at = proto::ListenerAddress {
+                address: wanted.address.clone(),
+            };
+            requests.push(request(if listener.is_active() {
+                RequestType::ActivateListener(at)
+            } else {
+                RequestType::DeactivateListener(at)
+            }));
+        }
+    }
+
+    for (key, frontend) in &desired.frontends {
+        if !frontend_kept(key, frontend) {
+            requests.push(request(RequestType::AddTcpFrontend(frontend.clone())));
+        }
+    }
+    for (id, backend) in &desired.backends {
+        if !backend_kept(id, backend) {
+            requests.push(request(RequestType::AddBackend(backend.clone())));
+        }
+    }
+    requests
+}
+
+/// What a reload did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReloadReport {
+    /// Accepted by the state and the workers, and recorded, in order.
+    pub applied: Vec<proto::Request>,
+    /// Refused by the state (validated on a scratch copy) or by the workers,
+    /// with why; the next reload tries them again.
+    pub skipped: Vec<(proto::Request, ValidationError)>,
+}
+
+impl ReloadReport {
+    /// Whether every request of the diff was applied.
+    #[must_use]
+    pub fn is_complete(&self) -> bool {
+        self.skipped.is_empty()
+    }
+}
+
+/// Applies `diff(current, desired)` request by request: each is validated
+/// with `dispatch` on a scratch copy of `current`, then handed to `send`
+/// (the workers), and recorded in `current` only when both accepted it.
+///
+/// A refused request is skipped and reported with its error, and the rest
+/// still applies; requests that depended on it are refused in turn and
+/// reported too. Nothing is remembered across reloads: the next one
+/// recomputes the diff from `current`, so it retries what was skipped.
+pub fn apply_reload(
+    current: &mut ConfigState,
+    desired: &ConfigState,
+    mut send: impl FnMut(&proto::Request) -> Result<(), ValidationError>,
+) -> ReloadReport {
+    let mut report = ReloadReport::default();
+    let mut scratch = current.clone();
+    for request in diff(current, desired) {
+        if let Err(error) = scratch.dispatch(&request) {
+            // A refusal leaves `scratch` as it was: still equal to `current`.
+            report.skipped.push((request, error));
+            continue;
+        }
+        if let Err(error) = send(&request) {
+            scratch.clone_from(current);
+            report.skipped.push((request, error));
+            continue;
+        }
+        match current.dispatch(&request) {
+            Ok(_) => report.applied.push(request),
+            Err(error) => {
+                // `scratch` equalled `current` and accepted it: unreachable
+                // unless `dispatch` is not deterministic.
+                debug_assert!(
+                    false,
+                    "scratch and current disagree on {request:?}: {error}"
+                );
+                scratch.clone_from(current);
+                report.skipped.push((request, error));
+            }
+        }
+    }
+    debug_assert!(scratch == *current, "scratch copy drifted");
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codes::ErrorCode;
+    use crate::state::Applied;
+
+    fn state(requests: &[RequestType]) -> ConfigState {
+        let mut s = ConfigState::default();
+        for kind in requests {
+            if let Err(e) = s.dispatch(&request(kind.clone())) {
+                panic!("{kind:?}: {e}");
+            }
+        }
+        s.check_invariants();
+        s
+    }
+
+    fn cluster(id: &str, proxy: proto::ProxyProtocol) -> RequestType {
+        RequestType::AddCluster(proto::Cluster {
+            cluster_id: id.into(),
+            proxy_protocol: proxy as i32,
+            ..Default::default()
+        })
+    }
+
+    fn listener(address: &str, expect_proxy: bool, default: Option<&str>) -> RequestType {
+        RequestType::AddTcpListener(proto::TcpListenerConfig {
+            address: address.into(),
+            expect_proxy,
+            default_cluster: default.map(Into::into),
+            ..Default::default()
+        })
+    }
+
+    fn frontend(cluster: &str, address: &str, sni: Option<&str>, alpn: &[&str]) -> RequestType {
+        RequestType::AddTcpFrontend(proto::TcpFrontend {
+            cluster_id: cluster.into(),
+            address: address.into(),
+            sni: sni.map(Into::into),
+            alpn: alpn.iter().map(|p| (*p).to_owned()).collect(),
+            tags: Default::default(),
+        })
+    }
+
+    fn backend(cluster: &str, id: &str, address: &str) -> RequestType {
+        RequestType::AddBackend(proto::Backend {
+            cluster_id: cluster.into(),
+            backend_id: id.into(),
+            address: address.into(),
+            weight: None,
+            backup: false,
+        })
+    }
+
+    /// Applies the diff by dispatch, checking every request is accepted and
+    /// changes something, and that the result is `desired`.
+    fn converge(current: &ConfigState, desired: &ConfigState) -> Vec<proto::Request> {
+        let requests = diff(current, desired);
+        let mut s = current.clone();
+        for r in &requests {
+            assert_eq!(s.dispatch(r), Ok(Applied::Changed), "{r:?}");
+            s.check_invariants();
+        }
+        assert_eq!(&s, desired);
+        assert!(diff(&s, desired).is_empty());
+        requests
+    }
+
+    fn kinds(requests: &[proto::Request]) -> Vec<&'static str> {
+        requests
+            .iter()
+            .map(|r| match &r.request_type {
+                Some(RequestType::AddTcpListener(_)) => "add_listener",
+                Some(RequestType::UpdateTcpListener(_)) => "update_listener",
+                Some(RequestType::RemoveListener(_)) => "remove_listener",
+                Some(RequestType::ActivateListener(_)) => "activate",
+                Some(RequestType::DeactivateListener(_)) => "deactivate",
+                Some(RequestType::AddCluster(_)) => "add_cluster",
+                Some(RequestType::RemoveCluster(_)) => "remove_cluster",
+                Some(RequestType::AddTcpFrontend(_)) => "add_frontend",
+                Some(RequestType::RemoveTcpFrontend(_)) => "remove_frontend",
+                Some(RequestType::AddBackend(_)) => "add_backend",
+                Some(RequestType::RemoveBackend(_)) => "remove_backend",
+                _ => "other",
+            })
+            .collect()
+    }
+
+    const L: &str = "127.0.0.1:8443";
+
+    #[test]
+    fn no_change_no_request() {
+        let s = state(&[
+            cluster("a", proto::ProxyProtocol::None),
+            listener(L, false, Some("a")),
+        ]);
+        assert!(diff(&s, &s).is_empty());
+    }
+
+    #[test]
+    fn changed_sni_is_removed_under_its_old_key_first() {
+        let base = [
+            cluster("a", proto::ProxyProtocol::None),
+            listener(L, false, None),
+        ];
+        let old = state(&[
+            base[0].clone(),
+            base[1].clone(),
+            frontend("a", L, Some("old.example.com"), &["h2"]),
+        ]);
+        let new = state(&[
+            base[0].clone(),
+            base[1].clone(),
+            frontend("a", L, Some("new.example.com"), &["h2"]),
+        ]);
+        let requests = converge(&old, &new);
+        assert_eq!(kinds(&requests), ["remove_frontend", "add_frontend"]);
+    }
+
+    #[test]
+    fn changed_cluster_is_re_added_with_its_dependents() {
+        let common = |proxy| {
+            vec![
+                cluster("a", proxy),
+                cluster("b", proto::ProxyProtocol::None),
+                listener(L, true, Some("a")),
+                RequestType::UpdateTcpListener(proto::TcpListenerConfig {
+                    address: L.into(),
+                    expect_proxy: true,
+                    default_cluster: Some("a".into()),
+                    server_first_timeout: Some(250),
+                    ..Default::default()
+                }),
+                frontend("a", L, Some("a.example.com"), &[]),
+                frontend("b", L, Some("b.example.com"), &[]),
+                backend("a", "a-0", "127.0.0.1:9001"),
+                backend("b", "b-0", "127.0.0.1:9002"),
+            ]
+        };
+        let old = state(&common(proto::ProxyProtocol::None));
+        let new = state(&common(proto::ProxyProtocol::Relay));
+        let requests = converge(&old, &new);
+        assert_eq!(
+            kinds(&requests),
+            [
+                "remove_frontend",
+                "remove_backend",
+                "update_listener",
+                "remove_cluster",
+                "add_cluster",
+                "update_listener",
+                "add_frontend",
+                "add_backend"
+            ]
+        );
+    }
+
+    #[test]
+    fn listener_changes_become_updates_or_activations() {
+        let old = state(&[
+            cluster("a", proto::ProxyProtocol::None),
+            listener(L, false, None),
+        ]);
+        let mut inactive = old.clone();
+        let off = RequestType::DeactivateListener(proto::ListenerAddress { address: L.into() });
+        assert_eq!(inactive.dispatch(&request(off)), Ok(Applied::Changed));
+        assert_eq!(kinds(&converge(&old, &inactive)), ["deactivate"]);
+        assert_eq!(kinds(&converge(&inactive, &old)), ["activate"]);
+        let proxied = state(&[
+            cluster("a", proto::ProxyProtocol::None),
+            listener(L, true, Some("a")),
+        ]);
+        assert_eq!(kinds(&converge(&inactive, &proxied)), ["update_listener"]);
+        assert_eq!(
+            kinds(&converge(&proxied, &ConfigState::default())),
+            ["remove_listener", "remove_cluster"]
+        );
+    }
+
+    #[test]
+    fn backend_moving_between_clusters() {
+        let base = [
+            cluster("a", proto::ProxyProtocol::None),
+            cluster("b", proto::ProxyProtocol::None),
+        ];
+        let old = state(&[
+            base[0].clone(),
+            base[1].clone(),
+            backend("a", "x", "127.0.0.1:1"),
+        ]);
+        let new = state(&[
+            base[0].clone(),
+            base[1].clone(),
+            backend("b", "x", "127.0.0.1:1"),
+        ]);
+        assert_eq!(
+            kinds(&converge(&old, &new)),
+            ["remove_backend", "add_backend"]
+        );
+    }
+
+    #[test]
+    fn reload_skips_what_the_workers_refuse_and_retries_it_next_time() {
+        let desired = state(&[
+            cluster("a", proto::ProxyProtocol::None),
+            listener(L, false, None),
+            listener("127.0.0.1:9443", false, None),
+            frontend("a", L, Some("a.example.com"), &[]),
+            frontend("a", "127.0.0.1:9443", Some("a.example.com"), &[]),
+        ]);
+        let mut current = ConfigState::default();
+        // A worker cannot bind 9443 this time.
+        let report = apply_reload(&mut current, &desired, |r| match &r.request_type {
+            Some(RequestType::AddTcpListener(l)) if l.address.ends_with(":9443") => Err(
+                ValidationError::new(ErrorCode::InvalidAddress, "worker 0: address in use"),
+            ),
+            _ => Ok(()),
+        });
+        current.check_invariants();
+        assert_eq!(report.applied.len(), 3);
+        let codes: Vec<_> = report.skipped.iter().map(|(_, e)| e.code).collect();
+        assert_eq!(
+            codes,
+            [ErrorCode::InvalidAddress, ErrorCode::UnknownListener]
+        );
+        assert!(!report.is_complete());
+        let report = apply_reload(&mut current, &desired, |_| Ok(()));
+        assert!(report.is_complete());
+        assert_eq!(report.applied.len(), 2);
+        assert_eq!(current, desired);
+    }
+}

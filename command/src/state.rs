@@ -1,0 +1,1008 @@
+//! The desired routing state: listeners, clusters, frontends, backends.
+//!
+//! Owns: [`ConfigState`] and [`ConfigState::dispatch`], the one function
+//! that validates and applies a state-changing request, whatever its source
+//! (config file, command socket, state-file replay, reload diff). Keeps one
+//! `preread_core` [`RouteTable`] per listener, so the SNI/ALPN conflict
+//! rules are the core's own. Must never: change anything when it refuses a
+//! request; hold a value that is not canonical (addresses as `SocketAddr`
+//! prints them, normalized SNI patterns, sorted ALPN lists, resolved
+//! defaults), so equal states compare equal however they were built.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use preread_core::PrereadConfig;
+use preread_core::routes::{AlpnSet, RouteConflict, RouteTable};
+
+use crate::codes::ErrorCode;
+use crate::proto;
+use crate::proto::request::RequestType;
+use crate::validate::{
+    FrontendKey, ValidationError, check_cluster, cluster_differences, is_relay,
+    listener_differences, parse_address, resolve_backend, resolve_frontend, resolve_listener,
+};
+
+/// What an accepted request did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Applied {
+    /// The state changed: forward the request to the workers, save the state.
+    Changed,
+    /// The state already held this (an identical re-add, activating an
+    /// active listener): nothing to forward.
+    Unchanged,
+}
+
+/// A listener: its resolved config (`active` always set) and its routes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Listener {
+    pub(crate) config: proto::TcpListenerConfig,
+    pub(crate) routes: RouteTable,
+}
+
+impl Listener {
+    pub(crate) fn is_active(&self) -> bool {
+        self.config.active == Some(true)
+    }
+}
+
+/// The desired state of the proxy's routing objects.
+///
+/// Build it only through [`ConfigState::dispatch`]; compare two with `==`
+/// (what [`crate::diff::diff`] makes equal).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ConfigState {
+    pub(crate) listeners: BTreeMap<SocketAddr, Listener>,
+    pub(crate) clusters: BTreeMap<String, proto::Cluster>,
+    pub(crate) frontends: BTreeMap<FrontendKey, proto::TcpFrontend>,
+    /// Keyed by backend id alone: ids are unique across clusters.
+    pub(crate) backends: BTreeMap<String, proto::Backend>,
+}
+
+// prost derives only `PartialEq` for messages with a map field, but every
+// field of `TcpFrontend` (strings, a string map) has a total equality.
+impl Eq for ConfigState {}
+
+/// A request of this kind.
+pub(crate) fn request(kind: RequestType) -> proto::Request {
+    proto::Request {
+        request_type: Some(kind),
+    }
+}
+
+fn unchanged_if(same: bool) -> Applied {
+    if same {
+        Applied::Unchanged
+    } else {
+        Applied::Changed
+    }
+}
+
+/// Up to three names and a count, for "still used by" messages.
+fn some_of(names: &[String]) -> String {
+    let mut text = names.iter().take(3).cloned().collect::<Vec<_>>().join(", ");
+    if names.len() > 3 {
+        text.push_str(&format!(" and {} more", names.len() - 3));
+    }
+    text
+}
+
+impl ConfigState {
+    /// Validates `request` against the state and applies it: call it for
+    /// every state-changing request before forwarding it to the workers.
+    ///
+    /// Re-adding an identical object is `Ok(Unchanged)`, so a controller may
+    /// retry. A refused request changes nothing; the error's code says which
+    /// rule refused it. Requests that are not state changes (status, lists,
+    /// metrics, save/load, stop) are [`ErrorCode::UnsupportedRequest`].
+    ///
+    /// `update_tcp_listener` replaces every setting of the listener (unset
+    /// optional fields take their defaults, as for an add), except that an
+    /// unset `active` keeps the listener's activation.
+    /// `remove_tcp_frontend` matches the key `(address, sni, alpn)` and the
+    /// cluster (tags are ignored); `remove_backend` matches the cluster, the
+    /// backend id and the address.
+    pub fn dispatch(&mut self, request: &proto::Request) -> Result<Applied, ValidationError> {
+        let Some(kind) = &request.request_type else {
+            return Err(ValidationError::new(
+                ErrorCode::UnsupportedRequest,
+                "the request is empty: send one of the add/update/remove/activate/deactivate \
+                 requests",
+            ));
+        };
+        match kind {
+            RequestType::AddTcpListener(config) => self.add_listener(config),
+            RequestType::UpdateTcpListener(config) => self.update_listener(config),
+            RequestType::RemoveListener(at) => self.remove_listener(&at.address),
+            RequestType::ActivateListener(at) => self.set_active(&at.address, true),
+            RequestType::DeactivateListener(at) => self.set_active(&at.address, false),
+            RequestType::AddCluster(cluster) => self.add_cluster(cluster),
+            RequestType::RemoveCluster(cluster) => self.remove_cluster(&cluster.cluster_id),
+            RequestType::AddTcpFrontend(frontend) => self.add_frontend(frontend),
+            RequestType::RemoveTcpFrontend(frontend) => self.remove_frontend(frontend),
+            RequestType::AddBackend(backend) => self.add_backend(backend),
+            RequestType::RemoveBackend(backend) => self.remove_backend(backend),
+            RequestType::Status(_)
+            | RequestType::ListListeners(_)
+            | RequestType::ListClusters(_)
+            | RequestType::ListFrontends(_)
+            | RequestType::QueryMetrics(_)
+            | RequestType::SaveState(_)
+            | RequestType::LoadState(_)
+            | RequestType::SoftStop(_)
+            | RequestType::HardStop(_) => Err(ValidationError::new(
+                ErrorCode::UnsupportedRequest,
+                "this request does not change the routing state: the command server answers \
+                 it, the state does not apply it",
+            )),
+        }
+    }
+
+    /// The listeners' resolved configs (every optional field set, `active`
+    /// included), by address.
+    pub fn listeners(&self) -> impl ExactSizeIterator<Item = &proto::TcpListenerConfig> {
+        self.listeners.values().map(|l| &l.config)
+    }
+
+    /// The listener at `address`, resolved.
+    #[must_use]
+    pub fn listener(&self, address: &SocketAddr) -> Option<&proto::TcpListenerConfig> {
+        self.listeners.get(address).map(|l| &l.config)
+    }
+
+    /// The clusters, by id.
+    pub fn clusters(&self) -> impl ExactSizeIterator<Item = &proto::Cluster> {
+        self.clusters.values()
+    }
+
+    /// The frontends in canonical form (normalized SNI, sorted ALPN), by
+    /// `(address, sni, alpn)`.
+    pub fn frontends(&self) -> impl ExactSizeIterator<Item = &proto::TcpFrontend> {
+        self.frontends.values()
+    }
+
+    /// The backends (weight resolved), by backend id.
+    pub fn backends(&self) -> impl ExactSizeIterator<Item = &proto::Backend> {
+        self.backends.values()
+    }
+
+    /// The SNI routes of the listener at `address`.
+    #[must_use]
+    pub fn route_table(&self, address: &SocketAddr) -> Option<&RouteTable> {
+        self.listeners.get(address).map(|l| &l.routes)
+    }
+
+    /// The cluster of the listener's frontend without SNI, if it has one: the
+    /// worker then proxies every connection there without prereading.
+    #[must_use]
+    pub fn catch_all(&self, address: &SocketAddr) -> Option<&str> {
+        self.frontends
+            .get(&FrontendKey::first_of(*address))
+            .map(|f| f.cluster_id.as_str())
+    }
+
+    /// What the core needs for the listener at `address`: its routes, cap,
+    /// timeout, PROXY expectation, default cluster and server-first timeout.
+    /// The shell still lowers `max_bytes` to what its buffers hold. A
+    /// listener with a [`catch_all`](Self::catch_all) frontend has empty
+    /// routes here: check `catch_all` first, it takes every connection.
+    #[must_use]
+    pub fn preread_config(&self, address: &SocketAddr) -> Option<PrereadConfig> {
+        let listener = self.listeners.get(address)?;
+        let config = &listener.config;
+        let ms = |value: Option<u32>| value.map(|ms| Duration::from_millis(u64::from(ms)));
+        let mut preread = PrereadConfig::new(listener.routes.clone());
+        if let Some(max) = config.sni_preread_max_bytes {
+            preread.max_bytes = usize::try_from(max).unwrap_or(usize::MAX);
+        }
+        if let Some(timeout) = ms(config.sni_preread_timeout) {
+            preread.timeout = timeout;
+        }
+        preread.expect_proxy = config.expect_proxy;
+        preread.default_cluster = config.default_cluster.as_deref().map(Arc::from);
+        preread.server_first_timeout = ms(config.server_first_timeout);
+        Some(preread)
+    }
+
+    /// The requests that rebuild this state from an empty one, in an order
+    /// `dispatch` accepts: clusters, listeners (with their activation),
+    /// frontends, backends.
+    #[must_use]
+    pub fn generate_requests(&self) -> Vec<proto::Request> {
+        crate::diff::diff(&Self::default(), self)
+    }
+
+    /// Checks the state's invariants with `debug_assert!` (nothing in
+    /// release builds): every reference resolves, every value is
+    /// canonical, the route tables hold exactly the SNI frontends, and the
+    /// listener-level rules hold. Call it from tests after every change.
+    pub fn check_invariants(&self) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        for (id, cluster) in &self.clusters {
+            debug_assert_eq!(&cluster.cluster_id, id, "cluster under a wrong key");
+        }
+        let mut tables: BTreeMap<SocketAddr, RouteTable> = BTreeMap::new();
+        for (key, frontend) in &self.frontends {
+            let listener = self.listeners.get(&key.address);
+            debug_assert!(listener.is_some(), "{key} on no listener");
+            let cluster = self.clusters.get(&frontend.cluster_id);
+            debug_assert!(cluster.is_some(), "{key} routes to a missing cluster");
+            debug_assert!(
+                resolve_frontend(frontend).is_ok_and(|(k, f)| k == *key && f == *frontend),
+                "{key} not canonical or under a wrong key"
+            );
+            debug_assert_eq!(
+                frontend.address,
+                key.address.to_string(),
+                "{key} not canonical"
+            );
+            debug_assert!(frontend.alpn.is_sorted(), "{key} ALPN not sorted");
+            if let (Some(listener), Some(cluster)) = (listener, cluster) {
+                debug_assert!(
+                    listener.config.expect_proxy || !is_relay(cluster),
+                    "{key}: relay cluster without expect_proxy"
+                );
+            }
+            match &key.sni {
+                Some(sni) => {
+                    let table = tables.entry(key.address).or_default();
+                    let inserted = table.insert(
+                        sni.clone(),
+                        key.alpn.clone(),
+                        frontend.cluster_id.as_str().into(),
+                    );
+                    debug_assert!(inserted.is_ok(), "{key}: {inserted:?}");
+                }
+                None => debug_assert_eq!(key.alpn, AlpnSet::Any, "{key}: ALPN without SNI"),
+            }
+        }
+        for (address, listener) in &self.listeners {
+            let config = &listener.config;
+            debug_assert_eq!(config.address, address.to_string(), "listener address");
+            debug_assert!(
+                config.active.is_some()
+                    && config.sni_preread_timeout.is_some()
+                    && config.sni_preread_max_bytes.is_some()
+                    && config.front_timeout.is_some()
+                    && config.back_timeout.is_some()
+                    && config.connect_timeout.is_some(),
+                "listener {address} not resolved"
+            );
+            debug_assert!(
+                config.server_first_timeout.is_none() || config.default_cluster.is_some(),
+                "listener {address}: server_first_timeout without default_cluster"
+            );
+            if let Some(id) = &config.default_cluster {
+                let cluster = self.clusters.get(id);
+                debug_assert!(
+                    cluster.is_some(),
+                    "listener {address}: default_cluster missing"
+                );
+                debug_assert!(
+                    config.expect_proxy || !cluster.is_some_and(is_relay),
+                    "listener {address}: relay default_cluster without expect_proxy"
+                );
+            }
+            listener.routes.check_invariants();
+            let expected = tables.remove(address).unwrap_or_default();
+            debug_assert_eq!(
+                listener.routes, expected,
+                "listener {address}: routes out of date"
+            );
+            debug_assert!(
+                self.catch_all(address).is_none() || listener.routes.is_empty(),
+                "listener {address}: catch-all mixed with SNI frontends"
+            );
+        }
+        for (id, backend) in &self.backends {
+            debug_assert_eq!(&backend.backend_id, id, "backend under a wrong key");
+            debug_assert!(
+                self.clusters.contains_key(&backend.cluster_id),
+                "backend {id}: dangling"
+            );
+            debug_assert_eq!(
+                resolve_backend(backend).as_ref(),
+                Ok(backend),
+                "backend {id}"
+            );
+        }
+    }
+
+    fn listener_mut(
+        &mut self,
+        address: &str,
+    ) -> Result<(SocketAddr, &mut Listener), ValidationError> {
+        let parsed = parse_address("listener", address)?;
+        match self.listeners.get_mut(&parsed) {
+            Some(listener) => Ok((parsed, listener)),
+            None => Err(ValidationError::new(
+                ErrorCode::NotFound,
+                format!("there is no listener at {parsed}: check `preread listener list`"),
+            )),
+        }
+    }
+
+    /// The frontends of the listener at `address`.
+    fn frontends_of(
+        &self,
+        address: SocketAddr,
+    ) -> impl Iterator<Item = (&FrontendKey, &proto::TcpFrontend)> {
+        self.frontends
+            .range(FrontendKey::first_of(address)..)
+            .take_while(move |(key, _)| key.address == address)
+    }
+
+    /// The state rules of a resolved listener config: its default cluster
+    /// exists, and no relay cluster is reached without `expect_proxy`.
+    fn check_listener_references(
+        &self,
+        address: SocketAddr,
+        config: &proto::TcpListenerConfig,
+    ) -> Result<(), ValidationError> {
+        if let Some(id) = &config.default_cluster {
+            let Some(cluster) = self.clusters.get(id) else {
+                return Err(ValidationError::new(
+                    ErrorCode::UnknownCluster,
+                    format!(
+                        "listener {address}: default_cluster `{id}` does not exist: add the \
+                         cluster first, or correct the id"
+                    ),
+                ));
+            };
+            if is_relay(cluster) && !config.expect_proxy {
+                return Err(ValidationError::new(
+                    ErrorCode::RelayWithoutExpectProxy,
+                    format!(
+                        "listener {address}: default_cluster `{id}` relays the client's PROXY \
+                         header, but the listener does not expect one: set expect_proxy, or \
+                         choose a cluster whose proxy_protocol is not relay"
+                    ),
+                ));
+            }
+        }
+        if !config.expect_proxy {
+            let relayed = self
+                .frontends_of(address)
+                .find(|(_, f)| self.clusters.get(&f.cluster_id).is_some_and(is_relay));
+            if let Some((key, frontend)) = relayed {
+                return Err(ValidationError::new(
+                    ErrorCode::RelayWithoutExpectProxy,
+                    format!(
+                        "listener {address}: {key} routes to cluster `{}`, which relays the \
+                         client's PROXY header, so the listener must keep expect_proxy: remove \
+                         that frontend first, or keep expect_proxy = true",
+                        frontend.cluster_id
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn add_listener(
+        &mut self,
+        config: &proto::TcpListenerConfig,
+    ) -> Result<Applied, ValidationError> {
+        let (address, mut resolved) = resolve_listener(config)?;
+        resolved.active = Some(resolved.active.unwrap_or(true));
+        if let Some(existing) = self.listeners.get(&address) {
+            return if existing.config == resolved {
+                Ok(Applied::Unchanged)
+            } else {
+                Err(ValidationError::new(
+                    ErrorCode::ListenerConflict,
+                    format!(
+                        "a listener at {address} already exists with other settings ({}): send \
+                         update_tcp_listener to change them, or remove it first",
+                        listener_differences(&existing.config, &resolved)
+                    ),
+                ))
+            };
+        }
+        self.check_listener_references(address, &resolved)?;
+        self.listeners.insert(
+            address,
+            Listener {
+                config: resolved,
+                routes: RouteTable::new(),
+            },
+        );
+        Ok(Applied::Changed)
+    }
+
+    fn update_listener(
+        &mut self,
+        config: &proto::TcpListenerConfig,
+    ) -> Result<Applied, ValidationError> {
+        let (address, mut resolved) = resolve_listener(config)?;
+        let Some(existing) = self.listeners.get(&address) else {
+            return Err(ValidationError::new(
+                ErrorCode::NotFound,
+                format!("there is no listener at {address} to update: add it instead"),
+            ));
+        };
+        resolved.active = Some(resolved.active.unwrap_or(existing.is_active()));
+        if existing.config == resolved {
+            return Ok(Applied::Unchanged);
+        }
+        self.check_listener_references(address, &resolved)?;
+        if let Some(listener) = self.listeners.get_mut(&address) {
+            listener.config = resolved;
+        }
+        Ok(Applied::Changed)
+    }
+
+    fn remove_listener(&mut self, address: &str) -> Result<Applied, ValidationError> {
+        let (address, _) = self.listener_mut(address)?;
+        let frontends: Vec<String> = self
+            .frontends_of(address)
+            .map(|(k, _)| k.to_string())
+            .collect();
+        if !frontends.is_empty() {
+            return Err(ValidationError::new(
+                ErrorCode::InUse,
+                format!(
+                    "listener {address} still has {} frontend(s): {}: remove them first",
+                    frontends.len(),
+                    some_of(&frontends)
+                ),
+            ));
+        }
+        self.listeners.remove(&address);
+        Ok(Applied::Changed)
+    }
+
+    fn set_active(&mut self, address: &str, active: bool) -> Result<Applied, ValidationError> {
+        let (_, listener) = self.listener_mut(address)?;
+        let same = listener.is_active() == active;
+        listener.config.active = Some(active);
+        Ok(unchanged_if(same))
+    }
+
+    fn add_cluster(&mut self, cluster: &proto::Cluster) -> Result<Applied, ValidationError> {
+        check_cluster(cluster)?;
+        match self.clusters.get(&cluster.cluster_id) {
+            Some(existing) if existing == cluster => Ok(Applied::Unchanged),
+            Some(existing) => Err(ValidationError::new(
+                ErrorCode::ClusterConflict,
+                format!(
+                    "cluster `{}` already exists with other settings ({}): remove it and what \
+                     references it, then add it again (`preread reload` does this for a cluster \
+                     edited in the config file)",
+                    cluster.cluster_id,
+                    cluster_differences(existing, cluster)
+                ),
+            )),
+            None => {
+                self.clusters
+                    .insert(cluster.cluster_id.clone(), cluster.clone());
+                Ok(Applied::Changed)
+            }
+        }
+    }
+
+    fn remove_cluster(&mut self, id: &str) -> Result<Applied, ValidationError> {
+        if !self.clusters.contains_key(id) {
+            return Err(ValidationError::new(
+                ErrorCode::NotFound,
+                format!("there is no cluster `{id}`: check `preread cluster list`"),
+            ));
+        }
+        let mut users: Vec<String> = self
+            .listeners
+            .iter()
+            .filter(|(_, l)| l.config.default_cluster.as_deref() == Some(id))
+            .map(|(address, _)| format!("the default_cluster of listener {address}"))
+            .collect();
+        users.extend(
+            self.frontends
+                .iter()
+                .filter(|(_, f)| f.cluster_id == id)
+                .map(|(key, _)| key.to_string()),
+        );
+        users.extend(
+            self.backends
+                .values()
+                .filter(|b| b.cluster_id == id)
+                .map(|b| format!("backend `{}`", b.backend_id)),
+        );
+        if !users.is_empty() {
+            return Err(ValidationError::new(
+                ErrorCode::InUse,
+                format!(
+                    "cluster `{id}` is still used by {} object(s): {}: remove them (or repoint \
+                     the listeners' default_cluster) first",
+                    users.len(),
+                    some_of(&users)
+                ),
+            ));
+        }
+        self.clusters.remove(id);
+        Ok(Applied::Changed)
+    }
+
+    fn add_frontend(&mut self, frontend: &proto::TcpFrontend) -> Result<Applied, ValidationError> {
+        let (key, canonical) = resolve_frontend(frontend)?;
+        let id = &canonical.cluster_id;
+        let Some(listener) = self.listeners.get(&key.address) else {
+            return Err(ValidationError::new(
+                ErrorCode::UnknownListener,
+                format!(
+                    "{key} of cluster `{id}`: there is no listener at {}: add the listener \
+                     first, or correct the address",
+                    key.address
+                ),
+            ));
+        };
+        let Some(cluster) = self.clusters.get(id) else {
+            return Err(ValidationError::new(
+                ErrorCode::UnknownCluster,
+                format!(
+                    "{key}: cluster `{id}` does not exist: add the cluster first, or correct the id"
+                ),
+            ));
+        };
+        if let Some(existing) = self.frontends.get(&key) {
+            if *existing == canonical {
+                return Ok(Applied::Unchanged);
+            }
+            let (code, rule) = if key.sni.is_none() {
+                (
+                    ErrorCode::MultipleCatchAll,
+                    "a listener has at most one frontend without sni",
+                )
+            } else {
+                (
+                    ErrorCode::FrontendConflict,
+                    "one frontend per (address, sni, alpn)",
+                )
+            };
+            let detail = if existing.cluster_id == *id {
+                "other tags"
+            } else {
+                "another cluster"
+            };
+            return Err(ValidationError::new(
+                code,
+                format!(
+                    "{key} already exists with {detail} (cluster `{}`, tags {:?}), so it cannot \
+                     route to cluster `{id}` (tags {:?}): {rule}; remove the existing frontend \
+                     first, or give the new one another sni or alpn",
+                    existing.cluster_id, existing.tags, canonical.tags
+                ),
+            ));
+        }
+        let mixed = match &key.sni {
+            None => (!listener.routes.is_empty()).then(|| {
+                format!(
+                    "{key} of cluster `{id}`: listener {} already routes by SNI ({} frontend(s)), \
+                     so a frontend without sni cannot join it",
+                    key.address,
+                    listener.routes.len()
+                )
+            }),
+            Some(_) => self.catch_all(&key.address).map(|other| {
+                format!(
+                    "{key} of cluster `{id}`: listener {} already sends every connection to \
+                     cluster `{other}` through its frontend without sni, so it cannot route by SNI",
+                    key.address
+                )
+            }),
+        };
+        if let Some(message) = mixed {
+            return Err(ValidationError::new(
+                ErrorCode::CatchAllMixedWithSni,
+                format!(
+                    "{message}: to send connections that match no SNI frontend somewhere, set the \
+                     listener's default_cluster instead of a frontend without sni, or use \
+                     another listener"
+                ),
+            ));
+        }
+        if is_relay(cluster) && !listener.config.expect_proxy {
+            return Err(ValidationError::new(
+                ErrorCode::RelayWithoutExpectProxy,
+                format!(
+                    "{key}: cluster `{id}` relays the client's PROXY header, but listener {} \
+                     does not expect one: set expect_proxy on the listener, or use \
+                     proxy_protocol send or none on the cluster",
+                    key.address
+                ),
+            ));
+        }
+        if let (Some(sni), Some(listener)) = (&key.sni, self.listeners.get_mut(&key.address)) {
+            listener
+                .routes
+                .insert(sni.clone(), key.alpn.clone(), id.as_str().into())
+                .map_err(|conflict| {
+                    let code = match conflict {
+                        RouteConflict::ProtocolTaken { .. } => ErrorCode::AlpnProtocolTaken,
+                        _ => ErrorCode::FrontendConflict,
+                    };
+                    ValidationError::new(code, format!("{key} of cluster `{id}`: {conflict}"))
+                })?;
+        }
+        self.frontends.insert(key, canonical);
+        Ok(Applied::Changed)
+    }
+
+    fn remove_frontend(
+        &mut self,
+        frontend: &proto::TcpFrontend,
+    ) -> Result<Applied, ValidationError> {
+        let (key, canonical) = resolve_frontend(frontend)?;
+        match self.frontends.get(&key) {
+            Some(existing) if existing.cluster_id == canonical.cluster_id => {}
+            Some(existing) => {
+                return Err(ValidationError::new(
+                    ErrorCode::NotFound,
+                    format!(
+                        "{key} routes to cluster `{}`, not `{}`: name its own cluster to remove it",
+                        existing.cluster_id, canonical.cluster_id
+                    ),
+                ));
+            }
+            None => {
+                return Err(ValidationError::new(
+                    ErrorCode::NotFound,
+                    format!(
+                        "there is no {key} (cluster `{}`): check `preread frontend list`",
+                        canonical.cluster_id
+                    ),
+                ));
+            }
+        }
+        if let (Some(sni), Some(listener)) = (&key.sni, self.listeners.get_mut(&key.address)) {
+            let removed = listener.routes.remove(sni, &key.alpn);
+            debug_assert!(removed.is_some(), "{key} was not in the route table");
+        }
+        self.frontends.remove(&key);
+        Ok(Applied::Changed)
+    }
+
+    fn add_backend(&mut self, backend: &proto::Backend) -> Result<Applied, ValidationError> {
+        let canonical = resolve_backend(backend)?;
+        let (id, cluster) = (&canonical.backend_id, &canonical.cluster_id);
+        if !self.clusters.contains_key(cluster) {
+            return Err(ValidationError::new(
+                ErrorCode::UnknownCluster,
+                format!(
+                    "backend `{id}`: cluster `{cluster}` does not exist: add the cluster first"
+                ),
+            ));
+        }
+        match self.backends.get(id) {
+            Some(existing) if *existing == canonical => Ok(Applied::Unchanged),
+            Some(existing) if existing.cluster_id != *cluster => Err(ValidationError::new(
+                ErrorCode::DuplicateBackendId,
+                format!(
+                    "backend id `{id}` is already used by a backend of cluster `{}` ({}): \
+                     backend ids are unique across clusters (metrics are named after them), \
+                     pick another id such as `{cluster}-{id}`",
+                    existing.cluster_id, existing.address
+                ),
+            )),
+            Some(existing) => Err(ValidationError::new(
+                ErrorCode::BackendConflict,
+                format!(
+                    "backend `{id}` of cluster `{cluster}` already exists as {} (weight {:?}, \
+                     backup {}), not {} (weight {:?}, backup {}): remove it first, or use \
+                     another backend_id",
+                    existing.address,
+                    existing.weight,
+                    existing.backup,
+                    canonical.address,
+                    canonical.weight,
+                    canonical.backup
+                ),
+            )),
+            None => {
+                self.backends.insert(id.clone(), canonical);
+                Ok(Applied::Changed)
+            }
+        }
+    }
+
+    fn remove_backend(&mut self, backend: &proto::BackendRef) -> Result<Applied, ValidationError> {
+        let what = format!(
+            "backend `{}` of cluster `{}`",
+            backend.backend_id, backend.cluster_id
+        );
+        let address = parse_address(&what, &backend.address)?;
+        match self.backends.get(&backend.backend_id) {
+            Some(existing)
+                if existing.cluster_id == backend.cluster_id
+                    && existing.address == address.to_string() =>
+            {
+                self.backends.remove(&backend.backend_id);
+                Ok(Applied::Changed)
+            }
+            Some(existing) => Err(ValidationError::new(
+                ErrorCode::NotFound,
+                format!(
+                    "there is no {what} at {address}: that id belongs to cluster `{}` at {}",
+                    existing.cluster_id, existing.address
+                ),
+            )),
+            None => Err(ValidationError::new(
+                ErrorCode::NotFound,
+                format!("there is no {what}: check `preread cluster list`"),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use preread_core::routes::Lookup;
+
+    use super::*;
+
+    fn ok(state: &mut ConfigState, kind: RequestType) -> Applied {
+        let applied = state.dispatch(&request(kind));
+        state.check_invariants();
+        match applied {
+            Ok(applied) => applied,
+            Err(e) => panic!("refused: {e}"),
+        }
+    }
+
+    fn changed(state: &mut ConfigState, kind: RequestType) {
+        assert_eq!(ok(state, kind), Applied::Changed);
+    }
+
+    fn sample() -> ConfigState {
+        let mut s = ConfigState::default();
+        changed(
+            &mut s,
+            RequestType::AddCluster(proto::Cluster {
+                cluster_id: "a".into(),
+                ..Default::default()
+            }),
+        );
+        changed(
+            &mut s,
+            RequestType::AddCluster(proto::Cluster {
+                cluster_id: "fb".into(),
+                ..Default::default()
+            }),
+        );
+        changed(
+            &mut s,
+            RequestType::AddTcpListener(proto::TcpListenerConfig {
+                address: "127.0.0.1:0443".into(),
+                default_cluster: Some("fb".into()),
+                server_first_timeout: Some(300),
+                sni_preread_max_bytes: Some(4096),
+                ..Default::default()
+            }),
+        );
+        changed(
+            &mut s,
+            RequestType::AddTcpFrontend(proto::TcpFrontend {
+                cluster_id: "a".into(),
+                address: "127.0.0.1:443".into(),
+                sni: Some("*.Example.COM.".into()),
+                alpn: vec!["http/1.1".into(), "h2".into()],
+                tags: Default::default(),
+            }),
+        );
+        changed(
+            &mut s,
+            RequestType::AddBackend(proto::Backend {
+                cluster_id: "a".into(),
+                backend_id: "a-0".into(),
+                address: "127.0.0.1:09001".into(),
+                weight: None,
+                backup: false,
+            }),
+        );
+        s
+    }
+
+    #[test]
+    fn stores_canonical_resolved_values() {
+        let s = sample();
+        let listener = s.listeners().next().cloned();
+        assert_eq!(
+            listener,
+            Some(proto::TcpListenerConfig {
+                address: "127.0.0.1:443".into(),
+                expect_proxy: false,
+                sni_preread_timeout: Some(5000),
+                sni_preread_max_bytes: Some(4096),
+                default_cluster: Some("fb".into()),
+                server_first_timeout: Some(300),
+                front_timeout: Some(60),
+                back_timeout: Some(30),
+                connect_timeout: Some(3),
+                active: Some(true),
+            })
+        );
+        let frontend = s.frontends().next();
+        assert_eq!(
+            frontend.and_then(|f| f.sni.as_deref()),
+            Some("*.example.com")
+        );
+        assert_eq!(
+            frontend.map(|f| f.alpn.clone()),
+            Some(vec!["h2".into(), "http/1.1".into()])
+        );
+        let backend = s.backends().next();
+        assert_eq!(
+            backend.map(|b| (b.address.as_str(), b.weight)),
+            Some(("127.0.0.1:9001", Some(100)))
+        );
+    }
+
+    #[test]
+    fn identical_re_add_is_unchanged() {
+        let mut s = sample();
+        let before = s.clone();
+        for request in s.generate_requests() {
+            let kind = request.request_type.clone();
+            assert_eq!(s.dispatch(&request), Ok(Applied::Unchanged), "{kind:?}");
+        }
+        // The same objects written differently are the same objects.
+        let again = [
+            RequestType::AddTcpListener(proto::TcpListenerConfig {
+                address: "127.0.0.1:443".into(),
+                default_cluster: Some("fb".into()),
+                server_first_timeout: Some(300),
+                sni_preread_max_bytes: Some(4096),
+                sni_preread_timeout: Some(5000),
+                active: Some(true),
+                ..Default::default()
+            }),
+            RequestType::AddTcpFrontend(proto::TcpFrontend {
+                cluster_id: "a".into(),
+                address: "127.0.0.1:00443".into(),
+                sni: Some("*.example.com".into()),
+                alpn: vec!["h2".into(), "http/1.1".into()],
+                tags: Default::default(),
+            }),
+            RequestType::AddBackend(proto::Backend {
+                cluster_id: "a".into(),
+                backend_id: "a-0".into(),
+                address: "127.0.0.1:9001".into(),
+                weight: Some(100),
+                backup: false,
+            }),
+            RequestType::ActivateListener(proto::ListenerAddress {
+                address: "127.0.0.1:443".into(),
+            }),
+        ];
+        for kind in again {
+            assert_eq!(ok(&mut s, kind), Applied::Unchanged);
+        }
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn remove_then_re_add_restores_the_state() {
+        let mut s = sample();
+        let before = s.clone();
+        let frontend = s.frontends().next().cloned().unwrap_or_default();
+        let backend = s.backends().next().cloned().unwrap_or_default();
+        changed(&mut s, RequestType::RemoveTcpFrontend(frontend.clone()));
+        assert!(
+            s.route_table(&"127.0.0.1:443".parse().unwrap())
+                .is_some_and(RouteTable::is_empty)
+        );
+        changed(
+            &mut s,
+            RequestType::RemoveBackend(proto::BackendRef {
+                cluster_id: backend.cluster_id.clone(),
+                backend_id: backend.backend_id.clone(),
+                address: "127.0.0.1:9001".into(),
+            }),
+        );
+        changed(
+            &mut s,
+            RequestType::RemoveCluster(proto::ClusterRef {
+                cluster_id: "a".into(),
+            }),
+        );
+        assert_ne!(s, before);
+        changed(
+            &mut s,
+            RequestType::AddCluster(proto::Cluster {
+                cluster_id: "a".into(),
+                ..Default::default()
+            }),
+        );
+        changed(&mut s, RequestType::AddTcpFrontend(frontend));
+        changed(&mut s, RequestType::AddBackend(backend));
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn activation_and_update() {
+        let mut s = sample();
+        let at = || proto::ListenerAddress {
+            address: "127.0.0.1:443".into(),
+        };
+        assert_eq!(
+            ok(&mut s, RequestType::DeactivateListener(at())),
+            Applied::Changed
+        );
+        assert_eq!(
+            ok(&mut s, RequestType::DeactivateListener(at())),
+            Applied::Unchanged
+        );
+        // An update without `active` keeps the activation and resets the
+        // other unset fields to their defaults.
+        let update = proto::TcpListenerConfig {
+            address: "127.0.0.1:443".into(),
+            expect_proxy: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            ok(&mut s, RequestType::UpdateTcpListener(update.clone())),
+            Applied::Changed
+        );
+        assert_eq!(
+            ok(&mut s, RequestType::UpdateTcpListener(update)),
+            Applied::Unchanged
+        );
+        let config = s.listeners().next().cloned().unwrap_or_default();
+        assert_eq!(config.active, Some(false));
+        assert_eq!(config.default_cluster, None);
+        assert_eq!(config.sni_preread_max_bytes, Some(16_384));
+        assert_eq!(
+            ok(&mut s, RequestType::ActivateListener(at())),
+            Applied::Changed
+        );
+    }
+
+    #[test]
+    fn preread_config_carries_the_listener() {
+        let s = sample();
+        let address: SocketAddr = "127.0.0.1:443".parse().unwrap();
+        let config = s.preread_config(&address);
+        let Some(config) = config else {
+            panic!("no config")
+        };
+        assert_eq!(config.max_bytes, 4096);
+        assert_eq!(config.timeout, Duration::from_secs(5));
+        assert_eq!(config.default_cluster.as_deref(), Some("fb"));
+        assert_eq!(
+            config.server_first_timeout,
+            Some(Duration::from_millis(300))
+        );
+        assert!(!config.expect_proxy);
+        let lookup = config.routes.lookup(b"x.example.com", [&b"h2"[..]]);
+        assert!(
+            matches!(lookup, Lookup::Matched { cluster, .. } if &**cluster == "a"),
+            "{lookup:?}"
+        );
+        assert_eq!(s.catch_all(&address), None);
+        assert!(s.preread_config(&"127.0.0.1:1".parse().unwrap()).is_none());
+    }
+
+    #[test]
+    fn generate_requests_rebuilds_the_state() {
+        let mut s = sample();
+        changed(
+            &mut s,
+            RequestType::DeactivateListener(proto::ListenerAddress {
+                address: "127.0.0.1:443".into(),
+            }),
+        );
+        let mut rebuilt = ConfigState::default();
+        for request in s.generate_requests() {
+            assert_eq!(
+                rebuilt.dispatch(&request),
+                Ok(Applied::Changed),
+                "{request:?}"
+            );
+            rebuilt.check_invariants();
+        }
+        assert_eq!(rebuilt, s);
+    }
+}

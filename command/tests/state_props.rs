@@ -1,0 +1,410 @@
+//! Properties of `ConfigState`, `generate_requests`, `diff` and
+//! `apply_reload` over random request sequences.
+//!
+//! States are built by dispatching random requests over a small universe of
+//! addresses, ids, patterns and protocols (so that conflicts, references
+//! and re-adds are frequent); refused requests must leave the state
+//! unchanged, and `check_invariants` runs after every step.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use command::codes::ErrorCode;
+use command::diff::{ReloadReport, apply_reload, diff};
+use command::proto;
+use command::proto::request::RequestType;
+use command::state::{Applied, ConfigState};
+use command::validate::ValidationError;
+use preread_core::pattern::validate_sni_pattern;
+use preread_core::routes::{AlpnSet, Lookup};
+use proptest::prelude::*;
+
+/// Two spellings of one address, so canonical storage is exercised.
+const LISTENERS: &[&str] = &[
+    "127.0.0.1:8443",
+    "127.0.0.1:08443",
+    "[::1]:8443",
+    "10.0.0.1:443",
+];
+const CLUSTERS: &[&str] = &["a", "b", "c", "r"];
+const SNIS: &[&str] = &[
+    "a.example.com",
+    "A.Example.com.",
+    "*.example.com",
+    "**.example.com",
+    "b.example.com",
+    "x.test",
+];
+const PROTOCOLS: &[&str] = &["h2", "http/1.1", "acme-tls/1"];
+const BACKEND_IDS: &[&str] = &["b0", "b1", "b2", "b3"];
+const BACKEND_ADDRS: &[&str] = &["127.0.0.1:9001", "127.0.0.1:9002"];
+
+fn req(kind: RequestType) -> proto::Request {
+    proto::Request {
+        request_type: Some(kind),
+    }
+}
+
+fn pick(list: &'static [&'static str]) -> impl Strategy<Value = String> {
+    proptest::sample::select(list).prop_map(str::to_owned)
+}
+
+fn alpn() -> impl Strategy<Value = Vec<String>> {
+    proptest::sample::subsequence(PROTOCOLS, 0..=PROTOCOLS.len())
+        .prop_shuffle()
+        .prop_map(|names| names.into_iter().map(str::to_owned).collect())
+}
+
+fn listener_config() -> impl Strategy<Value = proto::TcpListenerConfig> {
+    (
+        pick(LISTENERS),
+        any::<bool>(),
+        prop_oneof![Just(None), Just(Some(5)), Just(Some(4096))],
+        prop_oneof![3 => Just(None), 1 => Just(Some(100))],
+        prop_oneof![2 => Just(None), 1 => pick(CLUSTERS).prop_map(Some)],
+        prop_oneof![3 => Just(None), 1 => Just(Some(300))],
+        prop_oneof![3 => Just(None), 1 => Just(Some(10))],
+        prop_oneof![Just(None), any::<bool>().prop_map(Some)],
+    )
+        .prop_map(
+            |(address, expect_proxy, max, timeout, default, server_first, front, active)| {
+                proto::TcpListenerConfig {
+                    address,
+                    expect_proxy,
+                    sni_preread_timeout: timeout,
+                    sni_preread_max_bytes: max,
+                    default_cluster: default,
+                    server_first_timeout: server_first,
+                    front_timeout: front,
+                    back_timeout: None,
+                    connect_timeout: None,
+                    active,
+                }
+            },
+        )
+}
+
+fn frontend() -> impl Strategy<Value = proto::TcpFrontend> {
+    (
+        pick(CLUSTERS),
+        pick(LISTENERS),
+        prop_oneof![1 => Just(None), 4 => pick(SNIS).prop_map(Some)],
+        alpn(),
+        prop_oneof![4 => Just(BTreeMap::new()), 1 => Just(BTreeMap::from([("team".to_owned(), "x".to_owned())]))],
+    )
+        .prop_map(|(cluster_id, address, sni, alpn, tags)| {
+            // A catch-all with ALPN is refused; keep most catch-alls valid.
+            let alpn = if sni.is_none() { Vec::new() } else { alpn };
+            proto::TcpFrontend {
+                cluster_id,
+                address,
+                sni,
+                alpn,
+                tags,
+            }
+        })
+}
+
+fn backend() -> impl Strategy<Value = proto::Backend> {
+    (
+        pick(CLUSTERS),
+        pick(BACKEND_IDS),
+        pick(BACKEND_ADDRS),
+        prop_oneof![Just(None), Just(Some(1)), Just(Some(100))],
+        any::<bool>(),
+    )
+        .prop_map(
+            |(cluster_id, backend_id, address, weight, backup)| proto::Backend {
+                cluster_id,
+                backend_id,
+                address,
+                weight,
+                backup,
+            },
+        )
+}
+
+fn add_cluster() -> impl Strategy<Value = RequestType> {
+    (pick(CLUSTERS), 0..4_i32, 0..3_i32).prop_map(|(cluster_id, lb, pp)| {
+        RequestType::AddCluster(proto::Cluster {
+            cluster_id,
+            load_balancing: lb,
+            proxy_protocol: pp,
+            max_connections_per_ip: 0,
+        })
+    })
+}
+
+/// One state-changing request over the universe.
+fn request() -> impl Strategy<Value = proto::Request> {
+    let address = || pick(LISTENERS).prop_map(|address| proto::ListenerAddress { address });
+    let kind = prop_oneof![
+        4 => add_cluster(),
+        1 => pick(CLUSTERS).prop_map(|cluster_id| RequestType::RemoveCluster(proto::ClusterRef { cluster_id })),
+        4 => listener_config().prop_map(RequestType::AddTcpListener),
+        2 => listener_config().prop_map(RequestType::UpdateTcpListener),
+        1 => address().prop_map(RequestType::RemoveListener),
+        1 => address().prop_map(RequestType::ActivateListener),
+        1 => address().prop_map(RequestType::DeactivateListener),
+        8 => frontend().prop_map(RequestType::AddTcpFrontend),
+        2 => frontend().prop_map(RequestType::RemoveTcpFrontend),
+        4 => backend().prop_map(RequestType::AddBackend),
+        1 => backend().prop_map(|b| RequestType::RemoveBackend(proto::BackendRef {
+            cluster_id: b.cluster_id,
+            backend_id: b.backend_id,
+            address: b.address,
+        })),
+    ];
+    kind.prop_map(req)
+}
+
+/// Dispatches every request; a refused one must change nothing.
+fn build(requests: &[proto::Request]) -> ConfigState {
+    let mut state = ConfigState::default();
+    for request in requests {
+        let before = state.clone();
+        if state.dispatch(request).is_err() {
+            assert_eq!(
+                state, before,
+                "a refused request changed the state: {request:?}"
+            );
+        }
+        state.check_invariants();
+    }
+    state
+}
+
+/// A random state: some clusters and listeners first, so that most later
+/// frontends and backends have something to attach to, then anything.
+fn a_state() -> impl Strategy<Value = ConfigState> {
+    (
+        proptest::collection::vec(add_cluster().prop_map(req), 0..5),
+        proptest::collection::vec(
+            listener_config().prop_map(|l| req(RequestType::AddTcpListener(l))),
+            0..4,
+        ),
+        proptest::collection::vec(request(), 0..80),
+    )
+        .prop_map(|(clusters, listeners, requests)| {
+            build(&[clusters, listeners, requests].concat())
+        })
+}
+
+/// Dispatches `requests` in order into `state`, each accepted as a change.
+fn apply_all(state: &mut ConfigState, requests: &[proto::Request]) {
+    for request in requests {
+        let applied = state.dispatch(request);
+        assert_eq!(applied, Ok(Applied::Changed), "{request:?}");
+        state.check_invariants();
+    }
+}
+
+fn dispatch(state: &mut ConfigState, kind: RequestType) {
+    let request = req(kind);
+    if let Err(e) = state.dispatch(&request) {
+        panic!("{request:?} refused: {e}");
+    }
+    state.check_invariants();
+}
+
+fn cluster(id: &str) -> RequestType {
+    RequestType::AddCluster(proto::Cluster {
+        cluster_id: id.into(),
+        ..Default::default()
+    })
+}
+
+fn listener(address: &str) -> RequestType {
+    RequestType::AddTcpListener(proto::TcpListenerConfig {
+        address: address.into(),
+        ..Default::default()
+    })
+}
+
+fn tcp_frontend(cluster: &str, address: &str, sni: &str, alpn: &[&str]) -> proto::TcpFrontend {
+    proto::TcpFrontend {
+        cluster_id: cluster.into(),
+        address: address.into(),
+        sni: Some(sni.into()),
+        alpn: alpn.iter().map(|p| (*p).to_owned()).collect(),
+        tags: BTreeMap::new(),
+    }
+}
+
+fn reload_ok(current: &mut ConfigState, desired: &ConfigState) -> ReloadReport {
+    let report = apply_reload(current, desired, |_| Ok(()));
+    current.check_invariants();
+    report
+}
+
+fn addr(text: &str) -> SocketAddr {
+    text.parse().expect("a test address")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// (a) The generated requests rebuild an equal state from empty.
+    #[test]
+    fn generate_requests_replays_to_an_equal_state(state in a_state()) {
+        let mut rebuilt = ConfigState::default();
+        apply_all(&mut rebuilt, &state.generate_requests());
+        prop_assert_eq!(&rebuilt, &state);
+        // Replayed onto itself, every request is an idempotent re-add.
+        for request in state.generate_requests() {
+            prop_assert_eq!(rebuilt.dispatch(&request), Ok(Applied::Unchanged));
+        }
+    }
+
+    /// (b) `diff(a, b)` applied to `a` is accepted request by request and
+    /// gives `b`; so does `apply_reload` with workers that accept all.
+    #[test]
+    fn diff_turns_a_into_b(a in a_state(), b in a_state()) {
+        let mut state = a.clone();
+        apply_all(&mut state, &diff(&a, &b));
+        prop_assert_eq!(&state, &b);
+        prop_assert!(diff(&b, &b).is_empty());
+
+        let mut current = a.clone();
+        let report = reload_ok(&mut current, &b);
+        prop_assert!(report.is_complete(), "{:?}", report.skipped);
+        prop_assert_eq!(report.applied, diff(&a, &b));
+        prop_assert_eq!(&current, &b);
+    }
+
+    /// (c) A frontend whose SNI or ALPN changes: after the reload its old
+    /// route is gone from the route table, the new one routes.
+    #[test]
+    fn changed_frontend_leaves_no_old_route(
+        base in a_state(),
+        old in (pick(SNIS), alpn()),
+        new in (pick(SNIS), alpn()),
+    ) {
+        let pattern = |sni: &str| validate_sni_pattern(sni).expect("a valid test pattern");
+        let alpn_set = |names: &[String]| {
+            if names.is_empty() { AlpnSet::Any } else { AlpnSet::protocols(names).expect("valid test ALPN") }
+        };
+        let (old_key, new_key) = ((pattern(&old.0), alpn_set(&old.1)), (pattern(&new.0), alpn_set(&new.1)));
+        prop_assume!(old_key != new_key);
+        let at = "127.0.0.2:443";
+        let with = |sni: &str, alpn: &[String]| {
+            let mut state = base.clone();
+            dispatch(&mut state, cluster("moved"));
+            dispatch(&mut state, listener(at));
+            let names: Vec<&str> = alpn.iter().map(String::as_str).collect();
+            dispatch(&mut state, RequestType::AddTcpFrontend(tcp_frontend("moved", at, sni, &names)));
+            state
+        };
+        let mut current = with(&old.0, &old.1);
+        let desired = with(&new.0, &new.1);
+        let report = reload_ok(&mut current, &desired);
+        prop_assert!(report.is_complete());
+        prop_assert_eq!(&current, &desired);
+
+        let mut table = current.route_table(&addr(at)).expect("the listener").clone();
+        prop_assert_eq!(table.remove(&old_key.0, &old_key.1), None, "old route still there");
+        let routed = table.remove(&new_key.0, &new_key.1);
+        prop_assert_eq!(routed.as_deref(), Some("moved"));
+        prop_assert!(table.is_empty());
+        // A client of the old exact name no longer reaches the cluster
+        // through it.
+        if old_key.0.wildcard().is_empty() && old_key.0 != new_key.0 && new_key.0.wildcard().is_empty() {
+            let name = old_key.0.to_string();
+            let lookup = current.route_table(&addr(at)).expect("the listener").lookup(name.as_bytes(), []);
+            prop_assert!(matches!(lookup, Lookup::SniUnmatched), "{lookup:?}");
+        }
+    }
+
+    /// (d) The clash cycle: the config wants a frontend that clashes with one
+    /// added at runtime. When the runtime frontend cannot be dropped (the
+    /// workers refuse its removal), the reload skips the clashing frontend
+    /// with its code and applies everything else; once the runtime frontend
+    /// is removed, the next reload applies it.
+    #[test]
+    fn clash_is_skipped_then_applied_once_fixed(old in a_state(), rest in a_state()) {
+        let at = "127.0.0.3:443";
+        let declare = |state: &mut ConfigState| {
+            dispatch(state, cluster("cfg-a"));
+            dispatch(state, cluster("cfg-b"));
+            dispatch(state, listener(at));
+        };
+        let wanted = tcp_frontend("cfg-a", at, "clash.example.com", &["h2"]);
+        // As the state stores it (ALPN sorted), so the removal the diff emits
+        // is recognisable below.
+        let runtime = tcp_frontend("cfg-b", at, "clash.example.com", &["h2", "http/1.1"]);
+
+        let mut desired = rest.clone();
+        declare(&mut desired);
+        dispatch(&mut desired, RequestType::AddTcpFrontend(wanted.clone()));
+
+        let mut current = old.clone();
+        declare(&mut current);
+        dispatch(&mut current, RequestType::AddTcpFrontend(runtime.clone()));
+
+        let drop_runtime = req(RequestType::RemoveTcpFrontend(runtime.clone()));
+        let report = apply_reload(&mut current, &desired, |request| {
+            if *request == drop_runtime {
+                Err(ValidationError::new(ErrorCode::InUse, "worker 0: frontend busy"))
+            } else {
+                Ok(())
+            }
+        });
+        current.check_invariants();
+        let skipped: Vec<(Option<RequestType>, ErrorCode)> =
+            report.skipped.iter().map(|(r, e)| (r.request_type.clone(), e.code)).collect();
+        prop_assert_eq!(skipped, vec![
+            (Some(RequestType::RemoveTcpFrontend(runtime.clone())), ErrorCode::InUse),
+            (Some(RequestType::AddTcpFrontend(wanted.clone())), ErrorCode::AlpnProtocolTaken),
+        ]);
+        // Everything else applied: the state is the config, minus the
+        // clashing frontend, plus the runtime one.
+        let mut expected = desired.clone();
+        dispatch(&mut expected, RequestType::RemoveTcpFrontend(wanted.clone()));
+        dispatch(&mut expected, RequestType::AddTcpFrontend(runtime.clone()));
+        prop_assert_eq!(&current, &expected);
+
+        // The operator removes the runtime frontend: the cause is fixed.
+        dispatch(&mut current, RequestType::RemoveTcpFrontend(runtime));
+        let report = reload_ok(&mut current, &desired);
+        prop_assert!(report.is_complete(), "{:?}", report.skipped);
+        prop_assert_eq!(report.applied, vec![req(RequestType::AddTcpFrontend(wanted))]);
+        prop_assert_eq!(&current, &desired);
+        let table = current.route_table(&addr(at)).expect("the listener");
+        let h2 = table.lookup(b"clash.example.com", [&b"h2"[..]]);
+        prop_assert!(matches!(h2, Lookup::Matched { cluster, .. } if &**cluster == "cfg-a"), "{h2:?}");
+        let http1 = table.lookup(b"clash.example.com", [&b"http/1.1"[..]]);
+        prop_assert!(matches!(http1, Lookup::AlpnUnmatched { .. }), "{http1:?}");
+        prop_assert!(reload_ok(&mut current, &desired).applied.is_empty());
+    }
+
+    /// With workers that accept everything, a reload resolves the same clash
+    /// by itself: the runtime frontend is not in the config, so it is
+    /// removed before the config's frontend is added.
+    #[test]
+    fn reload_replaces_a_clashing_runtime_frontend(old in a_state()) {
+        let at = "127.0.0.3:443";
+        let mut current = old;
+        for kind in [cluster("cfg-a"), cluster("cfg-b"), listener(at)] {
+            dispatch(&mut current, kind);
+        }
+        let mut desired = current.clone();
+        dispatch(&mut current, RequestType::AddTcpFrontend(tcp_frontend("cfg-b", at, "clash.example.com", &["h2"])));
+        dispatch(&mut desired, RequestType::AddTcpFrontend(tcp_frontend("cfg-a", at, "clash.example.com", &["h2", "http/1.1"])));
+        let report = reload_ok(&mut current, &desired);
+        prop_assert!(report.is_complete());
+        prop_assert_eq!(report.applied.len(), 2);
+        prop_assert_eq!(&current, &desired);
+    }
+}
+
+/// The universe spells one listener two ways; both are one listener.
+#[test]
+fn address_spellings_are_one_listener() {
+    let mut state = ConfigState::default();
+    dispatch(&mut state, listener("127.0.0.1:8443"));
+    assert_eq!(
+        state.dispatch(&req(listener("127.0.0.1:08443"))),
+        Ok(Applied::Unchanged)
+    );
+    assert_eq!(state.listeners().len(), 1);
+}

@@ -1,0 +1,295 @@
+//! The command line of `preread`, as INTERFACE.md fixes it.
+//!
+//! Owns: flag and subcommand names, defaults and help texts. Must never: do
+//! any work itself (building requests is `requests`, talking to the socket
+//! is `client`).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// preread: routes TLS connections by SNI and ALPN without terminating TLS.
+#[derive(Debug, Parser)]
+#[command(name = "preread", version)]
+pub struct Cli {
+    /// The TOML config (default: preread.toml in the working directory).
+    #[arg(short = 'c', long, global = true, env = "PREREAD_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The command socket to talk to (overrides the config's command_socket).
+    #[arg(long, global = true)]
+    pub socket: Option<PathBuf>,
+    /// Machine-readable output: one JSON object per line.
+    #[arg(short = 'j', long, global = true)]
+    pub json: bool,
+    /// How long a command waits for its answer, in milliseconds.
+    #[arg(short = 't', long, global = true, default_value_t = 5000)]
+    pub timeout: u64,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Work on the config file offline.
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
+    /// Describe a validation code: what it means, accepted shapes, the fix.
+    Explain {
+        /// A code such as E101 (case-insensitive); omit to list them all.
+        code: Option<String>,
+    },
+    /// Parse captured client bytes offline and print what preread sees, one
+    /// JSON object per input; with --config, also what it would decide.
+    Inspect {
+        /// The listener whose routes decide (default: the config's first).
+        #[arg(long)]
+        listener: Option<String>,
+        /// Inputs are hex text (pairs of hex digits; white space and ':' ignored).
+        #[arg(long)]
+        hex: bool,
+        /// A PROXY protocol v1/v2 header precedes the ClientHello (implied by
+        /// the listener's expect_proxy when --config is given).
+        #[arg(long)]
+        expect_proxy: bool,
+        /// Capture files; `-` reads standard input.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Workers, listeners, sessions, uptime.
+    Status,
+    /// Stop the proxy: soft (stop accepting, let sessions finish) or hard.
+    Shutdown {
+        /// Close every session at once.
+        #[arg(long)]
+        hard: bool,
+    },
+    /// Listeners.
+    Listener {
+        #[command(subcommand)]
+        action: ListenerAction,
+    },
+    /// Clusters.
+    Cluster {
+        #[command(subcommand)]
+        action: ClusterAction,
+    },
+    /// Frontends: which (address, SNI, ALPN) goes to which cluster.
+    Frontend {
+        #[command(subcommand)]
+        action: FrontendAction,
+    },
+    /// Backends of a cluster.
+    Backend {
+        #[command(subcommand)]
+        action: BackendAction,
+    },
+    /// Save or load the routing state.
+    State {
+        #[command(subcommand)]
+        action: StateAction,
+    },
+    /// Metrics.
+    Metrics {
+        #[command(subcommand)]
+        action: MetricsAction,
+    },
+    /// Diff the config file against the running state and apply only the difference.
+    Reload,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigAction {
+    /// Validate the config; print every problem with its position and code.
+    Check,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ListenerAction {
+    /// TCP listeners.
+    Tcp {
+        #[command(subcommand)]
+        action: TcpListenerAction,
+    },
+    /// List the listeners.
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TcpListenerAction {
+    /// Add and activate a TCP listener.
+    Add(TcpListenerArgs),
+    /// Remove a listener (it must have no frontends left).
+    Remove(AddressArg),
+    /// Start accepting on a listener.
+    Activate(AddressArg),
+    /// Stop accepting on a listener, keeping its routes.
+    Deactivate(AddressArg),
+}
+
+#[derive(Debug, Args)]
+pub struct AddressArg {
+    /// ip:port
+    #[arg(short = 'a', long)]
+    pub address: String,
+}
+
+#[derive(Debug, Args)]
+pub struct TcpListenerArgs {
+    /// ip:port
+    #[arg(short = 'a', long)]
+    pub address: String,
+    /// An inbound PROXY v1/v2 header precedes the ClientHello.
+    #[arg(long)]
+    pub expect_proxy: bool,
+    /// Milliseconds the ClientHello may take once its first byte arrived.
+    #[arg(long)]
+    pub sni_preread_timeout: Option<u32>,
+    /// Byte cap on the preread window (at least 5).
+    #[arg(long)]
+    pub sni_preread_max_bytes: Option<u32>,
+    /// Where non-TLS, SNI-less, unmatched and ECH-without-outer-SNI connections go.
+    #[arg(long)]
+    pub default_cluster: Option<String>,
+    /// Milliseconds of client silence after which the default cluster takes the connection.
+    #[arg(long)]
+    pub server_first_timeout: Option<u32>,
+    /// Seconds of client inactivity.
+    #[arg(long)]
+    pub front_timeout: Option<u32>,
+    /// Seconds of backend inactivity.
+    #[arg(long)]
+    pub back_timeout: Option<u32>,
+    /// Seconds a backend connect may take.
+    #[arg(long)]
+    pub connect_timeout: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LoadBalancingArg {
+    RoundRobin,
+    Random,
+    LeastConnections,
+    PowerOfTwo,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ProxyProtocolArg {
+    None,
+    Send,
+    Relay,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterAction {
+    /// Add a cluster.
+    Add {
+        /// Cluster id.
+        #[arg(short = 'i', long = "id")]
+        id: String,
+        #[arg(long, value_enum, default_value = "round-robin")]
+        load_balancing: LoadBalancingArg,
+        /// PROXY protocol towards the backends.
+        #[arg(long, value_enum, default_value = "none")]
+        proxy_protocol: ProxyProtocolArg,
+        /// Concurrent connections per client address; 0 = unlimited.
+        #[arg(long, default_value_t = 0)]
+        max_connections_per_ip: u32,
+    },
+    /// Remove a cluster (it must have no frontends or backends left).
+    Remove {
+        /// Cluster id.
+        #[arg(short = 'i', long = "id")]
+        id: String,
+    },
+    /// List the clusters with their backends.
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FrontendAction {
+    /// TCP frontends.
+    Tcp {
+        #[command(subcommand)]
+        action: TcpFrontendAction,
+    },
+    /// List the frontends.
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TcpFrontendAction {
+    /// Add a frontend.
+    Add(FrontendArgs),
+    /// Remove the frontend with exactly this (address, sni, alpn).
+    Remove(FrontendArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct FrontendArgs {
+    /// Cluster id.
+    #[arg(short = 'i', long = "id")]
+    pub cluster: String,
+    /// ip:port of the listener.
+    #[arg(short = 'a', long)]
+    pub address: String,
+    /// SNI pattern: a.example.com, *.example.com or **.example.com.
+    #[arg(long)]
+    pub sni: Option<String>,
+    /// Protocols, comma-separated (h2,http/1.1); none = any offer.
+    #[arg(long, value_delimiter = ',')]
+    pub alpn: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BackendAction {
+    /// Add a backend to a cluster.
+    Add {
+        /// Cluster id.
+        #[arg(short = 'i', long = "id")]
+        cluster: String,
+        #[arg(long)]
+        backend_id: String,
+        /// ip:port
+        #[arg(short = 'a', long)]
+        address: String,
+        /// Relative weight for load balancing.
+        #[arg(long)]
+        weight: Option<u32>,
+        /// Use only when no primary backend is usable.
+        #[arg(long)]
+        backup: bool,
+    },
+    /// Remove a backend.
+    Remove {
+        /// Cluster id.
+        #[arg(short = 'i', long = "id")]
+        cluster: String,
+        #[arg(long)]
+        backend_id: String,
+        /// ip:port
+        #[arg(short = 'a', long)]
+        address: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StateAction {
+    /// Write the running state to FILE.
+    Save {
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+    },
+    /// Replace the running routing state with FILE's.
+    Load {
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MetricsAction {
+    /// All metrics, per worker and in total.
+    Get,
+}

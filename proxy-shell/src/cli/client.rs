@@ -1,0 +1,91 @@
+//! The client half of the socket subcommands: find the command socket,
+//! send one request, print the answer.
+//!
+//! Owns: socket path resolution and the exit status of socket commands.
+//! Must never: retry a refused request (the operator decides).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use command::channel::BlockingChannel;
+use command::config::load_config_file;
+use command::proto;
+
+use super::print::{failure_text, success_json, success_text};
+use super::{EXIT_FAILED, EXIT_USAGE, Globals};
+
+/// The config file a command uses: `-c`, `$PREREAD_CONFIG`, or `preread.toml`.
+pub(super) fn config_path(globals: &Globals) -> PathBuf {
+    globals
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("preread.toml"))
+}
+
+/// The command socket: `--socket`, else the config's `command_socket`.
+pub(super) fn socket_path(globals: &Globals) -> Result<PathBuf, String> {
+    if let Some(socket) = &globals.socket {
+        return Ok(socket.clone());
+    }
+    let config = config_path(globals);
+    match load_config_file(&config) {
+        Ok(loaded) => Ok(loaded.global.command_socket),
+        Err(problems) => {
+            let listed: Vec<String> = problems.iter().map(ToString::to_string).collect();
+            Err(format!(
+                "cannot find the command socket: {} is not a valid config (give --socket PATH, or fix it):\n  {}",
+                config.display(),
+                listed.join("\n  ")
+            ))
+        }
+    }
+}
+
+/// An open channel to the running proxy.
+pub(super) fn connect(globals: &Globals) -> Result<BlockingChannel, String> {
+    let socket = socket_path(globals)?;
+    BlockingChannel::connect(&socket, Duration::from_millis(globals.timeout))
+        .map_err(|e| format!("{e} (is `preread start` running with this config?)"))
+}
+
+/// Whether a response is a refusal or failure.
+pub(super) fn is_failure(response: &proto::Response) -> bool {
+    response.status != proto::ResponseStatus::Ok as i32
+        && response.status != proto::ResponseStatus::Processing as i32
+}
+
+/// Sends one request and prints its answer; the exit status follows INTERFACE.md.
+pub(super) fn send_and_print(globals: &Globals, request: &proto::Request) -> ExitCode {
+    let mut channel = match connect(globals) {
+        Ok(channel) => channel,
+        Err(message) => {
+            eprintln!("preread: {message}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let progress = |r: &proto::Response| {
+        if !r.message.is_empty() {
+            eprintln!("{}", r.message);
+        }
+    };
+    let response = match channel.request(request, progress) {
+        Ok(response) => response,
+        Err(error) => {
+            eprintln!("preread: {error}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    if is_failure(&response) {
+        eprintln!("{}", failure_text(&response));
+        return ExitCode::from(EXIT_FAILED);
+    }
+    if globals.json {
+        for line in success_json(&response) {
+            println!("{line}");
+        }
+    } else {
+        print!("{}", success_text(&response));
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,59 @@
+//! The `preread` command line: parses arguments and runs one subcommand.
+//!
+//! Owns: dispatch from a subcommand to the code that serves it, and the
+//! exit statuses of INTERFACE.md (0 success, 1 refused or failed, 2 bad
+//! usage or invalid config). Must never: hold routing logic of its own.
+
+pub mod args;
+mod client;
+mod offline;
+pub mod print;
+mod reload;
+pub mod requests;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use args::{Cli, Command};
+
+/// Exit status of a refused or failed request.
+pub const EXIT_FAILED: u8 = 1;
+/// Exit status of bad usage, an unreadable input or an invalid config.
+pub const EXIT_USAGE: u8 = 2;
+
+/// The global flags every subcommand sees.
+#[derive(Debug, Clone)]
+pub struct Globals {
+    pub config: Option<PathBuf>,
+    pub socket: Option<PathBuf>,
+    pub json: bool,
+    pub timeout: u64,
+}
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> ExitCode {
+    let globals = Globals {
+        config: cli.config,
+        socket: cli.socket,
+        json: cli.json,
+        timeout: cli.timeout,
+    };
+    match &cli.command {
+        Command::Config { .. } => offline::config_check(&globals),
+        Command::Explain { code } => offline::explain(code.as_deref(), globals.json),
+        Command::Inspect {
+            listener,
+            hex,
+            expect_proxy,
+            files,
+        } => offline::inspect(&globals, listener.as_deref(), *hex, *expect_proxy, files),
+        Command::Reload => reload::run(&globals),
+        other => match requests::for_command(other) {
+            Some(request) => client::send_and_print(&globals, &request),
+            None => {
+                eprintln!("preread: this subcommand sends no request");
+                ExitCode::from(EXIT_USAGE)
+            }
+        },
+    }
+}

@@ -1,0 +1,182 @@
+//! The subcommands that need no running proxy: `config check`, `explain`
+//! and `inspect`.
+//!
+//! Owns: their output and exit statuses. Must never: open the command
+//! socket or any network socket.
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use command::codes::ErrorCode;
+use command::config::{check_config_file, load_config_file};
+use command::proto::request::RequestType;
+use serde_json::json;
+
+use super::client::config_path;
+use super::{EXIT_USAGE, Globals};
+use crate::inspect::{InspectOptions, ListenerRoutes, decode_hex, inspect as inspect_one};
+
+pub(super) fn config_check(globals: &Globals) -> ExitCode {
+    let path = config_path(globals);
+    let problems = check_config_file(&path);
+    for problem in &problems {
+        if globals.json {
+            let location = problem
+                .location
+                .map(|l| json!({ "line": l.line, "column": l.column }));
+            println!(
+                "{}",
+                json!({ "file": path.display().to_string(), "location": location,
+                        "code": problem.code.as_str(), "message": problem.message })
+            );
+        } else {
+            println!("{}:{problem}", path.display());
+        }
+    }
+    if problems.is_empty() {
+        if !globals.json {
+            println!("{}: ok", path.display());
+        }
+        ExitCode::SUCCESS
+    } else {
+        if !globals.json {
+            eprintln!(
+                "{} problem(s); `preread explain CODE` says how to fix each",
+                problems.len()
+            );
+        }
+        ExitCode::from(EXIT_USAGE)
+    }
+}
+
+pub(super) fn explain(code: Option<&str>, json_output: bool) -> ExitCode {
+    let codes: Vec<ErrorCode> = match code {
+        Some(code) => match ErrorCode::from_code(code) {
+            Some(found) => vec![found],
+            None => {
+                eprintln!(
+                    "preread explain: unknown code {code:?}; `preread explain` lists them all"
+                );
+                return ExitCode::from(EXIT_USAGE);
+            }
+        },
+        None => ErrorCode::ALL.to_vec(),
+    };
+    let listing = codes.len() > 1;
+    for code in codes {
+        let explanation = code.explain();
+        if json_output {
+            println!(
+                "{}",
+                json!({ "code": code.as_str(), "title": explanation.title, "meaning": explanation.meaning,
+                        "accepted": explanation.accepted, "fix": explanation.fix })
+            );
+        } else if listing {
+            println!("{}  {}", code.as_str(), explanation.title);
+        } else {
+            println!("{}: {explanation}", code.as_str());
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn read_input(path: &Path, hex: bool) -> Result<Vec<u8>, String> {
+    let mut raw = Vec::new();
+    let read = if path.as_os_str() == "-" {
+        std::io::stdin().read_to_end(&mut raw).map(drop)
+    } else {
+        std::fs::read(path).map(|bytes| raw = bytes)
+    };
+    read.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !hex {
+        return Ok(raw);
+    }
+    let text = String::from_utf8(raw)
+        .map_err(|_| format!("{}: --hex input is not text", path.display()))?;
+    decode_hex(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The listener `inspect --config` decides for: `--listener`, else the
+/// first one the config declares.
+fn listener_routes(config: &Path, wanted: Option<&str>) -> Result<(ListenerRoutes, bool), String> {
+    let loaded = load_config_file(config).map_err(|problems| {
+        let listed: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        format!(
+            "{} is not a valid config:\n  {}",
+            config.display(),
+            listed.join("\n  ")
+        )
+    })?;
+    let state = &loaded.state;
+    let address: SocketAddr = match wanted {
+        Some(text) => text
+            .parse()
+            .map_err(|_| format!("--listener {text:?} is not an ip:port address"))?,
+        None => loaded
+            .requests()
+            .find_map(|r| match &r.request_type {
+                Some(RequestType::AddTcpListener(l)) => l.address.parse().ok(),
+                _ => None,
+            })
+            .ok_or_else(|| format!("{} declares no listener", config.display()))?,
+    };
+    let listener = state
+        .listener(&address)
+        .ok_or_else(|| format!("{} has no listener {address}", config.display()))?;
+    let expect_proxy = listener.expect_proxy;
+    if let Some(cluster) = state.catch_all(&address) {
+        return Ok((ListenerRoutes::CatchAll(Arc::from(cluster)), expect_proxy));
+    }
+    let preread = state
+        .preread_config(&address)
+        .ok_or_else(|| format!("{} has no listener {address}", config.display()))?;
+    Ok((ListenerRoutes::Preread(preread), expect_proxy))
+}
+
+pub(super) fn inspect(
+    globals: &Globals,
+    listener: Option<&str>,
+    hex: bool,
+    expect_proxy: bool,
+    files: &[PathBuf],
+) -> ExitCode {
+    let mut options = InspectOptions {
+        expect_proxy,
+        listener: None,
+    };
+    if let Some(config) = &globals.config {
+        match listener_routes(config, listener) {
+            Ok((routes, listener_expects_proxy)) => {
+                options.expect_proxy |= listener_expects_proxy;
+                options.listener = Some(routes);
+            }
+            Err(message) => {
+                eprintln!("preread inspect: {message}");
+                return ExitCode::from(EXIT_USAGE);
+            }
+        }
+    } else if listener.is_some() {
+        eprintln!("preread inspect: --listener needs --config");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let mut status = ExitCode::SUCCESS;
+    let mut stdout = std::io::stdout().lock();
+    for path in files {
+        match read_input(path, hex) {
+            Ok(bytes) => {
+                let report = inspect_one(&path.display().to_string(), &bytes, &options);
+                if writeln!(stdout, "{report}").is_err() {
+                    return ExitCode::from(EXIT_USAGE);
+                }
+            }
+            Err(message) => {
+                eprintln!("preread inspect: {message}");
+                status = ExitCode::from(EXIT_USAGE);
+            }
+        }
+    }
+    status
+}

@@ -1,0 +1,285 @@
+//! Prints the proxy's answers: a readable table for people, one JSON object
+//! per line with `--json` for scripts.
+//!
+//! Owns: the output format of every socket subcommand. Must never: print a
+//! failure to stdout (errors go to stderr, so scripts can trust stdout).
+
+use std::fmt::Write as _;
+
+use command::proto::{self, response_content::ContentType};
+use serde_json::{Map, Value, json};
+
+fn lb_name(value: i32) -> &'static str {
+    match proto::LoadBalancing::try_from(value) {
+        Ok(proto::LoadBalancing::RoundRobin) => "round_robin",
+        Ok(proto::LoadBalancing::Random) => "random",
+        Ok(proto::LoadBalancing::LeastConnections) => "least_connections",
+        Ok(proto::LoadBalancing::PowerOfTwo) => "power_of_two",
+        Err(_) => "unknown",
+    }
+}
+
+fn pp_name(value: i32) -> &'static str {
+    match proto::ProxyProtocol::try_from(value) {
+        Ok(proto::ProxyProtocol::None) => "none",
+        Ok(proto::ProxyProtocol::Send) => "send",
+        Ok(proto::ProxyProtocol::Relay) => "relay",
+        Err(_) => "unknown",
+    }
+}
+
+fn opt<T: ToString>(value: Option<T>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+/// Lays out rows under a header with columns padded to their widest cell.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let joined: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        let _ = writeln!(out, "{}", joined.join("  ").trim_end());
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+fn listeners_text(list: &proto::ListenerList) -> String {
+    let rows: Vec<Vec<String>> = list
+        .listeners
+        .iter()
+        .map(|entry| {
+            let c = entry.config.clone().unwrap_or_default();
+            vec![
+                c.address,
+                if entry.active { "active" } else { "inactive" }.to_owned(),
+                c.expect_proxy.to_string(),
+                opt(c.sni_preread_timeout),
+                opt(c.sni_preread_max_bytes),
+                opt(c.default_cluster),
+                opt(c.server_first_timeout),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ADDRESS",
+            "STATE",
+            "EXPECT_PROXY",
+            "PREREAD_MS",
+            "MAX_BYTES",
+            "DEFAULT_CLUSTER",
+            "SERVER_FIRST_MS",
+        ],
+        &rows,
+    )
+}
+
+fn clusters_text(list: &proto::ClusterList) -> String {
+    let rows: Vec<Vec<String>> = list
+        .clusters
+        .iter()
+        .map(|entry| {
+            let c = entry.cluster.clone().unwrap_or_default();
+            let backends: Vec<String> = entry
+                .backends
+                .iter()
+                .map(|b| {
+                    let backup = if b.backup { " backup" } else { "" };
+                    format!("{}={} w{}{backup}", b.backend_id, b.address, opt(b.weight))
+                })
+                .collect();
+            vec![
+                c.cluster_id,
+                lb_name(c.load_balancing).to_owned(),
+                pp_name(c.proxy_protocol).to_owned(),
+                c.max_connections_per_ip.to_string(),
+                backends.join(", "),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "CLUSTER",
+            "LOAD_BALANCING",
+            "PROXY_PROTOCOL",
+            "MAX_PER_IP",
+            "BACKENDS",
+        ],
+        &rows,
+    )
+}
+
+fn frontends_text(list: &proto::FrontendList) -> String {
+    let rows: Vec<Vec<String>> = list
+        .frontends
+        .iter()
+        .map(|f| {
+            let alpn = if f.alpn.is_empty() {
+                "any".to_owned()
+            } else {
+                f.alpn.join(",")
+            };
+            vec![
+                f.address.clone(),
+                opt(f.sni.clone()),
+                alpn,
+                f.cluster_id.clone(),
+            ]
+        })
+        .collect();
+    table(&["ADDRESS", "SNI", "ALPN", "CLUSTER"], &rows)
+}
+
+fn metrics_text(report: &proto::MetricsReport) -> String {
+    let mut header = vec!["METRIC".to_owned(), "TOTAL".to_owned()];
+    header.extend(
+        report
+            .workers
+            .iter()
+            .map(|w| format!("WORKER_{}", w.worker_id)),
+    );
+    let rows: Vec<Vec<String>> = report
+        .total
+        .iter()
+        .map(|(name, total)| {
+            let mut row = vec![name.clone(), total.to_string()];
+            row.extend(report.workers.iter().map(|w| {
+                w.values
+                    .get(name)
+                    .map_or_else(|| "0".to_owned(), i64::to_string)
+            }));
+            row
+        })
+        .collect();
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    table(&header, &rows)
+}
+
+/// What to print on stdout for a successful answer, as human text.
+pub fn success_text(response: &proto::Response) -> String {
+    let content = response
+        .content
+        .as_ref()
+        .and_then(|c| c.content_type.as_ref());
+    match content {
+        Some(ContentType::Status(s)) => format!(
+            "uptime {:.1}s, {} worker(s), {} listener(s), {} session(s)\n",
+            s.uptime_ms as f64 / 1000.0,
+            s.workers,
+            s.listeners,
+            s.sessions
+        ),
+        Some(ContentType::Listeners(list)) => listeners_text(list),
+        Some(ContentType::Clusters(list)) => clusters_text(list),
+        Some(ContentType::Frontends(list)) => frontends_text(list),
+        Some(ContentType::Metrics(report)) => metrics_text(report),
+        None if response.message.is_empty() => "ok\n".to_owned(),
+        None => format!("{}\n", response.message),
+    }
+}
+
+/// The JSON lines for a successful answer. Metrics follow INTERFACE.md:
+/// one object of `{"name": value}` per worker, then one for the total.
+pub fn success_json(response: &proto::Response) -> Vec<Value> {
+    let content = response
+        .content
+        .as_ref()
+        .and_then(|c| c.content_type.as_ref());
+    if let Some(ContentType::Metrics(report)) = content {
+        let object = |worker: Value, values: &std::collections::BTreeMap<String, i64>| {
+            let mut map = Map::new();
+            map.insert("worker".into(), worker);
+            map.extend(values.iter().map(|(k, v)| (k.clone(), json!(v))));
+            Value::Object(map)
+        };
+        let mut lines: Vec<Value> = report
+            .workers
+            .iter()
+            .map(|w| object(json!(w.worker_id), &w.values))
+            .collect();
+        lines.push(object(json!("total"), &report.total));
+        return lines;
+    }
+    vec![serde_json::to_value(response).unwrap_or_else(|e| json!({ "error": e.to_string() }))]
+}
+
+/// The line printed on stderr for a refused or failed request.
+pub fn failure_text(response: &proto::Response) -> String {
+    if response.error_code.is_empty() {
+        format!("error: {}", response.message)
+    } else {
+        format!(
+            "error {}: {} (see `preread explain {}`)",
+            response.error_code, response.message, response.error_code
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use command::proto::{self, response_content::ContentType};
+
+    use super::{success_json, success_text};
+
+    fn with(content: ContentType) -> proto::Response {
+        proto::Response {
+            content: Some(proto::ResponseContent {
+                content_type: Some(content),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn metrics_json_is_one_object_per_worker_plus_total() {
+        let worker = |id: u32, n: i64| proto::WorkerMetrics {
+            worker_id: id,
+            values: [("tcp.accepted".to_owned(), n)].into_iter().collect(),
+        };
+        let report = proto::MetricsReport {
+            workers: vec![worker(0, 2), worker(1, 3)],
+            total: [("tcp.accepted".to_owned(), 5)].into_iter().collect(),
+        };
+        let lines = success_json(&with(ContentType::Metrics(report.clone())));
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0]["worker"], 0);
+        assert_eq!(lines[1]["tcp.accepted"], 3);
+        assert_eq!(lines[2]["worker"], "total");
+        assert_eq!(lines[2]["tcp.accepted"], 5);
+        let text = success_text(&with(ContentType::Metrics(report)));
+        assert!(text.contains("tcp.accepted  5      2         3"), "{text}");
+    }
+
+    #[test]
+    fn frontends_table_names_any_alpn() {
+        let list = proto::FrontendList {
+            frontends: vec![proto::TcpFrontend {
+                cluster_id: "web".into(),
+                address: "127.0.0.1:8443".into(),
+                sni: Some("*.example.com".into()),
+                alpn: vec![],
+                tags: Default::default(),
+            }],
+        };
+        let text = success_text(&with(ContentType::Frontends(list)));
+        assert!(
+            text.lines()
+                .nth(1)
+                .is_some_and(|l| l.contains("*.example.com") && l.contains("any")),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,174 @@
+//! `preread reload`: diff the config file against the running state and
+//! apply only the difference.
+//!
+//! Owns: rebuilding the running state from the proxy's listings, and
+//! sending the diff request by request. A request the proxy refuses is
+//! skipped and reported, and never counted as applied, so the next reload
+//! tries it again. Must never: send a request the local validation refused.
+
+use std::process::ExitCode;
+
+use command::channel::BlockingChannel;
+use command::codes::ErrorCode;
+use command::config::load_config_file;
+use command::diff::apply_reload;
+use command::proto::{self, request::RequestType, response_content::ContentType};
+use command::state::ConfigState;
+use command::validate::ValidationError;
+
+use super::client::{config_path, connect, is_failure};
+use super::{EXIT_FAILED, EXIT_USAGE, Globals};
+
+fn ask(channel: &mut BlockingChannel, request_type: RequestType) -> Result<ContentType, String> {
+    let request = proto::Request {
+        request_type: Some(request_type),
+    };
+    let response = channel
+        .request(&request, |_| {})
+        .map_err(|e| e.to_string())?;
+    if is_failure(&response) {
+        return Err(response.message);
+    }
+    response
+        .content
+        .and_then(|c| c.content_type)
+        .ok_or_else(|| "the proxy answered a listing without content".to_owned())
+}
+
+fn wrap(request_type: RequestType) -> proto::Request {
+    proto::Request {
+        request_type: Some(request_type),
+    }
+}
+
+/// The running state, rebuilt from the proxy's own listings: the same
+/// requests a state file would hold, replayed into an empty state.
+fn running_state(channel: &mut BlockingChannel) -> Result<ConfigState, String> {
+    let ContentType::Clusters(clusters) =
+        ask(channel, RequestType::ListClusters(proto::ListClusters {}))?
+    else {
+        return Err("unexpected answer to list clusters".to_owned());
+    };
+    let ContentType::Listeners(listeners) =
+        ask(channel, RequestType::ListListeners(proto::ListListeners {}))?
+    else {
+        return Err("unexpected answer to list listeners".to_owned());
+    };
+    let ContentType::Frontends(frontends) =
+        ask(channel, RequestType::ListFrontends(proto::ListFrontends {}))?
+    else {
+        return Err("unexpected answer to list frontends".to_owned());
+    };
+    let mut requests = Vec::new();
+    for entry in &clusters.clusters {
+        requests.extend(
+            entry
+                .cluster
+                .clone()
+                .map(|c| wrap(RequestType::AddCluster(c))),
+        );
+    }
+    for entry in &listeners.listeners {
+        if let Some(mut config) = entry.config.clone() {
+            config.active = Some(entry.active);
+            requests.push(wrap(RequestType::AddTcpListener(config)));
+        }
+    }
+    requests.extend(
+        frontends
+            .frontends
+            .iter()
+            .cloned()
+            .map(|f| wrap(RequestType::AddTcpFrontend(f))),
+    );
+    for entry in &clusters.clusters {
+        requests.extend(
+            entry
+                .backends
+                .iter()
+                .cloned()
+                .map(|b| wrap(RequestType::AddBackend(b))),
+        );
+    }
+    let mut state = ConfigState::default();
+    for request in &requests {
+        let _ = state.dispatch(request).map_err(|e| {
+            format!("the running state does not replay ({e}); was it changed meanwhile?")
+        })?;
+    }
+    Ok(state)
+}
+
+fn describe(request: &proto::Request) -> String {
+    serde_json::to_string(request).unwrap_or_else(|_| format!("{request:?}"))
+}
+
+pub(super) fn run(globals: &Globals) -> ExitCode {
+    let path = config_path(globals);
+    let desired = match load_config_file(&path) {
+        Ok(loaded) => loaded.state,
+        Err(problems) => {
+            for problem in problems {
+                eprintln!("{}:{problem}", path.display());
+            }
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let mut channel = match connect(globals) {
+        Ok(channel) => channel,
+        Err(message) => {
+            eprintln!("preread: {message}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let mut current = match running_state(&mut channel) {
+        Ok(state) => state,
+        Err(message) => {
+            eprintln!("preread reload: {message}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    let report = apply_reload(&mut current, &desired, |request| {
+        let response = channel.request(request, |_| {}).map_err(|e| {
+            ValidationError::new(
+                ErrorCode::UnsupportedRequest,
+                format!("the proxy did not answer: {e}"),
+            )
+        })?;
+        if is_failure(&response) {
+            let code =
+                ErrorCode::from_code(&response.error_code).unwrap_or(ErrorCode::UnsupportedRequest);
+            return Err(ValidationError::new(code, response.message));
+        }
+        Ok(())
+    });
+    for request in &report.applied {
+        if globals.json {
+            println!("{}", serde_json::json!({ "applied": request }));
+        } else {
+            println!("applied {}", describe(request));
+        }
+    }
+    for (request, error) in &report.skipped {
+        if globals.json {
+            println!(
+                "{}",
+                serde_json::json!({ "skipped": request, "code": error.code.as_str(), "message": error.message })
+            );
+        } else {
+            eprintln!("skipped {}: {error}", describe(request));
+        }
+    }
+    if !globals.json {
+        println!(
+            "{} applied, {} skipped",
+            report.applied.len(),
+            report.skipped.len()
+        );
+    }
+    if report.skipped.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FAILED)
+    }
+}

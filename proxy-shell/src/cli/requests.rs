@@ -1,0 +1,299 @@
+//! Turns a parsed command line into the protobuf request the proxy answers.
+//!
+//! Owns: the mapping from CLI arguments to `command::proto::Request`. Must
+//! never: validate what the server validates (the server's `ConfigState`
+//! is the one judge, so a CLI cannot drift from it) or touch a socket.
+
+use command::proto::{self, request::RequestType};
+
+use super::args::{
+    BackendAction, ClusterAction, Command, FrontendAction, FrontendArgs, ListenerAction,
+    LoadBalancingArg, MetricsAction, ProxyProtocolArg, StateAction, TcpFrontendAction,
+    TcpListenerAction, TcpListenerArgs,
+};
+
+fn request(request_type: RequestType) -> proto::Request {
+    proto::Request {
+        request_type: Some(request_type),
+    }
+}
+
+fn listener_config(args: &TcpListenerArgs) -> proto::TcpListenerConfig {
+    proto::TcpListenerConfig {
+        address: args.address.clone(),
+        expect_proxy: args.expect_proxy,
+        sni_preread_timeout: args.sni_preread_timeout,
+        sni_preread_max_bytes: args.sni_preread_max_bytes,
+        default_cluster: args.default_cluster.clone(),
+        server_first_timeout: args.server_first_timeout,
+        front_timeout: args.front_timeout,
+        back_timeout: args.back_timeout,
+        connect_timeout: args.connect_timeout,
+        active: None,
+    }
+}
+
+fn frontend(args: &FrontendArgs) -> proto::TcpFrontend {
+    proto::TcpFrontend {
+        cluster_id: args.cluster.clone(),
+        address: args.address.clone(),
+        sni: args.sni.clone(),
+        alpn: args.alpn.clone(),
+        tags: Default::default(),
+    }
+}
+
+fn load_balancing(arg: LoadBalancingArg) -> proto::LoadBalancing {
+    match arg {
+        LoadBalancingArg::RoundRobin => proto::LoadBalancing::RoundRobin,
+        LoadBalancingArg::Random => proto::LoadBalancing::Random,
+        LoadBalancingArg::LeastConnections => proto::LoadBalancing::LeastConnections,
+        LoadBalancingArg::PowerOfTwo => proto::LoadBalancing::PowerOfTwo,
+    }
+}
+
+fn proxy_protocol(arg: ProxyProtocolArg) -> proto::ProxyProtocol {
+    match arg {
+        ProxyProtocolArg::None => proto::ProxyProtocol::None,
+        ProxyProtocolArg::Send => proto::ProxyProtocol::Send,
+        ProxyProtocolArg::Relay => proto::ProxyProtocol::Relay,
+    }
+}
+
+fn address(address: &str) -> proto::ListenerAddress {
+    proto::ListenerAddress {
+        address: address.to_owned(),
+    }
+}
+
+/// The request a socket subcommand sends; `None` for the offline ones
+/// (`config`, `explain`, `inspect`) and for `reload`, which sends a diff.
+pub fn for_command(command: &Command) -> Option<proto::Request> {
+    let request_type = match command {
+        Command::Config { .. }
+        | Command::Explain { .. }
+        | Command::Inspect { .. }
+        | Command::Reload => {
+            return None;
+        }
+        Command::Status => RequestType::Status(proto::Status {}),
+        Command::Shutdown { hard: false } => RequestType::SoftStop(proto::SoftStop {}),
+        Command::Shutdown { hard: true } => RequestType::HardStop(proto::HardStop {}),
+        Command::Listener { action } => match action {
+            ListenerAction::List => RequestType::ListListeners(proto::ListListeners {}),
+            ListenerAction::Tcp { action } => match action {
+                TcpListenerAction::Add(args) => RequestType::AddTcpListener(listener_config(args)),
+                TcpListenerAction::Remove(a) => RequestType::RemoveListener(address(&a.address)),
+                TcpListenerAction::Activate(a) => {
+                    RequestType::ActivateListener(address(&a.address))
+                }
+                TcpListenerAction::Deactivate(a) => {
+                    RequestType::DeactivateListener(address(&a.address))
+                }
+            },
+        },
+        Command::Cluster { action } => match action {
+            ClusterAction::Add {
+                id,
+                load_balancing: lb,
+                proxy_protocol: pp,
+                max_connections_per_ip,
+            } => RequestType::AddCluster(proto::Cluster {
+                cluster_id: id.clone(),
+                load_balancing: load_balancing(*lb).into(),
+                proxy_protocol: proxy_protocol(*pp).into(),
+                max_connections_per_ip: *max_connections_per_ip,
+            }),
+            ClusterAction::Remove { id } => RequestType::RemoveCluster(proto::ClusterRef {
+                cluster_id: id.clone(),
+            }),
+            ClusterAction::List => RequestType::ListClusters(proto::ListClusters {}),
+        },
+        Command::Frontend { action } => match action {
+            FrontendAction::List => RequestType::ListFrontends(proto::ListFrontends {}),
+            FrontendAction::Tcp { action } => match action {
+                TcpFrontendAction::Add(args) => RequestType::AddTcpFrontend(frontend(args)),
+                TcpFrontendAction::Remove(args) => RequestType::RemoveTcpFrontend(frontend(args)),
+            },
+        },
+        Command::Backend { action } => match action {
+            BackendAction::Add {
+                cluster,
+                backend_id,
+                address,
+                weight,
+                backup,
+            } => RequestType::AddBackend(proto::Backend {
+                cluster_id: cluster.clone(),
+                backend_id: backend_id.clone(),
+                address: address.clone(),
+                weight: *weight,
+                backup: *backup,
+            }),
+            BackendAction::Remove {
+                cluster,
+                backend_id,
+                address,
+            } => RequestType::RemoveBackend(proto::BackendRef {
+                cluster_id: cluster.clone(),
+                backend_id: backend_id.clone(),
+                address: address.clone(),
+            }),
+        },
+        Command::State { action } => match action {
+            StateAction::Save { file } => RequestType::SaveState(proto::SaveState {
+                path: file.display().to_string(),
+            }),
+            StateAction::Load { file } => RequestType::LoadState(proto::LoadState {
+                path: file.display().to_string(),
+            }),
+        },
+        Command::Metrics {
+            action: MetricsAction::Get,
+        } => RequestType::QueryMetrics(proto::QueryMetrics {}),
+    };
+    Some(request(request_type))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use command::proto::request::RequestType;
+
+    use super::for_command;
+    use crate::cli::args::Cli;
+
+    fn build(line: &str) -> Option<RequestType> {
+        let cli = Cli::try_parse_from(line.split_whitespace()).expect("valid command line");
+        for_command(&cli.command).and_then(|r| r.request_type)
+    }
+
+    #[test]
+    fn every_socket_subcommand_builds_its_request() {
+        type Check = fn(&RequestType) -> bool;
+        let cases: &[(&str, Check)] = &[
+            ("preread status", |r| matches!(r, RequestType::Status(_))),
+            ("preread shutdown", |r| {
+                matches!(r, RequestType::SoftStop(_))
+            }),
+            ("preread shutdown --hard", |r| {
+                matches!(r, RequestType::HardStop(_))
+            }),
+            ("preread listener list", |r| {
+                matches!(r, RequestType::ListListeners(_))
+            }),
+            (
+                "preread listener tcp remove -a 127.0.0.1:1",
+                |r| matches!(r, RequestType::RemoveListener(a) if a.address == "127.0.0.1:1"),
+            ),
+            ("preread listener tcp activate -a 127.0.0.1:1", |r| {
+                matches!(r, RequestType::ActivateListener(_))
+            }),
+            ("preread listener tcp deactivate -a 127.0.0.1:1", |r| {
+                matches!(r, RequestType::DeactivateListener(_))
+            }),
+            ("preread cluster list", |r| {
+                matches!(r, RequestType::ListClusters(_))
+            }),
+            (
+                "preread cluster remove -i a",
+                |r| matches!(r, RequestType::RemoveCluster(c) if c.cluster_id == "a"),
+            ),
+            ("preread frontend list", |r| {
+                matches!(r, RequestType::ListFrontends(_))
+            }),
+            (
+                "preread backend remove -i a --backend-id b -a 127.0.0.1:2",
+                |r| matches!(r, RequestType::RemoveBackend(b) if b.backend_id == "b"),
+            ),
+            (
+                "preread state save -f /tmp/s.json",
+                |r| matches!(r, RequestType::SaveState(s) if s.path == "/tmp/s.json"),
+            ),
+            ("preread state load -f /tmp/s.json", |r| {
+                matches!(r, RequestType::LoadState(_))
+            }),
+            ("preread metrics get", |r| {
+                matches!(r, RequestType::QueryMetrics(_))
+            }),
+        ];
+        for (line, check) in cases {
+            let built = build(line);
+            assert!(built.as_ref().is_some_and(check), "{line}: {built:?}");
+        }
+    }
+
+    #[test]
+    fn listener_add_carries_every_flag() {
+        let line = "preread listener tcp add -a 127.0.0.1:8443 --expect-proxy --sni-preread-timeout 300 \
+                    --sni-preread-max-bytes 4096 --default-cluster d --server-first-timeout 200 \
+                    --front-timeout 9 --back-timeout 8 --connect-timeout 2";
+        let Some(RequestType::AddTcpListener(l)) = build(line) else {
+            panic!("not a listener add")
+        };
+        assert_eq!(l.address, "127.0.0.1:8443");
+        assert!(l.expect_proxy);
+        assert_eq!(
+            (
+                l.sni_preread_timeout,
+                l.sni_preread_max_bytes,
+                l.server_first_timeout
+            ),
+            (Some(300), Some(4096), Some(200))
+        );
+        assert_eq!(l.default_cluster.as_deref(), Some("d"));
+        assert_eq!(
+            (l.front_timeout, l.back_timeout, l.connect_timeout),
+            (Some(9), Some(8), Some(2))
+        );
+    }
+
+    #[test]
+    fn frontend_cluster_and_backend_flags() {
+        let Some(RequestType::AddTcpFrontend(f)) = build(
+            "preread frontend tcp add -i web -a 127.0.0.1:8443 --sni *.example.com --alpn h2,http/1.1",
+        ) else {
+            panic!("not a frontend add")
+        };
+        assert_eq!(
+            (f.cluster_id.as_str(), f.sni.as_deref()),
+            ("web", Some("*.example.com"))
+        );
+        assert_eq!(f.alpn, ["h2", "http/1.1"]);
+        let Some(RequestType::AddCluster(c)) = build(
+            "preread cluster add -i web --load-balancing power-of-two --proxy-protocol relay --max-connections-per-ip 7",
+        ) else {
+            panic!("not a cluster add")
+        };
+        assert_eq!(
+            c.load_balancing,
+            command::proto::LoadBalancing::PowerOfTwo as i32
+        );
+        assert_eq!(
+            c.proxy_protocol,
+            command::proto::ProxyProtocol::Relay as i32
+        );
+        assert_eq!(c.max_connections_per_ip, 7);
+        let Some(RequestType::AddBackend(b)) = build(
+            "preread backend add -i web --backend-id web-0 -a 127.0.0.1:9001 --weight 5 --backup",
+        ) else {
+            panic!("not a backend add")
+        };
+        assert_eq!(
+            (b.weight, b.backup, b.address.as_str()),
+            (Some(5), true, "127.0.0.1:9001")
+        );
+    }
+
+    #[test]
+    fn offline_subcommands_send_nothing() {
+        for line in [
+            "preread config check",
+            "preread explain E101",
+            "preread inspect x.bin",
+            "preread reload",
+        ] {
+            assert_eq!(build(line), None, "{line}");
+        }
+    }
+}
