@@ -80,7 +80,11 @@ pub(super) fn parse(window: &[u8]) -> Result<ProxyParsed<'_>, ProxyError> {
     line(content, false)?;
     let len = end + 2;
     match (window.get(end), window.get(end + 1)) {
-        (Some(b'\r'), Some(b'\n')) if len <= V1_MAX_LEN => {
+        // A CR whose LF would be byte 108 is too long whatever follows it:
+        // deciding on the CR alone keeps the error the same however the
+        // bytes were split into reads (a fuzzer found the flip).
+        (Some(b'\r'), _) if len > V1_MAX_LEN => Err(ProxyError::V1TooLong),
+        (Some(b'\r'), Some(b'\n')) => {
             let addresses = line(content, true)?.ok_or(V1Fault::MissingField)?;
             Ok(ProxyParsed::Complete(ProxyHeader {
                 version: 1,
@@ -90,11 +94,7 @@ pub(super) fn parse(window: &[u8]) -> Result<ProxyParsed<'_>, ProxyError> {
                 tlvs: &[],
             }))
         }
-        (Some(b'\r'), Some(b'\n')) => Err(ProxyError::V1TooLong),
-        (Some(b'\r'), None) if len <= V1_MAX_LEN => {
-            Ok(ProxyParsed::Incomplete(Needed::at_least(1)))
-        }
-        (Some(b'\r'), None) => Err(ProxyError::V1TooLong),
+        (Some(b'\r'), None) => Ok(ProxyParsed::Incomplete(Needed::at_least(1))),
         _ => Err(V1Fault::StrayLineBreak.into()),
     }
 }

@@ -45,7 +45,9 @@ pub enum Parsed<'a> {
 pub enum Needed {
     /// The framing does not tell yet.
     Unknown,
-    /// At least this many further bytes are needed before the verdict can change.
+    /// At least this many further bytes are needed before the ClientHello
+    /// can be complete. An error may still be detected sooner: the bound
+    /// is about completion, not about every possible verdict.
     AtLeast(NonZeroUsize),
 }
 
