@@ -300,7 +300,7 @@ impl Run<'_> {
                     && config.server_first_timeout.is_some()
                     && let Some(cluster) = &config.default_cluster
                 {
-                    return Output::Routed(Route {
+                    return Output::Routed(std::sync::Arc::new(Route {
                         cluster: cluster.clone(),
                         content_offset: 0,
                         hello_end: None,
@@ -310,7 +310,7 @@ impl Run<'_> {
                         matched_sni: None,
                         matched_alpn: None,
                         fallback: Some(FallbackReason::ServerFirst),
-                    });
+                    }));
                 }
                 match self.core.deadline() {
                     Some(deadline) if now < deadline => Output::NeedMore { deadline },
@@ -381,12 +381,12 @@ impl Run<'_> {
                         cluster,
                         pattern,
                         protocol,
-                    } => Output::Routed(Route {
+                    } => Output::Routed(std::sync::Arc::new(Route {
                         cluster: ClusterId::clone(cluster),
                         matched_sni: Some(pattern.clone()),
                         matched_alpn: protocol.map(Box::from),
                         ..base
-                    }),
+                    })),
                     Lookup::SniUnmatched => refuse(config, RejectReason::SniUnmatched, base),
                     Lookup::AlpnUnmatched { .. } => Output::Reject(RejectReason::AlpnUnmatched),
                 }
@@ -399,11 +399,11 @@ impl Run<'_> {
 /// when configured, a reject otherwise.
 fn refuse(config: &PrereadConfig, reason: RejectReason, base: Route) -> Output {
     match (reason.fallback(), &config.default_cluster) {
-        (Some(fallback), Some(cluster)) => Output::Routed(Route {
+        (Some(fallback), Some(cluster)) => Output::Routed(std::sync::Arc::new(Route {
             cluster: cluster.clone(),
             fallback: Some(fallback),
             ..base
-        }),
+        })),
         _ => Output::Reject(reason),
     }
 }

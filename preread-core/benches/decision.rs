@@ -310,7 +310,8 @@ fn corpus(c: &mut Criterion) {
     for (name, window, sni) in &hellos {
         match decide(&config, window, now) {
             Output::Routed(route) => {
-                assert_eq!(route.sni.map(|s| s.as_str().to_owned()), Some(sni.clone()));
+                let got = route.sni.map(|s| s.as_str().to_owned());
+                assert_eq!(got.as_ref(), Some(sni), "{name}");
                 assert_eq!(route.fallback, None, "{name}");
             }
             other => panic!("{name}: {other:?}"),
@@ -326,7 +327,7 @@ fn corpus(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     // 15 table cases + 17 corpus files: short windows keep the whole run
-    // near a minute. Override with `-- --warm-up-time S --measurement-time S`.
+    // near a minute and a half. Override with `-- --warm-up-time S --measurement-time S`.
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_millis(1500));

@@ -326,7 +326,7 @@ fn setup(case: &str) -> Case {
             window[at..at + len].copy_from_slice(name);
             match decide(&config, &window, now) {
                 Output::Routed(route) => {
-                    let got = route.matched_sni.map(|p| p.to_string());
+                    let got = route.matched_sni.as_ref().map(|p| p.to_string());
                     assert_eq!(got.as_deref().map(str::as_bytes), Some(name), "{case}");
                 }
                 other => panic!("{case}: {other:?}"),
@@ -346,7 +346,7 @@ fn setup(case: &str) -> Case {
     let window = with_sni(&chrome, sni);
     match (decide(&config, &window, now), matched) {
         (Output::Routed(route), Some(pattern)) => {
-            let got = route.matched_sni.map(|p| p.to_string());
+            let got = route.matched_sni.as_ref().map(|p| p.to_string());
             assert_eq!(got.as_deref(), Some(pattern), "{case}");
         }
         (Output::Reject(RejectReason::SniUnmatched), None) => {}

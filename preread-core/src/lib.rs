@@ -20,6 +20,7 @@ mod reject;
 pub mod routes;
 pub mod sni;
 mod verdict;
+pub mod window;
 
 pub use alpn::AlpnOffer;
 pub use config::{MIN_PREREAD_MAX_BYTES, PrereadConfig};

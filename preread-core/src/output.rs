@@ -4,6 +4,7 @@
 //! the window past the call (outputs are latched and replayed later).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::alpn::AlpnOffer;
@@ -36,9 +37,6 @@ pub enum Input<'a> {
 /// The core's answer to one input.
 #[must_use = "an Output tells the shell what to do with the connection"]
 #[derive(Debug, Clone, PartialEq, Eq)]
-// Route stays inline so that a decision allocates as little as possible;
-// outputs are moved, and cloned only when replaying the latch.
-#[allow(clippy::large_enum_variant)]
 pub enum Output {
     /// Keep reading; call again with the grown window, or with
     /// `Input::Timeout` at `deadline` (absolute; it never moves).
@@ -47,7 +45,10 @@ pub enum Output {
         deadline: Instant,
     },
     /// Connect to a backend of `route.cluster` and replay the window.
-    Routed(Route),
+    /// Shared, because the latch keeps the decision and hands out the same
+    /// one on every later input: a refcount, not a deep copy, and an
+    /// `Output` of a few words instead of a few hundred bytes.
+    Routed(Arc<Route>),
     /// Close the connection; count it under the reason's metric.
     Reject(RejectReason),
 }

@@ -7,6 +7,7 @@
 //! clock (time comes in with the input), or let a later input change a
 //! decision.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::PrereadConfig;
@@ -119,7 +120,7 @@ impl SniPrereadCore {
                 matched_alpn: None,
                 fallback: Some(FallbackReason::ServerFirst),
             };
-            return self.latch(Output::Routed(route));
+            return self.latch(Output::Routed(Arc::new(route)));
         }
         match self.deadline {
             // A timer that fired early (or a stale one) changes nothing.

@@ -7,6 +7,7 @@
 //! to [`crate::SniPrereadCore`]), or route a malformed window anywhere.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use preread_parser::proxy::{ProxyParsed, parse_proxy_header};
 use preread_parser::tls::{AlpnProtocols, ClientHello, Parsed, TlsError, parse_client_hello};
@@ -81,7 +82,9 @@ fn incomplete(config: &PrereadConfig, window: &[u8]) -> Option<Output> {
 /// has one and the reason allows it.
 fn refuse(config: &PrereadConfig, reason: RejectReason, seen: Seen<'_>) -> Output {
     match (reason.fallback(), &config.default_cluster) {
-        (Some(fallback), Some(cluster)) => Output::Routed(seen.route(cluster, Some(fallback))),
+        (Some(fallback), Some(cluster)) => {
+            Output::Routed(Arc::new(seen.route(cluster, Some(fallback))))
+        }
         _ => Output::Reject(reason),
     }
 }
@@ -118,7 +121,7 @@ fn route<'a>(config: &PrereadConfig, hello: &ClientHello<'a>, mut seen: Seen<'a>
             let mut route = seen.route(cluster, None);
             route.matched_sni = Some(pattern.clone());
             route.matched_alpn = protocol.map(Box::from);
-            Output::Routed(route)
+            Output::Routed(Arc::new(route))
         }
         Lookup::SniUnmatched => refuse(config, RejectReason::SniUnmatched, seen),
         Lookup::AlpnUnmatched { .. } => Output::Reject(RejectReason::AlpnUnmatched),

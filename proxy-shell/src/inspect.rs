@@ -187,8 +187,8 @@ fn decision(listener: &ListenerRoutes, bytes: &[u8]) -> Value {
             "reason": null,
             "fallback": route.fallback.map(|f| f.as_str()),
             "content_offset": route.content_offset,
-            "matched_sni": route.matched_sni.map(|p| p.to_string()),
-            "matched_alpn": route.matched_alpn.map(|p| String::from_utf8_lossy(&p).into_owned()),
+            "matched_sni": route.matched_sni.as_ref().map(ToString::to_string),
+            "matched_alpn": route.matched_alpn.as_deref().map(|p| String::from_utf8_lossy(p).into_owned()),
         }),
     }
 }

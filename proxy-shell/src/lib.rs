@@ -7,3 +7,6 @@
 
 pub mod cli;
 pub mod inspect;
+pub mod server;
+pub mod start;
+pub mod worker;

@@ -57,6 +57,8 @@ pub enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Run the proxy in the foreground until SIGINT/SIGTERM or a shutdown.
+    Start,
     /// Workers, listeners, sessions, uptime.
     Status,
     /// Stop the proxy: soft (stop accepting, let sessions finish) or hard.
@@ -97,6 +99,14 @@ pub enum Command {
     },
     /// Diff the config file against the running state and apply only the difference.
     Reload,
+}
+
+impl Command {
+    /// Whether this subcommand runs the proxy (and must survive a client
+    /// closing a socket under it).
+    pub fn is_long_running(&self) -> bool {
+        matches!(self, Self::Start)
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -166,11 +176,15 @@ pub struct TcpListenerArgs {
     pub connect_timeout: Option<u32>,
 }
 
+/// The config file's spellings (`round_robin`) are accepted too.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum LoadBalancingArg {
+    #[value(alias = "round_robin")]
     RoundRobin,
     Random,
+    #[value(alias = "least_connections")]
     LeastConnections,
+    #[value(alias = "power_of_two")]
     PowerOfTwo,
 }
 

@@ -42,10 +42,9 @@ pub(super) fn socket_path(globals: &Globals) -> Result<PathBuf, String> {
     }
 }
 
-/// An open channel to the running proxy.
-pub(super) fn connect(globals: &Globals) -> Result<BlockingChannel, String> {
-    let socket = socket_path(globals)?;
-    BlockingChannel::connect(&socket, Duration::from_millis(globals.timeout))
+/// An open channel to the proxy listening on `socket`.
+pub(super) fn open(socket: &std::path::Path, globals: &Globals) -> Result<BlockingChannel, String> {
+    BlockingChannel::connect(socket, Duration::from_millis(globals.timeout))
         .map_err(|e| format!("{e} (is `preread start` running with this config?)"))
 }
 
@@ -57,11 +56,18 @@ pub(super) fn is_failure(response: &proto::Response) -> bool {
 
 /// Sends one request and prints its answer; the exit status follows INTERFACE.md.
 pub(super) fn send_and_print(globals: &Globals, request: &proto::Request) -> ExitCode {
-    let mut channel = match connect(globals) {
-        Ok(channel) => channel,
+    let socket = match socket_path(globals) {
+        Ok(socket) => socket,
         Err(message) => {
             eprintln!("preread: {message}");
             return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let mut channel = match open(&socket, globals) {
+        Ok(channel) => channel,
+        Err(message) => {
+            eprintln!("preread: {message}");
+            return ExitCode::from(EXIT_FAILED);
         }
     };
     let progress = |r: &proto::Response| {

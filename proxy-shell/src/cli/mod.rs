@@ -48,6 +48,7 @@ pub fn run(cli: Cli) -> ExitCode {
             files,
         } => offline::inspect(&globals, listener.as_deref(), *hex, *expect_proxy, files),
         Command::Reload => reload::run(&globals),
+        Command::Start => crate::start::run(&globals),
         other => match requests::for_command(other) {
             Some(request) => client::send_and_print(&globals, &request),
             None => {

@@ -16,7 +16,7 @@ use command::proto::{self, request::RequestType, response_content::ContentType};
 use command::state::ConfigState;
 use command::validate::ValidationError;
 
-use super::client::{config_path, connect, is_failure};
+use super::client::{config_path, is_failure, open, socket_path};
 use super::{EXIT_FAILED, EXIT_USAGE, Globals};
 
 fn ask(channel: &mut BlockingChannel, request_type: RequestType) -> Result<ContentType, String> {
@@ -114,11 +114,11 @@ pub(super) fn run(globals: &Globals) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let mut channel = match connect(globals) {
+    let mut channel = match socket_path(globals).and_then(|socket| open(&socket, globals)) {
         Ok(channel) => channel,
         Err(message) => {
             eprintln!("preread: {message}");
-            return ExitCode::from(EXIT_USAGE);
+            return ExitCode::from(EXIT_FAILED);
         }
     };
     let mut current = match running_state(&mut channel) {

@@ -73,7 +73,8 @@ pub fn for_command(command: &Command) -> Option<proto::Request> {
         Command::Config { .. }
         | Command::Explain { .. }
         | Command::Inspect { .. }
-        | Command::Reload => {
+        | Command::Reload
+        | Command::Start => {
             return None;
         }
         Command::Status => RequestType::Status(proto::Status {}),

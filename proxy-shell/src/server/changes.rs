@@ -1,0 +1,334 @@
+//! State changes: validate on a copy, apply on every worker, commit, save;
+//! or roll back on the workers that applied it.
+//!
+//! Owns: the queue of state-changing jobs (one request, or the steps of a
+//! state load), run one at a time in arrival order, and the answer of each.
+//! Must never: commit a step before every worker applied it; leave a step
+//! applied on some workers when another refused it.
+
+use std::collections::VecDeque;
+
+use command::diff::diff;
+use command::proto;
+use command::state::{Applied, ConfigState};
+use command::state_file::{load_state_requests, save_state};
+
+use super::clients::ClientRef;
+use super::pending::Gathered;
+use super::responses::{failure, ok};
+use super::{CommandServer, E_STOPPING, E_WORKER_REFUSED, Purpose, describe};
+use crate::worker::orders::{Order, OrderId};
+
+/// A state-changing job.
+#[derive(Debug)]
+pub(super) enum Job {
+    /// One add/update/remove/activate/deactivate request.
+    Change(proto::Request),
+    /// Load a state file: apply the diff from the running state to it.
+    Load(String),
+}
+
+#[derive(Debug)]
+struct Queued {
+    client: Option<ClientRef>,
+    job: Job,
+}
+
+/// A step sent to the workers, awaiting their answers.
+#[derive(Debug)]
+struct InFlight {
+    order: OrderId,
+    request: proto::Request,
+    /// The state once the step is committed.
+    after: ConfigState,
+}
+
+/// A step that did not apply.
+#[derive(Debug)]
+struct Failure {
+    request: proto::Request,
+    code: String,
+    message: String,
+}
+
+/// The job being run.
+#[derive(Debug)]
+struct Running {
+    client: Option<ClientRef>,
+    /// The state file of a load; `None` for a single change.
+    load: Option<String>,
+    steps: VecDeque<proto::Request>,
+    in_flight: Option<InFlight>,
+    applied: usize,
+    unchanged: usize,
+    failures: Vec<Failure>,
+}
+
+impl Running {
+    fn new(client: Option<ClientRef>, load: Option<String>, steps: Vec<proto::Request>) -> Self {
+        Self {
+            client,
+            load,
+            steps: steps.into(),
+            in_flight: None,
+            applied: 0,
+            unchanged: 0,
+            failures: Vec::new(),
+        }
+    }
+}
+
+/// The state-change queue and the running job.
+#[derive(Debug, Default)]
+pub(super) struct Changes {
+    queue: VecDeque<Queued>,
+    running: Option<Running>,
+}
+
+impl CommandServer {
+    /// Queues a state-changing job of `client` (which waits for its
+    /// answer) and runs what can run.
+    pub(super) fn enqueue(&mut self, client: Option<ClientRef>, job: Job) {
+        if let Some(who) = client {
+            self.set_busy(who);
+        }
+        if self.stopping.is_some() {
+            if let Some(who) = client {
+                self.respond(who, &stopping());
+            }
+            return;
+        }
+        self.changes.queue.push_back(Queued { client, job });
+        self.advance();
+    }
+
+    /// Runs jobs and steps until one waits for the workers or none is left.
+    fn advance(&mut self) {
+        loop {
+            let mut run = match self.changes.running.take() {
+                Some(run) => run,
+                None => {
+                    let Some(next) = self.changes.queue.pop_front() else {
+                        return;
+                    };
+                    match self.begin(next) {
+                        Some(run) => run,
+                        None => continue,
+                    }
+                }
+            };
+            if run.in_flight.is_some() {
+                self.changes.running = Some(run);
+                return;
+            }
+            let Some(request) = run.steps.pop_front() else {
+                self.finish(run);
+                continue;
+            };
+            let mut after = self.state.clone();
+            match after.dispatch(&request) {
+                Err(error) => run.failures.push(Failure {
+                    request,
+                    code: error.code.as_str().to_owned(),
+                    message: error.message,
+                }),
+                Ok(Applied::Unchanged) => run.unchanged += 1,
+                Ok(Applied::Changed) => {
+                    let timeout = self.settings.order_timeout;
+                    let order =
+                        self.broadcast(Order::Apply(request.clone()), Purpose::Step, None, timeout);
+                    run.in_flight = Some(InFlight {
+                        order,
+                        request,
+                        after,
+                    });
+                }
+            }
+            self.changes.running = Some(run);
+        }
+    }
+
+    /// Starts a job; `None` when it is answered already (a state file that
+    /// cannot be loaded).
+    fn begin(&mut self, queued: Queued) -> Option<Running> {
+        match queued.job {
+            Job::Change(request) => Some(Running::new(queued.client, None, vec![request])),
+            Job::Load(path) => match load_state_requests(&path) {
+                Ok((loaded, _)) => {
+                    let steps = diff(&self.state, &loaded);
+                    Some(Running::new(queued.client, Some(path), steps))
+                }
+                Err(error) => {
+                    if let Some(who) = queued.client {
+                        let answer = failure(
+                            error.code().as_str(),
+                            format!("cannot load the state file {path}: {error}; nothing changed"),
+                        );
+                        self.respond(who, &answer);
+                    }
+                    None
+                }
+            },
+        }
+    }
+
+    /// Every worker answered the running step (or some did not in time):
+    /// commit it, or roll it back on the workers that may have applied it.
+    pub(super) fn step_done(&mut self, gathered: &Gathered<Purpose>) {
+        let Some(mut run) = self.changes.running.take() else {
+            log::error!(
+                "answers to step {} with no state change running",
+                gathered.id
+            );
+            return;
+        };
+        let in_flight = match run.in_flight.take() {
+            Some(in_flight) if in_flight.order == gathered.id => in_flight,
+            other => {
+                log::error!("answers to step {} not in flight", gathered.id);
+                run.in_flight = other;
+                self.changes.running = Some(run);
+                return;
+            }
+        };
+        match gathered.first_failure() {
+            None => {
+                self.state = in_flight.after;
+                self.state.check_invariants();
+                run.applied += 1;
+            }
+            Some((worker, code, message)) => {
+                let code = if code.is_empty() {
+                    E_WORKER_REFUSED
+                } else {
+                    code
+                };
+                // Every worker but those that refused may hold the change (a
+                // late one applies it before the inverse: orders are FIFO).
+                let refused = gathered.refused_by();
+                let undo_on: Vec<u32> = self
+                    .worker_ids()
+                    .into_iter()
+                    .filter(|id| !refused.contains(id))
+                    .collect();
+                log::warn!(
+                    "worker {worker} refused {}: {code}: {message}; rolling back on {undo_on:?}",
+                    describe(&in_flight.request)
+                );
+                if !undo_on.is_empty() {
+                    let timeout = self.settings.order_timeout;
+                    for inverse in diff(&in_flight.after, &self.state) {
+                        let purpose = Purpose::Rollback {
+                            request: describe(&inverse),
+                        };
+                        self.broadcast(Order::Apply(inverse), purpose, Some(&undo_on), timeout);
+                    }
+                }
+                run.failures.push(Failure {
+                    request: in_flight.request,
+                    code: code.to_owned(),
+                    message: format!("worker {worker} refused it: {message}"),
+                });
+            }
+        }
+        self.changes.running = Some(run);
+        self.advance();
+    }
+
+    /// Saves the state if the job changed it, and answers the job.
+    fn finish(&mut self, run: Running) {
+        let save_error = if run.applied > 0 {
+            self.autosave()
+        } else {
+            None
+        };
+        let save_note = save_error
+            .map(|e| format!("; but the state file was not saved: {e}"))
+            .unwrap_or_default();
+        let answer = match &run.load {
+            None => match run.failures.first() {
+                Some(failed) => failure(&failed.code, failed.message.clone()),
+                None if run.applied == 0 => {
+                    ok("unchanged: the proxy already has this; nothing sent to the workers")
+                }
+                None => ok(format!(
+                    "applied on {} worker(s){save_note}",
+                    self.workers.len()
+                )),
+            },
+            Some(path) => {
+                let mut message = format!(
+                    "state loaded from {path}: {} applied, {} unchanged, {} skipped{save_note}",
+                    run.applied,
+                    run.unchanged,
+                    run.failures.len()
+                );
+                for failed in &run.failures {
+                    message.push_str(&format!(
+                        "\n  skipped {}: {}: {}",
+                        describe(&failed.request),
+                        failed.code,
+                        failed.message
+                    ));
+                }
+                match run.failures.first() {
+                    Some(failed) => failure(&failed.code, message),
+                    None => ok(message),
+                }
+            }
+        };
+        if let Some(who) = run.client {
+            self.respond(who, &answer);
+        }
+    }
+
+    /// With `automatic_state_save`, rewrites the state file; the error, if
+    /// any (logged), for the answer.
+    fn autosave(&self) -> Option<String> {
+        if !self.settings.automatic_state_save {
+            return None;
+        }
+        let path = self.settings.saved_state.as_ref()?;
+        match save_state(path, &self.state.generate_requests()) {
+            Ok(()) => None,
+            Err(error) => {
+                log::error!("automatic state save to {} failed: {error}", path.display());
+                Some(error.to_string())
+            }
+        }
+    }
+
+    /// A stop was ordered: the queued jobs will not run.
+    pub(super) fn fail_queued_changes(&mut self) {
+        let queued: Vec<Queued> = self.changes.queue.drain(..).collect();
+        for job in queued {
+            if let Some(who) = job.client {
+                self.respond(who, &stopping());
+            }
+        }
+    }
+
+    /// The server stops with a job still running: answer its client.
+    pub(super) fn fail_running_change(&mut self) {
+        self.fail_queued_changes();
+        if let Some(run) = self.changes.running.take()
+            && let Some(who) = run.client
+        {
+            let answer = failure(
+                E_STOPPING,
+                format!(
+                    "the proxy stopped before this finished ({} step(s) applied)",
+                    run.applied
+                ),
+            );
+            self.respond(who, &answer);
+        }
+    }
+}
+
+fn stopping() -> proto::Response {
+    failure(
+        E_STOPPING,
+        "the proxy is stopping: no state change is accepted",
+    )
+}

@@ -1,0 +1,276 @@
+//! The command socket's client connections: accept (with the peer check),
+//! read requests one at a time per client, write answers, close.
+//!
+//! Owns: each client's channel and whether it waits for an answer. A client
+//! is served in order: its next request is taken only once the previous one
+//! was answered (the rest waits in its channel or socket, which bounds what
+//! one client can make the proxy hold). Must never: block on a client.
+
+use std::io::{self, Read};
+
+use command::channel::{NonBlockingChannel, ReadOutcome, failure_response};
+use command::proto;
+use mio::{Events, Interest, Token};
+
+use super::responses::failure;
+use super::{CommandServer, E_PERMISSION, FINAL_FLUSH, MAX_CLIENT_KEY, socket};
+
+/// Bytes of unread input discarded before closing a client after a frame
+/// error, so the close does not turn into a reset that loses the answer.
+const DISCARD_ON_CLOSE: usize = 1 << 16;
+
+/// One client, as the jobs waiting for it know it: its slab key and a
+/// serial, so an answer never reaches a later client of the same key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ClientRef {
+    key: usize,
+    serial: u64,
+}
+
+#[derive(Debug)]
+pub(super) struct Client {
+    channel: NonBlockingChannel,
+    serial: u64,
+    /// A request of this client is being served: take no other.
+    busy: bool,
+    /// The socket may hold bytes not read yet (a readable edge, or a read
+    /// that paused).
+    may_read: bool,
+    /// Close once the queued answers are written; read nothing more.
+    closing: bool,
+}
+
+/// Reads and drops what the socket still holds, up to a bound.
+fn discard_input(stream: &mio::net::UnixStream) {
+    let mut sink = [0u8; 4096];
+    let mut left = DISCARD_ON_CLOSE;
+    let mut reader = stream;
+    while left > 0 {
+        match reader.read(&mut sink) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => left = left.saturating_sub(n),
+        }
+    }
+}
+
+impl CommandServer {
+    /// Accepts every waiting connection.
+    pub(super) fn accept_all(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => self.admit(stream),
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => {
+                    log::warn!("command socket: accept failed: {error}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn admit(&mut self, stream: mio::net::UnixStream) {
+        let mut channel = NonBlockingChannel::new(stream);
+        let refusal = match socket::peer_uid(channel.get_ref()) {
+            Ok(uid) if socket::is_authorized(uid, self.own_euid) => None,
+            Ok(uid) => Some(format!(
+                "user {uid} may not command this proxy (only root and user {})",
+                self.own_euid
+            )),
+            Err(error) => Some(format!("cannot check the client's credentials: {error}")),
+        };
+        if refusal.is_none() && self.clients.vacant_key() >= MAX_CLIENT_KEY {
+            log::warn!("command socket: too many clients");
+            return;
+        }
+        if let Some(message) = refusal {
+            log::warn!("command socket: refused a client: {message}");
+            // Best effort: one write attempt, then close.
+            if channel.queue(&failure(E_PERMISSION, message)).is_ok() {
+                let _ = channel.write_ready();
+            }
+            return;
+        }
+        let key = self.clients.vacant_key();
+        if let Err(error) = self.poll.registry().register(
+            &mut channel,
+            Token(key),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            log::warn!("command socket: cannot register a client: {error}");
+            return;
+        }
+        let serial = self.next_serial;
+        self.next_serial = self.next_serial.wrapping_add(1);
+        self.clients.insert(Client {
+            channel,
+            serial,
+            busy: false,
+            may_read: true,
+            closing: false,
+        });
+        self.woken.push_back(ClientRef { key, serial });
+    }
+
+    /// A readiness event on client `key`.
+    pub(super) fn client_event(&mut self, key: usize, writable: bool) {
+        let Some(client) = self.clients.get_mut(key) else {
+            return;
+        };
+        let who = ClientRef {
+            key,
+            serial: client.serial,
+        };
+        // Readable or not, an event may mean input (hang-ups included).
+        client.may_read = true;
+        if writable && !self.flush(who) {
+            return;
+        }
+        self.pump(who);
+    }
+
+    fn client_mut(&mut self, who: ClientRef) -> Option<&mut Client> {
+        self.clients
+            .get_mut(who.key)
+            .filter(|client| client.serial == who.serial)
+    }
+
+    /// Marks `who` as waiting for an answer: its next request waits.
+    pub(super) fn set_busy(&mut self, who: ClientRef) {
+        if let Some(client) = self.client_mut(who) {
+            client.busy = true;
+        }
+    }
+
+    /// Takes and serves `who`'s requests until it waits for an answer, has
+    /// nothing more, or is closed.
+    pub(super) fn pump(&mut self, who: ClientRef) {
+        loop {
+            let Some(client) = self.client_mut(who) else {
+                return;
+            };
+            if client.busy || client.closing {
+                return;
+            }
+            match client.channel.next_request() {
+                Ok(Some(request)) => {
+                    self.handle(who, request);
+                    continue;
+                }
+                Ok(None) => {}
+                Err(error) if error.is_frame_error() => {
+                    log::warn!("command socket: bad frame from a client: {error}");
+                    let _ = client.channel.queue(&failure_response(&error));
+                    client.closing = true;
+                    self.flush(who);
+                    return;
+                }
+                Err(_) => {
+                    // The peer closed in the middle of a frame.
+                    self.close(who);
+                    return;
+                }
+            }
+            if client.may_read {
+                match client.channel.read_ready() {
+                    Ok(ReadOutcome::Drained | ReadOutcome::PeerClosed) => client.may_read = false,
+                    Ok(ReadOutcome::Paused) => {}
+                    Err(error) => {
+                        log::debug!("command socket: read failed: {error}");
+                        self.close(who);
+                        return;
+                    }
+                }
+                continue;
+            }
+            if client.channel.is_peer_closed() {
+                // Every request it sent is answered: close once written.
+                client.closing = true;
+                self.flush(who);
+            }
+            return;
+        }
+    }
+
+    /// Queues `response` for `who` (if still connected), writes what can be
+    /// written, and frees it for its next request.
+    pub(super) fn respond(&mut self, who: ClientRef, response: &proto::Response) {
+        let Some(client) = self.client_mut(who) else {
+            return;
+        };
+        if let Err(error) = client.channel.queue(response) {
+            log::warn!("command socket: answer not sent: {error}");
+            let _ = client.channel.queue(&failure_response(&error));
+        }
+        if client.busy {
+            client.busy = false;
+            self.woken.push_back(who);
+        }
+        self.flush(who);
+    }
+
+    /// Writes `who`'s queued answers; closes it on a write error, or once
+    /// flushed if it is closing. Returns whether it is still open.
+    fn flush(&mut self, who: ClientRef) -> bool {
+        let Some(client) = self.client_mut(who) else {
+            return false;
+        };
+        match client.channel.write_ready() {
+            Ok(true) if client.closing => {
+                self.close(who);
+                false
+            }
+            Ok(_) => true,
+            Err(error) => {
+                log::debug!("command socket: write failed: {error}");
+                self.close(who);
+                false
+            }
+        }
+    }
+
+    fn close(&mut self, who: ClientRef) {
+        if self.client_mut(who).is_none() {
+            return;
+        }
+        let mut client = self.clients.remove(who.key);
+        let _ = self.poll.registry().deregister(&mut client.channel);
+        discard_input(client.channel.get_ref());
+    }
+
+    /// At exit: answers the jobs still waiting, then writes what clients
+    /// have queued, for at most [`FINAL_FLUSH`].
+    pub(super) fn finish_clients(&mut self, events: &mut Events) {
+        self.fail_running_change();
+        let deadline = std::time::Instant::now() + FINAL_FLUSH;
+        loop {
+            let keys: Vec<ClientRef> = self
+                .clients
+                .iter()
+                .map(|(key, c)| ClientRef {
+                    key,
+                    serial: c.serial,
+                })
+                .collect();
+            let mut waiting = false;
+            for who in keys {
+                if self.flush(who)
+                    && self
+                        .client_mut(who)
+                        .is_some_and(|c| c.channel.pending_output() > 0)
+                {
+                    waiting = true;
+                }
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if !waiting || left.is_zero() {
+                return;
+            }
+            if let Err(error) = self.poll.poll(events, Some(left)) {
+                if error.kind() != io::ErrorKind::Interrupted {
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! From a client's request to an answer: read-only requests are answered
+//! from the state or from the workers' reports; state changes, loads and
+//! stops go through their own paths.
+//!
+//! Owns: which request goes where. Must never: change the state (only the
+//! state-change path in `changes` does).
+
+use std::path::PathBuf;
+
+use command::codes::ErrorCode;
+use command::proto::{self, request::RequestType};
+use command::state_file::save_state;
+
+use super::changes::Job;
+use super::clients::ClientRef;
+use super::pending::Gathered;
+use super::responses::{self, failure, ok, ok_with};
+use super::{CommandServer, E_WORKER_REFUSED, Purpose, StopKind};
+use crate::worker::orders::Order;
+
+/// A read-only question for the workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Query {
+    Status,
+    Metrics,
+}
+
+impl CommandServer {
+    /// Serves one request of `who`: answers it now, or marks `who` busy
+    /// until its answer is ready.
+    pub(super) fn handle(&mut self, who: ClientRef, request: proto::Request) {
+        let Some(kind) = &request.request_type else {
+            let answer = failure(
+                ErrorCode::UnsupportedRequest.as_str(),
+                "the request is empty: it names no command",
+            );
+            self.respond(who, &answer);
+            return;
+        };
+        match kind {
+            RequestType::Status(_) => self.query(who, Query::Status),
+            RequestType::QueryMetrics(_) => self.query(who, Query::Metrics),
+            RequestType::ListListeners(_) => {
+                let answer = ok_with(responses::listeners(&self.state));
+                self.respond(who, &answer);
+            }
+            RequestType::ListClusters(_) => {
+                let answer = ok_with(responses::clusters(&self.state));
+                self.respond(who, &answer);
+            }
+            RequestType::ListFrontends(_) => {
+                let answer = ok_with(responses::frontends(&self.state));
+                self.respond(who, &answer);
+            }
+            RequestType::SaveState(save) => {
+                let answer = self.save_to(&save.path);
+                self.respond(who, &answer);
+            }
+            RequestType::LoadState(load) => {
+                let path = load.path.clone();
+                self.enqueue(Some(who), Job::Load(path));
+            }
+            RequestType::SoftStop(_) => {
+                let answer = ok(self.start_stop(StopKind::Soft));
+                self.respond(who, &answer);
+            }
+            RequestType::HardStop(_) => {
+                let answer = ok(self.start_stop(StopKind::Hard));
+                self.respond(who, &answer);
+            }
+            RequestType::AddTcpListener(_)
+            | RequestType::UpdateTcpListener(_)
+            | RequestType::RemoveListener(_)
+            | RequestType::ActivateListener(_)
+            | RequestType::DeactivateListener(_)
+            | RequestType::AddCluster(_)
+            | RequestType::RemoveCluster(_)
+            | RequestType::AddTcpFrontend(_)
+            | RequestType::RemoveTcpFrontend(_)
+            | RequestType::AddBackend(_)
+            | RequestType::RemoveBackend(_) => self.enqueue(Some(who), Job::Change(request)),
+        }
+    }
+
+    /// Asks every worker; `who` waits for the gathered answer.
+    fn query(&mut self, who: ClientRef, query: Query) {
+        self.set_busy(who);
+        let order = match query {
+            Query::Status => Order::Status,
+            Query::Metrics => Order::Metrics,
+        };
+        let timeout = self.settings.order_timeout;
+        self.broadcast(order, Purpose::Query { client: who, query }, None, timeout);
+    }
+
+    /// The answer to a query once every worker answered (or timed out).
+    pub(super) fn query_response(
+        &self,
+        query: Query,
+        gathered: &Gathered<Purpose>,
+    ) -> proto::Response {
+        if let Some((worker, code, message)) = gathered.first_failure() {
+            let code = if code.is_empty() {
+                E_WORKER_REFUSED
+            } else {
+                code
+            };
+            return failure(code, format!("worker {worker}: {message}"));
+        }
+        let content = match query {
+            Query::Status => responses::status(
+                self.started.elapsed(),
+                self.workers.len(),
+                &self.state,
+                &gathered.answers,
+            ),
+            Query::Metrics => responses::metrics(&gathered.answers),
+        };
+        ok_with(content)
+    }
+
+    /// Saves the committed state to `path` (the configured `saved_state`
+    /// when empty).
+    fn save_to(&self, path: &str) -> proto::Response {
+        let path = if path.is_empty() {
+            match &self.settings.saved_state {
+                Some(path) => path.clone(),
+                None => {
+                    return failure(
+                        ErrorCode::StateFileIo.as_str(),
+                        "no path given and no saved_state configured",
+                    );
+                }
+            }
+        } else {
+            PathBuf::from(path)
+        };
+        let requests = self.state.generate_requests();
+        match save_state(&path, &requests) {
+            Ok(()) => ok(format!(
+                "state saved to {} ({} request(s))",
+                path.display(),
+                requests.len()
+            )),
+            Err(error) => failure(error.code().as_str(), error.to_string()),
+        }
+    }
+}

@@ -1,0 +1,531 @@
+//! The command server: the main thread's event loop, which owns the command
+//! socket and the desired state, and drives the workers with orders.
+//!
+//! Owns: the Unix command socket (mode 0600, root or the proxy's own user
+//! only), the [`ConfigState`], the order bookkeeping, the serialization of
+//! state changes (one in flight at a time, in arrival order), their
+//! rollback when a worker refuses, and the state file autosave. Must never:
+//! commit a change before every worker applied it; leave a worker with a
+//! change the others refused; wait on a worker without a deadline.
+//!
+//! Workers are given to it (see [`CommandServer::add_worker`]), so tests
+//! can drive it with fake workers that only speak
+//! [`orders`](crate::worker::orders).
+
+mod changes;
+mod clients;
+mod handlers;
+mod pending;
+mod responses;
+mod socket;
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use command::config::GlobalSettings;
+use command::proto;
+use command::state::ConfigState;
+use mio::{Events, Interest, Poll, Token, Waker};
+use signal_hook::consts::signal::{SIGINT, SIGTERM};
+use signal_hook_mio::v1_0::Signals;
+use slab::Slab;
+
+use crate::worker::orders::{Answer, Order, OrderId, Reply, WorkerHandle};
+use changes::Changes;
+use clients::{Client, ClientRef};
+use handlers::Query;
+use pending::{Gathered, Pending};
+
+/// How long a worker may take to answer an order (a soft stop gets its
+/// grace on top).
+pub const DEFAULT_ORDER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a soft stop lets open sessions finish.
+pub const SOFT_STOP_GRACE: Duration = Duration::from_secs(30);
+
+/// `error_code` of a FAILURE because a worker did not answer in time.
+pub const E_WORKER_TIMEOUT: &str = "E_WORKER_TIMEOUT";
+
+/// `error_code` of a FAILURE because a worker refused without a code, or
+/// is gone.
+pub const E_WORKER_REFUSED: &str = "E_WORKER_REFUSED";
+
+/// `error_code` of the answer to a client whose user may not command the
+/// proxy (only root and the proxy's own user may).
+pub const E_PERMISSION: &str = "E_PERMISSION";
+
+/// `error_code` of a state change refused because the proxy is stopping.
+pub const E_STOPPING: &str = "E_STOPPING";
+
+const LISTENER: Token = Token(usize::MAX - 1);
+const WAKER: Token = Token(usize::MAX - 2);
+const SIGNALS: Token = Token(usize::MAX - 3);
+/// Client tokens are slab keys, below every fixed token.
+const MAX_CLIENT_KEY: usize = usize::MAX - 16;
+
+/// How long the server keeps flushing answers to clients once it stops.
+const FINAL_FLUSH: Duration = Duration::from_secs(1);
+
+/// What the command server needs to know.
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    /// Where the command socket is created.
+    pub socket_path: PathBuf,
+    /// The state file of `automatic_state_save` (and the default path of a
+    /// `SaveState` without one).
+    pub saved_state: Option<PathBuf>,
+    /// Rewrite `saved_state` after every accepted change.
+    pub automatic_state_save: bool,
+    /// How long a worker may take to answer an order.
+    pub order_timeout: Duration,
+    /// How long a soft stop lets sessions finish.
+    pub soft_stop_grace: Duration,
+}
+
+impl ServerSettings {
+    /// The settings of a config file, with the default timeouts.
+    pub fn from_global(global: &GlobalSettings) -> Self {
+        Self {
+            socket_path: global.command_socket.clone(),
+            saved_state: global.saved_state.clone(),
+            automatic_state_save: global.automatic_state_save,
+            order_timeout: DEFAULT_ORDER_TIMEOUT,
+            soft_stop_grace: SOFT_STOP_GRACE,
+        }
+    }
+}
+
+/// How the proxy stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopKind {
+    /// Stop accepting, let sessions finish within the grace.
+    Soft,
+    /// Close everything now.
+    Hard,
+}
+
+/// A boot request a worker refused (or did not answer).
+#[derive(Debug, Clone)]
+pub struct BootError {
+    /// The request, as JSON.
+    pub request: String,
+    pub worker: u32,
+    pub code: String,
+    pub message: String,
+}
+
+impl fmt::Display for BootError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "worker {} refused {} at boot: {}: {}",
+            self.worker, self.request, self.code, self.message
+        )
+    }
+}
+
+impl std::error::Error for BootError {}
+
+/// Why an order was sent: what to do with its answers.
+#[derive(Debug)]
+enum Purpose {
+    /// A client's status or metrics query.
+    Query { client: ClientRef, query: Query },
+    /// The step of the running state change.
+    Step,
+    /// Undoing a refused step on the workers that applied it.
+    Rollback { request: String },
+    /// A soft or hard stop.
+    Stop(StopKind),
+    /// A request replayed at boot.
+    Boot,
+}
+
+/// The main thread's command server. See the module documentation.
+pub struct CommandServer {
+    settings: ServerSettings,
+    poll: Poll,
+    listener: mio::net::UnixListener,
+    socket: socket::SocketFile,
+    waker: Arc<Waker>,
+    signals: Option<Signals>,
+    own_euid: u32,
+    clients: Slab<Client>,
+    next_serial: u64,
+    /// Clients that may have requests to take (freed, or just accepted).
+    woken: VecDeque<ClientRef>,
+    workers: Vec<WorkerHandle>,
+    replies: Receiver<Reply>,
+    pending: Pending<Purpose>,
+    /// Orders whose answers are all in, not yet acted on.
+    completed: VecDeque<Gathered<Purpose>>,
+    state: ConfigState,
+    changes: Changes,
+    started: Instant,
+    stopping: Option<StopKind>,
+}
+
+impl fmt::Debug for CommandServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CommandServer")
+            .field("settings", &self.settings)
+            .field("clients", &self.clients.len())
+            .field("workers", &self.workers)
+            .field("pending", &self.pending)
+            .field("changes", &self.changes)
+            .field("stopping", &self.stopping)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CommandServer {
+    /// Creates the command socket (refusing if another proxy answers on
+    /// it) and the server's poll, with `state` as the desired state. Worker
+    /// answers come on `replies`; workers must wake [`waker`](Self::waker)
+    /// after each.
+    pub fn bind(
+        settings: ServerSettings,
+        state: ConfigState,
+        replies: Receiver<Reply>,
+    ) -> io::Result<Self> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let (mut listener, socket) = socket::bind_command_socket(&settings.socket_path)?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        Ok(Self {
+            settings,
+            poll,
+            listener,
+            socket,
+            waker,
+            signals: None,
+            own_euid: socket::own_euid(),
+            clients: Slab::new(),
+            next_serial: 0,
+            woken: VecDeque::new(),
+            workers: Vec::new(),
+            replies,
+            pending: Pending::new(),
+            completed: VecDeque::new(),
+            state,
+            changes: Changes::default(),
+            started: Instant::now(),
+            stopping: None,
+        })
+    }
+
+    /// The waker workers wake after each answer.
+    pub fn waker(&self) -> Arc<Waker> {
+        Arc::clone(&self.waker)
+    }
+
+    /// Adds a worker: every later order goes to it too.
+    pub fn add_worker(&mut self, handle: WorkerHandle) {
+        self.workers.push(handle);
+    }
+
+    /// Stops on SIGINT/SIGTERM: the first one soft, a second one hard.
+    pub fn watch_signals(&mut self) -> io::Result<()> {
+        let mut signals = Signals::new([SIGINT, SIGTERM])?;
+        self.poll
+            .registry()
+            .register(&mut signals, SIGNALS, Interest::READABLE)?;
+        self.signals = Some(signals);
+        Ok(())
+    }
+
+    /// The desired state, as committed.
+    pub fn state(&self) -> &ConfigState {
+        &self.state
+    }
+
+    /// The command socket's path.
+    pub fn socket_path(&self) -> &Path {
+        self.socket.path()
+    }
+
+    /// The workers' ids.
+    pub fn worker_ids(&self) -> Vec<u32> {
+        self.workers.iter().map(|w| w.id).collect()
+    }
+
+    /// Replays the state on the workers, request by request, each applied
+    /// by every worker before the next. Returns how many requests were
+    /// sent. The first refusal (or missing answer) stops the boot.
+    pub fn boot(&mut self) -> Result<usize, BootError> {
+        let requests = self.state.generate_requests();
+        for request in &requests {
+            let id = self.broadcast(
+                Order::Apply(request.clone()),
+                Purpose::Boot,
+                None,
+                self.settings.order_timeout,
+            );
+            let gathered = self.wait_for(id);
+            if let Some((worker, code, message)) = gathered.first_failure() {
+                return Err(BootError {
+                    request: describe(request),
+                    worker,
+                    code: code.to_owned(),
+                    message,
+                });
+            }
+        }
+        Ok(requests.len())
+    }
+
+    /// Stops the workers and waits (bounded) for their answers, outside of
+    /// [`run`](Self::run): for a boot that failed. Returns whether every
+    /// worker answered.
+    pub fn stop_workers(&mut self, kind: StopKind) -> bool {
+        self.stopping = Some(kind);
+        let id = self.send_stop(kind);
+        let gathered = self.wait_for(id);
+        gathered.missing.is_empty()
+    }
+
+    /// Serves the command socket until a stop (request or signal) was
+    /// answered by every worker (or timed out). Returns the stop's kind.
+    pub fn run(&mut self) -> io::Result<StopKind> {
+        let mut events = Events::with_capacity(256);
+        loop {
+            self.settle();
+            if let Some(kind) = self.stopping
+                && !self.pending.any(|p| matches!(p, Purpose::Stop(_)))
+            {
+                self.finish_clients(&mut events);
+                return Ok(kind);
+            }
+            let timeout = self
+                .pending
+                .next_deadline()
+                .map(|d| d.saturating_duration_since(Instant::now()));
+            match self.poll.poll(&mut events, timeout) {
+                Ok(()) => {}
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => return Err(error),
+            }
+            for event in events.iter() {
+                match event.token() {
+                    LISTENER => self.accept_all(),
+                    WAKER => {}
+                    SIGNALS => self.on_signals(),
+                    Token(key) => self.client_event(key, event.is_writable()),
+                }
+            }
+        }
+    }
+
+    /// Sends `order` to `to` (every worker when `None`). A worker that is
+    /// gone counts as a refusal at once.
+    fn broadcast(
+        &mut self,
+        order: Order,
+        purpose: Purpose,
+        to: Option<&[u32]>,
+        timeout: Duration,
+    ) -> OrderId {
+        let targets: Vec<u32> = match to {
+            Some(to) => to.to_vec(),
+            None => self.worker_ids(),
+        };
+        let deadline = Instant::now() + timeout;
+        let id = self
+            .pending
+            .open(purpose, targets.iter().copied(), deadline);
+        for worker in targets {
+            let sent = self
+                .workers
+                .iter()
+                .find(|w| w.id == worker)
+                .is_some_and(|w| w.send(id, order.clone()).is_ok());
+            if !sent {
+                let gone = Reply {
+                    worker,
+                    order: id,
+                    answer: Answer::Refused {
+                        code: E_WORKER_REFUSED.to_owned(),
+                        message: format!("worker {worker} is gone"),
+                    },
+                };
+                self.completed.extend(self.pending.record(gone));
+            }
+        }
+        self.completed.extend(self.pending.take_complete(id));
+        id
+    }
+
+    /// Takes the workers' answers in and acts on every complete order and
+    /// every freed client, until nothing is left to do without waiting.
+    fn settle(&mut self) {
+        loop {
+            while let Ok(reply) = self.replies.try_recv() {
+                self.completed.extend(self.pending.record(reply));
+            }
+            for expired in self.pending.expire(Instant::now()) {
+                log::error!(
+                    "order {} ({:?}): no answer from worker(s) {:?} in time",
+                    expired.id,
+                    expired.purpose,
+                    expired.missing
+                );
+                self.completed.push_back(expired);
+            }
+            if let Some(gathered) = self.completed.pop_front() {
+                self.on_gathered(gathered);
+                continue;
+            }
+            if let Some(client) = self.woken.pop_front() {
+                self.pump(client);
+                continue;
+            }
+            return;
+        }
+    }
+
+    /// Blocks until order `id` is complete or timed out (boot and stop
+    /// outside of `run`).
+    fn wait_for(&mut self, id: OrderId) -> Gathered<Purpose> {
+        loop {
+            if let Some(at) = self.completed.iter().position(|g| g.id == id)
+                && let Some(gathered) = self.completed.remove(at)
+            {
+                return gathered;
+            }
+            let now = Instant::now();
+            let wait = self
+                .pending
+                .next_deadline()
+                .map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
+            match self.replies.recv_timeout(wait) {
+                Ok(reply) => self.completed.extend(self.pending.record(reply)),
+                Err(RecvTimeoutError::Timeout) => {
+                    let expired = self.pending.expire(Instant::now());
+                    if expired.is_empty() && self.pending.next_deadline().is_none() {
+                        // Nothing open: `id` was never opened or already taken.
+                        return Gathered {
+                            id,
+                            purpose: Purpose::Boot,
+                            answers: Vec::new(),
+                            missing: self.worker_ids(),
+                        };
+                    }
+                    self.completed.extend(expired);
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    // No worker can answer any more: every open order is over.
+                    let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+                    self.completed.extend(self.pending.expire(far));
+                    if !self.completed.iter().any(|g| g.id == id) {
+                        return Gathered {
+                            id,
+                            purpose: Purpose::Boot,
+                            answers: Vec::new(),
+                            missing: self.worker_ids(),
+                        };
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_gathered(&mut self, gathered: Gathered<Purpose>) {
+        match gathered.purpose {
+            Purpose::Query { client, query } => {
+                let response = self.query_response(query, &gathered);
+                self.respond(client, &response);
+            }
+            Purpose::Step => self.step_done(&gathered),
+            Purpose::Rollback { ref request } => {
+                if let Some((worker, code, message)) = gathered.first_failure() {
+                    log::error!(
+                        "rolling back {request} failed on worker {worker}: {code}: {message}; \
+                         its routing may differ from the state until it restarts"
+                    );
+                }
+            }
+            Purpose::Stop(kind) => match gathered.first_failure() {
+                Some((worker, code, message)) => {
+                    log::warn!("{kind:?} stop: worker {worker}: {code}: {message}");
+                }
+                None => log::info!("{kind:?} stop: every worker is done"),
+            },
+            Purpose::Boot => {}
+        }
+    }
+
+    /// Orders a stop, unless one as strong is already under way. Returns
+    /// what to tell the client.
+    fn start_stop(&mut self, kind: StopKind) -> String {
+        match (self.stopping, kind) {
+            (Some(StopKind::Hard), _) | (Some(StopKind::Soft), StopKind::Soft) => {
+                return "already stopping".to_owned();
+            }
+            _ => {}
+        }
+        self.stopping = Some(kind);
+        self.fail_queued_changes();
+        if kind == StopKind::Hard {
+            // Workers may exit on the hard stop without finishing the soft
+            // one: only the hard stop's answers are awaited.
+            self.pending
+                .cancel(|p| matches!(p, Purpose::Stop(StopKind::Soft)));
+        }
+        self.send_stop(kind);
+        match kind {
+            StopKind::Soft => format!(
+                "soft stop ordered to {} worker(s): sessions get up to {} s to finish",
+                self.workers.len(),
+                self.settings.soft_stop_grace.as_secs()
+            ),
+            StopKind::Hard => format!("hard stop ordered to {} worker(s)", self.workers.len()),
+        }
+    }
+
+    fn send_stop(&mut self, kind: StopKind) -> OrderId {
+        let (order, timeout) = match kind {
+            StopKind::Soft => (
+                Order::SoftStop {
+                    grace_ms: u64::try_from(self.settings.soft_stop_grace.as_millis())
+                        .unwrap_or(u64::MAX),
+                },
+                self.settings
+                    .soft_stop_grace
+                    .saturating_add(self.settings.order_timeout),
+            ),
+            StopKind::Hard => (Order::HardStop, self.settings.order_timeout),
+        };
+        self.broadcast(order, Purpose::Stop(kind), None, timeout)
+    }
+
+    fn on_signals(&mut self) {
+        let received: Vec<i32> = match self.signals.as_mut() {
+            Some(signals) => signals.pending().collect(),
+            None => Vec::new(),
+        };
+        for signal in received {
+            match self.stopping {
+                None => {
+                    log::info!("signal {signal}: soft stop (send another to stop at once)");
+                    self.start_stop(StopKind::Soft);
+                }
+                Some(StopKind::Soft) => {
+                    log::warn!("signal {signal} during the soft stop: hard stop");
+                    self.start_stop(StopKind::Hard);
+                }
+                Some(StopKind::Hard) => {}
+            }
+        }
+    }
+}
+
+/// A request as one line of JSON, for messages and logs.
+fn describe(request: &proto::Request) -> String {
+    serde_json::to_string(request).unwrap_or_else(|_| format!("{request:?}"))
+}

@@ -1,0 +1,153 @@
+//! The answers of the command server, built from the state and from what
+//! the workers reported.
+//!
+//! Owns: the shape of every response (status, message, code, content).
+//! Must never: change the state or talk to a worker.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use command::proto::{self, response_content::ContentType};
+use command::state::ConfigState;
+
+use crate::worker::orders::Answer;
+
+/// An OK answer with a message and no content.
+pub(crate) fn ok(message: impl Into<String>) -> proto::Response {
+    proto::Response {
+        status: proto::ResponseStatus::Ok as i32,
+        message: message.into(),
+        error_code: String::new(),
+        content: None,
+    }
+}
+
+/// An OK answer carrying `content`.
+pub(crate) fn ok_with(content: ContentType) -> proto::Response {
+    proto::Response {
+        content: Some(proto::ResponseContent {
+            content_type: Some(content),
+        }),
+        ..ok("")
+    }
+}
+
+/// A FAILURE answer with a stable code (may be empty) and a message.
+pub(crate) fn failure(code: &str, message: impl Into<String>) -> proto::Response {
+    proto::Response {
+        status: proto::ResponseStatus::Failure as i32,
+        message: message.into(),
+        error_code: code.to_owned(),
+        content: None,
+    }
+}
+
+/// The listeners of the state, resolved, with their activation.
+pub(crate) fn listeners(state: &ConfigState) -> ContentType {
+    ContentType::Listeners(proto::ListenerList {
+        listeners: state
+            .listeners()
+            .map(|config| proto::ListenerEntry {
+                active: config.active.unwrap_or(true),
+                config: Some(config.clone()),
+            })
+            .collect(),
+    })
+}
+
+/// The clusters of the state, each with its backends.
+pub(crate) fn clusters(state: &ConfigState) -> ContentType {
+    let mut backends: BTreeMap<&str, Vec<proto::Backend>> = BTreeMap::new();
+    for backend in state.backends() {
+        backends
+            .entry(backend.cluster_id.as_str())
+            .or_default()
+            .push(backend.clone());
+    }
+    ContentType::Clusters(proto::ClusterList {
+        clusters: state
+            .clusters()
+            .map(|cluster| proto::ClusterEntry {
+                backends: backends
+                    .remove(cluster.cluster_id.as_str())
+                    .unwrap_or_default(),
+                cluster: Some(cluster.clone()),
+            })
+            .collect(),
+    })
+}
+
+/// The frontends of the state, canonical.
+pub(crate) fn frontends(state: &ConfigState) -> ContentType {
+    ContentType::Frontends(proto::FrontendList {
+        frontends: state.frontends().cloned().collect(),
+    })
+}
+
+/// The status report from every worker's `Status` answer.
+pub(crate) fn status(
+    uptime: Duration,
+    workers: usize,
+    state: &ConfigState,
+    answers: &[(u32, Answer)],
+) -> ContentType {
+    let sessions = answers
+        .iter()
+        .map(|(_, answer)| match answer {
+            Answer::Status { sessions, .. } => *sessions,
+            _ => 0,
+        })
+        .fold(0u64, u64::saturating_add);
+    ContentType::Status(proto::StatusReport {
+        uptime_ms: u64::try_from(uptime.as_millis()).unwrap_or(u64::MAX),
+        workers: u32::try_from(workers).unwrap_or(u32::MAX),
+        listeners: u32::try_from(state.listeners().len()).unwrap_or(u32::MAX),
+        sessions,
+    })
+}
+
+/// The metrics of every worker, by worker id, and their per-name sum.
+pub(crate) fn metrics(answers: &[(u32, Answer)]) -> ContentType {
+    let mut total: BTreeMap<String, i64> = BTreeMap::new();
+    let mut workers = Vec::new();
+    for (worker, answer) in answers {
+        let Answer::Metrics(metrics) = answer else {
+            continue;
+        };
+        for (name, value) in &metrics.values {
+            let sum = total.entry(name.clone()).or_default();
+            *sum = sum.saturating_add(*value);
+        }
+        workers.push(proto::WorkerMetrics {
+            worker_id: *worker,
+            values: metrics.values.clone(),
+        });
+    }
+    ContentType::Metrics(proto::MetricsReport { workers, total })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker(values: &[(&str, i64)]) -> Answer {
+        Answer::Metrics(proto::WorkerMetrics {
+            worker_id: 99,
+            values: values.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+        })
+    }
+
+    #[test]
+    fn metrics_total_is_a_per_name_sum() {
+        let ContentType::Metrics(report) = metrics(&[
+            (0, worker(&[("a", 1), ("b", 2)])),
+            (1, worker(&[("b", 3), ("c", 4)])),
+        ]) else {
+            panic!("not metrics");
+        };
+        let total: Vec<(&str, i64)> = report.total.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        assert_eq!(total, vec![("a", 1), ("b", 5), ("c", 4)]);
+        let ids: Vec<u32> = report.workers.iter().map(|w| w.worker_id).collect();
+        assert_eq!(ids, vec![0, 1], "the reply's worker id wins");
+    }
+}

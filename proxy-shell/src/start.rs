@@ -1,0 +1,203 @@
+//! `preread start`: runs the proxy in the foreground.
+//!
+//! Owns: the boot sequence: config, logging, the boot state (a valid saved
+//! state file wins over the config's declarations), the command socket, the
+//! workers, replaying the state on them, then the command server until a
+//! stop, and joining the workers. Must never: start with a state the
+//! workers refused, or over another running proxy's command socket.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use command::config::{GlobalSettings, load_config_file};
+use command::state::ConfigState;
+use command::state_file::{load_state_requests, save_state};
+
+use crate::cli::{EXIT_FAILED, EXIT_USAGE, Globals};
+use crate::server::{CommandServer, ServerSettings, StopKind};
+use crate::worker::{self, WorkerSettings};
+
+/// How long `start` waits for the worker threads to end after they
+/// answered the stop.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs `preread start`.
+pub fn run(globals: &Globals) -> ExitCode {
+    let config_path = globals
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("preread.toml"));
+    let loaded = match load_config_file(&config_path) {
+        Ok(loaded) => loaded,
+        Err(problems) => {
+            eprintln!(
+                "preread: {} is not a valid config, not starting:",
+                config_path.display()
+            );
+            for problem in &problems {
+                eprintln!("{}: {problem}", config_path.display());
+            }
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let mut global = loaded.global;
+    if let Some(socket) = &globals.socket {
+        global.command_socket.clone_from(socket);
+    }
+    init_logging(&global.log_level);
+    let state = match boot_state(&global, loaded.state) {
+        Ok(state) => state,
+        Err(message) => {
+            log::error!("{message}");
+            eprintln!("preread: {message}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    serve(&global, state)
+}
+
+fn init_logging(log_level: &str) {
+    let env = env_logger::Env::default().default_filter_or(log_level);
+    // A second init (tests) keeps the first logger.
+    let _ = env_logger::Builder::from_env(env).try_init();
+}
+
+/// The state to boot with: the saved state file when there is one (it is
+/// the source of truth), else the config's declarations.
+fn boot_state(global: &GlobalSettings, from_config: ConfigState) -> Result<ConfigState, String> {
+    let Some(path) = &global.saved_state else {
+        return Ok(from_config);
+    };
+    match load_state_requests(path) {
+        Ok((state, requests)) => {
+            log::info!(
+                "booting from the state file {} ({} request(s))",
+                path.display(),
+                requests.len()
+            );
+            Ok(state)
+        }
+        Err(error) if error.is_not_found() => {
+            log::info!(
+                "no state file at {} yet: booting from the config's declarations",
+                path.display()
+            );
+            Ok(from_config)
+        }
+        Err(error) => Err(format!(
+            "the state file {} is not valid, not starting (fix or remove it): {error}",
+            path.display()
+        )),
+    }
+}
+
+/// Binds the command socket, spawns and boots the workers, serves until a
+/// stop, joins the workers.
+fn serve(global: &GlobalSettings, state: ConfigState) -> ExitCode {
+    let (replies_tx, replies_rx) = mpsc::channel();
+    let mut server =
+        match CommandServer::bind(ServerSettings::from_global(global), state, replies_rx) {
+            Ok(server) => server,
+            Err(error) => {
+                log::error!(
+                    "cannot open the command socket {}: {error}",
+                    global.command_socket.display()
+                );
+                return ExitCode::from(EXIT_FAILED);
+            }
+        };
+    let mut threads = Vec::new();
+    let count = u32::try_from(global.worker_count.max(1)).unwrap_or(u32::MAX);
+    for id in 0..count {
+        match worker::spawn(
+            id,
+            WorkerSettings::from_global(global),
+            replies_tx.clone(),
+            server.waker(),
+        ) {
+            Ok((handle, thread)) => {
+                server.add_worker(handle);
+                threads.push(thread);
+            }
+            Err(error) => {
+                log::error!("cannot start worker {id}: {error}");
+                abort(&mut server, threads);
+                return ExitCode::from(EXIT_FAILED);
+            }
+        }
+    }
+    drop(replies_tx);
+
+    match server.boot() {
+        Ok(sent) => log::debug!("boot: {sent} request(s) applied by every worker"),
+        Err(error) => {
+            log::error!("{error}; stopping");
+            abort(&mut server, threads);
+            return ExitCode::from(EXIT_FAILED);
+        }
+    }
+    if global.automatic_state_save
+        && let Some(path) = &global.saved_state
+        && let Err(error) = save_state(path, &server.state().generate_requests())
+    {
+        log::error!("cannot write the state file {}: {error}", path.display());
+    }
+    if let Err(error) = server.watch_signals() {
+        log::error!("cannot watch SIGINT/SIGTERM: {error}");
+        abort(&mut server, threads);
+        return ExitCode::from(EXIT_FAILED);
+    }
+    let listeners: Vec<&str> = server
+        .state()
+        .listeners()
+        .map(|l| l.address.as_str())
+        .collect();
+    log::info!(
+        "preread ready: {} worker(s), listeners [{}], command socket {}",
+        threads.len(),
+        listeners.join(", "),
+        server.socket_path().display()
+    );
+
+    let outcome = server.run();
+    drop(server);
+    join_all(threads);
+    match outcome {
+        Ok(kind) => {
+            log::info!("preread stopped ({kind:?} stop)");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            log::error!("the command server failed: {error}");
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
+}
+
+/// Hard-stops the workers started so far and joins them.
+fn abort(server: &mut CommandServer, threads: Vec<JoinHandle<()>>) {
+    if !server.stop_workers(StopKind::Hard) {
+        log::warn!("some worker did not answer the hard stop");
+    }
+    join_all(threads);
+}
+
+/// Joins the worker threads, waiting at most [`JOIN_TIMEOUT`] in all.
+fn join_all(threads: Vec<JoinHandle<()>>) {
+    let deadline = Instant::now() + JOIN_TIMEOUT;
+    for thread in threads {
+        while !thread.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if thread.is_finished() {
+            if thread.join().is_err() {
+                log::error!("a worker thread panicked");
+            }
+        } else {
+            log::warn!("a worker thread did not end in time; exiting without it");
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! The per-worker pool of fixed-size byte buffers, and [`Checkout`], the
+//! owned buffer a session holds while it reads and writes.
+//!
+//! Owns: the admission cap on buffers (`max_buffers`), lazy allocation, and a
+//! capped free list so that memory returns to a steady state after a burst.
+//! Must never: lock or be shared between threads (one pool per worker), hand
+//! out more than `max_buffers` buffers, or zero a buffer on reuse (every byte
+//! a session reads is written by `read` before `data` exposes it).
+
+use std::fmt;
+
+/// Buffers kept for reuse at most. Beyond this, a returned buffer is freed:
+/// a burst of connections must not pin its peak memory forever, while the
+/// usual churn of a busy worker is still served without the allocator.
+const FREE_LIST_CAP: usize = 256;
+
+/// The buffers of one worker.
+#[derive(Debug)]
+pub struct BufferPool {
+    buffer_size: usize,
+    max_buffers: usize,
+    in_use: usize,
+    /// Cleared buffers ready for reuse, at most `max_buffers.min(FREE_LIST_CAP)`.
+    free: Vec<Checkout>,
+}
+
+impl BufferPool {
+    /// A pool of at most `max_buffers` buffers of `buffer_size` bytes each.
+    /// Allocates nothing yet: buffers are created on first checkout.
+    pub fn new(buffer_size: usize, max_buffers: usize) -> Self {
+        debug_assert!(buffer_size > 0, "a zero-byte buffer cannot hold a read");
+        Self {
+            buffer_size,
+            max_buffers,
+            in_use: 0,
+            free: Vec::new(),
+        }
+    }
+
+    /// A buffer for a session, or `None` when `max_buffers` are out: the
+    /// caller refuses the connection (`tcp.refused.pool_exhausted`).
+    pub fn checkout(&mut self) -> Option<Checkout> {
+        if self.in_use >= self.max_buffers {
+            return None;
+        }
+        self.in_use += 1;
+        let buffer = self
+            .free
+            .pop()
+            .unwrap_or_else(|| Checkout::new(self.buffer_size));
+        debug_assert!(buffer.is_empty() && buffer.capacity() == self.buffer_size);
+        Some(buffer)
+    }
+
+    /// Returns a buffer taken from this pool. Its content is dropped.
+    pub fn give_back(&mut self, mut buffer: Checkout) {
+        debug_assert!(self.in_use > 0, "a buffer given back that was never out");
+        debug_assert_eq!(
+            buffer.capacity(),
+            self.buffer_size,
+            "a buffer of another pool"
+        );
+        self.in_use = self.in_use.saturating_sub(1);
+        if self.free.len() < self.max_buffers.min(FREE_LIST_CAP) {
+            buffer.clear();
+            self.free.push(buffer);
+        }
+    }
+
+    /// Buffers currently checked out.
+    pub fn in_use(&self) -> usize {
+        self.in_use
+    }
+
+    /// The most buffers that can be out at once (`max_buffers`).
+    pub fn capacity(&self) -> usize {
+        self.max_buffers
+    }
+}
+
+/// An owned buffer with a read position and a write position: bytes in
+/// `start..end` are data not yet consumed, `end..` is free space.
+pub struct Checkout {
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl Checkout {
+    fn new(size: usize) -> Self {
+        Self {
+            buf: vec![0; size].into_boxed_slice(),
+            start: 0,
+            end: 0,
+        }
+    }
+
+    /// The free space at the end, to read into; follow with [`Self::fill`].
+    /// When the tail is full and the front was consumed, the data moves to
+    /// the front first, so a half-drained buffer can still take a read.
+    pub fn space(&mut self) -> &mut [u8] {
+        if self.end == self.buf.len() && self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        &mut self.buf[self.end..]
+    }
+
+    /// Records that a read wrote `n` bytes at the start of [`Self::space`].
+    pub fn fill(&mut self, n: usize) {
+        let free = self.buf.len() - self.end;
+        debug_assert!(n <= free, "filled {n} bytes into {free} bytes of space");
+        self.end += n.min(free);
+    }
+
+    /// The bytes not consumed yet.
+    pub fn data(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    /// Drops the first `n` bytes of [`Self::data`] (they were written out).
+    pub fn consume(&mut self, n: usize) {
+        debug_assert!(n <= self.len(), "consumed {n} of {} bytes", self.len());
+        self.start += n.min(self.len());
+        if self.start == self.end {
+            // Empty: rewinding is free and gives the next read the whole buffer.
+            self.clear();
+        }
+    }
+
+    /// Bytes not consumed yet.
+    pub fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    /// The buffer's size in bytes.
+    pub fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Forgets every byte (without zeroing them).
+    pub fn clear(&mut self) {
+        self.start = 0;
+        self.end = 0;
+    }
+}
+
+impl fmt::Debug for Checkout {
+    // The bytes themselves would flood a session's debug output.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Checkout")
+            .field("start", &self.start)
+            .field("end", &self.end)
+            .field("capacity", &self.buf.len())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BufferPool, FREE_LIST_CAP};
+
+    fn write(buffer: &mut super::Checkout, bytes: &[u8]) {
+        let space = buffer.space();
+        space[..bytes.len()].copy_from_slice(bytes);
+        buffer.fill(bytes.len());
+    }
+
+    #[test]
+    fn allocates_lazily() {
+        let mut pool = BufferPool::new(16_384, 10_000);
+        assert_eq!(
+            (pool.in_use(), pool.capacity(), pool.free.len()),
+            (0, 10_000, 0)
+        );
+        let buffer = pool.checkout();
+        assert!(buffer.is_some());
+        assert_eq!((pool.in_use(), pool.free.len()), (1, 0));
+    }
+
+    #[test]
+    fn exhaustion_and_give_back() {
+        let mut pool = BufferPool::new(8, 2);
+        let a = pool.checkout();
+        let b = pool.checkout();
+        assert!(pool.checkout().is_none(), "a third buffer past max_buffers");
+        assert_eq!(pool.in_use(), 2);
+        for buffer in [a, b].into_iter().flatten() {
+            pool.give_back(buffer);
+        }
+        assert_eq!(pool.in_use(), 0);
+        assert!(pool.checkout().is_some());
+        assert_eq!(pool.in_use(), 1);
+    }
+
+    #[test]
+    fn a_buffer_is_reused_cleared_but_not_zeroed() {
+        let mut pool = BufferPool::new(8, 4);
+        let mut buffer = pool.checkout().unwrap();
+        write(&mut buffer, b"abc");
+        let address = buffer.data().as_ptr();
+        pool.give_back(buffer);
+        let mut again = pool.checkout().unwrap();
+        assert!(again.is_empty());
+        assert_eq!(
+            again.space().as_ptr(),
+            address,
+            "the same allocation comes back"
+        );
+        assert_eq!(
+            &again.space()[..3],
+            b"abc",
+            "reuse does not pay for zeroing"
+        );
+    }
+
+    #[test]
+    fn the_free_list_is_capped() {
+        let mut pool = BufferPool::new(4, FREE_LIST_CAP + 10);
+        let all: Vec<_> = std::iter::from_fn(|| pool.checkout()).collect();
+        assert_eq!(all.len(), FREE_LIST_CAP + 10);
+        for buffer in all {
+            pool.give_back(buffer);
+        }
+        assert_eq!(pool.free.len(), FREE_LIST_CAP);
+        assert_eq!(pool.in_use(), 0);
+    }
+
+    #[test]
+    fn space_after_a_partial_consume_is_the_tail() {
+        let mut pool = BufferPool::new(8, 1);
+        let mut buffer = pool.checkout().unwrap();
+        write(&mut buffer, b"hello");
+        buffer.consume(2);
+        assert_eq!(buffer.data(), b"llo");
+        assert_eq!(buffer.len(), 3);
+        // The tail is not full: no move, the free space is what follows.
+        assert_eq!(buffer.space().len(), 3);
+        assert_eq!(buffer.data(), b"llo");
+    }
+
+    #[test]
+    fn compaction_keeps_the_data_intact() {
+        let mut pool = BufferPool::new(8, 1);
+        let mut buffer = pool.checkout().unwrap();
+        write(&mut buffer, b"01234567");
+        assert!(
+            buffer.space().is_empty(),
+            "full, nothing consumed: no space"
+        );
+        buffer.consume(5);
+        assert_eq!(buffer.space().len(), 5, "the consumed front became space");
+        assert_eq!(buffer.data(), b"567");
+        write(&mut buffer, b"89ab");
+        assert_eq!(buffer.data(), b"56789ab");
+        assert_eq!(buffer.capacity(), 8);
+    }
+
+    #[test]
+    fn consuming_everything_rewinds() {
+        let mut pool = BufferPool::new(8, 1);
+        let mut buffer = pool.checkout().unwrap();
+        write(&mut buffer, b"abcd");
+        buffer.consume(4);
+        assert!(buffer.is_empty());
+        assert_eq!(buffer.space().len(), 8);
+        write(&mut buffer, b"xy");
+        buffer.clear();
+        assert_eq!((buffer.len(), buffer.space().len()), (0, 8));
+    }
+}

@@ -1,0 +1,269 @@
+//! A worker's own copy of the routing state: listeners with their preread
+//! config and routes, clusters with their backends.
+//!
+//! Owns: applying the requests the main thread already validated, one at a
+//! time and incrementally (a frontend change is one route-table insert or
+//! remove, never a rebuild). Must never: validate policy (the main thread's
+//! `ConfigState` is the judge) or touch a socket; binding is the event
+//! loop's job, told through [`Applied`].
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use command::proto::{self, request::RequestType};
+use command::validate::{
+    DEFAULT_BACK_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_FRONT_TIMEOUT_S,
+    DEFAULT_SNI_PREREAD_MAX_BYTES, DEFAULT_SNI_PREREAD_TIMEOUT_MS,
+};
+use preread_core::PrereadConfig;
+use preread_core::pattern::validate_sni_pattern;
+use preread_core::routes::{AlpnSet, ClusterId, RouteTable};
+use preread_core::window::effective_max_bytes;
+
+use super::backends::ClusterBackends;
+
+/// One listener as the data path needs it.
+#[derive(Debug)]
+pub struct ListenerRuntime {
+    pub address: SocketAddr,
+    pub active: bool,
+    /// The SNI routes and preread settings, handed to the core by reference.
+    pub preread: PrereadConfig,
+    /// A catch-all frontend: every connection goes there without preread.
+    pub catch_all: Option<ClusterId>,
+    pub server_first: Option<Duration>,
+    pub front_timeout: Duration,
+    pub back_timeout: Duration,
+    pub connect_timeout: Duration,
+}
+
+/// What the event loop must do after a request was applied.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// Nothing on the socket side.
+    Routing,
+    /// Open (bind and register) the listener at this address.
+    Open(SocketAddr),
+    /// Close the listener at this address (established sessions stay).
+    Close(SocketAddr),
+}
+
+/// Why a request could not be applied here; the main thread rolls back.
+#[derive(Debug)]
+pub struct Refusal(pub String);
+
+/// The routing state of one worker.
+#[derive(Debug)]
+pub struct Runtime {
+    pub listeners: HashMap<SocketAddr, ListenerRuntime>,
+    pub clusters: HashMap<ClusterId, ClusterBackends>,
+    buffer_size: usize,
+}
+
+fn parse(what: &str, address: &str) -> Result<SocketAddr, Refusal> {
+    address
+        .parse()
+        .map_err(|_| Refusal(format!("{what} {address:?} is not an ip:port address")))
+}
+
+fn alpn_set(names: &[String]) -> Result<AlpnSet, Refusal> {
+    if names.is_empty() {
+        return Ok(AlpnSet::Any);
+    }
+    AlpnSet::protocols(names).map_err(|e| Refusal(e.to_string()))
+}
+
+impl Runtime {
+    pub fn new(buffer_size: usize) -> Self {
+        Self {
+            listeners: HashMap::new(),
+            clusters: HashMap::new(),
+            buffer_size,
+        }
+    }
+
+    /// The interned id of a known cluster, so routes share one allocation.
+    fn cluster_id(&self, id: &str) -> Result<ClusterId, Refusal> {
+        self.clusters
+            .get_key_value(id)
+            .map(|(key, _)| key.clone())
+            .ok_or_else(|| Refusal(format!("unknown cluster {id:?}")))
+    }
+
+    fn configure(
+        &self,
+        listener: &mut ListenerRuntime,
+        config: &proto::TcpListenerConfig,
+    ) -> Result<(), Refusal> {
+        let ms =
+            |v: Option<u32>, default: u32| Duration::from_millis(u64::from(v.unwrap_or(default)));
+        let secs =
+            |v: Option<u32>, default: u32| Duration::from_secs(u64::from(v.unwrap_or(default)));
+        let configured = config
+            .sni_preread_max_bytes
+            .unwrap_or(DEFAULT_SNI_PREREAD_MAX_BYTES);
+        listener.preread.max_bytes = effective_max_bytes(configured as usize, self.buffer_size);
+        listener.preread.timeout = ms(config.sni_preread_timeout, DEFAULT_SNI_PREREAD_TIMEOUT_MS);
+        listener.preread.expect_proxy = config.expect_proxy;
+        listener.preread.default_cluster = match &config.default_cluster {
+            Some(id) => Some(self.cluster_id(id)?),
+            None => None,
+        };
+        listener.server_first = config.server_first_timeout.map(|v| ms(Some(v), 0));
+        listener.preread.server_first_timeout = listener.server_first;
+        listener.front_timeout = secs(config.front_timeout, DEFAULT_FRONT_TIMEOUT_S);
+        listener.back_timeout = secs(config.back_timeout, DEFAULT_BACK_TIMEOUT_S);
+        listener.connect_timeout = secs(config.connect_timeout, DEFAULT_CONNECT_TIMEOUT_S);
+        Ok(())
+    }
+
+    fn listener_mut(&mut self, address: &str) -> Result<&mut ListenerRuntime, Refusal> {
+        let address = parse("listener", address)?;
+        self.listeners
+            .get_mut(&address)
+            .ok_or_else(|| Refusal(format!("no listener {address} in this worker")))
+    }
+
+    /// Applies one request; the caller acts on the returned [`Applied`].
+    pub fn apply(&mut self, request: &proto::Request) -> Result<Applied, Refusal> {
+        let Some(request_type) = &request.request_type else {
+            return Err(Refusal("empty request".into()));
+        };
+        match request_type {
+            RequestType::AddTcpListener(config) => {
+                let address = parse("listener", &config.address)?;
+                if self.listeners.contains_key(&address) {
+                    return Ok(Applied::Routing);
+                }
+                let mut listener = ListenerRuntime {
+                    address,
+                    active: config.active.unwrap_or(true),
+                    preread: PrereadConfig::new(RouteTable::new()),
+                    catch_all: None,
+                    server_first: None,
+                    front_timeout: Duration::ZERO,
+                    back_timeout: Duration::ZERO,
+                    connect_timeout: Duration::ZERO,
+                };
+                self.configure(&mut listener, config)?;
+                let open = listener.active;
+                self.listeners.insert(address, listener);
+                Ok(if open {
+                    Applied::Open(address)
+                } else {
+                    Applied::Routing
+                })
+            }
+            RequestType::UpdateTcpListener(config) => {
+                let address = parse("listener", &config.address)?;
+                let mut listener = self
+                    .listeners
+                    .remove(&address)
+                    .ok_or_else(|| Refusal(format!("no listener {address} in this worker")))?;
+                let configured = self.configure(&mut listener, config);
+                let was_active = listener.active;
+                listener.active = config.active.unwrap_or(was_active);
+                let now_active = listener.active;
+                self.listeners.insert(address, listener);
+                configured?;
+                Ok(match (was_active, now_active) {
+                    (false, true) => Applied::Open(address),
+                    (true, false) => Applied::Close(address),
+                    _ => Applied::Routing,
+                })
+            }
+            RequestType::RemoveListener(a) => {
+                let address = parse("listener", &a.address)?;
+                match self.listeners.remove(&address) {
+                    Some(listener) if listener.active => Ok(Applied::Close(address)),
+                    Some(_) => Ok(Applied::Routing),
+                    None => Err(Refusal(format!("no listener {address} in this worker"))),
+                }
+            }
+            RequestType::ActivateListener(a) => {
+                let listener = self.listener_mut(&a.address)?;
+                let open = !listener.active;
+                listener.active = true;
+                Ok(if open {
+                    Applied::Open(listener.address)
+                } else {
+                    Applied::Routing
+                })
+            }
+            RequestType::DeactivateListener(a) => {
+                let listener = self.listener_mut(&a.address)?;
+                let close = listener.active;
+                listener.active = false;
+                Ok(if close {
+                    Applied::Close(listener.address)
+                } else {
+                    Applied::Routing
+                })
+            }
+            RequestType::AddCluster(cluster) => {
+                match self.clusters.get_mut(cluster.cluster_id.as_str()) {
+                    Some(existing) => existing.update_settings(cluster),
+                    None => {
+                        let id: ClusterId = Arc::from(cluster.cluster_id.as_str());
+                        self.clusters.insert(id, ClusterBackends::new(cluster));
+                    }
+                }
+                Ok(Applied::Routing)
+            }
+            RequestType::RemoveCluster(c) => {
+                self.clusters.remove(c.cluster_id.as_str());
+                Ok(Applied::Routing)
+            }
+            RequestType::AddTcpFrontend(frontend) => self.frontend(frontend, true),
+            RequestType::RemoveTcpFrontend(frontend) => self.frontend(frontend, false),
+            RequestType::AddBackend(backend) => {
+                let cluster = self
+                    .clusters
+                    .get_mut(backend.cluster_id.as_str())
+                    .ok_or_else(|| Refusal(format!("unknown cluster {:?}", backend.cluster_id)))?;
+                cluster.add(backend);
+                Ok(Applied::Routing)
+            }
+            RequestType::RemoveBackend(backend) => {
+                if let Some(cluster) = self.clusters.get_mut(backend.cluster_id.as_str()) {
+                    cluster.remove(&backend.backend_id);
+                }
+                Ok(Applied::Routing)
+            }
+            _ => Err(Refusal("not a state change".into())),
+        }
+    }
+
+    /// Takes back the activation of a listener whose socket could not be
+    /// opened, so this worker matches what the main thread will keep.
+    pub fn undo_open(&mut self, request: &proto::Request, address: SocketAddr) {
+        if matches!(request.request_type, Some(RequestType::AddTcpListener(_))) {
+            self.listeners.remove(&address);
+        } else if let Some(listener) = self.listeners.get_mut(&address) {
+            listener.active = false;
+        }
+    }
+
+    fn frontend(&mut self, frontend: &proto::TcpFrontend, add: bool) -> Result<Applied, Refusal> {
+        let cluster = self.cluster_id(&frontend.cluster_id);
+        let listener = self.listener_mut(&frontend.address)?;
+        let Some(sni) = &frontend.sni else {
+            listener.catch_all = if add { Some(cluster?) } else { None };
+            return Ok(Applied::Routing);
+        };
+        let pattern = validate_sni_pattern(sni).map_err(|e| Refusal(e.to_string()))?;
+        let alpn = alpn_set(&frontend.alpn)?;
+        if add {
+            listener
+                .preread
+                .routes
+                .insert(pattern, alpn, cluster?)
+                .map_err(|e| Refusal(e.to_string()))?;
+        } else {
+            listener.preread.routes.remove(&pattern, &alpn);
+        }
+        Ok(Applied::Routing)
+    }
+}

@@ -1,0 +1,860 @@
+//! The command server over a real Unix socket, driven with fake workers
+//! that answer orders per a script: validation, fan-out, rollback when a
+//! worker refuses, timeouts, state files, queries, bad frames, stop.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use command::channel::{
+    BlockingChannel, DEFAULT_MAX_FRAME_LEN, E_CHANNEL_FRAME, FrameDecoder, encode_frame,
+};
+use command::proto::{self, request::RequestType, response_content::ContentType};
+use command::state::ConfigState;
+use command::state_file::load_state;
+use mio::{Poll, Token, Waker};
+use proxy_shell::server::{CommandServer, E_WORKER_TIMEOUT, ServerSettings, StopKind};
+use proxy_shell::worker::orders::{Answer, Order, OrderId, Reply, WorkerHandle, WorkerInbox};
+
+/// Upper bound on any wait; reaching it fails the test.
+const BOUND: Duration = Duration::from_secs(10);
+
+// ---- fake workers ----
+
+/// How a fake worker answers.
+#[derive(Debug, Clone)]
+enum Script {
+    /// Done to every Apply.
+    Done,
+    /// Refused to adding the listener at this address, Done otherwise.
+    RefuseListener(String),
+    /// Never answers anything.
+    Silent,
+    /// Done, after a delay.
+    Slow(Duration),
+}
+
+/// What a fake worker saw: each order with when it arrived and when it
+/// was answered.
+#[derive(Debug, Clone)]
+struct Seen {
+    order: Order,
+    received: Instant,
+    answered: Option<Instant>,
+}
+
+type Log = Arc<Mutex<Vec<Seen>>>;
+
+struct Fake {
+    log: Log,
+    thread: JoinHandle<()>,
+}
+
+fn spawn_fake(
+    id: u32,
+    script: Script,
+    replies: Sender<Reply>,
+    main_waker: Arc<Waker>,
+) -> (WorkerHandle, Fake) {
+    let poll = Poll::new().expect("poll");
+    let waker = Arc::new(Waker::new(poll.registry(), Token(0)).expect("waker"));
+    let (orders_tx, orders_rx) = mpsc::channel::<(OrderId, Order)>();
+    let inbox = WorkerInbox {
+        id,
+        orders: orders_rx,
+        replies,
+        main_waker,
+    };
+    let log: Log = Arc::default();
+    let seen = Arc::clone(&log);
+    let thread = thread::spawn(move || {
+        let _poll = poll;
+        while let Ok((order_id, order)) = inbox.orders.recv() {
+            let index = {
+                let mut seen = seen.lock().expect("log");
+                seen.push(Seen {
+                    order: order.clone(),
+                    received: Instant::now(),
+                    answered: None,
+                });
+                seen.len() - 1
+            };
+            let answer = match (&script, &order) {
+                (Script::Silent, _) => continue,
+                (Script::Slow(delay), _) => {
+                    thread::sleep(*delay);
+                    Answer::Done
+                }
+                (Script::RefuseListener(refused), Order::Apply(request)) => {
+                    match &request.request_type {
+                        Some(RequestType::AddTcpListener(l)) if &l.address == refused => {
+                            Answer::Refused {
+                                code: "E_FAKE_BIND".to_owned(),
+                                message: format!("cannot bind {refused}: address in use"),
+                            }
+                        }
+                        _ => Answer::Done,
+                    }
+                }
+                (_, Order::Status) => Answer::Status {
+                    sessions: 3,
+                    listeners: 1,
+                },
+                (_, Order::Metrics) => Answer::Metrics(proto::WorkerMetrics {
+                    worker_id: id,
+                    values: [
+                        ("tcp.accepted".to_owned(), i64::from(id) + 1),
+                        ("bytes_in".to_owned(), 10),
+                    ]
+                    .into_iter()
+                    .collect(),
+                }),
+                _ => Answer::Done,
+            };
+            if let Some(entry) = seen.lock().expect("log").get_mut(index) {
+                entry.answered = Some(Instant::now());
+            }
+            inbox.answer(order_id, answer);
+            if matches!(order, Order::SoftStop { .. } | Order::HardStop) {
+                return;
+            }
+        }
+    });
+    (
+        WorkerHandle::new(id, orders_tx, waker),
+        Fake { log, thread },
+    )
+}
+
+// ---- the server under test ----
+
+static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
+
+fn temp_dir(name: &str) -> PathBuf {
+    let n = NEXT_DIR.fetch_add(1, AtomicOrdering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("preread-srv-{}-{n}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn settings(dir: &Path) -> ServerSettings {
+    ServerSettings {
+        socket_path: dir.join("cmd.sock"),
+        saved_state: None,
+        automatic_state_save: false,
+        order_timeout: BOUND,
+        soft_stop_grace: Duration::from_millis(200),
+    }
+}
+
+struct Harness {
+    dir: PathBuf,
+    socket: PathBuf,
+    fakes: Vec<Fake>,
+    done: Receiver<std::io::Result<(StopKind, ConfigState)>>,
+}
+
+impl Harness {
+    fn start(name: &str, scripts: &[Script]) -> Self {
+        let dir = temp_dir(name);
+        Self::start_with(dir.clone(), settings(&dir), ConfigState::default(), scripts)
+    }
+
+    fn start_with(
+        dir: PathBuf,
+        settings: ServerSettings,
+        state: ConfigState,
+        scripts: &[Script],
+    ) -> Self {
+        let (server, fakes) = server_with(settings, state, scripts);
+        let socket = server.socket_path().to_owned();
+        let (tx, done) = mpsc::channel();
+        thread::spawn(move || {
+            let mut server = server;
+            let outcome = server.run().map(|kind| (kind, server.state().clone()));
+            drop(server);
+            let _ = tx.send(outcome);
+        });
+        Self {
+            dir,
+            socket,
+            fakes,
+            done,
+        }
+    }
+
+    fn client(&self) -> BlockingChannel {
+        BlockingChannel::connect(&self.socket, BOUND).expect("connect")
+    }
+
+    fn ask(&self, kind: RequestType) -> proto::Response {
+        ask(&mut self.client(), kind)
+    }
+
+    fn log(&self, worker: usize) -> Vec<Order> {
+        self.fakes
+            .get(worker)
+            .map(|f| {
+                f.log
+                    .lock()
+                    .expect("log")
+                    .iter()
+                    .map(|s| s.order.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Waits until worker `worker` saw `n` orders.
+    fn wait_orders(&self, worker: usize, n: usize) -> Vec<Order> {
+        let deadline = Instant::now() + BOUND;
+        loop {
+            let log = self.log(worker);
+            if log.len() >= n {
+                return log;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "worker {worker} saw only {log:?}"
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Soft-stops the server and returns its final state.
+    fn stop(self) -> ConfigState {
+        let response = self.ask(RequestType::SoftStop(proto::SoftStop {}));
+        assert_ok(&response);
+        let (kind, state) = self
+            .done
+            .recv_timeout(BOUND)
+            .expect("server loop returned in time")
+            .expect("server ran");
+        assert_eq!(kind, StopKind::Soft);
+        assert!(!self.socket.exists(), "socket file removed on exit");
+        for fake in self.fakes {
+            let deadline = Instant::now() + BOUND;
+            while !fake.thread.is_finished() {
+                assert!(Instant::now() < deadline, "fake worker did not stop");
+                thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        state
+    }
+}
+
+fn server_with(
+    settings: ServerSettings,
+    state: ConfigState,
+    scripts: &[Script],
+) -> (CommandServer, Vec<Fake>) {
+    let (replies_tx, replies_rx) = mpsc::channel();
+    let mut server = CommandServer::bind(settings, state, replies_rx).expect("bind");
+    let mut fakes = Vec::new();
+    for (id, script) in scripts.iter().enumerate() {
+        let id = u32::try_from(id).expect("id");
+        let (handle, fake) = spawn_fake(id, script.clone(), replies_tx.clone(), server.waker());
+        server.add_worker(handle);
+        fakes.push(fake);
+    }
+    (server, fakes)
+}
+
+// ---- requests ----
+
+fn ask(channel: &mut BlockingChannel, kind: RequestType) -> proto::Response {
+    channel
+        .request(
+            &proto::Request {
+                request_type: Some(kind),
+            },
+            |_| {},
+        )
+        .expect("answer")
+}
+
+fn cluster(id: &str) -> RequestType {
+    RequestType::AddCluster(proto::Cluster {
+        cluster_id: id.to_owned(),
+        ..Default::default()
+    })
+}
+
+fn listener(address: &str) -> RequestType {
+    RequestType::AddTcpListener(proto::TcpListenerConfig {
+        address: address.to_owned(),
+        ..Default::default()
+    })
+}
+
+fn frontend(cluster: &str, address: &str, sni: &str) -> RequestType {
+    RequestType::AddTcpFrontend(proto::TcpFrontend {
+        cluster_id: cluster.to_owned(),
+        address: address.to_owned(),
+        sni: Some(sni.to_owned()),
+        ..Default::default()
+    })
+}
+
+fn backend(cluster: &str, id: &str, address: &str) -> RequestType {
+    RequestType::AddBackend(proto::Backend {
+        cluster_id: cluster.to_owned(),
+        backend_id: id.to_owned(),
+        address: address.to_owned(),
+        ..Default::default()
+    })
+}
+
+const ADDR: &str = "127.0.0.1:8443";
+
+fn setup() -> Vec<RequestType> {
+    vec![
+        cluster("alpha"),
+        listener(ADDR),
+        frontend("alpha", ADDR, "a.example.com"),
+        backend("alpha", "alpha-0", "127.0.0.1:9001"),
+    ]
+}
+
+fn assert_ok(response: &proto::Response) {
+    assert_eq!(
+        response.status,
+        proto::ResponseStatus::Ok as i32,
+        "{response:?}"
+    );
+}
+
+fn assert_failure(response: &proto::Response, code: &str) {
+    assert_eq!(
+        response.status,
+        proto::ResponseStatus::Failure as i32,
+        "{response:?}"
+    );
+    assert_eq!(response.error_code, code, "{response:?}");
+}
+
+fn content(response: proto::Response) -> ContentType {
+    response
+        .content
+        .and_then(|c| c.content_type)
+        .expect("content")
+}
+
+fn cluster_ids(h: &Harness) -> Vec<String> {
+    let ContentType::Clusters(list) =
+        content(h.ask(RequestType::ListClusters(proto::ListClusters {})))
+    else {
+        panic!("not clusters");
+    };
+    list.clusters
+        .into_iter()
+        .filter_map(|c| c.cluster.map(|c| c.cluster_id))
+        .collect()
+}
+
+fn listings(h: &Harness) -> (ContentType, ContentType, ContentType) {
+    (
+        content(h.ask(RequestType::ListListeners(proto::ListListeners {}))),
+        content(h.ask(RequestType::ListClusters(proto::ListClusters {}))),
+        content(h.ask(RequestType::ListFrontends(proto::ListFrontends {}))),
+    )
+}
+
+fn applies(log: &[Order]) -> Vec<RequestType> {
+    log.iter()
+        .filter_map(|o| match o {
+            Order::Apply(r) => r.request_type.clone(),
+            _ => None,
+        })
+        .collect()
+}
+
+fn state_of(requests: &[RequestType]) -> ConfigState {
+    let mut state = ConfigState::default();
+    for kind in requests {
+        let request = proto::Request {
+            request_type: Some(kind.clone()),
+        };
+        let _applied = state.dispatch(&request).expect("valid");
+    }
+    state
+}
+
+// ---- tests ----
+
+#[test]
+fn changes_are_applied_on_every_worker_and_listed() {
+    let h = Harness::start("apply", &[Script::Done, Script::Done]);
+    let mut client = h.client();
+    for kind in setup() {
+        assert_ok(&ask(&mut client, kind));
+    }
+    for worker in 0..2 {
+        assert_eq!(applies(&h.log(worker)), setup(), "worker {worker}");
+    }
+    let (listeners, clusters, frontends) = listings(&h);
+    let ContentType::Listeners(listeners) = listeners else {
+        panic!("not listeners");
+    };
+    let entry = listeners.listeners.first().expect("one listener");
+    assert!(entry.active);
+    assert_eq!(
+        entry.config.as_ref().map(|c| c.address.as_str()),
+        Some(ADDR)
+    );
+    let ContentType::Clusters(clusters) = clusters else {
+        panic!("not clusters");
+    };
+    let alpha = clusters.clusters.first().expect("one cluster");
+    assert_eq!(alpha.backends.len(), 1);
+    assert_eq!(alpha.backends[0].backend_id, "alpha-0");
+    let ContentType::Frontends(frontends) = frontends else {
+        panic!("not frontends");
+    };
+    assert_eq!(frontends.frontends.len(), 1);
+    assert_eq!(h.stop(), state_of(&setup()));
+}
+
+#[test]
+fn an_invalid_request_is_refused_with_its_code_and_changes_nothing() {
+    let h = Harness::start("invalid", &[Script::Done]);
+    let mut client = h.client();
+    for kind in setup() {
+        assert_ok(&ask(&mut client, kind));
+    }
+    let before = listings(&h);
+    let response = ask(&mut client, frontend("alpha", ADDR, "a.*.example.com"));
+    assert_failure(&response, "E201");
+    assert!(!response.message.is_empty());
+    assert_eq!(listings(&h), before);
+    assert_eq!(applies(&h.log(0)).len(), setup().len(), "nothing sent");
+    // The connection still serves.
+    assert_ok(&ask(&mut client, cluster("beta")));
+    h.stop();
+}
+
+#[test]
+fn an_identical_re_add_is_ok_and_sends_nothing() {
+    let h = Harness::start("unchanged", &[Script::Done, Script::Done]);
+    let mut client = h.client();
+    for kind in setup() {
+        assert_ok(&ask(&mut client, kind));
+    }
+    for kind in setup() {
+        let response = ask(&mut client, kind);
+        assert_ok(&response);
+        assert!(response.message.contains("unchanged"), "{response:?}");
+    }
+    for worker in 0..2 {
+        assert_eq!(applies(&h.log(worker)).len(), setup().len());
+    }
+    h.stop();
+}
+
+#[test]
+fn a_worker_refusal_is_rolled_back_on_the_others() {
+    let h = Harness::start(
+        "refusal",
+        &[Script::Done, Script::RefuseListener(ADDR.to_owned())],
+    );
+    let mut client = h.client();
+    assert_ok(&ask(&mut client, cluster("alpha")));
+    let response = ask(&mut client, listener(ADDR));
+    assert_failure(&response, "E_FAKE_BIND");
+    assert!(response.message.contains("address in use"), "{response:?}");
+    // Worker 0 applied it, then got the inverse; worker 1 got no inverse.
+    let log = applies(&h.wait_orders(0, 3));
+    assert!(matches!(&log[1], RequestType::AddTcpListener(l) if l.address == ADDR));
+    assert!(
+        matches!(&log[2], RequestType::RemoveListener(l) if l.address == ADDR),
+        "{log:?}"
+    );
+    let ContentType::Listeners(listeners) =
+        content(h.ask(RequestType::ListListeners(proto::ListListeners {})))
+    else {
+        panic!("not listeners");
+    };
+    assert!(listeners.listeners.is_empty());
+    // Other changes still apply.
+    assert_ok(&ask(&mut client, listener("127.0.0.1:8444")));
+    assert_eq!(applies(&h.log(1)).len(), 3, "worker 1: no inverse");
+    let state = h.stop();
+    assert_eq!(
+        state,
+        state_of(&[cluster("alpha"), listener("127.0.0.1:8444")])
+    );
+}
+
+#[test]
+fn a_worker_that_never_answers_times_out() {
+    let dir = temp_dir("timeout");
+    let settings = ServerSettings {
+        order_timeout: Duration::from_millis(300),
+        ..settings(&dir)
+    };
+    let h = Harness::start_with(
+        dir,
+        settings,
+        ConfigState::default(),
+        &[Script::Done, Script::Silent],
+    );
+    let started = Instant::now();
+    let response = h.ask(cluster("alpha"));
+    assert_failure(&response, E_WORKER_TIMEOUT);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(cluster_ids(&h).is_empty(), "not committed");
+    // The answering worker undid it.
+    let log = applies(&h.wait_orders(0, 2));
+    assert!(matches!(&log[1], RequestType::RemoveCluster(c) if c.cluster_id == "alpha"));
+    // A query times out too.
+    assert_failure(
+        &h.ask(RequestType::Status(proto::Status {})),
+        E_WORKER_TIMEOUT,
+    );
+    // The stop does not wait forever for the silent worker.
+    assert_eq!(h.stop(), ConfigState::default());
+}
+
+#[test]
+fn automatic_state_save_writes_a_loadable_file_after_each_change() {
+    let dir = temp_dir("autosave");
+    let file = dir.join("state.json");
+    let settings = ServerSettings {
+        saved_state: Some(file.clone()),
+        automatic_state_save: true,
+        ..settings(&dir)
+    };
+    let h = Harness::start_with(dir, settings, ConfigState::default(), &[Script::Done]);
+    let mut client = h.client();
+    let mut done = Vec::new();
+    for kind in setup() {
+        assert_ok(&ask(&mut client, kind.clone()));
+        done.push(kind);
+        assert_eq!(load_state(&file).expect("loadable"), state_of(&done));
+    }
+    // A refused change leaves the file as it was.
+    assert_failure(
+        &ask(&mut client, frontend("nope", ADDR, "b.example.com")),
+        "E302",
+    );
+    assert_eq!(load_state(&file).expect("loadable"), state_of(&done));
+    h.stop();
+}
+
+#[test]
+fn save_and_load_state_round_trip() {
+    let h = Harness::start("saveload", &[Script::Done, Script::Done]);
+    let saved = h.dir.join("saved.json");
+    let mut client = h.client();
+    for kind in setup() {
+        assert_ok(&ask(&mut client, kind));
+    }
+    let full = listings(&h);
+    let response = ask(
+        &mut client,
+        RequestType::SaveState(proto::SaveState {
+            path: saved.display().to_string(),
+        }),
+    );
+    assert_ok(&response);
+    assert_eq!(load_state(&saved).expect("saved"), state_of(&setup()));
+
+    // Remove the backend and the frontend, then load the file back.
+    assert_ok(&ask(
+        &mut client,
+        RequestType::RemoveBackend(proto::BackendRef {
+            cluster_id: "alpha".into(),
+            backend_id: "alpha-0".into(),
+            address: "127.0.0.1:9001".into(),
+        }),
+    ));
+    let RequestType::AddTcpFrontend(f) = frontend("alpha", ADDR, "a.example.com") else {
+        unreachable!()
+    };
+    assert_ok(&ask(&mut client, RequestType::RemoveTcpFrontend(f)));
+    assert_ne!(listings(&h), full);
+    let sent_before = applies(&h.log(0)).len();
+    let response = ask(
+        &mut client,
+        RequestType::LoadState(proto::LoadState {
+            path: saved.display().to_string(),
+        }),
+    );
+    assert_ok(&response);
+    assert!(response.message.contains("2 applied"), "{response:?}");
+    assert_eq!(listings(&h), full);
+    assert_eq!(applies(&h.log(1)).len(), sent_before + 2);
+
+    // A corrupt file: FAILURE naming the line, nothing changed.
+    let corrupt = h.dir.join("corrupt.json");
+    let text = std::fs::read_to_string(&saved).expect("saved");
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.insert(2, "{\"add_cluster\": 42}");
+    std::fs::write(&corrupt, lines.join("\n") + "\n").expect("write");
+    let response = ask(
+        &mut client,
+        RequestType::LoadState(proto::LoadState {
+            path: corrupt.display().to_string(),
+        }),
+    );
+    assert_failure(&response, "E010");
+    assert!(response.message.contains("line 3"), "{response:?}");
+    assert_eq!(listings(&h), full);
+    assert_eq!(applies(&h.log(1)).len(), sent_before + 2, "nothing sent");
+
+    // A missing file.
+    let response = ask(
+        &mut client,
+        RequestType::LoadState(proto::LoadState {
+            path: h.dir.join("missing.json").display().to_string(),
+        }),
+    );
+    assert_failure(&response, "E012");
+    assert_eq!(h.stop(), state_of(&setup()));
+}
+
+#[test]
+fn metrics_are_summed_over_the_workers() {
+    let h = Harness::start("metrics", &[Script::Done, Script::Done]);
+    let ContentType::Metrics(report) =
+        content(h.ask(RequestType::QueryMetrics(proto::QueryMetrics {})))
+    else {
+        panic!("not metrics");
+    };
+    let ids: Vec<u32> = report.workers.iter().map(|w| w.worker_id).collect();
+    assert_eq!(ids, vec![0, 1]);
+    let expected: BTreeMap<String, i64> =
+        [("bytes_in".to_owned(), 20), ("tcp.accepted".to_owned(), 3)]
+            .into_iter()
+            .collect();
+    assert_eq!(report.total, expected);
+    h.stop();
+}
+
+#[test]
+fn status_reports_workers_listeners_and_sessions() {
+    let h = Harness::start("status", &[Script::Done, Script::Done]);
+    let mut client = h.client();
+    for kind in setup() {
+        assert_ok(&ask(&mut client, kind));
+    }
+    let ContentType::Status(status) =
+        content(ask(&mut client, RequestType::Status(proto::Status {})))
+    else {
+        panic!("not status");
+    };
+    assert_eq!(status.workers, 2);
+    assert_eq!(status.listeners, 1);
+    assert_eq!(status.sessions, 6);
+    h.stop();
+}
+
+fn read_response(stream: &mut UnixStream) -> proto::Response {
+    let mut decoder = FrameDecoder::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(response) = decoder.next_frame::<proto::Response>().expect("frame") {
+            return response;
+        }
+        let n = stream.read(&mut buf).expect("read");
+        assert!(n > 0, "closed before a whole answer");
+        decoder.push(&buf[..n]);
+    }
+}
+
+#[test]
+fn a_garbage_frame_gets_a_failure_and_a_close_and_the_server_goes_on() {
+    let h = Harness::start("garbage", &[Script::Done]);
+    let mut raw = UnixStream::connect(&h.socket).expect("connect");
+    raw.set_read_timeout(Some(BOUND)).expect("timeout");
+    raw.write_all(&[0, 0, 0, 3, 0xff, 0xff, 0xff])
+        .expect("write");
+    let response = read_response(&mut raw);
+    assert_failure(&response, E_CHANNEL_FRAME);
+    let mut rest = Vec::new();
+    raw.read_to_end(&mut rest).expect("closed cleanly");
+    assert!(rest.is_empty());
+
+    // An over-cap header, with bytes after it.
+    let mut raw = UnixStream::connect(&h.socket).expect("connect");
+    raw.set_read_timeout(Some(BOUND)).expect("timeout");
+    let mut bytes = u32::MAX.to_be_bytes().to_vec();
+    bytes.extend_from_slice(&[7u8; 1000]);
+    raw.write_all(&bytes).expect("write");
+    assert_failure(&read_response(&mut raw), E_CHANNEL_FRAME);
+
+    assert_ok(&h.ask(cluster("alpha")));
+    h.stop();
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let h = Harness::start("pipeline", &[Script::Slow(Duration::from_millis(20))]);
+    let mut raw = UnixStream::connect(&h.socket).expect("connect");
+    raw.set_read_timeout(Some(BOUND)).expect("timeout");
+    let requests = [
+        cluster("alpha"),
+        RequestType::ListClusters(proto::ListClusters {}),
+        cluster("alpha"),
+        frontend("alpha", ADDR, "x.example.com"),
+    ];
+    let mut bytes = Vec::new();
+    for kind in &requests {
+        let request = proto::Request {
+            request_type: Some(kind.clone()),
+        };
+        bytes.extend(encode_frame(&request, DEFAULT_MAX_FRAME_LEN).expect("encode"));
+    }
+    raw.write_all(&bytes).expect("write");
+    let mut decoder = FrameDecoder::new();
+    let mut answers = Vec::new();
+    let mut buf = [0u8; 4096];
+    while answers.len() < requests.len() {
+        match decoder.next_frame::<proto::Response>().expect("frame") {
+            Some(response) => answers.push(response),
+            None => {
+                let n = raw.read(&mut buf).expect("read");
+                assert!(n > 0, "closed early");
+                decoder.push(&buf[..n]);
+            }
+        }
+    }
+    assert_ok(&answers[0]);
+    assert!(answers[0].message.contains("applied"), "{:?}", answers[0]);
+    let ContentType::Clusters(list) = content(answers[1].clone()) else {
+        panic!("not clusters");
+    };
+    assert_eq!(list.clusters.len(), 1, "listed after the add");
+    assert!(answers[2].message.contains("unchanged"));
+    assert_failure(&answers[3], "E106");
+    h.stop();
+}
+
+#[test]
+fn state_changes_of_several_clients_are_serialized() {
+    let h = Harness::start(
+        "serial",
+        &[Script::Done, Script::Slow(Duration::from_millis(150))],
+    );
+    let socket = h.socket.clone();
+    let others: Vec<JoinHandle<proto::Response>> = ["a", "b", "c"]
+        .into_iter()
+        .map(|id| {
+            let socket = socket.clone();
+            thread::spawn(move || {
+                let mut client = BlockingChannel::connect(&socket, BOUND).expect("connect");
+                ask(&mut client, cluster(id))
+            })
+        })
+        .collect();
+    for thread in others {
+        assert_ok(&thread.join().expect("client"));
+    }
+    let fast = h.fakes[0].log.lock().expect("log").clone();
+    let slow = h.fakes[1].log.lock().expect("log").clone();
+    assert_eq!(fast.len(), 3);
+    // Worker 0 got each change only after worker 1 answered the previous.
+    for i in 1..3 {
+        let answered = slow[i - 1].answered.expect("answered");
+        assert!(fast[i].received >= answered, "change {i} sent too early");
+    }
+    assert_eq!(cluster_ids(&h), vec!["a", "b", "c"]);
+    h.stop();
+}
+
+#[test]
+fn the_socket_is_private_and_not_taken_twice() {
+    let h = Harness::start("socket", &[Script::Done]);
+    let mode = std::fs::metadata(&h.socket)
+        .expect("socket")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let (_tx, rx) = mpsc::channel();
+    let again = ServerSettings {
+        socket_path: h.socket.clone(),
+        ..settings(&h.dir)
+    };
+    let err = CommandServer::bind(again, ConfigState::default(), rx).expect_err("in use");
+    assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
+    assert!(
+        h.socket.exists(),
+        "the running server's socket is left alone"
+    );
+    h.stop();
+}
+
+#[test]
+fn a_stale_socket_file_is_replaced() {
+    let dir = temp_dir("stale");
+    let path = dir.join("cmd.sock");
+    drop(std::os::unix::net::UnixListener::bind(&path).expect("stale"));
+    assert!(path.exists());
+    let h = Harness::start_with(dir.clone(), settings(&dir), ConfigState::default(), &[]);
+    assert_ok(&h.ask(cluster("alpha")));
+    h.stop();
+}
+
+#[test]
+fn soft_stop_answers_ok_stops_the_workers_and_returns() {
+    let h = Harness::start("stop", &[Script::Done, Script::Done]);
+    let response = h.ask(RequestType::SoftStop(proto::SoftStop {}));
+    assert_ok(&response);
+    let (kind, _) = h.done.recv_timeout(BOUND).expect("returned").expect("ran");
+    assert_eq!(kind, StopKind::Soft);
+    for worker in 0..2 {
+        let log = h.wait_orders(worker, 1);
+        assert!(
+            matches!(log.last(), Some(Order::SoftStop { grace_ms: 200 })),
+            "{log:?}"
+        );
+    }
+    assert!(!h.socket.exists());
+}
+
+#[test]
+fn boot_replays_the_state_and_a_refusal_fails_it() {
+    let dir = temp_dir("boot");
+    let state = state_of(&setup());
+    let (mut server, fakes) =
+        server_with(settings(&dir), state.clone(), &[Script::Done, Script::Done]);
+    assert_eq!(server.boot().expect("boot"), setup().len());
+    let wanted: Vec<RequestType> = state
+        .generate_requests()
+        .into_iter()
+        .filter_map(|r| r.request_type)
+        .collect();
+    for fake in &fakes {
+        let log: Vec<Order> = fake
+            .log
+            .lock()
+            .expect("log")
+            .iter()
+            .map(|s| s.order.clone())
+            .collect();
+        assert_eq!(applies(&log), wanted);
+    }
+    assert!(server.stop_workers(StopKind::Hard));
+    drop(server);
+
+    let (mut server, _fakes) = server_with(
+        settings(&dir),
+        state,
+        &[Script::Done, Script::RefuseListener(ADDR.to_owned())],
+    );
+    let error = server.boot().expect_err("refused");
+    assert_eq!(error.worker, 1);
+    assert_eq!(error.code, "E_FAKE_BIND");
+    assert!(server.stop_workers(StopKind::Hard));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
