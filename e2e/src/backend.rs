@@ -483,6 +483,18 @@ fn strip_proxy_header(rec: &mut Recorder) -> Result<Option<String>, String> {
     }
 }
 
+/// Reads and drops until EOF or an error, at most 5 s and 1 MiB.
+fn drain_until_eof(stream: &mut TcpStream) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut buf = [0u8; 4096];
+    for _ in 0..256 {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
 fn looks_like_http(first: &[u8]) -> bool {
     const METHODS: [&[u8]; 6] = [
         b"GET ",
@@ -538,6 +550,9 @@ fn serve_tls(settings: &TlsSettings, mut rec: Recorder) -> Result<(), String> {
         tls.conn.send_close_notify();
         tls.flush().map_err(|e| io_err("flush", e))?;
         let _ = tls.sock.inner.shutdown(Shutdown::Write);
+        // Let the client close first: closing with its close_notify unread
+        // would reset the connection and could destroy the response.
+        drain_until_eof(&mut tls.sock.inner);
         return Ok(());
     }
     tls.write_all(line.as_bytes())

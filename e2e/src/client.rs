@@ -192,7 +192,9 @@ pub fn tls_request_with(addr: SocketAddr, options: &ClientOptions) -> Result<Tls
         .conn
         .protocol_version()
         .map_or_else(|| "-".to_owned(), |v| format!("{v:?}"));
-    half_close(&mut stream)?;
+    // Best effort: a backend that already closed (HTTP mode, a refusal)
+    // makes the shutdown fail, and what it sent is still to be read.
+    let _ = half_close(&mut stream);
     let (tail, clean_close) = read_tls_to_close(&mut stream, options.timeout);
     Ok(TlsOutcome {
         dns_names,

@@ -37,8 +37,8 @@ fn tls_request_sees_certificate_alpn_and_first_line() {
         BackendConfig::new("alpha-0", &["a.example.com", "*.b.example.com"])
             .alpn(&["h2", "http/1.1"]),
     );
-    let outcome = tls_request(backend.addr(), "a.example.com", &["http/1.1", "h2"], None)
-        .expect("request");
+    let outcome =
+        tls_request(backend.addr(), "a.example.com", &["http/1.1", "h2"], None).expect("request");
     assert_eq!(outcome.dns_names, ["a.example.com", "*.b.example.com"]);
     // The server's preference wins in rustls.
     assert_eq!(outcome.alpn.as_deref(), Some("h2"));
@@ -185,19 +185,33 @@ fn http_mode_answers_http() {
             .message(b"GET / HTTP/1.1\r\nHost: www.example.com\r\n\r\n"),
     )
     .expect("request");
-    assert!(outcome.line.starts_with("HTTP/1.1 200 OK"), "{}", outcome.line);
+    assert!(
+        outcome.line.starts_with("HTTP/1.1 200 OK"),
+        "{}",
+        outcome.line
+    );
     let body = String::from_utf8_lossy(&outcome.tail).into_owned();
-    assert!(body.ends_with("backend=www-0 alpn=- sni=www.example.com\n"), "{body}");
+    assert!(
+        body.ends_with("backend=www-0 alpn=- sni=www.example.com\n"),
+        "{body}"
+    );
 }
 
 #[test]
 fn plain_backend_records_and_answers() {
     let backend = PlainBackend::start("fallback-0");
-    let (received, closed) = raw_exchange(backend.addr(), b"GET / HTTP/1.0\r\n\r\n", Duration::from_millis(300))
-        .expect("exchange");
+    let (received, closed) = raw_exchange(
+        backend.addr(),
+        b"GET / HTTP/1.0\r\n\r\n",
+        Duration::from_millis(300),
+    )
+    .expect("exchange");
     assert_eq!(received, b"backend=fallback-0\n");
     assert!(!closed, "the backend waits for more");
-    assert!(eventually(|| backend.connections().first().map(Vec::as_slice)
+    assert!(eventually(|| backend
+        .connections()
+        .first()
+        .map(Vec::as_slice)
         == Some(b"GET / HTTP/1.0\r\n\r\n".as_slice())));
 
     // Echo and half-close on a plain stream.
@@ -207,7 +221,9 @@ fn plain_backend_records_and_answers() {
     stream.read_exact(&mut line).expect("line");
     assert_eq!(&line, b"backend=fallback-0\n");
     stream.write_all(b"echo me").expect("write");
-    stream.shutdown(std::net::Shutdown::Write).expect("shutdown");
+    stream
+        .shutdown(std::net::Shutdown::Write)
+        .expect("shutdown");
     let (rest, closed) = client::read_to_close(&mut stream, T);
     assert_eq!(rest, b"echo mebye\n");
     assert!(closed);
@@ -223,7 +239,11 @@ fn raw_exchange_on_a_closed_port_fails_fast() {
     let addr = free_addr();
     let started = Instant::now();
     let err = raw_exchange(addr, b"x", T).expect_err("nothing listens");
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
     assert!(err.contains("connect"), "{err}");
 }
 
@@ -235,10 +255,14 @@ fn drip_sends_everything_slowly() {
     let started = Instant::now();
     let mut stream = client::drip(backend.addr(), &payload, 4, pause).expect("drip");
     assert!(started.elapsed() >= pause * 10);
-    stream.shutdown(std::net::Shutdown::Write).expect("shutdown");
+    stream
+        .shutdown(std::net::Shutdown::Write)
+        .expect("shutdown");
     let (_, closed) = client::read_to_close(&mut stream, T);
     assert!(closed);
-    assert!(eventually(|| backend.connections().first() == Some(&payload)));
+    assert!(eventually(
+        || backend.connections().first() == Some(&payload)
+    ));
 }
 
 #[test]
@@ -263,4 +287,47 @@ fn drop_stops_a_backend_with_an_open_connection() {
     drop(backend);
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err());
+}
+
+/// The proxy harness against the real binary, when it is built (skipped
+/// with a note otherwise: `cargo build -p proxy-shell` first).
+#[test]
+fn proxy_process_smoke() {
+    use e2e::proxy::{ConfigBuilder, ProxyProcess};
+    if let Err(why) = e2e::proxy::preread_bin() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let alpha = TlsBackend::start(BackendConfig::new("alpha-0", &["a.example.com"]).alpn(&["h2"]));
+    let fallback = PlainBackend::start("fallback-0");
+    let config = ConfigBuilder::new()
+        .listener("main", &["default_cluster = \"fallback\""])
+        .frontend("alpha", "main", Some("a.example.com"), &[])
+        .backend("alpha", "alpha-0", alpha.addr())
+        .backend("fallback", "fallback-0", fallback.addr())
+        .build();
+    let mut proxy = ProxyProcess::start(&config).expect("proxy ready");
+    let outcome = tls_request(proxy.addr("main"), "a.example.com", &["h2"], None).expect("routed");
+    assert_eq!(outcome.backend(), Some("alpha-0"));
+    assert_eq!(outcome.dns_names, ["a.example.com"]);
+    assert_eq!(outcome.tail, b"bye\n");
+    let (received, _) =
+        raw_exchange(proxy.addr("main"), b"PING\r\n", Duration::from_millis(500)).expect("plain");
+    assert_eq!(received, b"backend=fallback-0\n");
+    proxy
+        .wait_metric("tcp.sni_preread.routed", |v| v >= 1, T)
+        .expect("routed metric");
+    proxy
+        .wait_stderr("outcome=fallback:not_tls", T)
+        .expect("access log");
+    let logs = proxy.access_logs();
+    assert!(
+        logs.iter()
+            .any(|l| l["backend"] == "alpha-0" && l["outcome"] == "routed"),
+        "{logs:?}"
+    );
+    let status = proxy.cli(&["status"]).expect("cli");
+    assert!(status.status.success(), "{status:?}");
+    let exit = proxy.stop_soft().expect("soft stop");
+    assert!(exit.success(), "{exit}");
 }

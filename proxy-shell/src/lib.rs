@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod inspect;
+pub mod metrics_http;
 pub mod server;
 pub mod start;
 pub mod worker;

@@ -38,7 +38,7 @@ pub fn run(globals: &Globals) -> ExitCode {
                 config_path.display()
             );
             for problem in &problems {
-                eprintln!("{}: {problem}", config_path.display());
+                eprintln!("{}:{problem}", config_path.display());
             }
             return ExitCode::from(EXIT_USAGE);
         }
@@ -51,7 +51,6 @@ pub fn run(globals: &Globals) -> ExitCode {
     let state = match boot_state(&global, loaded.state) {
         Ok(state) => state,
         Err(message) => {
-            log::error!("{message}");
             eprintln!("preread: {message}");
             return ExitCode::from(EXIT_USAGE);
         }
@@ -147,6 +146,13 @@ fn serve(global: &GlobalSettings, state: ConfigState) -> ExitCode {
     }
     if let Err(error) = server.watch_signals() {
         log::error!("cannot watch SIGINT/SIGTERM: {error}");
+        abort(&mut server, threads);
+        return ExitCode::from(EXIT_FAILED);
+    }
+    if let Some(address) = global.metrics_address
+        && let Err(error) = crate::metrics_http::spawn(address, server.socket_path().to_path_buf())
+    {
+        log::error!("cannot serve metrics on {address}: {error}");
         abort(&mut server, threads);
         return ExitCode::from(EXIT_FAILED);
     }

@@ -819,6 +819,7 @@ fn soft_stop_answers_ok_stops_the_workers_and_returns() {
         );
     }
     assert!(!h.socket.exists());
+    let _ = std::fs::remove_dir_all(&h.dir);
 }
 
 #[test]
@@ -857,4 +858,31 @@ fn boot_replays_the_state_and_a_refusal_fails_it() {
     assert!(server.stop_workers(StopKind::Hard));
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn another_user_is_refused() {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: switching to another user needs root");
+        return;
+    }
+    let h = Harness::start("peer", &[Script::Done]);
+    // Open the file mode so that only the peer check stands in the way.
+    std::fs::set_permissions(&h.socket, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_preread"))
+        .args(["status", "--timeout", "5000", "--socket"])
+        .arg(&h.socket)
+        .env_remove("PREREAD_CONFIG")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("run preread as nobody");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("E_PERMISSION"), "{stderr}");
+    // Root still commands it.
+    assert_ok(&h.ask(RequestType::Status(proto::Status {})));
+    h.stop();
 }

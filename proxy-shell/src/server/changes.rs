@@ -16,7 +16,7 @@ use command::state_file::{load_state_requests, save_state};
 use super::clients::ClientRef;
 use super::pending::Gathered;
 use super::responses::{failure, ok};
-use super::{CommandServer, E_STOPPING, E_WORKER_REFUSED, Purpose, describe};
+use super::{CommandServer, E_STOPPING, Purpose, describe};
 use crate::worker::orders::{Order, OrderId};
 
 /// A state-changing job.
@@ -197,12 +197,7 @@ impl CommandServer {
                 self.state.check_invariants();
                 run.applied += 1;
             }
-            Some((worker, code, message)) => {
-                let code = if code.is_empty() {
-                    E_WORKER_REFUSED
-                } else {
-                    code
-                };
+            Some((_, code, message)) => {
                 // Every worker but those that refused may hold the change (a
                 // late one applies it before the inverse: orders are FIFO).
                 let refused = gathered.refused_by();
@@ -212,7 +207,7 @@ impl CommandServer {
                     .filter(|id| !refused.contains(id))
                     .collect();
                 log::warn!(
-                    "worker {worker} refused {}: {code}: {message}; rolling back on {undo_on:?}",
+                    "{}: {code}: {message}; undoing it on worker(s) {undo_on:?}",
                     describe(&in_flight.request)
                 );
                 if !undo_on.is_empty() {
@@ -227,7 +222,11 @@ impl CommandServer {
                 run.failures.push(Failure {
                     request: in_flight.request,
                     code: code.to_owned(),
-                    message: format!("worker {worker} refused it: {message}"),
+                    message: if undo_on.is_empty() {
+                        format!("{message}; nothing changed")
+                    } else {
+                        format!("{message}; undone on worker(s) {undo_on:?}, nothing changed")
+                    },
                 });
             }
         }

@@ -38,6 +38,9 @@ pub(super) struct Client {
     may_read: bool,
     /// Close once the queued answers are written; read nothing more.
     closing: bool,
+    /// Why this client may not command the proxy: its first request is
+    /// answered with this, then it is closed.
+    refused: Option<String>,
 }
 
 /// Reads and drops what the socket still holds, up to a bound.
@@ -71,27 +74,22 @@ impl CommandServer {
 
     fn admit(&mut self, stream: mio::net::UnixStream) {
         let mut channel = NonBlockingChannel::new(stream);
-        let refusal = match socket::peer_uid(channel.get_ref()) {
+        let refused = match socket::peer_uid(channel.get_ref()) {
             Ok(uid) if socket::is_authorized(uid, self.own_euid) => None,
             Ok(uid) => Some(format!(
-                "user {uid} may not command this proxy (only root and user {})",
+                "user {uid} may not command this proxy (only root and user {} may)",
                 self.own_euid
             )),
             Err(error) => Some(format!("cannot check the client's credentials: {error}")),
         };
-        if refusal.is_none() && self.clients.vacant_key() >= MAX_CLIENT_KEY {
+        if let Some(message) = &refused {
+            log::warn!("command socket: refusing a client: {message}");
+        }
+        let key = self.clients.vacant_key();
+        if key >= MAX_CLIENT_KEY {
             log::warn!("command socket: too many clients");
             return;
         }
-        if let Some(message) = refusal {
-            log::warn!("command socket: refused a client: {message}");
-            // Best effort: one write attempt, then close.
-            if channel.queue(&failure(E_PERMISSION, message)).is_ok() {
-                let _ = channel.write_ready();
-            }
-            return;
-        }
-        let key = self.clients.vacant_key();
         if let Err(error) = self.poll.registry().register(
             &mut channel,
             Token(key),
@@ -105,6 +103,7 @@ impl CommandServer {
         self.clients.insert(Client {
             channel,
             serial,
+            refused,
             busy: false,
             may_read: true,
             closing: false,
@@ -153,6 +152,13 @@ impl CommandServer {
                 return;
             }
             match client.channel.next_request() {
+                Ok(Some(_)) if client.refused.is_some() => {
+                    let message = client.refused.take().unwrap_or_default();
+                    let _ = client.channel.queue(&failure(E_PERMISSION, message));
+                    client.closing = true;
+                    self.flush(who);
+                    return;
+                }
                 Ok(Some(request)) => {
                     self.handle(who, request);
                     continue;

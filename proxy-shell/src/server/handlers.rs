@@ -15,7 +15,7 @@ use super::changes::Job;
 use super::clients::ClientRef;
 use super::pending::Gathered;
 use super::responses::{self, failure, ok, ok_with};
-use super::{CommandServer, E_WORKER_REFUSED, Purpose, StopKind};
+use super::{CommandServer, Purpose, StopKind};
 use crate::worker::orders::Order;
 
 /// A read-only question for the workers.
@@ -99,13 +99,8 @@ impl CommandServer {
         query: Query,
         gathered: &Gathered<Purpose>,
     ) -> proto::Response {
-        if let Some((worker, code, message)) = gathered.first_failure() {
-            let code = if code.is_empty() {
-                E_WORKER_REFUSED
-            } else {
-                code
-            };
-            return failure(code, format!("worker {worker}: {message}"));
+        if let Some((_, code, message)) = gathered.first_failure() {
+            return failure(code, message);
         }
         let content = match query {
             Query::Status => responses::status(

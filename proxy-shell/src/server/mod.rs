@@ -114,8 +114,11 @@ pub enum StopKind {
 pub struct BootError {
     /// The request, as JSON.
     pub request: String,
+    /// The worker that refused or did not answer.
     pub worker: u32,
+    /// The worker's code, or [`E_WORKER_REFUSED`] / [`E_WORKER_TIMEOUT`].
     pub code: String,
+    /// What went wrong, naming the worker.
     pub message: String,
 }
 
@@ -123,8 +126,8 @@ impl fmt::Display for BootError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "worker {} refused {} at boot: {}: {}",
-            self.worker, self.request, self.code, self.message
+            "booting {}: {}: {}",
+            self.request, self.code, self.message
         )
     }
 }
@@ -335,7 +338,7 @@ impl CommandServer {
             Some(to) => to.to_vec(),
             None => self.worker_ids(),
         };
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let id = self
             .pending
             .open(purpose, targets.iter().copied(), deadline);
@@ -420,7 +423,7 @@ impl CommandServer {
                 }
                 Err(RecvTimeoutError::Disconnected) => {
                     // No worker can answer any more: every open order is over.
-                    let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+                    let far = deadline_after(Duration::MAX);
                     self.completed.extend(self.pending.expire(far));
                     if !self.completed.iter().any(|g| g.id == id) {
                         return Gathered {
@@ -443,16 +446,16 @@ impl CommandServer {
             }
             Purpose::Step => self.step_done(&gathered),
             Purpose::Rollback { ref request } => {
-                if let Some((worker, code, message)) = gathered.first_failure() {
+                if let Some((_, code, message)) = gathered.first_failure() {
                     log::error!(
-                        "rolling back {request} failed on worker {worker}: {code}: {message}; \
-                         its routing may differ from the state until it restarts"
+                        "undoing {request}: {code}: {message}; that worker's routing may \
+                         differ from the state until the proxy restarts"
                     );
                 }
             }
             Purpose::Stop(kind) => match gathered.first_failure() {
-                Some((worker, code, message)) => {
-                    log::warn!("{kind:?} stop: worker {worker}: {code}: {message}");
+                Some((_, code, message)) => {
+                    log::warn!("{kind:?} stop: {code}: {message}");
                 }
                 None => log::info!("{kind:?} stop: every worker is done"),
             },
@@ -523,6 +526,13 @@ impl CommandServer {
             }
         }
     }
+}
+
+/// `timeout` from now, capped at a year (an `Instant` cannot hold any
+/// duration).
+fn deadline_after(timeout: Duration) -> Instant {
+    const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+    Instant::now() + timeout.min(YEAR)
 }
 
 /// A request as one line of JSON, for messages and logs.

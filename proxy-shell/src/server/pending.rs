@@ -23,13 +23,26 @@ pub(crate) struct Gathered<P> {
 }
 
 impl<P> Gathered<P> {
-    /// The first refusal, or the first missing worker, as
-    /// `(worker, code, message)`; `None` when every worker said `Done`
-    /// (or sent data).
+    /// The first refusal, or else the first missing worker, as
+    /// `(worker, code, message)`: the code is the worker's, or
+    /// [`E_WORKER_REFUSED`](super::E_WORKER_REFUSED) when it gave none, or
+    /// [`E_WORKER_TIMEOUT`](super::E_WORKER_TIMEOUT); the message names the
+    /// worker. `None` when no worker refused and none is missing.
     pub(crate) fn first_failure(&self) -> Option<(u32, &str, String)> {
         for (worker, answer) in &self.answers {
             if let Answer::Refused { code, message } = answer {
-                return Some((*worker, code.as_str(), message.clone()));
+                let code = if code.is_empty() {
+                    super::E_WORKER_REFUSED
+                } else {
+                    code.as_str()
+                };
+                // The real worker names itself already; a fake may not.
+                let message = if message.starts_with(&format!("worker {worker}")) {
+                    message.clone()
+                } else {
+                    format!("worker {worker} refused: {message}")
+                };
+                return Some((*worker, code, message));
             }
         }
         self.missing.first().map(|worker| {

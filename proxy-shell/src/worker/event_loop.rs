@@ -313,7 +313,11 @@ impl Worker {
     fn handle_order(&mut self, id: OrderId, order: Order) {
         let answer = match order {
             Order::Apply(request) => self.apply(&request),
-            Order::Metrics => Answer::Metrics(self.metrics.snapshot()),
+            Order::Metrics => {
+                self.metrics
+                    .gauge_set(names::BUFFERS_IN_USE, self.pool.in_use() as i64);
+                Answer::Metrics(self.metrics.snapshot())
+            }
             Order::Status => Answer::Status {
                 sessions: self.sessions.len() as u64,
                 listeners: self.listeners.len() as u32,

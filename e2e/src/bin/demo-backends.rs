@@ -1,0 +1,302 @@
+//! Starts demo backends for a preread config, so the proxy can be tried by
+//! hand with curl or openssl.
+//!
+//! Usage: `demo-backends [CONFIG] [--out DIR] [--for SECONDS]`
+//!
+//! CONFIG defaults to `doc/examples/preread.toml`. For every backend of
+//! every cluster it starts, on the backend's address:
+//!
+//! - a TLS backend ([`e2e::backend::TlsBackend`], HTTP mode on) when the
+//!   cluster has SNI frontends, with a certificate for the names they route
+//!   (an exact name as is; `*.x` and `**.x` as the wildcard `*.x` plus the
+//!   sample name `demo.x`) and the ALPN protocols they list (none listed:
+//!   no ALPN, so curl speaks HTTP/1.1 and gets an HTTP answer);
+//! - a plain backend otherwise (e.g. the listener's default cluster).
+//!
+//! Two backends on one address share the first one's server. The
+//! certificates are signed by a CA made at start; its certificate is
+//! written to `DIR/ca.pem` (with an mTLS client certificate in
+//! `DIR/client.pem` and `DIR/client-key.pem`), DIR defaulting to
+//! `$TMPDIR/preread-demo`. It runs until Ctrl-C, SIGTERM, end of standard
+//! input, or `--for SECONDS`.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use command::proto::request::RequestType;
+use e2e::backend::{BackendConfig, PlainBackend, TlsBackend};
+use e2e::certs::TestCa;
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    STOP.store(true, Ordering::SeqCst);
+}
+
+struct Args {
+    config: PathBuf,
+    out: PathBuf,
+    run_for: Option<Duration>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut config = None;
+    let mut out = std::env::temp_dir().join("preread-demo");
+    let mut run_for = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--out" => out = PathBuf::from(args.next().ok_or("--out needs a DIR")?),
+            "--for" => {
+                let secs: u64 = args
+                    .next()
+                    .ok_or("--for needs SECONDS")?
+                    .parse()
+                    .map_err(|e| format!("--for: {e}"))?;
+                run_for = Some(Duration::from_secs(secs));
+            }
+            "-h" | "--help" => {
+                return Err("usage: demo-backends [CONFIG] [--out DIR] [--for SECONDS]".to_owned());
+            }
+            _ if config.is_none() => config = Some(PathBuf::from(arg)),
+            _ => return Err(format!("unexpected argument {arg:?}")),
+        }
+    }
+    let config = config.unwrap_or_else(|| {
+        let local = PathBuf::from("doc/examples/preread.toml");
+        if local.is_file() {
+            local
+        } else {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../doc/examples/preread.toml")
+        }
+    });
+    Ok(Args {
+        config,
+        out,
+        run_for,
+    })
+}
+
+/// What a cluster routes: its SNI patterns and ALPN protocols.
+#[derive(Default)]
+struct ClusterPlan {
+    patterns: Vec<String>,
+    alpn: Vec<String>,
+    backends: Vec<(String, SocketAddr)>,
+}
+
+impl ClusterPlan {
+    fn cert_names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        for pattern in &self.patterns {
+            let wanted: Vec<String> = match pattern
+                .strip_prefix("**.")
+                .or_else(|| pattern.strip_prefix("*."))
+            {
+                Some(suffix) => vec![format!("*.{suffix}"), format!("demo.{suffix}")],
+                None => vec![pattern.clone()],
+            };
+            for name in wanted {
+                if !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+        }
+        names
+    }
+}
+
+enum Running {
+    Tls(TlsBackend),
+    Plain(PlainBackend),
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("demo-backends: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), String> {
+    let args = parse_args()?;
+    let loaded = command::config::load_config_file(&args.config).map_err(|problems| {
+        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        format!("{}: {}", args.config.display(), list.join("\n"))
+    })?;
+
+    let mut clusters: BTreeMap<String, ClusterPlan> = BTreeMap::new();
+    let mut listeners = Vec::new();
+    for request in loaded.requests() {
+        match &request.request_type {
+            Some(RequestType::AddCluster(cluster)) => {
+                clusters.entry(cluster.cluster_id.clone()).or_default();
+            }
+            Some(RequestType::AddTcpListener(listener)) => listeners.push(listener.address.clone()),
+            Some(RequestType::AddTcpFrontend(frontend)) => {
+                let plan = clusters.entry(frontend.cluster_id.clone()).or_default();
+                if let Some(sni) = &frontend.sni {
+                    plan.patterns.push(sni.clone());
+                }
+                for protocol in &frontend.alpn {
+                    if !plan.alpn.contains(protocol) {
+                        plan.alpn.push(protocol.clone());
+                    }
+                }
+            }
+            Some(RequestType::AddBackend(backend)) => {
+                let addr: SocketAddr = backend
+                    .address
+                    .parse()
+                    .map_err(|e| format!("backend {}: {e}", backend.backend_id))?;
+                clusters
+                    .entry(backend.cluster_id.clone())
+                    .or_default()
+                    .backends
+                    .push((backend.backend_id.clone(), addr));
+            }
+            _ => {}
+        }
+    }
+
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    let ca = TestCa::new("preread demo CA");
+    let ca_path = args.out.join("ca.pem");
+    ca.write_pem(&ca_path)
+        .map_err(|e| format!("{}: {e}", ca_path.display()))?;
+    let client = ca.client_cert("demo-client");
+    let write = |name: &str, text: &str| {
+        let path = args.out.join(name);
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
+    };
+    write("client.pem", &client.cert_pem)?;
+    write("client-key.pem", &client.key_pem)?;
+
+    let mut running: BTreeMap<SocketAddr, (String, Running)> = BTreeMap::new();
+    let mut rows = Vec::new();
+    // TLS clusters first: an address shared with a plain cluster (a
+    // backup of the default cluster, say) then serves TLS.
+    let mut order: Vec<(&String, &ClusterPlan)> = clusters.iter().collect();
+    order.sort_by_key(|(_, plan)| plan.patterns.is_empty());
+    for (cluster_id, plan) in order {
+        let names = plan.cert_names();
+        for (backend_id, addr) in &plan.backends {
+            if let Some((owner, _)) = running.get(addr) {
+                rows.push(format!(
+                    "{backend_id:<18} {cluster_id:<10} {addr:<21} (shared with {owner})"
+                ));
+                continue;
+            }
+            let (kind, detail, server) = if names.is_empty() {
+                let server = PlainBackend::start_on(*addr, backend_id, false)
+                    .map_err(|e| format!("{backend_id} on {addr}: {e}"))?;
+                ("plain", String::new(), Running::Plain(server))
+            } else {
+                let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                let alpn_refs: Vec<&str> = plan.alpn.iter().map(String::as_str).collect();
+                let config = BackendConfig::new(backend_id, &name_refs)
+                    .alpn(&alpn_refs)
+                    .http(true);
+                let server = TlsBackend::start_with_ca(*addr, config, &ca)
+                    .map_err(|e| format!("{backend_id} on {addr}: {e}"))?;
+                let alpn = if plan.alpn.is_empty() {
+                    "-".to_owned()
+                } else {
+                    plan.alpn.join(",")
+                };
+                (
+                    "tls",
+                    format!("cert={} alpn={alpn}", names.join(",")),
+                    Running::Tls(server),
+                )
+            };
+            rows.push(format!(
+                "{backend_id:<18} {cluster_id:<10} {addr:<21} {kind:<5} {detail}"
+            ));
+            running.insert(*addr, (backend_id.clone(), server));
+        }
+    }
+
+    println!(
+        "{:<18} {:<10} {:<21} {:<5} details",
+        "backend", "cluster", "address", "kind"
+    );
+    for row in &rows {
+        println!("{row}");
+    }
+    println!();
+    println!("CA certificate: {}", ca_path.display());
+    println!(
+        "mTLS client:    {} {}",
+        args.out.join("client.pem").display(),
+        args.out.join("client-key.pem").display()
+    );
+    if let Some(listener) = listeners.first() {
+        let port = listener.rsplit(':').next().unwrap_or("8443");
+        let sample = clusters
+            .values()
+            .flat_map(ClusterPlan::cert_names)
+            .find(|name| !name.starts_with('*'))
+            .unwrap_or_else(|| "www.example.com".to_owned());
+        println!();
+        println!("Try, with the proxy running on {listener}:");
+        println!(
+            "  curl --cacert {ca} --resolve {sample}:{port}:127.0.0.1 --http1.1 https://{sample}:{port}/",
+            ca = ca_path.display()
+        );
+        println!(
+            "  openssl s_client -connect {listener} -servername {sample} -alpn h2 -CAfile {ca}",
+            ca = ca_path.display()
+        );
+    }
+    println!();
+    println!("Running until Ctrl-C or end of input.");
+
+    // SAFETY: `on_signal` only stores to an atomic, which is
+    // async-signal-safe; SIGINT and SIGTERM may have handlers.
+    unsafe {
+        libc::signal(
+            libc::SIGINT,
+            on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+        libc::signal(
+            libc::SIGTERM,
+            on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+    }
+    let stdin_closed = Arc::new(AtomicBool::new(false));
+    {
+        let stdin_closed = Arc::clone(&stdin_closed);
+        std::thread::spawn(move || {
+            let mut sink = [0u8; 1024];
+            let mut stdin = std::io::stdin();
+            while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+            stdin_closed.store(true, Ordering::SeqCst);
+        });
+    }
+    let started = Instant::now();
+    while !STOP.load(Ordering::SeqCst) && !stdin_closed.load(Ordering::SeqCst) {
+        if args.run_for.is_some_and(|limit| started.elapsed() >= limit) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!("stopping {} backend server(s)", running.len());
+    for (_, (_, server)) in running {
+        match server {
+            Running::Tls(backend) => drop(backend),
+            Running::Plain(backend) => drop(backend),
+        }
+    }
+    Ok(())
+}
