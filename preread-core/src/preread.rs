@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use crate::config::PrereadConfig;
 use crate::output::{Input, Output, Route};
 use crate::reject::{FallbackReason, RejectReason};
+use crate::sni::HostName;
 use crate::verdict;
 
 /// Stand-in for a timeout so large that `now + timeout` overflows `Instant`:
@@ -26,6 +27,8 @@ pub struct SniPrereadCore {
     decided: Option<Output>,
     deadline: Option<Instant>,
     received_bytes: bool,
+    /// The normalized SNI of a complete ClientHello, routed or not.
+    sni: Option<HostName>,
     /// Reassembly buffer for a ClientHello split over records; stays empty
     /// (unallocated) for the usual single-record hello.
     scratch: Vec<u8>,
@@ -72,6 +75,13 @@ impl SniPrereadCore {
         self.decided.as_ref()
     }
 
+    /// The normalized SNI of the ClientHello once one was parsed, whatever
+    /// the decision: what an access log names for `SniUnmatched` or
+    /// `AlpnUnmatched`.
+    pub fn sni(&self) -> Option<&HostName> {
+        self.sni.as_ref()
+    }
+
     /// Whether any byte arrived: a close or timeout without one is a health
     /// check or an idle client, which the shell reports silently.
     pub fn has_received_bytes(&self) -> bool {
@@ -98,7 +108,7 @@ impl SniPrereadCore {
         if buf.is_empty() {
             return Output::NeedMore { deadline };
         }
-        match verdict::decide(config, buf, &mut self.scratch) {
+        match verdict::decide(config, buf, &mut self.scratch, &mut self.sni) {
             Some(output) => self.latch(output),
             None => Output::NeedMore { deadline },
         }

@@ -46,11 +46,14 @@ impl Seen<'_> {
 }
 
 /// The terminal output for `window`, or `None` while more bytes are needed
-/// and the cap is not reached. `scratch` is the parser's reassembly buffer.
+/// and the cap is not reached. `scratch` is the parser's reassembly buffer;
+/// `sni` receives the normalized name whenever one was parsed, so a refusal
+/// (an unmatched name) can still be logged with it.
 pub(crate) fn decide(
     config: &PrereadConfig,
     window: &[u8],
     scratch: &mut Vec<u8>,
+    sni: &mut Option<HostName>,
 ) -> Option<Output> {
     let mut seen = Seen::default();
     if config.expect_proxy {
@@ -65,7 +68,7 @@ pub(crate) fn decide(
     }
     let tls = window.get(seen.content_offset..).unwrap_or_default();
     match parse_client_hello(tls, scratch) {
-        Ok(Parsed::Complete(hello)) => Some(route(config, &hello, seen)),
+        Ok(Parsed::Complete(hello)) => Some(route(config, &hello, seen, sni)),
         Ok(Parsed::Incomplete(_)) => incomplete(config, window),
         Err(TlsError::NotTls) => Some(refuse(config, RejectReason::NotTls, seen)),
         Err(TlsError::MalformedRecord(_)) => Some(Output::Reject(RejectReason::MalformedRecord)),
@@ -89,7 +92,12 @@ fn refuse(config: &PrereadConfig, reason: RejectReason, seen: Seen<'_>) -> Outpu
     }
 }
 
-fn route<'a>(config: &PrereadConfig, hello: &ClientHello<'a>, mut seen: Seen<'a>) -> Output {
+fn route<'a>(
+    config: &PrereadConfig,
+    hello: &ClientHello<'a>,
+    mut seen: Seen<'a>,
+    seen_sni: &mut Option<HostName>,
+) -> Output {
     seen.hello_end = Some(seen.content_offset + hello.end);
     seen.alpn = hello.alpn;
     let Some(raw) = hello.server_name else {
@@ -106,6 +114,7 @@ fn route<'a>(config: &PrereadConfig, hello: &ClientHello<'a>, mut seen: Seen<'a>
         return Output::Reject(RejectReason::MalformedHandshake);
     };
     seen.sni = Some(sni);
+    *seen_sni = Some(sni);
     let offer = hello.alpn.into_iter().flatten();
     let lookup = config.routes.lookup(sni.as_bytes(), offer.clone());
     debug_assert!(

@@ -213,6 +213,31 @@ fn alpn_unmatched_is_reachable() {
 }
 
 #[test]
+fn a_refused_name_is_still_known_for_the_log() {
+    let config = config(&[("z.example.org", &[], "z")]);
+    let mut core = SniPrereadCore::new();
+    let window = corpus_file("openssl_sni_uppercase_trailing_dot.bin");
+    let out = core.handle_input(
+        &config,
+        Input::Bytes {
+            buf: &window,
+            now: Instant::now(),
+        },
+    );
+    assert_eq!(out, Output::Reject(RejectReason::SniUnmatched));
+    assert_eq!(core.sni().map(|s| s.as_str()), Some("a.example.com"));
+    let mut silent = SniPrereadCore::new();
+    let _ = silent.handle_input(
+        &config,
+        Input::Bytes {
+            buf: b"GET /",
+            now: Instant::now(),
+        },
+    );
+    assert_eq!(silent.sni(), None);
+}
+
+#[test]
 fn proxy_header_invalid_is_reachable() {
     let mut config = corpus_config();
     config.expect_proxy = true;

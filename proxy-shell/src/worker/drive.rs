@@ -635,6 +635,7 @@ impl Worker {
         let route = session.route.as_ref();
         let sni = route
             .and_then(|r| r.sni.as_ref())
+            .or_else(|| session.core.sni())
             .map(|s| s.as_str().to_owned());
         let alpn = route
             .and_then(|r| r.matched_alpn.as_ref())
