@@ -311,6 +311,7 @@ fn check(text: &str) -> Checked {
         list: Vec::new(),
     };
     let global = global_settings(&raw, &mut problems);
+    check_caps_fit_buffers(&raw, &global, &mut problems);
     let requests = routing_requests(raw, &mut problems);
 
     let mut state = ConfigState::default();
@@ -595,6 +596,29 @@ fn optional_u32(
     problems: &mut Problems<'_>,
 ) -> Option<u32> {
     value.and_then(|value| ranged::<u32>(value, key, 0, problems))
+}
+
+/// A preread window lives in one pooled buffer, so a listener cap above
+/// `buffer_size` would silently shrink to it and refuse, as too large,
+/// ClientHellos the operator meant to allow.
+fn check_caps_fit_buffers(raw: &RawConfig, global: &GlobalSettings, problems: &mut Problems<'_>) {
+    for listener in &raw.listeners {
+        let Some(cap) = &listener.get_ref().sni_preread_max_bytes else {
+            continue;
+        };
+        let buffer = global.buffer_size;
+        if usize::try_from(*cap.get_ref()).is_ok_and(|cap| cap > buffer) {
+            problems.push(
+                cap.span().start,
+                ErrorCode::InvalidValue,
+                format!(
+                    "sni_preread_max_bytes = {} is more than buffer_size = {buffer}: the preread window lives in one buffer, so the cap would silently be {buffer}; raise buffer_size to at least {} or lower sni_preread_max_bytes",
+                    cap.get_ref(),
+                    cap.get_ref()
+                ),
+            );
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------

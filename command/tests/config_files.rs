@@ -344,6 +344,7 @@ const BROKEN: &[(&str, &[ErrorCode])] = {
             "preread_max_bytes_too_small.toml",
             &[PrereadMaxBytesTooSmall],
         ),
+        ("preread_max_bytes_over_buffer.toml", &[InvalidValue]),
         (
             "server_first_without_default_cluster.toml",
             &[ServerFirstWithoutDefaultCluster],

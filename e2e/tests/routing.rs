@@ -72,7 +72,8 @@ fn corpus(name: &str) -> Vec<u8> {
 /// it holds at least `len` bytes (the recording trails the exchange).
 fn recorded(connections: impl Fn() -> Vec<Vec<u8>>, index: usize, len: usize) -> Vec<u8> {
     eventually(|| connections().get(index).is_some_and(|raw| raw.len() >= len));
-    // One more short settle: a longer record than expected must show.
+    // Whatever it holds now: a record longer or shorter than expected
+    // shows in the caller's comparison.
     connections().get(index).cloned().unwrap_or_default()
 }
 

@@ -312,7 +312,11 @@ fn no_proxy_running_is_a_clear_error() {
         "-t",
         "500",
     ]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a request that could not be sent failed"
+    );
     assert!(
         text(&out.stderr).contains("preread start"),
         "{}",
