@@ -219,12 +219,17 @@ pub fn success_json(response: &proto::Response) -> Vec<Value> {
 /// The line printed on stderr for a refused or failed request.
 pub fn failure_text(response: &proto::Response) -> String {
     if response.error_code.is_empty() {
-        format!("error: {}", response.message)
-    } else {
+        return format!("error: {}", response.message);
+    }
+    // Only validation codes have an explanation; the server's own codes
+    // (E_WORKER_REFUSED, E_PERMISSION, ...) speak for themselves.
+    if command::codes::ErrorCode::from_code(&response.error_code).is_some() {
         format!(
             "error {}: {} (see `preread explain {}`)",
             response.error_code, response.message, response.error_code
         )
+    } else {
+        format!("error {}: {}", response.error_code, response.message)
     }
 }
 

@@ -188,7 +188,12 @@ impl Worker {
             self.timers.cancel(id);
         }
         self.metrics.gauge_add(SNI_PREREAD_ACTIVE, -1);
-        self.metrics.observe_ms(SNI_PREREAD_DURATION, ms);
+        // The duration is "first byte to decision": a connection that never
+        // sent a byte (a health check, an idle client) has none, and would
+        // otherwise drag the percentiles to its idle timeout.
+        if session.first_byte_at.is_some() {
+            self.metrics.observe_ms(SNI_PREREAD_DURATION, ms);
+        }
     }
 
     pub(super) fn route_catch_all(&mut self, key: usize, cluster: ClusterId, now: Instant) {
@@ -224,13 +229,14 @@ impl Worker {
             self.close(key, Outcome::Refused("cluster_unknown"));
             return;
         };
+        // Known before the limit check, so a refusal names whose limit it was.
+        session.cluster = Some(cluster.clone());
         if !backends.admit_ip(source) {
             self.metrics.incr(names::TCP_REFUSED_PER_IP_LIMIT);
             self.close(key, Outcome::Refused("per_ip_limit"));
             return;
         }
         session.admitted_ip = Some(source);
-        session.cluster = Some(cluster);
         session.phase = Phase::Connecting;
         self.connect_next(key, now);
     }
@@ -637,9 +643,13 @@ impl Worker {
             .and_then(|r| r.sni.as_ref())
             .or_else(|| session.core.sni())
             .map(|s| s.as_str().to_owned());
-        let alpn = route
-            .and_then(|r| r.matched_alpn.as_ref())
-            .map(|a| String::from_utf8_lossy(a).into_owned());
+        // The protocol that chose the frontend; else what the client offered.
+        let alpn = route.and_then(|r| {
+            r.matched_alpn
+                .as_ref()
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .or_else(|| r.alpn.as_ref().map(ToString::to_string))
+        });
         let entry = AccessLogEntry {
             ts: std::time::SystemTime::now(),
             listener: session.listener,

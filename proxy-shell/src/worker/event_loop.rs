@@ -66,6 +66,10 @@ pub(super) struct Worker {
     listener_keys: HashMap<SocketAddr, usize>,
     inbox: WorkerInbox,
     stopping: Option<Stopping>,
+    /// The soft stop order, answered only once the sessions drained (or the
+    /// grace ran out): the main thread waits for that answer before it
+    /// lets the process exit.
+    stop_order: Option<OrderId>,
     exit: bool,
     pub(super) dirty: Vec<usize>,
 }
@@ -77,7 +81,13 @@ impl Worker {
         settings: WorkerSettings,
         inbox: WorkerInbox,
     ) -> io::Result<Self> {
-        let access_log = AccessLog::open(&settings.access_logs, settings.access_log_format)?;
+        let access_log = AccessLog::open(&settings.access_logs, settings.access_log_format)
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("cannot open the access log {:?}: {e}", settings.access_logs),
+                )
+            })?;
         Ok(Self {
             id,
             poll,
@@ -95,6 +105,7 @@ impl Worker {
             listener_keys: HashMap::new(),
             inbox,
             stopping: None,
+            stop_order: None,
             exit: false,
             dirty: Vec::new(),
             settings,
@@ -144,6 +155,9 @@ impl Worker {
             self.check_stop(Instant::now());
         }
         self.close_everything();
+        if let Some(order) = self.stop_order.take() {
+            self.inbox.answer(order, Answer::Done);
+        }
     }
 
     fn mark(&mut self, key: usize, side: Side, readable: bool, writable: bool) {
@@ -327,7 +341,13 @@ impl Worker {
                 self.stopping = Some(Stopping {
                     deadline: Instant::now() + Duration::from_millis(grace_ms),
                 });
-                Answer::Done
+                info!(
+                    "worker {}: soft stop, draining {} session(s) for at most {grace_ms} ms",
+                    self.id,
+                    self.sessions.len()
+                );
+                self.stop_order = Some(id);
+                return;
             }
             Order::HardStop => {
                 self.exit = true;
