@@ -300,17 +300,10 @@ impl Run<'_> {
                     && config.server_first_timeout.is_some()
                     && let Some(cluster) = &config.default_cluster
                 {
-                    return Output::Routed(std::sync::Arc::new(Route {
-                        cluster: cluster.clone(),
-                        content_offset: 0,
-                        hello_end: None,
-                        proxy_source: None,
-                        sni: None,
-                        alpn: None,
-                        matched_sni: None,
-                        matched_alpn: None,
-                        fallback: Some(FallbackReason::ServerFirst),
-                    }));
+                    return Output::Routed(std::sync::Arc::new(Route::unread(
+                        cluster.clone(),
+                        Some(FallbackReason::ServerFirst),
+                    )));
                 }
                 match self.core.deadline() {
                     Some(deadline) if now < deadline => Output::NeedMore { deadline },

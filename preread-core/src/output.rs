@@ -86,3 +86,22 @@ pub struct Route {
     /// otherwise have been refused, and why.
     pub fallback: Option<FallbackReason>,
 }
+
+impl Route {
+    /// A route to `cluster` decided without a ClientHello: a catch-all
+    /// listener, or the server-first fallback. Nothing was parsed, so
+    /// nothing but the cluster and the fallback reason is known.
+    pub fn unread(cluster: ClusterId, fallback: Option<FallbackReason>) -> Self {
+        Self {
+            cluster,
+            content_offset: 0,
+            hello_end: None,
+            proxy_source: None,
+            sni: None,
+            alpn: None,
+            matched_sni: None,
+            matched_alpn: None,
+            fallback,
+        }
+    }
+}

@@ -119,17 +119,7 @@ impl SniPrereadCore {
             && config.server_first_timeout.is_some()
             && let Some(cluster) = &config.default_cluster
         {
-            let route = Route {
-                cluster: cluster.clone(),
-                content_offset: 0,
-                hello_end: None,
-                proxy_source: None,
-                sni: None,
-                alpn: None,
-                matched_sni: None,
-                matched_alpn: None,
-                fallback: Some(FallbackReason::ServerFirst),
-            };
+            let route = Route::unread(cluster.clone(), Some(FallbackReason::ServerFirst));
             return self.latch(Output::Routed(Arc::new(route)));
         }
         match self.deadline {

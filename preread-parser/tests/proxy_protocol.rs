@@ -2,8 +2,6 @@
 //! proving parsing allocates nothing, and property tests: writer/parser
 //! round trip, prefixes, and no panic on arbitrary input.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use preread_parser::proxy::{
@@ -29,34 +27,7 @@ const V2_SHORT_ADDR_LEN: &[u8] = vector!("gen_m_proxy_v2_short_addr_len.bin");
 const V1: &[u8] = vector!("gen_n_proxy_v1.bin");
 const V1_BAD_PROTOCOL: &[u8] = vector!("gen_n_proxy_v1_bad_protocol.bin");
 
-struct Counting;
-
-thread_local! {
-    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
-}
-
-// SAFETY: defers every operation to `System` unchanged; it only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+mod counting_alloc;
 
 fn sa(s: &str) -> SocketAddr {
     s.parse().unwrap()
@@ -175,7 +146,7 @@ fn parsing_allocates_nothing() {
     unix.extend_from_slice(&[0x01, 0x00, 0x04, b'h', b't', b't', b'p']);
     let v6 = b"PROXY TCP6 2001:db8::1 2001:db8::2 1 2\r\n";
     let windows = [V2_TLV, V2_SHORT_ADDR_LEN, V1, V1_BAD_PROTOCOL, &unix, v6];
-    let before = ALLOCATIONS.with(Cell::get);
+    let before = counting_alloc::allocations();
     let mut complete = 0;
     for window in windows {
         for cut in 0..=window.len().min(300) {
@@ -185,7 +156,7 @@ fn parsing_allocates_nothing() {
             }
         }
     }
-    let allocations = ALLOCATIONS.with(Cell::get) - before;
+    let allocations = counting_alloc::allocations() - before;
     assert_eq!(allocations, 0);
     assert!(complete > 400, "only {complete} complete parses");
 }

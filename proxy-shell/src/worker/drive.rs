@@ -197,17 +197,7 @@ impl Worker {
     }
 
     pub(super) fn route_catch_all(&mut self, key: usize, cluster: ClusterId, now: Instant) {
-        let route = Route {
-            cluster: cluster.clone(),
-            content_offset: 0,
-            hello_end: None,
-            proxy_source: None,
-            sni: None,
-            alpn: None,
-            matched_sni: None,
-            matched_alpn: None,
-            fallback: None,
-        };
+        let route = Route::unread(cluster.clone(), None);
         if let Some(session) = self.sessions.get_mut(key) {
             session.route = Some(Arc::new(route));
         }
