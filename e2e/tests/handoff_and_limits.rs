@@ -251,11 +251,20 @@ fn assert_bytes(what: &str, raw: &[u8], expected: &[u8]) {
     );
 }
 
-/// The inbound headers the `expect_proxy` tests send: v1 and v2.
-fn inbound_headers() -> [(&'static str, Vec<u8>); 2] {
+/// The inbound headers the `expect_proxy` tests send, all with
+/// [`inbound_source`]: v1, v2, and the corpus's v2 with TLVs (AUTHORITY
+/// and UNIQUE_ID, which must not leak into a header preread writes).
+fn inbound_headers() -> [(&'static str, Vec<u8>); 3] {
+    let with_tlvs = capture("gen_m_proxy_v2_tlv.bin");
+    assert_eq!(
+        &with_tlvs[63..],
+        hello(),
+        "the corpus file is curl_h2.bin behind 63 bytes"
+    );
     [
         ("v1", proxy_v1(inbound_source(), inbound_destination())),
         ("v2", proxy_v2(inbound_source(), inbound_destination())),
+        ("v2 with TLVs", with_tlvs[..63].to_vec()),
     ]
 }
 
@@ -368,6 +377,26 @@ fn handoff_send_replaces_the_inbound_header_with_its_own() {
             "{what}: the destination is the listener"
         );
         // Exactly one header: the hello follows at once.
+        assert_bytes(&what, &raw[len..], &hello_and_payload());
+    }
+    // An IPv6 client behind the load balancer, on an IPv4 listener: the
+    // header is written as AF_INET6, the listener in its IPv4-mapped form.
+    let v6_source: SocketAddr = "[2001:db8::7]:40000".parse().expect("addr");
+    let v6_destination: SocketAddr = "[2001:db8::1]:443".parse().expect("addr");
+    for (version, header) in [
+        ("v1 TCP6", proxy_v1(v6_source, v6_destination)),
+        ("v2 TCP6", proxy_v2(v6_source, v6_destination)),
+    ] {
+        let what = format!("send, inbound {version} header");
+        let (_, raw) = handoff_exchange(&proxy, &backend, addr, &header);
+        let (source, destination, len) = sent_header(&what, &raw, Some(b"h2"));
+        assert_eq!(source, Some(v6_source), "{what}");
+        let destination = destination.expect("a destination");
+        assert_eq!(
+            (destination.ip().to_canonical(), destination.port()),
+            (addr.ip(), addr.port()),
+            "{what}: the destination is the listener"
+        );
         assert_bytes(&what, &raw[len..], &hello_and_payload());
     }
     assert!(backend.errors().is_empty(), "{:?}", backend.errors());
@@ -518,6 +547,8 @@ fn per_ip_limit_refuses_past_the_limit_per_source_and_recovers() {
     assert_eq!(refused[0]["listener"], main.to_string(), "{refused:?}");
     assert_eq!(refused[0]["sni"], SNI, "{refused:?}");
     assert_eq!(refused[0]["backend"], "-", "{refused:?}");
+    // The refusal names whose limit it was.
+    assert_eq!(refused[0]["cluster"], "alpha", "{refused:?}");
     assert_eq!(
         backend.accepted(),
         2,

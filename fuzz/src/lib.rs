@@ -6,12 +6,15 @@
 //! without cargo-fuzz: `preread-parser/tests/fuzz_replay.rs` includes
 //! [`checks_parser`] (which may use only `preread_parser` and std), and
 //! `preread-core/tests/fuzz_replay.rs` includes [`checks_core`] (which may
-//! also use `preread_core` and `arbitrary`). Must never: read a clock other
+//! also use `preread_core` and `arbitrary`), and `command/tests/fuzz_replay.rs`
+//! includes [`checks_command`] (`command` and `prost`). Must never: read a clock other
 //! than one `Instant::now()` as a base, or depend on anything but the input
 //! bytes, so that a crash replays exactly.
 
+pub mod checks_command;
 pub mod checks_core;
 pub mod checks_parser;
 
+pub use checks_command::check_command;
 pub use checks_core::check_core;
 pub use checks_parser::{check_clienthello, check_proxy_header};
