@@ -23,7 +23,8 @@ use super::backends::HealthChange;
 use super::event_loop::{TimerKind, Worker};
 use super::handoff::handoff;
 use super::metrics::names;
-use super::session::{Phase, PipeStep, ReadStep};
+use super::pipe::PipeStep;
+use super::session::{Phase, ReadStep};
 
 /// Drives in a row without progress before a session is closed.
 const LOOP_GUARD: u32 = 1_000;
@@ -424,6 +425,7 @@ impl Worker {
             .get(&session.listener)
             .map_or(std::time::Duration::from_secs(30), |l| l.back_timeout);
         session.last_back_activity = now;
+        session.open_lanes(self.settings.splice);
         session.phase = Phase::Pipe;
         // The front may still hold readiness from before; the pipe must run
         // now, since edge-triggered events will not repeat.
@@ -442,9 +444,9 @@ impl Worker {
         let Some(session) = self.sessions.get_mut(key) else {
             return false;
         };
-        let missing =
-            usize::from(session.front_buf.is_none()) + usize::from(session.back_buf.is_none());
-        for _ in 0..missing {
+        // Pooled buffers only for the directions that copy: a spliced one
+        // moves its bytes through a kernel pipe.
+        for _ in 0..session.buffers_wanted() {
             let Some(buf) = self.pool.checkout() else {
                 self.metrics.incr(names::TCP_REFUSED_POOL_EXHAUSTED);
                 self.close(key, Outcome::Refused("pool_exhausted"));
@@ -453,15 +455,29 @@ impl Worker {
             let Some(session) = self.sessions.get_mut(key) else {
                 return false;
             };
-            match &mut session.front_buf {
-                slot @ None => *slot = Some(buf),
-                Some(_) => session.back_buf = Some(buf),
+            session.lend_buffer(buf);
+        }
+        let Some(session) = self.sessions.get_mut(key) else {
+            return false;
+        };
+        let step = session.pipe(now);
+        for buf in session.spare_buffers().into_iter().flatten() {
+            self.pool.give_back(buf);
+        }
+        let fallbacks = session.take_fallbacks();
+        if fallbacks > 0 {
+            self.metrics
+                .add(names::SPLICE_FALLBACKS, i64::from(fallbacks));
+            // The direction now copies and needs a buffer: the next drive
+            // lends it, and no socket event may come to trigger that drive.
+            if matches!(step, PipeStep::Continue { .. }) {
+                self.requeue(key);
             }
         }
         let Some(session) = self.sessions.get_mut(key) else {
             return false;
         };
-        match session.pipe(now) {
+        match step {
             PipeStep::Continue { moved } => moved,
             PipeStep::Yield => {
                 self.requeue(key);

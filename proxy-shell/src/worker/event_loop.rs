@@ -258,6 +258,7 @@ impl Worker {
             core: SniPrereadCore::new(),
             front_buf: None,
             back_buf: None,
+            lanes: Default::default(),
             prefix: Vec::new(),
             route: None,
             cluster: None,

@@ -12,9 +12,11 @@ pub mod handoff;
 mod listen;
 pub mod metrics;
 pub mod orders;
+pub mod pipe;
 pub mod pool;
 pub mod runtime;
 pub mod session;
+pub mod splice;
 pub mod timers;
 
 use std::io;

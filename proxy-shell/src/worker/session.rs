@@ -1,13 +1,13 @@
 //! One client connection inside a worker, from accept to close.
 //!
 //! Owns: the session's sockets, buffers, readiness flags and counters, and
-//! the two byte-moving steps: the capped preread read and the pipe. Must
+//! the capped preread read (the pipe step lives in `worker/pipe.rs`). Must
 //! never: consume the window while the preread is undecided (it is replayed
 //! to the backend byte for byte), or forward a FIN before every queued byte
 //! reached the other side.
 
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, Shutdown, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -17,6 +17,7 @@ use preread_core::window::read_budget;
 use preread_core::{Route, SniPrereadCore};
 
 use super::backends::BackendRef;
+use super::pipe::Lanes;
 use super::pool::Checkout;
 use super::timers::TimerId;
 
@@ -73,10 +74,13 @@ pub struct Session {
     pub back: Option<TcpStream>,
     pub phase: Phase,
     pub core: SniPrereadCore,
-    /// The preread window, then the client-to-backend queue.
+    /// The preread window, then the client-to-backend queue. A spliced
+    /// direction gives it back once the window went out.
     pub front_buf: Option<Checkout>,
-    /// The backend-to-client queue.
+    /// The backend-to-client queue; never taken by a spliced direction.
     pub back_buf: Option<Checkout>,
+    /// How each pipe direction moves bytes (set up by [`Session::open_lanes`]).
+    pub lanes: Lanes,
     /// Written to the backend before `front_buf` (a PROXY v2 header).
     pub prefix: Vec<u8>,
     pub route: Option<Arc<Route>>,
@@ -119,29 +123,13 @@ pub enum ReadStep {
     Eof,
 }
 
-/// Rounds of the pipe loop before a busy session yields to the others.
-const PIPE_ROUNDS_PER_TURN: usize = 32;
-
-/// What a pipe step concluded.
-#[derive(Debug)]
-pub enum PipeStep {
-    /// Waiting for readiness; `moved` says whether any byte moved.
-    Continue { moved: bool },
-    /// Still busy after its share of the turn: drive it again next turn.
-    Yield,
-    /// Both directions finished: every byte delivered, both FINs forwarded.
-    Done,
-    /// A socket failed.
-    Failed(io::Error),
-}
-
 fn is_retryable(error: &io::Error) -> bool {
     error.kind() == io::ErrorKind::Interrupted
 }
 
 /// Reads from `stream` into `buf` until it would block, the buffer is full
 /// or `budget` bytes were added. Returns the bytes added and whether EOF came.
-fn read_some(
+pub(super) fn read_some(
     stream: &mut TcpStream,
     buf: &mut Checkout,
     ready: &mut Ready,
@@ -170,7 +158,11 @@ fn read_some(
 }
 
 /// Writes `data` to `stream` until it would block; returns bytes written.
-fn write_some(stream: &mut TcpStream, data: &[u8], ready: &mut Ready) -> io::Result<usize> {
+pub(super) fn write_some(
+    stream: &mut TcpStream,
+    data: &[u8],
+    ready: &mut Ready,
+) -> io::Result<usize> {
     let mut written = 0;
     while ready.writable && written < data.len() {
         match stream.write(&data[written..]) {
@@ -209,97 +201,5 @@ impl Session {
             // again on the next read, after the core had its say.
             _ => ReadStep::Grew,
         })
-    }
-
-    /// Moves bytes both ways until nothing moves, forwarding each FIN only
-    /// once the queue towards that side is empty.
-    pub fn pipe(&mut self, now: Instant) -> PipeStep {
-        match self.pipe_inner(now) {
-            Ok(step) => step,
-            Err(e) => PipeStep::Failed(e),
-        }
-    }
-
-    fn pipe_inner(&mut self, now: Instant) -> io::Result<PipeStep> {
-        let (Some(back), Some(front_buf), Some(back_buf)) = (
-            self.back.as_mut(),
-            self.front_buf.as_mut(),
-            self.back_buf.as_mut(),
-        ) else {
-            return Err(io::Error::other("pipe without its socket or buffers"));
-        };
-        let mut moved_any = false;
-        for _ in 0..PIPE_ROUNDS_PER_TURN {
-            let mut moved = 0;
-            if !self.prefix.is_empty() {
-                let n = write_some(back, &self.prefix, &mut self.back_ready)?;
-                self.prefix.drain(..n);
-                moved += n;
-            }
-            if self.prefix.is_empty() && !front_buf.is_empty() {
-                let n = write_some(back, front_buf.data(), &mut self.back_ready)?;
-                front_buf.consume(n);
-                moved += n;
-            }
-            if !self.front_eof {
-                let (n, eof) = read_some(
-                    &mut self.front,
-                    front_buf,
-                    &mut self.front_ready,
-                    usize::MAX,
-                )?;
-                self.front_eof = eof;
-                self.bytes_in += n as u64;
-                moved += n;
-                if n > 0 || eof {
-                    self.last_front_activity = now;
-                }
-            }
-            if !back_buf.is_empty() {
-                let n = write_some(&mut self.front, back_buf.data(), &mut self.front_ready)?;
-                back_buf.consume(n);
-                self.bytes_out += n as u64;
-                moved += n;
-                if n > 0 {
-                    self.last_front_activity = now;
-                }
-            }
-            if !self.back_eof {
-                let (n, eof) = read_some(back, back_buf, &mut self.back_ready, usize::MAX)?;
-                self.back_eof = eof;
-                moved += n;
-                if n > 0 || eof {
-                    self.last_back_activity = now;
-                }
-            }
-            if self.front_eof
-                && self.prefix.is_empty()
-                && front_buf.is_empty()
-                && !self.back_write_shut
-            {
-                shutdown_write(back)?;
-                self.back_write_shut = true;
-            }
-            if self.back_eof && back_buf.is_empty() && !self.front_write_shut {
-                shutdown_write(&self.front)?;
-                self.front_write_shut = true;
-            }
-            if self.back_write_shut && self.front_write_shut {
-                return Ok(PipeStep::Done);
-            }
-            if moved == 0 {
-                return Ok(PipeStep::Continue { moved: moved_any });
-            }
-            moved_any = true;
-        }
-        Ok(PipeStep::Yield)
-    }
-}
-
-fn shutdown_write(stream: &TcpStream) -> io::Result<()> {
-    match stream.shutdown(Shutdown::Write) {
-        // The peer already went away entirely: nothing left to tell it.
-        Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(()),
-        other => other,
     }
 }

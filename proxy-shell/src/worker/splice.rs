@@ -1,0 +1,380 @@
+//! Zero-copy forwarding with Linux `splice(2)`: one kernel pipe per
+//! direction of a piped session, socket → pipe → socket, the bytes never
+//! copied into userspace.
+//!
+//! Owns: the pipe's two descriptors (closed on Drop), the count of bytes
+//! sitting in it (`pending`: added by [`SplicePipe::fill_from`], removed by
+//! [`SplicePipe::drain_to`] and [`SplicePipe::read_into`]), and the mapping of
+//! `splice` results onto `io` semantics: `EAGAIN` is `WouldBlock`, `EINTR` is
+//! retried, 0 from a socket is its EOF, `EINVAL`/`ENOSYS` mean "this
+//! descriptor cannot splice" ([`is_unsupported`]). Must never: lose count of
+//! a byte in the pipe (a FIN is forwarded only once `pending` is 0), or block.
+//!
+//! The direction logic (what goes first, when to fall back to the copy path)
+//! lives with the session (`worker/session.rs`).
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+/// The pipe size asked for (best effort: the kernel may keep its default,
+/// e.g. past `/proc/sys/fs/pipe-user-pages-soft`).
+const PIPE_SIZE: usize = 64 * 1024;
+
+/// `EINTR`s in a row before a `splice` gives up and reports the error.
+const EINTR_RETRIES: usize = 64;
+
+/// One kernel pipe, used for one direction of one session.
+#[derive(Debug)]
+pub struct SplicePipe {
+    /// The read end, as a `File` so that the copy fallback reads it with
+    /// plain safe `read`.
+    read: File,
+    write: OwnedFd,
+    /// Bytes spliced in and not yet out.
+    pending: usize,
+    /// The pipe's size in bytes, as the kernel reports it: the most one
+    /// `fill_from` asks for.
+    capacity: usize,
+}
+
+/// `EINVAL` or `ENOSYS` from `splice`: one of the descriptors does not
+/// support it (a socket family without `splice_read`, a file opened for
+/// append, ...). The direction falls back to the copy path.
+pub fn is_unsupported(error: &io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS))
+}
+
+impl SplicePipe {
+    /// A non-blocking, close-on-exec pipe, resized to 64 KiB when the
+    /// kernel allows it.
+    pub fn new() -> io::Result<Self> {
+        let mut fds: [libc::c_int; 2] = [-1, -1];
+        // SAFETY: `fds` is a writable array of two c_ints, as pipe2 expects.
+        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: pipe2 succeeded, so both descriptors are open, and nothing
+        // else owns them: each is wrapped exactly once.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let wanted = libc::c_int::try_from(PIPE_SIZE).unwrap_or(libc::c_int::MAX);
+        // SAFETY: fcntl on a descriptor this function owns; F_SETPIPE_SZ
+        // takes an int argument.
+        let set = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, wanted) };
+        let size = if set > 0 {
+            set
+        } else {
+            // Best effort: keep whatever size the kernel gave.
+            // SAFETY: fcntl on a descriptor this function owns; F_GETPIPE_SZ
+            // takes no argument.
+            unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ) }
+        };
+        // A page is the least a pipe holds.
+        let capacity = usize::try_from(size)
+            .ok()
+            .filter(|&s| s > 0)
+            .unwrap_or(4096);
+        Ok(Self {
+            read: File::from(read),
+            write,
+            pending: 0,
+            capacity,
+        })
+    }
+
+    /// Bytes in the pipe: spliced in, not yet out.
+    pub fn pending(&self) -> usize {
+        self.pending
+    }
+
+    /// The pipe's size in bytes.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Splices what `source` has (up to one pipe's worth) into the pipe.
+    ///
+    /// `Ok(0)` is the source's EOF. `WouldBlock` means nothing moved: the
+    /// source has nothing to read, or, only when `pending() > 0`, the pipe
+    /// is full (the kernel counts pipe slots, not bytes: a full pipe may
+    /// hold less, or more, than `capacity`); the caller tells the two apart
+    /// by `pending`.
+    pub fn fill_from(&mut self, source: &impl AsFd) -> io::Result<usize> {
+        let n = splice(source.as_fd(), self.write.as_fd(), self.capacity)?;
+        self.pending += n;
+        Ok(n)
+    }
+
+    /// Splices pipe bytes to `destination`; `WouldBlock` when it takes no
+    /// more now. With nothing pending, `Ok(0)` without a syscall.
+    pub fn drain_to(&mut self, destination: &impl AsFd) -> io::Result<usize> {
+        if self.pending == 0 {
+            return Ok(0);
+        }
+        let n = splice(self.read.as_fd(), destination.as_fd(), self.pending)?;
+        if n == 0 {
+            // The pipe cannot be empty with bytes pending: the count is off.
+            return Err(io::Error::other(
+                "splice drained 0 bytes from a non-empty pipe",
+            ));
+        }
+        self.pending -= n.min(self.pending);
+        Ok(n)
+    }
+
+    /// Reads pipe bytes into `buf` with plain `read(2)`: the way out of the
+    /// pipe for a direction that fell back to the copy path. `Ok(0)` when
+    /// nothing is pending or `buf` is empty.
+    pub fn read_into(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let want = buf.len().min(self.pending);
+        if want == 0 {
+            return Ok(0);
+        }
+        for _ in 0..EINTR_RETRIES {
+            match self.read.read(&mut buf[..want]) {
+                Ok(0) => {
+                    return Err(io::Error::other("read 0 bytes from a non-empty pipe"));
+                }
+                Ok(n) => {
+                    self.pending -= n.min(self.pending);
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(io::ErrorKind::Interrupted.into())
+    }
+}
+
+/// One non-blocking `splice` of at most `len` bytes from `from` to `to`,
+/// retrying `EINTR`. `EAGAIN` comes back as `WouldBlock` (std maps it).
+fn splice(from: BorrowedFd<'_>, to: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
+    for _ in 0..EINTR_RETRIES {
+        // SAFETY: both descriptors are borrowed, hence open for the whole
+        // call; null offsets are valid (pipes and sockets have no offset);
+        // splice touches no memory of this process.
+        let n = unsafe {
+            libc::splice(
+                from.as_raw_fd(),
+                std::ptr::null_mut(),
+                to.as_raw_fd(),
+                std::ptr::null_mut(),
+                len,
+                libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
+            )
+        };
+        if let Ok(n) = usize::try_from(n) {
+            return Ok(n);
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
+    Err(io::ErrorKind::Interrupted.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{self, Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+    use std::time::{Duration, Instant};
+
+    use super::{SplicePipe, is_unsupported};
+
+    /// A connected loopback pair: (the side a test writes, the side the
+    /// pipe reads or writes, non-blocking).
+    fn tcp_pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let client = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (server, _) = listener.accept().expect("accept");
+        server.set_nonblocking(true).expect("non-blocking");
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        (client, server)
+    }
+
+    /// Retries `op` while it would block, at most 5 s.
+    fn until_ready(mut op: impl FnMut() -> io::Result<usize>) -> io::Result<usize> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match op() {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    #[test]
+    fn fill_then_drain_moves_the_bytes_and_tracks_pending() {
+        let (mut writer, source) = tcp_pair();
+        let (mut reader, destination) = tcp_pair();
+        let mut pipe = SplicePipe::new().expect("pipe");
+        assert!(pipe.capacity() >= 4096);
+        assert_eq!(pipe.pending(), 0);
+        writer.write_all(b"hello, splice").expect("write");
+        let mut filled = 0;
+        while filled < 13 {
+            filled += until_ready(|| pipe.fill_from(&source)).expect("fill");
+        }
+        assert_eq!((filled, pipe.pending()), (13, 13));
+        let drained = until_ready(|| pipe.drain_to(&destination)).expect("drain");
+        assert_eq!((drained, pipe.pending()), (13, 0));
+        let mut got = [0u8; 13];
+        reader.read_exact(&mut got).expect("read");
+        assert_eq!(&got, b"hello, splice");
+        assert_eq!(pipe.drain_to(&destination).expect("nothing to drain"), 0);
+    }
+
+    #[test]
+    fn an_empty_socket_would_block_and_a_fin_is_zero() {
+        let (writer, source) = tcp_pair();
+        let mut pipe = SplicePipe::new().expect("pipe");
+        let error = pipe.fill_from(&source).expect_err("nothing to read");
+        assert_eq!(error.kind(), io::ErrorKind::WouldBlock);
+        writer.shutdown(Shutdown::Write).expect("FIN");
+        assert_eq!(until_ready(|| pipe.fill_from(&source)).expect("EOF"), 0);
+        assert_eq!(pipe.pending(), 0);
+    }
+
+    #[test]
+    fn bytes_before_a_fin_come_first_then_the_eof() {
+        let (mut writer, source) = tcp_pair();
+        let mut pipe = SplicePipe::new().expect("pipe");
+        writer.write_all(b"last words").expect("write");
+        writer.shutdown(Shutdown::Write).expect("FIN");
+        let mut filled = 0;
+        loop {
+            match until_ready(|| pipe.fill_from(&source)).expect("fill") {
+                0 => break,
+                n => filled += n,
+            }
+        }
+        assert_eq!((filled, pipe.pending()), (10, 10));
+        let mut out = [0u8; 32];
+        let n = pipe.read_into(&mut out).expect("read the pipe");
+        assert_eq!(&out[..n], b"last words");
+        assert_eq!(pipe.pending(), 0);
+        assert_eq!(pipe.read_into(&mut out).expect("empty"), 0);
+    }
+
+    #[test]
+    fn a_full_destination_would_block_and_nothing_is_lost() {
+        const LEN: usize = 4 << 20;
+        let (mut writer, source) = tcp_pair();
+        let (mut reader, destination) = tcp_pair();
+        let sent: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
+        let feeder = {
+            let sent = sent.clone();
+            std::thread::spawn(move || writer.write_all(&sent))
+        };
+        let mut pipe = SplicePipe::new().expect("pipe");
+        let mut received = Vec::with_capacity(LEN);
+        let mut buf = vec![0u8; 64 * 1024];
+        let (mut spliced_in, mut spliced_out, mut blocked) = (0, 0, 0);
+        reader.set_nonblocking(true).expect("non-blocking reader");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while received.len() < LEN && Instant::now() < deadline {
+            let mut idle = true;
+            match pipe.fill_from(&source) {
+                Ok(0) => assert_eq!(spliced_in, LEN, "EOF before the last byte"),
+                Ok(n) => {
+                    spliced_in += n;
+                    idle = false;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("fill: {e}"),
+            }
+            match pipe.drain_to(&destination) {
+                Ok(n) => {
+                    spliced_out += n;
+                    idle &= n == 0;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // Only now read: the destination fills up first.
+                    blocked += 1;
+                    match reader.read(&mut buf) {
+                        Ok(n) => {
+                            received.extend_from_slice(&buf[..n]);
+                            idle = false;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(e) => panic!("read: {e}"),
+                    }
+                }
+                Err(e) => panic!("drain: {e}"),
+            }
+            assert_eq!(pipe.pending(), spliced_in - spliced_out);
+            if spliced_out == LEN {
+                // Everything is out: read the rest.
+                match reader.read(&mut buf) {
+                    Ok(n) => received.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => panic!("read: {e}"),
+                }
+            }
+            if idle {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+        feeder.join().expect("feeder").expect("feed");
+        assert_eq!(received.len(), LEN);
+        assert!(received == sent, "the bytes differ");
+        assert_eq!(pipe.pending(), 0);
+        assert!(blocked > 0, "the destination never pushed back");
+    }
+
+    #[test]
+    fn a_refused_drain_keeps_the_bytes_for_a_plain_read() {
+        let (mut writer, source) = tcp_pair();
+        let (_reader, destination) = tcp_pair();
+        let fd = destination.as_raw_fd();
+        // SAFETY: fcntl on a descriptor `destination` owns and keeps open.
+        // O_APPEND does not change a socket's send, but splice refuses to
+        // write into an append-mode file: EINVAL.
+        let rc = unsafe {
+            libc::fcntl(
+                fd,
+                libc::F_SETFL,
+                libc::fcntl(fd, libc::F_GETFL) | libc::O_APPEND,
+            )
+        };
+        assert_eq!(rc, 0);
+        let mut pipe = SplicePipe::new().expect("pipe");
+        writer.write_all(b"keep me").expect("write");
+        let mut filled = 0;
+        while filled < 7 {
+            filled += until_ready(|| pipe.fill_from(&source)).expect("fill");
+        }
+        let error = pipe.drain_to(&destination).expect_err("append mode");
+        assert!(is_unsupported(&error), "{error:?}");
+        assert_eq!(pipe.pending(), 7, "a refused drain moves nothing");
+        let mut out = [0u8; 4];
+        assert_eq!(pipe.read_into(&mut out).expect("read"), 4);
+        assert_eq!((&out, pipe.pending()), (b"keep", 3));
+        assert_eq!(pipe.read_into(&mut out).expect("read"), 3);
+        assert_eq!((&out[..3], pipe.pending()), (&b" me"[..], 0));
+    }
+
+    #[test]
+    fn a_descriptor_without_splice_is_unsupported() {
+        // SAFETY: eventfd takes plain integers and returns a new descriptor
+        // or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        assert!(fd >= 0, "eventfd: {}", io::Error::last_os_error());
+        // SAFETY: eventfd just returned this descriptor; nothing else owns it.
+        let event = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let mut pipe = SplicePipe::new().expect("pipe");
+        let error = pipe.fill_from(&event).expect_err("eventfd cannot splice");
+        assert!(is_unsupported(&error), "{error:?}");
+        assert_eq!(pipe.pending(), 0);
+        assert!(!is_unsupported(&io::Error::from_raw_os_error(libc::EPIPE)));
+        assert!(is_unsupported(&io::Error::from_raw_os_error(libc::ENOSYS)));
+    }
+}
