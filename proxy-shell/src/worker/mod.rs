@@ -6,6 +6,8 @@
 
 pub mod access_log;
 pub mod backends;
+mod close;
+mod connect;
 mod drive;
 mod event_loop;
 pub mod handoff;

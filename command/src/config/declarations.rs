@@ -1,0 +1,245 @@
+//! The routing declarations of a config file (listeners, clusters and their
+//! frontends and backends) turned into command requests, in dispatch order.
+//!
+//! Owns: the mapping of each table to the request the command socket would
+//! carry, the spellings of enumerations (`protocol`, `load_balancing`,
+//! `proxy_protocol`), generated backend ids, the order of the requests
+//! (clusters, listeners, frontends, backends; document order within each
+//! group), and the check that a listener's preread cap fits in a buffer.
+//!
+//! Must never: decide whether a declaration is acceptable as a routing
+//! object (unknown cluster, duplicate listener, bad address...): that is
+//! [`ConfigState::dispatch`](crate::state::ConfigState::dispatch)'s job, so
+//! the config file and the command socket agree.
+
+use toml::Spanned;
+
+use super::LocatedRequest;
+use super::global::GlobalSettings;
+use super::lines::{Problems, ranged};
+use super::raw::RawConfig;
+use crate::codes::ErrorCode;
+use crate::proto;
+use crate::proto::request::RequestType;
+
+/// An optional request field: `None` when absent or out of range (the
+/// problem is recorded and the request goes on with the default, so one bad
+/// value does not cascade into refusals of the declarations that depend on
+/// it).
+fn optional_u32(
+    value: Option<&Spanned<i64>>,
+    key: &str,
+    problems: &mut Problems<'_>,
+) -> Option<u32> {
+    value.and_then(|value| ranged::<u32>(value, key, 0, problems))
+}
+
+/// A preread window lives in one pooled buffer, so a listener cap above
+/// `buffer_size` would silently shrink to it and refuse, as too large,
+/// ClientHellos the operator meant to allow.
+pub(super) fn check_caps_fit_buffers(
+    raw: &RawConfig,
+    global: &GlobalSettings,
+    problems: &mut Problems<'_>,
+) {
+    for listener in &raw.listeners {
+        let Some(cap) = &listener.get_ref().sni_preread_max_bytes else {
+            continue;
+        };
+        let buffer = global.buffer_size;
+        if usize::try_from(*cap.get_ref()).is_ok_and(|cap| cap > buffer) {
+            problems.push(
+                cap.span().start,
+                ErrorCode::InvalidValue,
+                format!(
+                    "sni_preread_max_bytes = {} is more than buffer_size = {buffer}: the preread window lives in one buffer, so the cap would silently be {buffer}; raise buffer_size to at least {} or lower sni_preread_max_bytes",
+                    cap.get_ref(),
+                    cap.get_ref()
+                ),
+            );
+        }
+    }
+}
+pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> Vec<LocatedRequest> {
+    // (position, request) per group; sorted by position, then concatenated
+    // in dispatch order.
+    let mut clusters = Vec::new();
+    let mut listeners = Vec::new();
+    let mut frontends = Vec::new();
+    let mut backends = Vec::new();
+
+    for listener in raw.listeners {
+        let position = listener.span().start;
+        let listener = listener.into_inner();
+        check_protocol(listener.protocol.as_ref(), "listener", problems);
+        let config = proto::TcpListenerConfig {
+            address: listener.address,
+            expect_proxy: listener.expect_proxy.unwrap_or(false),
+            sni_preread_timeout: optional_u32(
+                listener.sni_preread_timeout.as_ref(),
+                "sni_preread_timeout",
+                problems,
+            ),
+            sni_preread_max_bytes: optional_u32(
+                listener.sni_preread_max_bytes.as_ref(),
+                "sni_preread_max_bytes",
+                problems,
+            ),
+            default_cluster: listener.default_cluster,
+            server_first_timeout: optional_u32(
+                listener.server_first_timeout.as_ref(),
+                "server_first_timeout",
+                problems,
+            ),
+            front_timeout: optional_u32(listener.front_timeout.as_ref(), "front_timeout", problems),
+            back_timeout: optional_u32(listener.back_timeout.as_ref(), "back_timeout", problems),
+            connect_timeout: optional_u32(
+                listener.connect_timeout.as_ref(),
+                "connect_timeout",
+                problems,
+            ),
+            active: None,
+        };
+        listeners.push((position, RequestType::AddTcpListener(config)));
+    }
+
+    for (id, cluster) in raw.clusters.0 {
+        let cluster_id = id.into_inner();
+        let position = cluster.span().start;
+        let cluster = cluster.into_inner();
+        check_protocol(cluster.protocol.as_ref(), "cluster", problems);
+        let load_balancing = cluster
+            .load_balancing
+            .as_ref()
+            .and_then(|value| load_balancing(value, problems))
+            .unwrap_or(proto::LoadBalancing::RoundRobin);
+        let proxy_protocol = cluster
+            .proxy_protocol
+            .as_ref()
+            .and_then(|value| proxy_protocol(value, problems))
+            .unwrap_or(proto::ProxyProtocol::None);
+        let max_connections_per_ip = cluster
+            .max_connections_per_ip
+            .as_ref()
+            .and_then(|value| ranged::<u32>(value, "max_connections_per_ip", 0, problems))
+            .unwrap_or(0);
+        clusters.push((
+            position,
+            RequestType::AddCluster(proto::Cluster {
+                cluster_id: cluster_id.clone(),
+                load_balancing: load_balancing as i32,
+                proxy_protocol: proxy_protocol as i32,
+                max_connections_per_ip,
+            }),
+        ));
+
+        for frontend in cluster.frontends {
+            let position = frontend.span().start;
+            let frontend = frontend.into_inner();
+            frontends.push((
+                position,
+                RequestType::AddTcpFrontend(proto::TcpFrontend {
+                    cluster_id: cluster_id.clone(),
+                    address: frontend.address,
+                    sni: frontend.sni,
+                    alpn: frontend.alpn,
+                    tags: frontend.tags,
+                }),
+            ));
+        }
+
+        for (index, backend) in cluster.backends.into_iter().enumerate() {
+            let position = backend.span().start;
+            let backend = backend.into_inner();
+            let weight = backend
+                .weight
+                .as_ref()
+                .and_then(|value| ranged::<u32>(value, "weight", 0, problems));
+            backends.push((
+                position,
+                RequestType::AddBackend(proto::Backend {
+                    cluster_id: cluster_id.clone(),
+                    backend_id: backend
+                        .backend_id
+                        .unwrap_or_else(|| format!("{cluster_id}-{index}")),
+                    address: backend.address,
+                    weight,
+                    backup: backend.backup.unwrap_or(false),
+                }),
+            ));
+        }
+    }
+
+    let mut requests = Vec::new();
+    for mut group in [clusters, listeners, frontends, backends] {
+        group.sort_by_key(|(position, _)| *position);
+        requests.extend(group.into_iter().map(|(position, request)| LocatedRequest {
+            request: proto::Request {
+                request_type: Some(request),
+            },
+            location: problems.lines.location(position),
+        }));
+    }
+    requests
+}
+
+fn check_protocol(protocol: Option<&Spanned<String>>, what: &str, problems: &mut Problems<'_>) {
+    if let Some(protocol) = protocol {
+        if protocol.get_ref() != "tcp" {
+            problems.push(
+                protocol.span().start,
+                ErrorCode::InvalidValue,
+                format!(
+                    "{what} protocol {:?} is not supported: preread routes TLS without \
+                     terminating it, use protocol = \"tcp\"",
+                    protocol.get_ref()
+                ),
+            );
+        }
+    }
+}
+
+fn load_balancing(
+    value: &Spanned<String>,
+    problems: &mut Problems<'_>,
+) -> Option<proto::LoadBalancing> {
+    let parsed = match value.get_ref().as_str() {
+        "round_robin" | "ROUND_ROBIN" => proto::LoadBalancing::RoundRobin,
+        "random" | "RANDOM" => proto::LoadBalancing::Random,
+        "least_connections" | "LEAST_LOADED" => proto::LoadBalancing::LeastConnections,
+        "power_of_two" | "POWER_OF_TWO" => proto::LoadBalancing::PowerOfTwo,
+        other => {
+            problems.push(
+                value.span().start,
+                ErrorCode::InvalidValue,
+                format!(
+                    "load_balancing {other:?} is unknown: use \"round_robin\", \"random\", \
+                     \"least_connections\" or \"power_of_two\" (or Sōzu's ROUND_ROBIN, RANDOM, \
+                     LEAST_LOADED, POWER_OF_TWO)"
+                ),
+            );
+            return None;
+        }
+    };
+    Some(parsed)
+}
+
+fn proxy_protocol(
+    value: &Spanned<String>,
+    problems: &mut Problems<'_>,
+) -> Option<proto::ProxyProtocol> {
+    let parsed = match value.get_ref().as_str() {
+        "none" => proto::ProxyProtocol::None,
+        "send" => proto::ProxyProtocol::Send,
+        "relay" => proto::ProxyProtocol::Relay,
+        other => {
+            problems.push(
+                value.span().start,
+                ErrorCode::InvalidValue,
+                format!("proxy_protocol {other:?} is unknown: use \"none\", \"send\" or \"relay\""),
+            );
+            return None;
+        }
+    };
+    Some(parsed)
+}

@@ -1,0 +1,296 @@
+//! The process-wide settings of a config file: their defaults, their types
+//! and the checks of their values.
+//!
+//! Owns: every top-level key that is not a routing declaration
+//! (`command_socket`, `worker_count`, `log_level`, the access log, the
+//! buffer pool, ...), its default, its accepted range or spellings, and
+//! resolving the relative paths among them beside the config file.
+//!
+//! Must never: read a routing declaration, open a file or socket named by a
+//! setting, or stop at the first bad value: every problem is recorded and
+//! the default stands in for the value.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use toml::Spanned;
+
+use super::lines::{Problems, ranged};
+use super::raw::RawConfig;
+use crate::codes::ErrorCode;
+
+/// Default of `command_socket`.
+pub const DEFAULT_COMMAND_SOCKET: &str = "./preread.sock";
+/// Default of `worker_count`.
+pub const DEFAULT_WORKER_COUNT: usize = 1;
+/// Default of `log_level`.
+pub const DEFAULT_LOG_LEVEL: &str = "info";
+/// Default of `buffer_size`, in bytes.
+pub const DEFAULT_BUFFER_SIZE: usize = 16_384;
+/// Default of `max_buffers`.
+pub const DEFAULT_MAX_BUFFERS: usize = 10_000;
+/// Default of `max_connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// Default of `splice`.
+pub const DEFAULT_SPLICE: bool = true;
+/// Default of `max_connection_attempts`.
+pub const DEFAULT_MAX_CONNECTION_ATTEMPTS: u32 = 3;
+
+/// The smallest accepted `buffer_size`: a buffer must at least hold a TLS
+/// record header.
+pub const MIN_BUFFER_SIZE: usize = preread_core::MIN_PREREAD_MAX_BYTES;
+/// Where the access log goes (`access_logs`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum AccessLogTarget {
+    /// `"stderr"` (default).
+    #[default]
+    Stderr,
+    /// `"off"`: no access log.
+    Off,
+    /// Any other value: a file path, appended to.
+    File(PathBuf),
+}
+
+/// The shape of an access log line (`access_log_format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum AccessLogFormat {
+    /// `"logfmt"` (default): `key=value` pairs.
+    #[default]
+    Logfmt,
+    /// `"json"`: one JSON object per line, same keys.
+    Json,
+}
+
+/// The process-wide settings of a config file, typed, validated, defaults
+/// applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GlobalSettings {
+    /// The Unix command socket (created mode 0600).
+    pub command_socket: PathBuf,
+    /// Worker threads, at least 1.
+    pub worker_count: usize,
+    /// The state file replayed at boot, if any.
+    pub saved_state: Option<PathBuf>,
+    /// Rewrite `saved_state` after every accepted change (needs
+    /// `saved_state`).
+    pub automatic_state_save: bool,
+    /// The log filter (`error`, `warn`, `info`, `debug`, `trace`, `off`,
+    /// or `target=level` directives separated by commas); `RUST_LOG`
+    /// overrides it.
+    pub log_level: String,
+    /// Where the access log goes.
+    pub access_logs: AccessLogTarget,
+    /// The access log's line format.
+    pub access_log_format: AccessLogFormat,
+    /// The Prometheus text endpoint, if any.
+    pub metrics_address: Option<SocketAddr>,
+    /// Bytes per pooled buffer, at least [`MIN_BUFFER_SIZE`].
+    pub buffer_size: usize,
+    /// Buffer pool cap, at least 1.
+    pub max_buffers: usize,
+    /// Global session cap, at least 1.
+    pub max_connections: usize,
+    /// Use the Linux zero-copy data path.
+    pub splice: bool,
+    /// Backends tried per connection before giving up, at least 1.
+    pub max_connection_attempts: u32,
+}
+
+impl GlobalSettings {
+    /// Makes relative paths relative to the folder of `config_file`.
+    pub fn resolve_paths_beside(&mut self, config_file: &Path) {
+        let folder = config_file.parent().unwrap_or_else(|| Path::new(""));
+        let resolve = |path: &mut PathBuf| {
+            if path.is_relative() {
+                *path = folder.join(&*path);
+            }
+        };
+        resolve(&mut self.command_socket);
+        if let Some(saved_state) = &mut self.saved_state {
+            resolve(saved_state);
+        }
+        if let AccessLogTarget::File(file) = &mut self.access_logs {
+            resolve(file);
+        }
+    }
+}
+
+impl Default for GlobalSettings {
+    fn default() -> Self {
+        Self {
+            command_socket: PathBuf::from(DEFAULT_COMMAND_SOCKET),
+            worker_count: DEFAULT_WORKER_COUNT,
+            saved_state: None,
+            automatic_state_save: false,
+            log_level: DEFAULT_LOG_LEVEL.to_owned(),
+            access_logs: AccessLogTarget::Stderr,
+            access_log_format: AccessLogFormat::Logfmt,
+            metrics_address: None,
+            buffer_size: DEFAULT_BUFFER_SIZE,
+            max_buffers: DEFAULT_MAX_BUFFERS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            splice: DEFAULT_SPLICE,
+            max_connection_attempts: DEFAULT_MAX_CONNECTION_ATTEMPTS,
+        }
+    }
+}
+pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> GlobalSettings {
+    let mut global = GlobalSettings::default();
+
+    if let Some(socket) = &raw.command_socket {
+        if let Some(path) = non_empty_path(socket, "command_socket", problems) {
+            global.command_socket = path;
+        }
+    }
+    if let Some(count) = &raw.worker_count {
+        if let Some(count) = ranged::<usize>(count, "worker_count", 1, problems) {
+            global.worker_count = count;
+        }
+    }
+    if let Some(saved) = &raw.saved_state {
+        global.saved_state = non_empty_path(saved, "saved_state", problems);
+    }
+    if let Some(automatic) = &raw.automatic_state_save {
+        global.automatic_state_save = *automatic.get_ref();
+        if global.automatic_state_save && raw.saved_state.is_none() {
+            problems.push(
+                automatic.span().start,
+                ErrorCode::InvalidValue,
+                "automatic_state_save = true needs saved_state: set saved_state to the \
+                 file to rewrite, or remove automatic_state_save"
+                    .to_owned(),
+            );
+        }
+    }
+    if let Some(level) = &raw.log_level {
+        if log_level_is_valid(level.get_ref()) {
+            global.log_level.clone_from(level.get_ref());
+        } else {
+            problems.push(
+                level.span().start,
+                ErrorCode::InvalidValue,
+                format!(
+                    "log_level {:?} is not a log filter: use error, warn, info, debug, trace \
+                     or off, or target=level directives separated by commas",
+                    level.get_ref()
+                ),
+            );
+        }
+    }
+    if let Some(logs) = &raw.access_logs {
+        match logs.get_ref().as_str() {
+            "stderr" => global.access_logs = AccessLogTarget::Stderr,
+            "off" => global.access_logs = AccessLogTarget::Off,
+            "" => problems.push(
+                logs.span().start,
+                ErrorCode::InvalidValue,
+                "access_logs is empty: use \"stderr\", \"off\" or a file path".to_owned(),
+            ),
+            path => global.access_logs = AccessLogTarget::File(PathBuf::from(path)),
+        }
+    }
+    if let Some(format) = &raw.access_log_format {
+        match format.get_ref().as_str() {
+            "logfmt" => global.access_log_format = AccessLogFormat::Logfmt,
+            "json" => global.access_log_format = AccessLogFormat::Json,
+            other => problems.push(
+                format.span().start,
+                ErrorCode::InvalidValue,
+                format!("access_log_format {other:?} is unknown: use \"logfmt\" or \"json\""),
+            ),
+        }
+    }
+    if let Some(address) = &raw.metrics_address {
+        match address.get_ref().parse::<SocketAddr>() {
+            Ok(parsed) => global.metrics_address = Some(parsed),
+            Err(_) => problems.push(
+                address.span().start,
+                ErrorCode::InvalidAddress,
+                format!(
+                    "metrics_address {:?} is not an ip:port address (e.g. \"127.0.0.1:9109\" \
+                     or \"[::1]:9109\")",
+                    address.get_ref()
+                ),
+            ),
+        }
+    }
+    if let Some(size) = &raw.buffer_size {
+        if let Some(size) = ranged::<usize>(size, "buffer_size", MIN_BUFFER_SIZE as i64, problems) {
+            global.buffer_size = size;
+        }
+    }
+    if let Some(buffers) = &raw.max_buffers {
+        if let Some(buffers) = ranged::<usize>(buffers, "max_buffers", 1, problems) {
+            global.max_buffers = buffers;
+        }
+    }
+    if let Some(connections) = &raw.max_connections {
+        if let Some(connections) = ranged::<usize>(connections, "max_connections", 1, problems) {
+            global.max_connections = connections;
+        }
+    }
+    if let Some(splice) = &raw.splice {
+        global.splice = *splice.get_ref();
+    }
+    if let Some(attempts) = &raw.max_connection_attempts {
+        if let Some(attempts) = ranged::<u32>(attempts, "max_connection_attempts", 1, problems) {
+            global.max_connection_attempts = attempts;
+        }
+    }
+    global
+}
+
+fn non_empty_path(
+    value: &Spanned<String>,
+    key: &str,
+    problems: &mut Problems<'_>,
+) -> Option<PathBuf> {
+    if value.get_ref().is_empty() {
+        problems.push(
+            value.span().start,
+            ErrorCode::InvalidValue,
+            format!("{key} is empty: give a file path"),
+        );
+        None
+    } else {
+        Some(PathBuf::from(value.get_ref()))
+    }
+}
+
+const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+fn log_level_is_valid(filter: &str) -> bool {
+    !filter.trim().is_empty()
+        && filter.split(',').all(|directive| {
+            let directive = directive.trim();
+            let level = match directive.split_once('=') {
+                Some((target, level)) if !target.trim().is_empty() => level.trim(),
+                Some(_) => return false,
+                None => directive,
+            };
+            LOG_LEVELS
+                .iter()
+                .any(|known| known.eq_ignore_ascii_case(level))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_filters() {
+        for good in [
+            "info",
+            "WARN",
+            "off",
+            "warn,preread=debug",
+            "a::b=trace, info",
+        ] {
+            assert!(log_level_is_valid(good), "{good}");
+        }
+        for bad in ["", " ", "inf", "=debug", "preread=loud", "info,"] {
+            assert!(!log_level_is_valid(bad), "{bad}");
+        }
+    }
+}

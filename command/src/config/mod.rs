@@ -1,0 +1,312 @@
+//! The TOML config file: its serde shape, the global settings, and the
+//! translation of its routing declarations into command requests.
+//!
+//! Owns: the file's vocabulary (key names, units, defaults, as in
+//! `INTERFACE.md`), the mapping of every problem to a `line:column` of the
+//! file, and the order in which declarations become requests (clusters,
+//! listeners, frontends, backends; document order within each group).
+//!
+//! Must never: validate a routing object itself. Every listener, cluster,
+//! frontend and backend goes through [`ConfigState::dispatch`], the one
+//! validator shared with the command socket and state replay, so a
+//! declaration means the same thing whichever way it arrived. The checks
+//! made here are only the ones a request cannot express: TOML syntax, key
+//! names, value types and ranges, the spellings of enumerations, and the
+//! global settings.
+//!
+//! Paths in the file (`command_socket`, `saved_state`, `access_logs`) are
+//! kept as written by [`load_config`]; [`load_config_file`] resolves a
+//! relative one against the config file's folder, so the proxy and the CLI
+//! agree on them whatever their working directories.
+//!
+//! Layout: `raw` is the file's serde shape, `global` the process-wide
+//! settings, `declarations` the routing tables turned into requests, and
+//! `lines` the byte offset → `line:column` mapping every problem goes
+//! through; this file holds the public API and the check that runs them in
+//! order.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use crate::codes::ErrorCode;
+use crate::proto;
+use crate::proto::request::RequestType;
+use crate::state::ConfigState;
+
+mod declarations;
+mod global;
+mod lines;
+mod raw;
+
+pub use global::{
+    AccessLogFormat, AccessLogTarget, DEFAULT_BUFFER_SIZE, DEFAULT_COMMAND_SOCKET,
+    DEFAULT_LOG_LEVEL, DEFAULT_MAX_BUFFERS, DEFAULT_MAX_CONNECTION_ATTEMPTS,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_SPLICE, DEFAULT_WORKER_COUNT, GlobalSettings, MIN_BUFFER_SIZE,
+};
+
+use declarations::{check_caps_fit_buffers, routing_requests};
+use global::global_settings;
+use lines::{LineIndex, Problems, shape_problem};
+use raw::RawConfig;
+
+/// A position in the config text, both 1-based; the column counts
+/// characters, not bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Location {
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column, in characters.
+    pub column: usize,
+}
+
+impl Location {
+    /// The location of byte `offset` of `text` (clamped to the text's end
+    /// and to a character boundary).
+    #[must_use]
+    pub fn from_offset(text: &str, offset: usize) -> Self {
+        LineIndex::new(text).location(offset)
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.line, self.column)
+    }
+}
+
+/// One problem of a config file: where, which stable code, what to change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigProblem {
+    /// Where in the file; `None` when the problem is not in the text (an
+    /// unreadable file).
+    pub location: Option<Location>,
+    /// The stable code (`preread explain CODE`).
+    pub code: ErrorCode,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(location) = self.location {
+            write!(f, "{location}: ")?;
+        }
+        write!(f, "{}: {}", self.code.as_str(), self.message)
+    }
+}
+
+impl std::error::Error for ConfigProblem {}
+
+/// A request built from a config declaration, with the location of the
+/// table or inline table it came from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LocatedRequest {
+    /// The request, as the command socket would carry it.
+    pub request: proto::Request,
+    /// The declaration's table header or inline table.
+    pub location: Location,
+}
+
+/// A config file that passed every check.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadedConfig {
+    /// The process-wide settings, defaults applied.
+    pub global: GlobalSettings,
+    /// The routing declarations, in an order [`ConfigState::dispatch`]
+    /// accepts: clusters, listeners, frontends, backends.
+    pub requests: Vec<LocatedRequest>,
+    /// The state those declarations build: the desired state of a reload,
+    /// and the routes `preread inspect --config` decides with.
+    pub state: ConfigState,
+}
+
+impl LoadedConfig {
+    /// The requests alone, in dispatch order.
+    pub fn requests(&self) -> impl ExactSizeIterator<Item = &proto::Request> {
+        self.requests.iter().map(|located| &located.request)
+    }
+}
+/// Parses and validates a config text: `Ok` only when [`check_config`]
+/// finds no problem; otherwise every problem, in file order.
+pub fn load_config(text: &str) -> Result<LoadedConfig, Vec<ConfigProblem>> {
+    let checked = check(text);
+    match checked.global {
+        Some(global) if checked.problems.is_empty() => Ok(LoadedConfig {
+            global,
+            requests: checked.requests,
+            state: checked.state,
+        }),
+        _ => Err(checked.problems),
+    }
+}
+
+/// Reads and loads a config file; an unreadable file is one problem
+/// without a location.
+pub fn load_config_file(path: impl AsRef<Path>) -> Result<LoadedConfig, Vec<ConfigProblem>> {
+    let path = path.as_ref();
+    let text = read_config_text(path).map_err(|problem| vec![problem])?;
+    let mut loaded = load_config(&text)?;
+    loaded.global.resolve_paths_beside(path);
+    Ok(loaded)
+}
+
+/// Every problem of a config text, in file order; empty when the config
+/// loads.
+///
+/// A TOML syntax error, an unknown key or a value of the wrong type is one
+/// problem and stops there (the file's shape is unknown past it). Otherwise
+/// every value problem of the global settings and of the declarations is
+/// reported, and every declaration is dispatched into a fresh
+/// [`ConfigState`] in load order: each refusal is reported at the location
+/// of the declaration that caused it, and checking goes on with the rest.
+#[must_use]
+pub fn check_config(text: &str) -> Vec<ConfigProblem> {
+    check(text).problems
+}
+
+/// [`check_config`] of a file; an unreadable file is one problem without a
+/// location.
+#[must_use]
+pub fn check_config_file(path: impl AsRef<Path>) -> Vec<ConfigProblem> {
+    match read_config_text(path.as_ref()) {
+        Ok(text) => check_config(&text),
+        Err(problem) => vec![problem],
+    }
+}
+
+fn read_config_text(path: &Path) -> Result<String, ConfigProblem> {
+    std::fs::read_to_string(path).map_err(|error| ConfigProblem {
+        location: None,
+        code: ErrorCode::InvalidToml,
+        message: format!("cannot read config file {}: {error}", path.display()),
+    })
+}
+
+/// The outcome of one full check: settings (when the shape parsed), the
+/// requests built, and every problem found.
+struct Checked {
+    global: Option<GlobalSettings>,
+    requests: Vec<LocatedRequest>,
+    state: ConfigState,
+    problems: Vec<ConfigProblem>,
+}
+
+fn check(text: &str) -> Checked {
+    let lines = LineIndex::new(text);
+    let raw = match toml::from_str::<RawConfig>(text) {
+        Ok(raw) => raw,
+        Err(error) => {
+            return Checked {
+                global: None,
+                requests: Vec::new(),
+                state: ConfigState::default(),
+                problems: vec![shape_problem(text, &lines, &error)],
+            };
+        }
+    };
+    let mut problems = Problems {
+        lines: &lines,
+        list: Vec::new(),
+    };
+    let global = global_settings(&raw, &mut problems);
+    check_caps_fit_buffers(&raw, &global, &mut problems);
+    let requests = routing_requests(raw, &mut problems);
+
+    let mut state = ConfigState::default();
+    let mut refused = Refused::default();
+    for located in &requests {
+        if let Err(refusal) = state.dispatch(&located.request) {
+            let mut message = refusal.message;
+            if let Some(note) = refused.note(&located.request, refusal.code) {
+                message.push_str(&note);
+            }
+            refused.record(located);
+            problems.list.push(ConfigProblem {
+                location: Some(located.location),
+                code: refusal.code,
+                message,
+            });
+        }
+    }
+    let mut problems = problems.list;
+    // Stable: problems on one location keep their discovery order.
+    problems.sort_by_key(|problem| problem.location);
+    Checked {
+        global: Some(global),
+        requests,
+        state,
+        problems,
+    }
+}
+
+/// The declarations refused so far, so that a refusal caused by an
+/// earlier one (a frontend on a refused listener, a backend of a refused
+/// cluster) says so instead of sending the operator after an object that
+/// is in fact declared.
+#[derive(Default)]
+struct Refused {
+    listeners: Vec<(SocketAddr, Location)>,
+    clusters: BTreeMap<String, Location>,
+}
+
+impl Refused {
+    fn record(&mut self, located: &LocatedRequest) {
+        match &located.request.request_type {
+            Some(RequestType::AddTcpListener(listener)) => {
+                if let Ok(address) = listener.address.parse() {
+                    self.listeners.push((address, located.location));
+                }
+            }
+            Some(RequestType::AddCluster(cluster)) => {
+                self.clusters
+                    .entry(cluster.cluster_id.clone())
+                    .or_insert(located.location);
+            }
+            _ => {}
+        }
+    }
+
+    fn note(&self, request: &proto::Request, code: ErrorCode) -> Option<String> {
+        match (code, &request.request_type) {
+            (ErrorCode::UnknownListener, Some(RequestType::AddTcpFrontend(frontend))) => {
+                let address: SocketAddr = frontend.address.parse().ok()?;
+                let (_, at) = self.listeners.iter().find(|(a, _)| *a == address)?;
+                Some(format!(
+                    " (the listener {address} declared at {at} was refused: fix that first)"
+                ))
+            }
+            (ErrorCode::UnknownCluster, Some(kind)) => {
+                let id = match kind {
+                    RequestType::AddTcpFrontend(frontend) => &frontend.cluster_id,
+                    RequestType::AddBackend(backend) => &backend.cluster_id,
+                    RequestType::AddTcpListener(listener) => listener.default_cluster.as_ref()?,
+                    _ => return None,
+                };
+                let at = self.clusters.get(id)?;
+                Some(format!(
+                    " (the cluster `{id}` declared at {at} was refused: fix that first)"
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn problems_sort_by_location_and_show_it() {
+        let problems = check_config("[[listeners]]\naddress = \"x\"\nfront_timeout = -1\n");
+        let shown: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert_eq!(shown.len(), 2, "{shown:?}");
+        assert!(shown[0].starts_with("1:1: E101: "), "{shown:?}");
+        assert!(
+            shown[1].starts_with("3:17: E003: front_timeout = -1"),
+            "{shown:?}"
+        );
+    }
+}

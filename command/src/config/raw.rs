@@ -1,0 +1,118 @@
+//! The config file's serde shape: what `toml` deserializes before any
+//! check runs.
+//!
+//! Owns: the key names and their TOML types, the refusal of unknown keys
+//! (`deny_unknown_fields`), and the spans that place later problems.
+//!
+//! Must never: apply a default, check a range or spelling, or build a
+//! request; the other parts read these structs and do that.
+//!
+//! Integers are read as `i64` (TOML's integer) and range-checked afterwards,
+//! so an out-of-range value is a located problem that does not stop the
+//! check.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{Deserializer, MapAccess, Visitor};
+use toml::Spanned;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub(super) command_socket: Option<Spanned<String>>,
+    pub(super) worker_count: Option<Spanned<i64>>,
+    pub(super) saved_state: Option<Spanned<String>>,
+    pub(super) automatic_state_save: Option<Spanned<bool>>,
+    pub(super) log_level: Option<Spanned<String>>,
+    pub(super) access_logs: Option<Spanned<String>>,
+    pub(super) access_log_format: Option<Spanned<String>>,
+    pub(super) metrics_address: Option<Spanned<String>>,
+    pub(super) buffer_size: Option<Spanned<i64>>,
+    pub(super) max_buffers: Option<Spanned<i64>>,
+    pub(super) max_connections: Option<Spanned<i64>>,
+    pub(super) splice: Option<Spanned<bool>>,
+    pub(super) max_connection_attempts: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub(super) listeners: Vec<Spanned<RawListener>>,
+    #[serde(default)]
+    pub(super) clusters: RawClusters,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawListener {
+    pub(super) protocol: Option<Spanned<String>>,
+    pub(super) address: String,
+    pub(super) expect_proxy: Option<bool>,
+    pub(super) sni_preread_timeout: Option<Spanned<i64>>,
+    pub(super) sni_preread_max_bytes: Option<Spanned<i64>>,
+    pub(super) default_cluster: Option<String>,
+    pub(super) server_first_timeout: Option<Spanned<i64>>,
+    pub(super) front_timeout: Option<Spanned<i64>>,
+    pub(super) back_timeout: Option<Spanned<i64>>,
+    pub(super) connect_timeout: Option<Spanned<i64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCluster {
+    pub(super) protocol: Option<Spanned<String>>,
+    pub(super) load_balancing: Option<Spanned<String>>,
+    pub(super) proxy_protocol: Option<Spanned<String>>,
+    pub(super) max_connections_per_ip: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub(super) frontends: Vec<Spanned<RawFrontend>>,
+    #[serde(default)]
+    pub(super) backends: Vec<Spanned<RawBackend>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFrontend {
+    pub(super) address: String,
+    pub(super) sni: Option<String>,
+    #[serde(default)]
+    pub(super) alpn: Vec<String>,
+    #[serde(default)]
+    pub(super) tags: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBackend {
+    pub(super) address: String,
+    pub(super) backend_id: Option<String>,
+    pub(super) weight: Option<Spanned<i64>>,
+    pub(super) backup: Option<bool>,
+}
+
+/// `[clusters.<id>]` tables, in the order the deserializer yields them
+/// (sorted by position afterwards).
+#[derive(Default)]
+pub(super) struct RawClusters(pub(super) Vec<(Spanned<String>, Spanned<RawCluster>)>);
+
+impl<'de> Deserialize<'de> for RawClusters {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ClustersVisitor;
+
+        impl<'de> Visitor<'de> for ClustersVisitor {
+            type Value = RawClusters;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a table of clusters, one [clusters.<id>] table each")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawClusters, A::Error> {
+                let mut clusters = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    clusters.push(entry);
+                }
+                Ok(RawClusters(clusters))
+            }
+        }
+
+        deserializer.deserialize_map(ClustersVisitor)
+    }
+}
