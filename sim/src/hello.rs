@@ -67,7 +67,12 @@ impl Record {
 
 /// The bytes of `records`, in order.
 pub fn serialize(records: &[Record]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(records.iter().map(|r| RECORD_HEADER + r.payload.len()).sum());
+    let mut out = Vec::with_capacity(
+        records
+            .iter()
+            .map(|r| RECORD_HEADER + r.payload.len())
+            .sum(),
+    );
     for record in records {
         record.write(&mut out);
     }
@@ -160,9 +165,10 @@ pub fn split_flight(tls: &[u8]) -> Option<(Vec<u8>, usize)> {
         message.extend_from_slice(tls.get(pos + RECORD_HEADER..pos + RECORD_HEADER + len)?);
         pos += RECORD_HEADER + len;
         if message.len() >= 4 {
-            let total = 4 + (usize::from(message[1]) << 16
-                | usize::from(message[2]) << 8
-                | usize::from(message[3]));
+            let total = 4
+                + (usize::from(message[1]) << 16
+                    | usize::from(message[2]) << 8
+                    | usize::from(message[3]));
             if message.len() == total {
                 return Some((message, pos));
             }
@@ -235,13 +241,15 @@ impl HelloSpec {
             6..=8 => Some(rng.range(0, 600)),
             _ => Some(rng.range(600, 6_000)),
         };
+        let any_len = rng.range(1, 32);
+        let session_id = *rng.pick(&[0, 32, 32, any_len]);
         Self {
             sni,
             alpn,
             ech: rng.chance(15),
             padding,
             grease: rng.below(3),
-            session_id: *rng.pick(&[0, 32, 32, rng.range(1, 32)]),
+            session_id,
             ciphers: rng.range(1, 16),
             fault: None,
         }
@@ -294,7 +302,8 @@ impl HelloSpec {
         if self.ech {
             extensions.push((0xfe0d, vec![0, 0, 1, 0, 1, 0x2a, 0, 0, 0, 0]));
         }
-        let mut grease_types: Vec<u16> = (0..16u16).map(|i| (i << 12) | (i << 4) | 0x0a0a).collect();
+        let mut grease_types: Vec<u16> =
+            (0..16u16).map(|i| (i << 12) | (i << 4) | 0x0a0a).collect();
         rng.shuffle(&mut grease_types);
         for &t in grease_types.iter().take(self.grease) {
             let n = rng.range(0, 8);
@@ -372,7 +381,11 @@ mod tests {
             let spec = HelloSpec::random(&mut rng, Some(b"a.example.com".to_vec()), None);
             let message = spec.message(&mut rng);
             let records = fragment(&message, &mut Rng::new(seed), 6);
-            assert!(records.iter().all(|r| !r.payload.is_empty() && r.payload.len() <= 16_384));
+            assert!(
+                records
+                    .iter()
+                    .all(|r| !r.payload.is_empty() && r.payload.len() <= 16_384)
+            );
             let bytes = serialize(&records);
             let (back, end) = split_flight(&bytes).expect("clean framing");
             assert_eq!(back, message);

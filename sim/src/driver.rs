@@ -1,0 +1,1189 @@
+//! The driver: plays a [`Scenario`] through `SniPrereadCore` exactly as the
+//! worker's preread shell does, on a simulated clock, and checks the
+//! invariants after every step.
+//!
+//! Owns: the model of `Worker::drive_preread` / `Session::preread_read` /
+//! `Worker::on_output` / `Worker::on_timer` / `Worker::leave_preread`
+//! (`proxy-shell/src/worker/`): a window that grows by at most
+//! `read_budget(effective_max_bytes(..), buffered)` bytes per read while the
+//! rest stays in the socket, the whole window fed after every read that
+//! added bytes, the EOF seen on the read after the bytes it came with, I/O
+//! before timers within a loop turn, the preread timer armed once at the
+//! first `NeedMore` deadline, the server-first timer armed at accept and
+//! cancelled by the first `NeedMore`, timers that fire late but never early,
+//! and the active gauge. Must never: read a real clock for the core (every
+//! `now` is `base + simulated offset`), spawn a thread, or touch a socket.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use preread_core::window::read_budget;
+use preread_core::{
+    FallbackReason, Input, Output, PrereadConfig, RejectReason, Route, SniPrereadCore,
+};
+use preread_parser::proxy::{
+    PP2_TYPE_ALPN, PP2_TYPE_AUTHORITY, ProxyParsed, parse_proxy_header, write_v2,
+};
+
+use crate::listener::{DEFAULT_CLUSTER, Expect, ProxyMode, ROUTES};
+use crate::rng::Rng;
+use crate::scenario::{Scenario, Target};
+
+/// Turns of the simulated event loop before a scenario counts as stuck.
+const MAX_TURNS: usize = 10_000;
+
+/// The client's address on the front socket (the worker's `peer_addr`).
+pub const CLIENT: SocketAddr = SocketAddr::new(
+    std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1)),
+    5000,
+);
+/// The listener's local address.
+pub const LOCAL: SocketAddr = SocketAddr::new(
+    std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 1)),
+    8443,
+);
+
+/// The one base every simulated `now` is an offset of; the core only ever
+/// adds to it and compares, so its value does not matter.
+fn base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+/// What the core answered, with times as offsets from the base.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// `Output::NeedMore`.
+    NeedMore {
+        /// The deadline, as an offset.
+        deadline: Duration,
+    },
+    /// `Output::Routed`.
+    Routed(Arc<Route>),
+    /// `Output::Reject`.
+    Reject(RejectReason),
+}
+
+impl Verdict {
+    fn of(output: &Output) -> Self {
+        match output {
+            Output::NeedMore { deadline } => Self::NeedMore {
+                deadline: deadline.saturating_duration_since(base()),
+            },
+            Output::Routed(route) => Self::Routed(route.clone()),
+            Output::Reject(reason) => Self::Reject(*reason),
+        }
+    }
+}
+
+/// An input as fed to the core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fed {
+    /// `Input::Bytes` with a window of this many bytes.
+    Bytes(usize),
+    /// `Input::Timeout`.
+    Timeout,
+    /// `Input::FrontClosed`.
+    FrontClosed,
+}
+
+/// Who fed an input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feeder {
+    /// The modelled worker.
+    Worker,
+    /// An early timer fire injected to probe the contract.
+    Probe,
+    /// An input after the decision, probing the latch.
+    Latch,
+}
+
+/// Which timer fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimerKind {
+    /// The preread deadline's timer.
+    Preread,
+    /// The server-first timer.
+    ServerFirst,
+}
+
+/// One line of a trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// Client bytes became readable, up to `end`.
+    Arrive { at: Duration, end: usize },
+    /// The client's FIN arrived.
+    Fin { at: Duration },
+    /// A preread read: bytes added, window after it, EOF seen.
+    Read {
+        at: Duration,
+        added: usize,
+        window: usize,
+        eof: bool,
+    },
+    /// An input fed to the core and its answer.
+    Feed {
+        step: usize,
+        at: Duration,
+        by: Feeder,
+        input: Fed,
+        verdict: Verdict,
+    },
+    /// A timer fired.
+    Timer { at: Duration, kind: TimerKind },
+    /// The active gauge changed.
+    Gauge { at: Duration, active: i64 },
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Arrive { at, end } => write!(f, "{at:>12?}  client bytes readable up to {end}"),
+            Self::Fin { at } => write!(f, "{at:>12?}  client FIN"),
+            Self::Read {
+                at,
+                added,
+                window,
+                eof,
+            } => {
+                write!(
+                    f,
+                    "{at:>12?}  read +{added} -> window {window}{}",
+                    if *eof { ", EOF" } else { "" }
+                )
+            }
+            Self::Feed {
+                step,
+                at,
+                by,
+                input,
+                verdict,
+            } => {
+                write!(
+                    f,
+                    "{at:>12?}  step {step} [{by:?}] {input:?} => {verdict:?}"
+                )
+            }
+            Self::Timer { at, kind } => write!(f, "{at:>12?}  timer {kind:?} fires"),
+            Self::Gauge { at, active } => write!(f, "{at:>12?}  gauge active = {active}"),
+        }
+    }
+}
+
+/// How the preread ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Routed; `fallback` says whether by the default cluster.
+    Routed {
+        /// The fallback reason, if the default cluster took it.
+        fallback: Option<FallbackReason>,
+    },
+    /// Refused and counted under this reason.
+    Rejected(RejectReason),
+    /// Closed or idle without a byte: not counted (a health check).
+    Silent,
+}
+
+impl Outcome {
+    /// Whether this is the outcome `target` asks for.
+    pub fn matches(&self, target: Target) -> bool {
+        match (self, target) {
+            (Self::Routed { fallback: None }, Target::Routed) => true,
+            (Self::Rejected(r), Target::Reject(want)) => *r == want,
+            (Self::Routed { fallback: Some(f) }, Target::Fallback(want)) => *f == want,
+            _ => false,
+        }
+    }
+}
+
+/// A known, documented deviation the simulation observed (not a failure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Finding {
+    /// The server-first timer routed an `expect_proxy` connection before the
+    /// PROXY header arrived: the route has `content_offset` 0, so a `none`
+    /// or `send` backend would receive the inbound PROXY header as data.
+    ServerFirstBeforeProxyHeader,
+    /// An `expect_proxy` listener with a server-first timer, and a client
+    /// silent after the load balancer's PROXY header: the header's bytes
+    /// cancel the server-first timer, so the connection ends `Fragmented`
+    /// at the preread deadline instead of reaching the default cluster.
+    ServerFirstUnreachableBehindProxy,
+    /// Only a PROXY header, then a close (a load balancer's health check,
+    /// e.g. a v2 LOCAL header): the header counts as bytes, so the worker
+    /// counts `front_closed` and logs it instead of treating it as silent.
+    ProxyOnlyCloseCounted,
+}
+
+/// A deliberate defect in the modelled shell, so tests can show that the
+/// invariants catch it. [`play`] never sabotages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sabotage {
+    /// The worker as it is.
+    None,
+    /// Reads ignore `read_budget`: the window may pass the cap.
+    IgnoreBudget,
+    /// Feeds the bytes of the last read instead of the whole window.
+    FeedDelta,
+    /// Reports the EOF before the bytes that came with it.
+    EofFirst,
+    /// Builds a fresh core for every input: no latch, no fixed deadline.
+    FreshCore,
+    /// Lowers the gauge on every leave, not once.
+    UnguardedGauge,
+}
+
+/// Which input took the decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecidedBy {
+    /// `Bytes` before the deadline.
+    Bytes,
+    /// `Bytes` at or after the deadline (always `Fragmented`).
+    LateBytes,
+    /// The preread timer.
+    Deadline,
+    /// The server-first timer.
+    ServerFirst,
+    /// The client's close.
+    Close,
+    /// Nothing: a client that never sent a byte, closed by the idle timer.
+    Idle,
+}
+
+impl DecidedBy {
+    /// Every kind, for reports.
+    pub const ALL: [Self; 6] = [
+        Self::Bytes,
+        Self::LateBytes,
+        Self::Deadline,
+        Self::ServerFirst,
+        Self::Close,
+        Self::Idle,
+    ];
+}
+
+/// A scenario that ran to its end with every invariant holding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Played {
+    /// How it ended.
+    pub outcome: Outcome,
+    /// What decided it.
+    pub decided_by: DecidedBy,
+    /// Every step.
+    pub trace: Vec<Event>,
+    /// Inputs fed to the core (worker, probes and latch probes).
+    pub steps: usize,
+    /// Known deviations seen.
+    pub findings: Vec<Finding>,
+}
+
+/// A broken invariant: the seed, the step, what broke, and the trace.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// Replay with `SIM_SEED=<seed>`.
+    pub seed: u64,
+    /// The core input count when it broke.
+    pub step: usize,
+    /// What broke.
+    pub message: String,
+    /// The scenario, described.
+    pub scenario: String,
+    /// Every step up to the failure.
+    pub trace: Vec<Event>,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "invariant broken at step {} of seed {} (replay: SIM_SEED={} cargo test -p sim)",
+            self.step, self.seed, self.seed
+        )?;
+        writeln!(f, "  {}", self.message)?;
+        writeln!(f, "  {}", self.scenario)?;
+        writeln!(f, "  trace:")?;
+        for event in &self.trace {
+            writeln!(f, "    {event}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Failure {}
+
+struct Timer {
+    at: Duration,
+    wake: Duration,
+    seq: u64,
+}
+
+struct Decision {
+    by: DecidedBy,
+    output: Output,
+    deadline: Option<Instant>,
+    received: bool,
+}
+
+struct Driver<'s> {
+    sc: &'s Scenario,
+    config: PrereadConfig,
+    core: SniPrereadCore,
+    /// The preread window (the pooled buffer's data).
+    window: Vec<u8>,
+    /// `listener.preread.max_bytes`: the effective cap.
+    cap: usize,
+    now: Duration,
+    /// Bytes of the stream the kernel holds (read or not).
+    arrived: usize,
+    fin: bool,
+    readable: bool,
+    dirty: bool,
+    preread_timer: Option<Timer>,
+    server_first_timer: Option<Timer>,
+    seq: u64,
+    rng: Rng,
+    decided: Option<Decision>,
+    outcome: Option<Outcome>,
+    in_gauge: bool,
+    gauge: i64,
+    gauge_downs: u32,
+    /// The core's verdict on the whole stream as the cap lets it arrive.
+    one_shot: Output,
+    capped_len: usize,
+    trace: Vec<Event>,
+    steps: usize,
+    findings: Vec<Finding>,
+    sabotage: Sabotage,
+    /// Window length at the worker's last Bytes input.
+    fed: usize,
+}
+
+/// Plays `sc`; `Err` names the first broken invariant.
+pub fn play(sc: &Scenario) -> Result<Played, Failure> {
+    play_sabotaged(sc, Sabotage::None)
+}
+
+/// Plays `sc` with a defect in the modelled shell (for testing the checks).
+pub fn play_sabotaged(sc: &Scenario, sabotage: Sabotage) -> Result<Played, Failure> {
+    let config = sc.listener.config();
+    let cap = config.max_bytes;
+    let capped_len = sc.stream.len().min(cap);
+    let one_shot = SniPrereadCore::new().handle_input(
+        &config,
+        Input::Bytes {
+            buf: &sc.stream[..capped_len],
+            now: base(),
+        },
+    );
+    let mut driver = Driver {
+        sc,
+        config,
+        core: SniPrereadCore::new(),
+        window: Vec::new(),
+        cap,
+        now: Duration::ZERO,
+        arrived: 0,
+        fin: false,
+        readable: false,
+        dirty: false,
+        preread_timer: None,
+        server_first_timer: None,
+        seq: 0,
+        rng: Rng::new(sc.jitter_seed),
+        decided: None,
+        outcome: None,
+        in_gauge: false,
+        gauge: 0,
+        gauge_downs: 0,
+        one_shot,
+        capped_len,
+        trace: Vec::new(),
+        steps: 0,
+        findings: Vec::new(),
+        sabotage,
+        fed: 0,
+    };
+    driver.run()?;
+    driver.finish()
+}
+
+impl Driver<'_> {
+    fn fail<T>(&self, message: impl Into<String>) -> Result<T, Failure> {
+        Err(Failure {
+            seed: self.sc.seed,
+            step: self.steps,
+            message: message.into(),
+            scenario: self.sc.describe(),
+            trace: self.trace.clone(),
+        })
+    }
+
+    fn instant(&self) -> Instant {
+        base() + self.now
+    }
+
+    fn arm(&mut self, at: Duration) -> Timer {
+        self.seq += 1;
+        // The loop may wake late (poll's resolution, a busy turn), never early.
+        let late = if self.rng.chance(70) {
+            Duration::ZERO
+        } else {
+            Duration::from_micros(self.rng.range_u64(1, 2_000))
+        };
+        Timer {
+            at,
+            wake: at + late,
+            seq: self.seq,
+        }
+    }
+
+    fn gauge_event(&mut self) {
+        self.trace.push(Event::Gauge {
+            at: self.now,
+            active: self.gauge,
+        });
+    }
+
+    /// `Worker::open_session` for a listener that prereads.
+    fn accept(&mut self) {
+        self.gauge += 1;
+        self.in_gauge = true;
+        self.gauge_event();
+        if let Some(wait) = self.config.server_first_timeout {
+            self.server_first_timer = Some(self.arm(wait));
+        }
+    }
+
+    /// `Worker::leave_preread`: the gauge goes down once, the timers go.
+    fn leave_preread(&mut self) {
+        if !self.in_gauge && self.sabotage != Sabotage::UnguardedGauge {
+            return;
+        }
+        self.in_gauge = false;
+        self.gauge -= 1;
+        self.gauge_downs += 1;
+        self.preread_timer = None;
+        self.server_first_timer = None;
+        self.gauge_event();
+    }
+
+    fn run(&mut self) -> Result<(), Failure> {
+        self.accept();
+        let sc = self.sc;
+        let mut next_arrival = 0;
+        let mut fin_delivered = false;
+        let mut next_probe = 0;
+        for _ in 0..MAX_TURNS {
+            // poll: the socket events due by now.
+            while let Some(a) = sc.arrivals.get(next_arrival).filter(|a| a.at <= self.now) {
+                self.arrived = a.end;
+                self.readable = true;
+                self.dirty = true;
+                self.trace.push(Event::Arrive {
+                    at: self.now,
+                    end: a.end,
+                });
+                next_arrival += 1;
+            }
+            if let Some(close) = sc.close
+                && !fin_delivered
+                && close <= self.now
+                && next_arrival == sc.arrivals.len()
+            {
+                fin_delivered = true;
+                self.fin = true;
+                self.readable = true;
+                self.dirty = true;
+                self.trace.push(Event::Fin { at: self.now });
+            }
+            // drive_dirty, then fire_timers.
+            if self.dirty && self.decided.is_none() {
+                self.dirty = false;
+                self.drive()?;
+            }
+            self.fire_timers()?;
+            while let Some(&at) = sc.probes.get(next_probe).filter(|&&at| at <= self.now) {
+                next_probe += 1;
+                self.probe(at)?;
+            }
+            if self.decided.is_some() || self.outcome.is_some() {
+                return Ok(());
+            }
+            if self.dirty {
+                // Re-queued: driven again in the next turn, no time passes.
+                continue;
+            }
+            let next = [
+                sc.arrivals.get(next_arrival).map(|a| a.at),
+                sc.close.filter(|_| !fin_delivered),
+                self.preread_timer.as_ref().map(|t| t.wake),
+                self.server_first_timer.as_ref().map(|t| t.wake),
+                sc.probes.get(next_probe).copied(),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            match next {
+                Some(t) => self.now = self.now.max(t),
+                None => return Ok(()),
+            }
+        }
+        self.fail("the event loop made no progress")
+    }
+
+    /// `Worker::drive_preread` with `Session::preread_read`.
+    fn drive(&mut self) -> Result<(), Failure> {
+        let budget = if self.sabotage == Sabotage::IgnoreBudget {
+            usize::MAX
+        } else {
+            read_budget(self.cap, self.window.len())
+        };
+        let capacity = self.sc.listener.buffer_capacity;
+        let mut left = budget;
+        let mut added = 0;
+        let mut eof = false;
+        while self.readable && left > 0 {
+            let space = capacity.saturating_sub(self.window.len());
+            if space == 0 {
+                break;
+            }
+            let want = space.min(left);
+            let len = self.window.len();
+            if self.arrived > len {
+                let n = want.min(self.arrived - len);
+                self.window.extend_from_slice(&self.sc.stream[len..len + n]);
+                added += n;
+                left -= n;
+            } else if self.fin {
+                eof = true;
+                break;
+            } else {
+                // WouldBlock.
+                self.readable = false;
+            }
+        }
+        self.trace.push(Event::Read {
+            at: self.now,
+            added,
+            window: self.window.len(),
+            eof,
+        });
+        if self.window.len() > self.cap {
+            return self.fail(format!(
+                "the window ({} bytes) passed the effective cap ({})",
+                self.window.len(),
+                self.cap
+            ));
+        }
+        if self.window.len() > capacity {
+            return self.fail("the window passed the buffer's capacity");
+        }
+        if eof && added > 0 && self.sabotage == Sabotage::EofFirst {
+            return self.feed(Fed::FrontClosed, Feeder::Worker);
+        }
+        match (added, eof) {
+            (0, true) => self.feed(Fed::FrontClosed, Feeder::Worker),
+            (0, false) => Ok(()),
+            _ => self.feed(Fed::Bytes(self.window.len()), Feeder::Worker),
+        }
+    }
+
+    /// `Worker::fire_timers` → `Worker::on_timer`, in (deadline, schedule) order.
+    fn fire_timers(&mut self) -> Result<(), Failure> {
+        loop {
+            let due = [
+                self.preread_timer
+                    .as_ref()
+                    .map(|t| (t.at, t.seq, TimerKind::Preread)),
+                self.server_first_timer
+                    .as_ref()
+                    .map(|t| (t.at, t.seq, TimerKind::ServerFirst)),
+            ]
+            .into_iter()
+            .flatten()
+            .filter(|&(at, _, _)| at <= self.now)
+            .min_by_key(|&(at, seq, _)| (at, seq));
+            let Some((_, _, kind)) = due else {
+                return Ok(());
+            };
+            match kind {
+                TimerKind::Preread => self.preread_timer = None,
+                TimerKind::ServerFirst => self.server_first_timer = None,
+            }
+            self.trace.push(Event::Timer { at: self.now, kind });
+            if self.decided.is_none() {
+                self.feed(Fed::Timeout, Feeder::Worker)?;
+            }
+        }
+    }
+
+    /// An early timer fire: allowed by the contract, it must change nothing.
+    fn probe(&mut self, _at: Duration) -> Result<(), Failure> {
+        let ahead = self.core.deadline().is_some_and(|d| self.instant() < d);
+        if self.decided.is_none() && self.core.has_received_bytes() && ahead {
+            self.feed(Fed::Timeout, Feeder::Probe)?;
+        }
+        Ok(())
+    }
+
+    fn feed(&mut self, input: Fed, by: Feeder) -> Result<(), Failure> {
+        self.steps += 1;
+        let now = self.instant();
+        let deadline_before = self.core.deadline();
+        let received_before = self.core.has_received_bytes();
+        if self.sabotage == Sabotage::FreshCore && by == Feeder::Worker {
+            self.core = SniPrereadCore::new();
+        }
+        let from = if self.sabotage == Sabotage::FeedDelta && by == Feeder::Worker {
+            self.fed.min(self.window.len())
+        } else {
+            0
+        };
+        if matches!(input, Fed::Bytes(_)) && by == Feeder::Worker {
+            self.fed = self.window.len();
+        }
+        let output = match input {
+            Fed::Bytes(_) => self.core.handle_input(
+                &self.config,
+                Input::Bytes {
+                    buf: &self.window[from..],
+                    now,
+                },
+            ),
+            Fed::Timeout => self.core.handle_input(&self.config, Input::Timeout { now }),
+            Fed::FrontClosed => self.core.handle_input(&self.config, Input::FrontClosed),
+        };
+        self.trace.push(Event::Feed {
+            step: self.steps,
+            at: self.now,
+            by,
+            input,
+            verdict: Verdict::of(&output),
+        });
+
+        // The latch: after the first terminal output, every input returns
+        // it, and nothing of the core's state moves.
+        if let Some(decision) = &self.decided {
+            if output != decision.output {
+                return self.fail(format!(
+                    "the latch broke: {input:?} after {:?} returned {output:?}",
+                    decision.output
+                ));
+            }
+            if self.core.decision() != Some(&decision.output)
+                || self.core.deadline() != decision.deadline
+                || self.core.has_received_bytes() != decision.received
+            {
+                return self.fail("a latched core changed its state");
+            }
+            return Ok(());
+        }
+
+        // The deadline: armed by the first Bytes at now + timeout, then fixed.
+        match deadline_before {
+            Some(before) if self.core.deadline() != Some(before) => {
+                return self.fail(format!(
+                    "the deadline moved from {before:?} to {:?}",
+                    self.core.deadline()
+                ));
+            }
+            Some(_) => {}
+            None => match input {
+                Fed::Bytes(_) => {
+                    let want = now.checked_add(self.config.timeout);
+                    if self.core.deadline() != want {
+                        return self.fail(format!(
+                            "the first Bytes armed {:?}, not now + timeout",
+                            self.core.deadline()
+                        ));
+                    }
+                }
+                Fed::Timeout | Fed::FrontClosed => {
+                    if self.core.deadline().is_some() {
+                        return self.fail("an input other than Bytes armed the deadline");
+                    }
+                }
+            },
+        }
+        match &output {
+            Output::NeedMore { deadline } => {
+                if Some(*deadline) != self.core.deadline() {
+                    return self.fail("NeedMore does not carry the armed deadline");
+                }
+                if self.core.decision().is_some() {
+                    return self.fail("NeedMore from a decided core");
+                }
+            }
+            terminal => {
+                if self.core.decision() != Some(terminal) {
+                    return self.fail("a terminal output was not latched");
+                }
+            }
+        }
+        self.check_answer(input, &output, received_before, deadline_before)?;
+        if output.is_terminal() {
+            self.check_terminal(&output, received_before)?;
+            let by = match input {
+                Fed::Bytes(_) if self.core.deadline().is_some_and(|d| now >= d) => {
+                    DecidedBy::LateBytes
+                }
+                Fed::Bytes(_) => DecidedBy::Bytes,
+                Fed::Timeout if received_before => DecidedBy::Deadline,
+                Fed::Timeout => DecidedBy::ServerFirst,
+                Fed::FrontClosed => DecidedBy::Close,
+            };
+            self.decided = Some(Decision {
+                by,
+                output: output.clone(),
+                deadline: self.core.deadline(),
+                received: self.core.has_received_bytes(),
+            });
+        }
+        self.on_output(output);
+        Ok(())
+    }
+
+    /// The undecided core's answer against the contract and the one-shot
+    /// verdict on the whole capped stream.
+    fn check_answer(
+        &self,
+        input: Fed,
+        output: &Output,
+        received_before: bool,
+        deadline_before: Option<Instant>,
+    ) -> Result<(), Failure> {
+        let now = self.instant();
+        if matches!(input, Fed::Timeout | Fed::FrontClosed) {
+            // I/O before timers, bytes before their EOF: by the time a timer
+            // or a close is acted on, every readable byte (up to the cap) is
+            // in the window and the core has seen it.
+            let readable = self.arrived.min(self.cap);
+            if self.window.len() != readable || self.fed != self.window.len() {
+                return self.fail(format!(
+                    "{input:?} acted on with {readable} bytes readable, {} in the window, {} fed to the core",
+                    self.window.len(),
+                    self.fed
+                ));
+            }
+        }
+        match input {
+            Fed::Bytes(_) => {
+                let Some(deadline) = self.core.deadline() else {
+                    return self.fail("Bytes left no deadline");
+                };
+                if now >= deadline {
+                    if *output != Output::Reject(RejectReason::Fragmented) {
+                        return self.fail(format!(
+                            "Bytes at or after the deadline gave {output:?}, not Fragmented"
+                        ));
+                    }
+                    return Ok(());
+                }
+                // No hidden state: a fresh core says the same of this window.
+                let fresh = SniPrereadCore::new().handle_input(
+                    &self.config,
+                    Input::Bytes {
+                        buf: &self.window,
+                        now,
+                    },
+                );
+                let same = match (&fresh, output) {
+                    (Output::NeedMore { .. }, Output::NeedMore { .. }) => true,
+                    (a, b) => a == b,
+                };
+                if !same {
+                    return self.fail(format!("the core answered {output:?}, a fresh core answers {fresh:?} for the same window"));
+                }
+                if output.is_terminal() && *output != self.one_shot {
+                    return self.fail(format!(
+                        "the window of {} bytes decided {output:?}, but the whole stream as the cap lets it arrive ({} bytes) decides {:?}",
+                        self.window.len(),
+                        self.capped_len,
+                        self.one_shot
+                    ));
+                }
+                if self.window.len() == self.capped_len
+                    && output.is_terminal() != self.one_shot.is_terminal()
+                {
+                    return self.fail(format!(
+                        "the whole capped stream is in the window, yet the core answered {output:?} where one shot answers {:?}",
+                        self.one_shot
+                    ));
+                }
+            }
+            Fed::Timeout => {
+                if !received_before {
+                    let want = match (
+                        &self.config.default_cluster,
+                        self.config.server_first_timeout,
+                    ) {
+                        (Some(cluster), Some(_)) => Output::Routed(Arc::new(Route::unread(
+                            cluster.clone(),
+                            Some(FallbackReason::ServerFirst),
+                        ))),
+                        _ => Output::Reject(RejectReason::Fragmented),
+                    };
+                    if *output != want {
+                        return self.fail(format!(
+                            "a timeout before any byte gave {output:?}, not {want:?}"
+                        ));
+                    }
+                } else {
+                    let deadline = deadline_before.unwrap_or(now);
+                    let want = if now < deadline {
+                        Output::NeedMore { deadline }
+                    } else {
+                        Output::Reject(RejectReason::Fragmented)
+                    };
+                    if *output != want {
+                        return self.fail(format!("a timeout gave {output:?}, not {want:?}"));
+                    }
+                }
+            }
+            Fed::FrontClosed => {
+                if *output != Output::Reject(RejectReason::FrontClosed) {
+                    return self.fail(format!("a close gave {output:?}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What a terminal output must satisfy, whatever decided it.
+    fn check_terminal(&self, output: &Output, received_before: bool) -> Result<(), Failure> {
+        let config = &self.config;
+        let truth = &self.sc.truth;
+        match output {
+            Output::Routed(route) => {
+                let window = self.window.len();
+                if route.content_offset > window {
+                    return self.fail("content_offset lies past the window");
+                }
+                if let Some(end) = route.hello_end
+                    && (end > window || end <= route.content_offset)
+                {
+                    return self.fail(format!(
+                        "hello_end {end} outside ({}, {window}]",
+                        route.content_offset
+                    ));
+                }
+                match route.fallback {
+                    None => {
+                        let known = self
+                            .sc
+                            .listener
+                            .routes
+                            .iter()
+                            .any(|&i| ROUTES[i].2 == &*route.cluster);
+                        if !known
+                            || route.matched_sni.is_none()
+                            || route.sni.is_none()
+                            || route.hello_end.is_none()
+                        {
+                            return self
+                                .fail(format!("a frontend route without its evidence: {route:?}"));
+                        }
+                        if truth.sni.is_some() && route.sni != truth.sni {
+                            return self.fail(format!(
+                                "routed on {:?}, the hello says {:?}",
+                                route.sni, truth.sni
+                            ));
+                        }
+                    }
+                    Some(reason) => {
+                        if config.default_cluster.as_deref() != Some(DEFAULT_CLUSTER)
+                            || &*route.cluster != DEFAULT_CLUSTER
+                        {
+                            return self.fail("a fallback outside the default cluster");
+                        }
+                        if reason == FallbackReason::ServerFirst && received_before {
+                            return self.fail("server-first after bytes arrived");
+                        }
+                    }
+                }
+                if route.fallback != Some(FallbackReason::ServerFirst) {
+                    let (offset, source) = if config.expect_proxy {
+                        (truth.prefix_len, truth.source)
+                    } else {
+                        (0, None)
+                    };
+                    if (!config.expect_proxy || truth.prefix_valid)
+                        && (route.content_offset != offset || route.proxy_source != source)
+                    {
+                        return self.fail(format!(
+                            "content_offset {} / source {:?}, the PROXY header written was {offset} bytes from {source:?}",
+                            route.content_offset, route.proxy_source
+                        ));
+                    }
+                }
+                if let Some(expect) = &truth.lookup
+                    && route.fallback.is_none()
+                {
+                    let got = Expect::Matched {
+                        cluster: ROUTES
+                            .iter()
+                            .find(|r| r.2 == &*route.cluster)
+                            .map_or("?", |r| r.2),
+                        protocol: route.matched_alpn.as_deref().map(<[u8]>::to_vec),
+                    };
+                    if got != *expect {
+                        return self.fail(format!(
+                            "the lookup gave {got:?}, the precedence rules say {expect:?}"
+                        ));
+                    }
+                }
+                if route.fallback == Some(FallbackReason::SniUnmatched)
+                    && let Some(expect) = &truth.lookup
+                    && *expect != Expect::SniUnmatched
+                {
+                    return self.fail(format!(
+                        "fell back as unmatched, the precedence rules say {expect:?}"
+                    ));
+                }
+                if let (Some(want), Some(end)) = (truth.hello_end, route.hello_end)
+                    && want != end
+                {
+                    return self.fail(format!("hello_end {end}, the records end at {want}"));
+                }
+            }
+            Output::Reject(reason) => {
+                if reason.fallback().is_some() && config.default_cluster.is_some() {
+                    return self.fail(format!(
+                        "{reason} refused although a default cluster is set"
+                    ));
+                }
+                let lookup = match reason {
+                    RejectReason::SniUnmatched => Some(Expect::SniUnmatched),
+                    RejectReason::AlpnUnmatched => Some(Expect::AlpnUnmatched),
+                    _ => None,
+                };
+                if let (Some(got), Some(expect)) = (lookup, &truth.lookup)
+                    && got != *expect
+                {
+                    return self.fail(format!(
+                        "refused {reason}, the precedence rules say {expect:?}"
+                    ));
+                }
+            }
+            Output::NeedMore { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// `Worker::on_output`.
+    fn on_output(&mut self, output: Output) {
+        match output {
+            Output::NeedMore { deadline } => {
+                if self.preread_timer.is_none() {
+                    let at = deadline.saturating_duration_since(base());
+                    self.preread_timer = Some(self.arm(at));
+                }
+                self.server_first_timer = None;
+                if self.readable {
+                    self.dirty = true;
+                }
+            }
+            Output::Reject(RejectReason::FrontClosed) if !self.core.has_received_bytes() => {
+                self.leave_preread();
+                self.outcome = Some(Outcome::Silent);
+            }
+            Output::Reject(reason) => {
+                self.leave_preread();
+                self.outcome = Some(Outcome::Rejected(reason));
+            }
+            Output::Routed(route) => {
+                self.leave_preread();
+                self.outcome = Some(Outcome::Routed {
+                    fallback: route.fallback,
+                });
+            }
+        }
+    }
+
+    fn finish(mut self) -> Result<Played, Failure> {
+        if self.outcome.is_none() {
+            // Nothing pending: only a client that never sent a byte idles
+            // like this, and the front-idle timer closes it silently.
+            if self.core.has_received_bytes() || self.preread_timer.is_some() {
+                return self.fail("bytes arrived, yet no decision and no timer pending");
+            }
+            self.leave_preread();
+            self.outcome = Some(Outcome::Silent);
+        }
+        // A second leave (the worker's close calls it again) changes nothing.
+        self.leave_preread();
+        if self.gauge != 0 || self.gauge_downs != 1 {
+            return self.fail(format!(
+                "the active gauge ends at {} after {} decrements",
+                self.gauge, self.gauge_downs
+            ));
+        }
+        let outcome = self.outcome.clone().unwrap_or(Outcome::Silent);
+        let only_header = self.config.expect_proxy
+            && self.sc.truth.prefix_valid
+            && self.window.len() == self.sc.truth.prefix_len
+            && self.sc.stream.len() == self.sc.truth.prefix_len;
+        match outcome {
+            Outcome::Rejected(RejectReason::Fragmented)
+                if only_header && self.config.server_first_timeout.is_some() =>
+            {
+                self.findings
+                    .push(Finding::ServerFirstUnreachableBehindProxy);
+            }
+            Outcome::Rejected(RejectReason::FrontClosed) if only_header => {
+                self.findings.push(Finding::ProxyOnlyCloseCounted);
+            }
+            _ => {}
+        }
+        if let Some(target) = self.sc.target
+            && !outcome.matches(target)
+        {
+            return self.fail(format!("built for {}, ended {outcome:?}", target.name()));
+        }
+        if self.decided.is_some() {
+            self.latch_probes()?;
+        }
+        if let Some(decision) = &self.decided
+            && let Output::Routed(route) = &decision.output
+        {
+            let route = route.clone();
+            self.check_handoff(&route)?;
+        }
+        self.check_reframing()?;
+        let decided_by = self.decided.as_ref().map_or(DecidedBy::Idle, |d| d.by);
+        Ok(Played {
+            outcome,
+            decided_by,
+            trace: self.trace,
+            steps: self.steps,
+            findings: self.findings,
+        })
+    }
+
+    /// Every kind of input after the decision returns it unchanged.
+    fn latch_probes(&mut self) -> Result<(), Failure> {
+        let everything = self.sc.stream.clone();
+        let later = self.now + Duration::from_secs(3600);
+        let saved = std::mem::take(&mut self.window);
+        let inputs: [(Vec<u8>, Option<Fed>, Duration); 6] = [
+            (
+                everything.clone(),
+                Some(Fed::Bytes(everything.len())),
+                self.now,
+            ),
+            (saved.clone(), Some(Fed::Bytes(saved.len())), later),
+            (Vec::new(), Some(Fed::Bytes(0)), Duration::ZERO),
+            (Vec::new(), Some(Fed::Timeout), later),
+            (Vec::new(), Some(Fed::Timeout), Duration::ZERO),
+            (Vec::new(), Some(Fed::FrontClosed), self.now),
+        ];
+        let now = self.now;
+        for (window, input, at) in inputs {
+            self.window = window;
+            self.now = at;
+            if let Some(input) = input {
+                self.feed(input, Feeder::Latch)?;
+            }
+        }
+        self.window = saved;
+        self.now = now;
+        Ok(())
+    }
+
+    /// What the backend receives equals the client's bytes from the right
+    /// offset: the window from `content_offset` (`none`, `send`) or 0
+    /// (`relay`), then everything the client sends later.
+    fn check_handoff(&mut self, route: &Route) -> Result<(), Failure> {
+        let mode = self.sc.listener.mode;
+        let skip = match mode {
+            ProxyMode::None | ProxyMode::Send => route.content_offset,
+            ProxyMode::Relay => 0,
+        };
+        if mode == ProxyMode::Send {
+            let source = route.proxy_source.unwrap_or(CLIENT);
+            let mut tlvs: Vec<(u8, &[u8])> = Vec::new();
+            if let Some(sni) = &route.sni {
+                tlvs.push((PP2_TYPE_AUTHORITY, sni.as_bytes()));
+            }
+            if let Some(alpn) = &route.matched_alpn {
+                tlvs.push((PP2_TYPE_ALPN, alpn));
+            }
+            let mut prefix = Vec::new();
+            if write_v2(&mut prefix, source, LOCAL, &tlvs).is_err() {
+                return self.fail("the send-mode PROXY header could not be written");
+            }
+            match parse_proxy_header(&prefix) {
+                Ok(ProxyParsed::Complete(h))
+                    if h.len() == prefix.len()
+                        && h.authority() == route.sni.as_ref().map(|s| s.as_bytes())
+                        && (h.source() == Some(source) || source.is_ipv4() != LOCAL.is_ipv4()) => {}
+                other => {
+                    return self.fail(format!(
+                        "the send-mode header does not read back: {other:?}"
+                    ));
+                }
+            }
+        }
+        let mut backend = self.window[skip.min(self.window.len())..].to_vec();
+        backend.extend_from_slice(&self.sc.stream[self.window.len()..]);
+        let client_from = match mode {
+            ProxyMode::Relay => 0,
+            ProxyMode::None | ProxyMode::Send => {
+                if self.config.expect_proxy && self.sc.truth.prefix_valid {
+                    self.sc.truth.prefix_len
+                } else {
+                    0
+                }
+            }
+        };
+        let want = &self.sc.stream[client_from.min(self.sc.stream.len())..];
+        if backend != want {
+            if route.fallback == Some(FallbackReason::ServerFirst) && client_from > 0 {
+                self.findings.push(Finding::ServerFirstBeforeProxyHeader);
+                return Ok(());
+            }
+            return self.fail(format!(
+                "the backend ({mode:?}) would receive {} bytes from window offset {skip}, not the client's {} bytes from offset {client_from}",
+                backend.len(),
+                want.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// A hello re-framed over other records gets the verdict of its
+    /// original framing (only `hello_end` may move).
+    fn check_reframing(&self) -> Result<(), Failure> {
+        let Some((original, reframed)) = &self.sc.reframing else {
+            return Ok(());
+        };
+        let mut config = self.config.clone();
+        config.max_bytes = usize::MAX;
+        let one = |bytes: &[u8]| {
+            SniPrereadCore::new().handle_input(
+                &config,
+                Input::Bytes {
+                    buf: bytes,
+                    now: base(),
+                },
+            )
+        };
+        let (a, b) = (one(original), one(reframed));
+        let same = match (&a, &b) {
+            (Output::Routed(x), Output::Routed(y)) => {
+                let mut x = Route::clone(x);
+                x.hello_end = y.hello_end;
+                x == **y
+            }
+            (Output::NeedMore { .. }, Output::NeedMore { .. }) => true,
+            _ => a == b,
+        };
+        if !same {
+            return self.fail(format!(
+                "the original framing decides {a:?}, the re-framing {b:?}"
+            ));
+        }
+        Ok(())
+    }
+}
