@@ -76,6 +76,19 @@ pub(crate) fn status_kib(pid: u32, key: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{path}: no {key}"))
 }
 
+/// A line of `/proc/meminfo` in KiB (0 when absent). Machine-wide: other
+/// processes move it too.
+pub(crate) fn meminfo_kib(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))
+                .and_then(|value| value.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// Open descriptors of `pid`.
 pub(crate) fn fd_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count)

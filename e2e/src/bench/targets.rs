@@ -9,6 +9,9 @@
 //! - HAProxy: `nbthread 1`, TCP mode, `tcp-request inspect-delay 5s`,
 //!   `accept if { req.ssl_hello_type 1 }`, else `reject`;
 //!   `use_backend ... if { req.ssl_sni -i a.example.com }`, no logging;
+//!   `haproxy-splice` adds `option splice-request` and `option
+//!   splice-response` (HAProxy's own splice, forced: `splice-auto` did not
+//!   splice these transfers);
 //! - nginx: `master_process off` (the one process is the worker),
 //!   `stream` with `ssl_preread on`, `preread_timeout 5s`,
 //!   `map $ssl_preread_server_name`, unknown names to a closed port;
@@ -32,7 +35,7 @@ use super::SNI;
 pub(crate) enum Kind {
     Direct,
     Preread { splice: bool },
-    Haproxy,
+    Haproxy { splice: bool },
     Nginx,
 }
 
@@ -42,7 +45,8 @@ impl Kind {
             "direct" => Self::Direct,
             "preread-splice" => Self::Preread { splice: true },
             "preread-copy" => Self::Preread { splice: false },
-            "haproxy" => Self::Haproxy,
+            "haproxy" => Self::Haproxy { splice: false },
+            "haproxy-splice" => Self::Haproxy { splice: true },
             "nginx" => Self::Nginx,
             _ => return None,
         })
@@ -53,7 +57,8 @@ impl Kind {
             Self::Direct => "direct",
             Self::Preread { splice: true } => "preread-splice",
             Self::Preread { splice: false } => "preread-copy",
-            Self::Haproxy => "haproxy",
+            Self::Haproxy { splice: false } => "haproxy",
+            Self::Haproxy { splice: true } => "haproxy-splice",
             Self::Nginx => "nginx",
         }
     }
@@ -100,16 +105,20 @@ pub(crate) fn preread_config(splice: bool, rpc: SocketAddr, hold: SocketAddr) ->
 
 /// The HAProxy config.
 pub(crate) fn haproxy_config(
+    splice: bool,
     rate: SocketAddr,
     hold: SocketAddr,
     rpc: SocketAddr,
     hold_backend: SocketAddr,
 ) -> String {
     let mut text = String::from(
-        "global\n    nbthread 1\n    maxconn 8000\n\n\
-         defaults\n    mode tcp\n    maxconn 8000\n    backlog 1024\n\
+        "global\n    nbthread 1\n    maxconn 5000\n\n\
+         defaults\n    mode tcp\n    maxconn 5000\n    backlog 1024\n\
          \x20   timeout connect 3s\n    timeout client 60s\n    timeout server 60s\n",
     );
+    if splice {
+        text.push_str("    option splice-request\n    option splice-response\n");
+    }
     for (name, bind, backend) in [("rate", rate, rpc), ("hold", hold, hold_backend)] {
         let _ = write!(
             text,
@@ -194,15 +203,19 @@ impl Running {
                     process: Process::Preread(Box::new(proxy)),
                 })
             }
-            Kind::Haproxy | Kind::Nginx => {
+            Kind::Haproxy { .. } | Kind::Nginx => {
                 let (rate, hold) = (free_addr(), free_addr());
                 let dir = work.join(format!("{}-{}", kind.name(), rate.port()));
                 std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-                let (file, text, mut command) = if kind == Kind::Haproxy {
+                let (file, text, mut command) = if let Kind::Haproxy { splice } = kind {
                     let file = dir.join("haproxy.cfg");
                     let mut command = Command::new("haproxy");
                     command.arg("-db").arg("-f").arg(&file);
-                    (file, haproxy_config(rate, hold, rpc, hold_backend), command)
+                    (
+                        file,
+                        haproxy_config(splice, rate, hold, rpc, hold_backend),
+                        command,
+                    )
                 } else {
                     let file = dir.join("nginx.conf");
                     let mut command = Command::new("nginx");

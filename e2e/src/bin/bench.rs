@@ -4,7 +4,8 @@
 //! ("Data path") has the method and the results.
 //!
 //! Usage: `bench [--out DIR] [--phases throughput,rate,memory]
-//! [--targets direct,preread-splice,preread-copy,haproxy,nginx] [--reps 3]
+//! [--targets direct,preread-splice,preread-copy,haproxy,haproxy-splice,nginx]
+//! [--reps 3]
 //! [--bytes N] [--conns N] [--concurrency N] [--rate-bound SECONDS]
 //! [--slow N] [--sessions N] [--hello FILE]`
 //!
@@ -69,6 +70,7 @@ fn parse_args() -> Result<Options, String> {
             "preread-splice",
             "preread-copy",
             "haproxy",
+            "haproxy-splice",
             "nginx",
         ]
         .iter()
@@ -379,6 +381,7 @@ fn memory(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Ki
         std::thread::sleep(Duration::from_millis(500));
         let rss0 = procfs::settled_rss(pid, Duration::from_millis(200), Duration::from_secs(3));
         let fds0 = procfs::fd_count(pid);
+        let slab0 = procfs::meminfo_kib("Slab");
         let n = o.sessions;
         let opened = if test == "mem_idle" {
             clients::open_idle(running.hold, n)
@@ -405,6 +408,7 @@ fn memory(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Ki
                 let rss1 = procfs::status_kib(pid, "VmRSS").unwrap_or(0);
                 let fds1 = procfs::fd_count(pid);
                 let pipes = procfs::pipe_fd_count(pid);
+                let slab1 = procfs::meminfo_kib("Slab");
                 let open = clients::still_open(&streams);
                 record
                     .value("sessions", n as f64)
@@ -414,7 +418,11 @@ fn memory(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Ki
                     .value("fds_before", fds0 as f64)
                     .value("fds", fds1 as f64)
                     .value("pipe_fds", pipes as f64)
-                    .value("still_open", open as f64);
+                    .value("still_open", open as f64)
+                    .value(
+                        "system_slab_kib_per_conn",
+                        (slab1 as f64 - slab0 as f64) / n as f64,
+                    );
                 drop(streams);
             }
             (Err(e), _) | (_, Err(e)) => {
@@ -444,7 +452,7 @@ fn summary(o: &Options, records: &[Record]) -> String {
     };
     if has("upload") || has("download") {
         out.push_str(&format!(
-            "### Throughput: one {gib:.0} GiB transfer, median (min–max) of {} runs\n\n",
+            "### Throughput: one {gib:.2} GiB transfer, median (min–max) of {} runs\n\n",
             o.reps
         ));
         out.push_str(
@@ -539,7 +547,7 @@ fn summary(o: &Options, records: &[Record]) -> String {
             o.sessions
         ));
         out.push_str(
-            "| target | idle RSS KiB | + idle conns KiB | KiB per idle conn | idle RSS KiB (2nd start) | + established KiB | KiB per established | fds / pipe fds established |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+            "| target | idle RSS KiB | + idle conns KiB | KiB per idle conn | idle RSS KiB (2nd start) | + established KiB | KiB per established | fds / pipe fds established | machine Slab KiB per established (noisy) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for name in names.iter().filter(|n| **n != "direct") {
             let fds = bench::report::stats(&series(records, "mem_established", name, "fds")).0;
@@ -559,6 +567,10 @@ fn summary(o: &Options, records: &[Record]) -> String {
                     fmt_stats(&series(records, "mem_established", name, "rss_kib"), 0),
                     fmt_stats(&series(records, "mem_established", name, "kib_per_conn"), 2),
                     format!("{fds:.0} / {pipes:.0}"),
+                    fmt_stats(
+                        &series(records, "mem_established", name, "system_slab_kib_per_conn"),
+                        1,
+                    ),
                 ],
             );
         }
@@ -594,6 +606,11 @@ fn main() -> ExitCode {
     if let Err(e) = std::fs::create_dir_all(o.out.join("work")) {
         eprintln!("bench: {}: {e}", o.out.display());
         return ExitCode::FAILURE;
+    }
+    // The proxies run in other directories: every path they get is absolute.
+    let mut o = o;
+    if let Ok(out) = o.out.canonicalize() {
+        o.out = out;
     }
     let mut sink = match Sink::create(&o.out.join("raw.jsonl")) {
         Ok(sink) => sink,

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The data-path benchmark (doc/performance.md, "Data path"): preread with
+# splice on and off, HAProxy (without and with its own splice) and nginx,
+# each against the direct connection measured in the same run, on loopback.
+#
+#   bash bench/run.sh [bench options...]      e.g. --reps 1 --bytes 1073741824
+#
+# Installs the peers if missing (bench/peers.sh), builds preread and the bench
+# tool in release (fat LTO: a few minutes), records the machine, then runs
+# `target/release/bench` (e2e/src/bin/bench.rs; its header lists the
+# options). Writes under target/bench/<UTC time>/ (BENCH_OUT overrides):
+#   machine.txt   CPU, kernel, versions, limits, other busy processes
+#   loadavg.txt   /proc/loadavg and the busiest processes every 5 s
+#   raw.jsonl     one JSON object per measurement
+#   summary.md    the tables (also printed)
+#   logs/, work/  proxies' stderr when not empty; HAProxy/nginx configs
+# and points target/bench/latest at it. Everything it starts is stopped by
+# PID; the bench is bounded (each phase, and `timeout` around the whole).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# 1,000 established spliced sessions hold 6,000 descriptors in preread, and
+# the bench holds 2,000 more; the sandbox's hard limit may be lower than we'd
+# like, so take the hard limit and insist on 16,384.
+hard=$(ulimit -Hn)
+if [[ $hard == unlimited || $hard -gt 65536 ]]; then hard=65536; fi
+ulimit -n "$hard"
+if (( $(ulimit -n) < 16384 )); then
+    echo "run.sh: ulimit -n is $(ulimit -n), need 16384" >&2
+    exit 1
+fi
+
+bash bench/peers.sh
+cargo build --release -p proxy-shell -p e2e --bin preread --bin bench
+
+out=${BENCH_OUT:-target/bench/$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+{
+    echo "date: $(date -u +%FT%TZ)"
+    echo "commit: $(git rev-parse HEAD 2>/dev/null || echo -) (uncommitted files: $(git status --short 2>/dev/null | wc -l))"
+    echo "nproc: $(nproc)"
+    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+    echo "kernel: $(uname -r)"
+    echo "memory: $(grep MemTotal /proc/meminfo | awk '{print $2 " kB"}')"
+    echo "haproxy: $(haproxy -v | sed -n 1p)"
+    echo "nginx: $(nginx -v 2>&1)"
+    echo "rustc: $(rustc -V)"
+    echo "ulimit -n: $(ulimit -n)"
+    echo "splice in the worker: $(grep -ln 'libc::splice' proxy-shell/src/worker/*.rs | tr '\n' ' ')"
+    for s in net.ipv4.tcp_tw_reuse net.ipv4.ip_local_port_range net.core.somaxconn; do
+        echo "$s: $(sysctl -n $s | tr '\t' ' ')"
+    done
+    echo "uptime before: $(uptime)"
+    echo "busiest processes before:"
+    ps -eo pid,pcpu,etime,comm --sort=-pcpu | head -8
+} >"$out/machine.txt"
+cat "$out/machine.txt"
+
+# Load sampler, bounded (at most 2 h), stopped by its PID.
+# Each line: time, /proc/loadavg, the three busiest processes (%CPU over
+# their lifetime, as ps reports it) — to tell our load from other tenants'.
+( for _ in $(seq 1 1440); do
+      echo "$(date +%T) $(cat /proc/loadavg) | $(ps -eo pcpu,comm --sort=-pcpu | sed -n 2,4p | tr -s ' \n' ' ')"
+      sleep 5
+  done ) >"$out/loadavg.txt" &
+sampler=$!
+trap 'kill "$sampler" 2>/dev/null || true' EXIT
+
+status=0
+PREREAD_BIN="$PWD/target/release/preread" timeout 5400 target/release/bench --out "$out" "$@" || status=$?
+
+echo "uptime after: $(uptime)" | tee -a "$out/machine.txt"
+ln -sfn "$out" target/bench/latest
+echo "results: $out (target/bench/latest)"
+exit "$status"
