@@ -24,10 +24,9 @@ use super::metrics::{Metrics, names};
 use super::orders::{Answer, Order, OrderId, WorkerInbox};
 use super::pool::BufferPool;
 use super::runtime::{Applied, Runtime};
-use super::session::{Phase, Ready, Session, SessionTimers};
+use super::session::{Ready, Session};
 use super::timers::Timers;
 use super::{WAKER_TOKEN, WorkerSettings};
-use preread_core::SniPrereadCore;
 use preread_core::names::SNI_PREREAD_ACTIVE;
 
 /// Listener tokens start here; session tokens (`2k`, `2k+1`) stay below.
@@ -248,42 +247,7 @@ impl Worker {
             warn!("worker {}: cannot register {client}: {e}", self.id);
             return;
         }
-        entry.insert(Session {
-            listener,
-            local,
-            client,
-            front,
-            back: None,
-            phase: Phase::Preread,
-            core: SniPrereadCore::new(),
-            front_buf: None,
-            back_buf: None,
-            lanes: Default::default(),
-            prefix: Vec::new(),
-            route: None,
-            cluster: None,
-            backend: None,
-            backend_id: None,
-            tried: Vec::new(),
-            admitted_ip: None,
-            accepted_at: now,
-            first_byte_at: None,
-            preread_ms: None,
-            in_preread_gauge: false,
-            front_ready: Ready::default(),
-            back_ready: Ready::default(),
-            front_eof: false,
-            back_eof: false,
-            back_write_shut: false,
-            front_write_shut: false,
-            bytes_in: 0,
-            bytes_out: 0,
-            last_front_activity: now,
-            last_back_activity: now,
-            timers: SessionTimers::default(),
-            dirty: false,
-            idle_drives: 0,
-        });
+        entry.insert(Session::accepted(listener, local, client, front, now));
         self.metrics.gauge_add(names::TCP_ACTIVE, 1);
         let Some(runtime) = self.runtime.listeners.get(&listener) else {
             self.close(key, super::drive::Outcome::Refused("listener_removed"));

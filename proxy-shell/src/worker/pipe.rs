@@ -427,11 +427,10 @@ mod tests {
 
     use mio::net::TcpStream;
     use mio::{Events, Interest, Poll, Token};
-    use preread_core::SniPrereadCore;
 
-    use super::{Ends, Flow, Lane, Lanes, PipeStep};
+    use super::{Ends, Flow, Lane, PipeStep};
     use crate::worker::pool::BufferPool;
-    use crate::worker::session::{Phase, Ready, Session, SessionTimers};
+    use crate::worker::session::{Phase, Ready, Session};
     use crate::worker::splice::SplicePipe;
 
     const BOUND: Duration = Duration::from_secs(20);
@@ -453,42 +452,10 @@ mod tests {
     fn session(front: TcpStream, back: TcpStream) -> Session {
         let now = Instant::now();
         let addr = SocketAddr::from(([127, 0, 0, 1], 1));
-        Session {
-            listener: addr,
-            local: addr,
-            client: addr,
-            front,
-            back: Some(back),
-            phase: Phase::Pipe,
-            core: SniPrereadCore::new(),
-            front_buf: None,
-            back_buf: None,
-            lanes: Lanes::default(),
-            prefix: Vec::new(),
-            route: None,
-            cluster: None,
-            backend: None,
-            backend_id: None,
-            tried: Vec::new(),
-            admitted_ip: None,
-            accepted_at: now,
-            first_byte_at: None,
-            preread_ms: None,
-            in_preread_gauge: false,
-            front_ready: Ready::default(),
-            back_ready: Ready::default(),
-            front_eof: false,
-            back_eof: false,
-            back_write_shut: false,
-            front_write_shut: false,
-            bytes_in: 0,
-            bytes_out: 0,
-            last_front_activity: now,
-            last_back_activity: now,
-            timers: SessionTimers::default(),
-            dirty: false,
-            idle_drives: 0,
-        }
+        let mut session = Session::accepted(addr, addr, addr, front, now);
+        session.back = Some(back);
+        session.phase = Phase::Pipe;
+        session
     }
 
     /// Lends and takes back buffers around one pipe step, as `drive_pipe`.

@@ -177,6 +177,52 @@ pub(super) fn write_some(
 }
 
 impl Session {
+    /// A session just accepted: in preread, no bytes, no buffer, no backend.
+    pub fn accepted(
+        listener: SocketAddr,
+        local: SocketAddr,
+        client: SocketAddr,
+        front: TcpStream,
+        now: Instant,
+    ) -> Self {
+        Self {
+            listener,
+            local,
+            client,
+            front,
+            back: None,
+            phase: Phase::Preread,
+            core: SniPrereadCore::new(),
+            front_buf: None,
+            back_buf: None,
+            lanes: Default::default(),
+            prefix: Vec::new(),
+            route: None,
+            cluster: None,
+            backend: None,
+            backend_id: None,
+            tried: Vec::new(),
+            admitted_ip: None,
+            accepted_at: now,
+            first_byte_at: None,
+            preread_ms: None,
+            in_preread_gauge: false,
+            front_ready: Ready::default(),
+            back_ready: Ready::default(),
+            front_eof: false,
+            back_eof: false,
+            back_write_shut: false,
+            front_write_shut: false,
+            bytes_in: 0,
+            bytes_out: 0,
+            last_front_activity: now,
+            last_back_activity: now,
+            timers: SessionTimers::default(),
+            dirty: false,
+            idle_drives: 0,
+        }
+    }
+
     /// The preread read: never past `effective_max` bytes of window, never
     /// consuming. The caller feeds the whole window to the core after it.
     pub fn preread_read(&mut self, effective_max: usize, now: Instant) -> io::Result<ReadStep> {
