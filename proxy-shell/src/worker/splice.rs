@@ -269,6 +269,14 @@ mod tests {
         const LEN: usize = 4 << 20;
         let (mut writer, source) = tcp_pair();
         let (mut reader, destination) = tcp_pair();
+        // Small socket buffers make the destination push back for sure;
+        // loopback autotuning alone may absorb the whole transfer.
+        socket2::SockRef::from(&destination)
+            .set_send_buffer_size(64 * 1024)
+            .expect("small send buffer");
+        socket2::SockRef::from(&reader)
+            .set_recv_buffer_size(64 * 1024)
+            .expect("small receive buffer");
         let sent: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
         let feeder = {
             let sent = sent.clone();
