@@ -45,3 +45,21 @@ impl fmt::Display for AlpnOffer {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use preread_parser::tls::AlpnProtocols;
+
+    use super::AlpnOffer;
+
+    #[test]
+    fn the_offer_prints_as_the_access_log_and_debug_show_it() {
+        let list = b"\x02h2\x08http/1.1";
+        let offer = AlpnOffer::from(AlpnProtocols::from_list(list).expect("valid list"));
+        assert_eq!(offer.to_string(), "h2,http/1.1");
+        assert_eq!(format!("{offer:?}"), r#"["h2", "http/1.1"]"#);
+        let single = AlpnOffer::from(AlpnProtocols::from_list(b"\x02h2").expect("valid list"));
+        assert_eq!(single.to_string(), "h2");
+        assert_eq!(single.iter().collect::<Vec<_>>(), [&b"h2"[..]]);
+    }
+}

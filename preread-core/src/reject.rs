@@ -202,6 +202,16 @@ mod tests {
     }
 
     #[test]
+    fn display_is_the_stable_name() {
+        for reason in RejectReason::ALL {
+            assert_eq!(reason.to_string(), reason.as_str());
+        }
+        for reason in FallbackReason::ALL {
+            assert_eq!(reason.to_string(), reason.as_str());
+        }
+    }
+
+    #[test]
     fn only_the_four_unrouted_shapes_fall_back() {
         let falling: Vec<_> = RejectReason::ALL
             .into_iter()

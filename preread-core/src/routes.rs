@@ -878,6 +878,25 @@ mod tests {
         assert_eq!(alpn(&["h2", "http/1.1"]), alpn(&["http/1.1", "h2"]));
         assert_eq!(alpn(&["http/1.1", "h2"]).to_string(), "[h2, http/1.1]");
         assert_eq!(AlpnSet::Any.to_string(), "any");
+        // What the operator reads when a frontend's ALPN list is refused.
+        let messages = [
+            (AlpnError::Empty, "remove it to match any offer"),
+            (AlpnError::EmptyProtocol, "empty protocol name"),
+            (
+                AlpnError::ProtocolTooLong { len: 256 },
+                "256 bytes long: the limit is 255",
+            ),
+            (
+                AlpnError::DuplicateProtocol {
+                    protocol: b"h2"[..].into(),
+                },
+                "names `h2` twice",
+            ),
+        ];
+        for (error, expected) in messages {
+            let message = error.to_string();
+            assert!(message.contains(expected), "{message}");
+        }
     }
 
     #[test]

@@ -702,3 +702,19 @@ fn server_first_routes_a_silent_client_to_the_default_cluster() {
         "a client that sent a byte is not server-first"
     );
 }
+
+#[test]
+fn a_timeout_too_large_for_the_clock_arms_a_year_instead_of_overflowing() {
+    let mut config = corpus_config();
+    config.timeout = Duration::MAX;
+    let now = Instant::now();
+    let mut core = SniPrereadCore::new();
+    let out = core.handle_input(&config, Input::Bytes { buf: &[22], now });
+    let year = Duration::from_secs(365 * 24 * 3600);
+    assert_eq!(
+        out,
+        Output::NeedMore {
+            deadline: now + year
+        }
+    );
+}
