@@ -25,13 +25,14 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
-use preread_core::pattern::validate_sni_pattern;
-use preread_core::routes::{AlpnSet, RouteTable};
+#[path = "../benches/tables/mod.rs"]
+mod tables;
+
+use tables::{CORPUS_ROUTES, SHAPE_ROUTES, corpus_dir, rotating_names, table, with_sni};
+
 use preread_core::{Input, Output, PrereadConfig, RejectReason, SniPrereadCore};
 
 /// Counts allocations (and records their sizes) while `RECORDING` is set.
@@ -89,7 +90,6 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-const H2_H11: &[&str] = &["h2", "http/1.1"];
 const SIZES_OF_TABLES: [usize; 3] = [10, 1_000, 100_000];
 
 /// `(name, SNI written into the Chrome capture, pattern that must match)`.
@@ -108,100 +108,6 @@ const SHAPES: [(&str, &str, Option<&str>); 4] = [
     ("unmatched", "a.example.org", None),
 ];
 
-const SHAPE_ROUTES: &[(&str, &[&str], &str)] = &[
-    ("a.example.com", H2_H11, "exact"),
-    ("*.wild.example.com", H2_H11, "one-label"),
-    ("**.deep.example.com", H2_H11, "any-depth"),
-];
-
-const CORPUS_ROUTES: &[(&str, &[&str], &str)] = &[
-    ("a.example.com", &[], "a.example.com"),
-    ("*.b.example.com", &[], "*.b.example.com"),
-    ("c.example.com", &[], "c.example.com"),
-    ("d.example.com", &[], "d.example.com"),
-    ("psk.example.com", &[], "psk.example.com"),
-    ("**.example.com", &[], "**.example.com"),
-    ("public.example.net", &[], "public.example.net"),
-];
-
-fn insert(table: &mut RouteTable, pattern: &str, alpn: &[&str], cluster: &str) {
-    let pattern = validate_sni_pattern(pattern).expect("valid pattern");
-    let alpn = if alpn.is_empty() {
-        AlpnSet::Any
-    } else {
-        AlpnSet::protocols(alpn).expect("valid ALPN")
-    };
-    table
-        .insert(pattern, alpn, Arc::from(cluster))
-        .expect("no conflict");
-}
-
-/// Filler frontend `i`: 60% exact `host-N.zone-M.example.com` (a third of
-/// them listing `h2`), 20% `*.svc-N.zone-M.example.com`, 20%
-/// `**.tenant-N.example.net` (a quarter of them listing `http/1.1`). No
-/// filler matches a shape or corpus name.
-fn filler(i: usize) -> (String, &'static [&'static str], String) {
-    let zone = i % 100;
-    match i % 10 {
-        0..=5 => (
-            format!("host-{i}.zone-{zone}.example.com"),
-            if i % 3 == 0 { &["h2"] } else { &[] },
-            format!("exact-{}", i % 50),
-        ),
-        6 | 7 => (
-            format!("*.svc-{i}.zone-{zone}.example.com"),
-            &[],
-            format!("one-label-{}", i % 50),
-        ),
-        _ => (
-            format!("**.tenant-{i}.example.net"),
-            if i % 20 == 9 { &["http/1.1"] } else { &[] },
-            format!("any-depth-{}", i % 50),
-        ),
-    }
-}
-
-/// `routes`, then fillers `0..size - routes.len()`.
-fn table(routes: &[(&str, &[&str], &str)], size: usize) -> RouteTable {
-    let mut table = RouteTable::new();
-    for &(pattern, alpn, cluster) in routes {
-        insert(&mut table, pattern, alpn, cluster);
-    }
-    for i in 0..size - routes.len() {
-        let (pattern, alpn, cluster) = filler(i);
-        insert(&mut table, &pattern, alpn, &cluster);
-    }
-    assert_eq!(table.len(), size);
-    table
-}
-
-/// The exact filler names of `table(_, size)` of its most common length,
-/// concatenated, and that length: names of one length can be written in
-/// turn into one hello.
-fn rotating_names(size: usize) -> (Vec<u8>, usize) {
-    let mut by_len: Vec<Vec<u8>> = Vec::new();
-    for i in 0..size - SHAPE_ROUTES.len() {
-        let (name, _, _) = filler(i);
-        if !name.starts_with('*') {
-            if by_len.len() <= name.len() {
-                by_len.resize(name.len() + 1, Vec::new());
-            }
-            by_len[name.len()].extend_from_slice(name.as_bytes());
-        }
-    }
-    let (len, names) = by_len
-        .into_iter()
-        .enumerate()
-        .filter(|(len, _)| *len > 0)
-        .max_by_key(|(len, names)| names.len() / len)
-        .expect("the table has exact fillers");
-    (names, len)
-}
-
-fn corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/clienthellos")
-}
-
 /// The routed real corpus hellos: `(file stem, expected normalized SNI)`.
 fn corpus_names() -> Vec<(String, String)> {
     let manifest =
@@ -217,49 +123,6 @@ fn corpus_names() -> Vec<(String, String)> {
             (file.trim_end_matches(".bin").to_owned(), sni.to_owned())
         })
         .collect()
-}
-
-/// Same as in `benches/decision.rs`.
-fn with_sni(hello: &[u8], sni: &str) -> Vec<u8> {
-    let u16_at = |at: usize| usize::from(u16::from_be_bytes([hello[at], hello[at + 1]]));
-    assert_eq!(hello[0], 22, "a handshake record");
-    assert_eq!(u16_at(3) + 5, hello.len(), "one record, nothing after it");
-    let mut at = 5 + 4 + 2 + 32;
-    at += 1 + usize::from(hello[at]);
-    at += 2 + u16_at(at);
-    at += 1 + usize::from(hello[at]);
-    let extensions_len_at = at;
-    at += 2;
-    while u16_at(at) != 0x0000 {
-        at += 4 + u16_at(at + 2);
-        assert!(at < hello.len(), "no server_name extension");
-    }
-    let name_len_at = at + 7;
-    let old_len = u16_at(name_len_at);
-    let grow = |bytes: &mut [u8], at: usize, width: usize| {
-        let mut value = 0usize;
-        for b in &bytes[at..at + width] {
-            value = value << 8 | usize::from(*b);
-        }
-        let value = value + sni.len() - old_len;
-        for (i, b) in bytes[at..at + width].iter_mut().enumerate() {
-            *b = (value >> (8 * (width - 1 - i))) as u8;
-        }
-    };
-    let mut out = hello.to_vec();
-    for (field, width) in [
-        (3, 2),
-        (6, 3),
-        (extensions_len_at, 2),
-        (at + 2, 2),
-        (at + 4, 2),
-        (name_len_at, 2),
-    ] {
-        grow(&mut out, field, width);
-    }
-    let name = name_len_at + 2;
-    out.splice(name..name + old_len, sni.bytes());
-    out
 }
 
 fn cases() -> Vec<String> {
