@@ -38,3 +38,4 @@ pub mod backend;
 pub mod certs;
 pub mod client;
 pub mod proxy;
+pub mod testkit;

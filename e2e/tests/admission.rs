@@ -7,21 +7,14 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
 use std::time::Duration;
 
 use e2e::backend::PlainBackend;
 use e2e::client::raw_exchange;
 use e2e::proxy::{ConfigBuilder, ProxyProcess};
+use e2e::testkit::capture;
 
 const T: Duration = Duration::from_secs(5);
-
-fn capture(name: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../testdata/clienthellos")
-        .join(name);
-    std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
-}
 
 /// A client whose connection the proxy closed without a byte: read sees EOF
 /// or a reset within `T`.

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use command::proto;
@@ -19,24 +19,13 @@ use e2e::client::{
     self, half_close, raw_exchange, read_line, read_tls_to_close, tls_client, tls_request,
 };
 use e2e::proxy::{ConfigBuilder, ProxyProcess, free_addr, run_preread};
+use e2e::testkit::{capture, get, metrics, rejected_sum, start, tail};
 
 /// The general bound of a wait.
 const T: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(20);
 
 const HTTP_GET: &[u8] = b"GET / HTTP/1.1\r\nHost: a.example.com\r\n\r\n";
-
-/// A capture of `testdata/clienthellos/`.
-fn capture(name: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../testdata/clienthellos")
-        .join(name);
-    std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
-}
-
-fn start(template: &str) -> ProxyProcess {
-    ProxyProcess::start(template).unwrap_or_else(|e| panic!("start the proxy: {e}"))
-}
 
 /// Polls `probe` until true, at most `timeout`.
 fn eventually(timeout: Duration, mut probe: impl FnMut() -> bool) -> bool {
@@ -50,24 +39,6 @@ fn eventually(timeout: Duration, mut probe: impl FnMut() -> bool) -> bool {
         }
         std::thread::sleep(POLL);
     }
-}
-
-fn metrics(proxy: &ProxyProcess) -> BTreeMap<String, i64> {
-    proxy
-        .metrics()
-        .unwrap_or_else(|e| panic!("query metrics: {e}"))
-}
-
-fn get(m: &BTreeMap<String, i64>, name: &str) -> i64 {
-    m.get(name).copied().unwrap_or(0)
-}
-
-/// The sum of every `tcp.sni_preread.rejected.*` metric.
-fn rejected_sum(m: &BTreeMap<String, i64>) -> i64 {
-    m.iter()
-        .filter(|(name, _)| name.starts_with("tcp.sni_preread.rejected."))
-        .map(|(_, v)| *v)
-        .sum()
 }
 
 /// Polls the metrics until `accept` says yes; panics with the last
@@ -91,11 +62,6 @@ fn wait_metrics(
         }
         std::thread::sleep(POLL);
     }
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// Waits until every session the proxy accepted so far has left preread

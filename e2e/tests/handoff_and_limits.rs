@@ -12,12 +12,13 @@
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use e2e::backend::PlainBackend;
 use e2e::client::{self, proxy_v1, proxy_v2, read_line, read_to_close};
 use e2e::proxy::{ConfigBuilder, ProxyProcess, fill, free_addr, run_preread};
+use e2e::testkit::{capture, get, metrics, rejected_sum, start, tail};
 use preread_parser::proxy::{
     Command, PP2_TYPE_ALPN, PP2_TYPE_AUTHORITY, ProxyParsed, parse_proxy_header,
 };
@@ -28,14 +29,6 @@ const POLL: Duration = Duration::from_millis(10);
 
 /// The SNI of `curl_h2.bin` (its ALPN offer is `h2`, `http/1.1`).
 const SNI: &str = "a.example.com";
-
-/// A capture of `testdata/clienthellos/`.
-fn capture(name: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../testdata/clienthellos")
-        .join(name);
-    std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
-}
 
 /// The captured ClientHello every test sends: curl, SNI `a.example.com`,
 /// ALPN `h2`, `http/1.1`, 517 bytes in one record.
@@ -57,15 +50,6 @@ fn hello_and_payload() -> Vec<u8> {
     bytes
 }
 
-fn start(template: &str) -> ProxyProcess {
-    ProxyProcess::start(template).unwrap_or_else(|e| panic!("start the proxy: {e}"))
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
 fn stderr_tail(proxy: &ProxyProcess) -> String {
     tail(&proxy.stderr_text(), 30)
 }
@@ -82,24 +66,6 @@ fn eventually(timeout: Duration, mut probe: impl FnMut() -> bool) -> bool {
         }
         std::thread::sleep(POLL);
     }
-}
-
-fn metrics(proxy: &ProxyProcess) -> BTreeMap<String, i64> {
-    proxy
-        .metrics()
-        .unwrap_or_else(|e| panic!("query metrics: {e}"))
-}
-
-fn get(m: &BTreeMap<String, i64>, name: &str) -> i64 {
-    m.get(name).copied().unwrap_or(0)
-}
-
-/// The sum of every `tcp.sni_preread.rejected.*` metric.
-fn rejected_sum(m: &BTreeMap<String, i64>) -> i64 {
-    m.iter()
-        .filter(|(name, _)| name.starts_with("tcp.sni_preread.rejected."))
-        .map(|(_, v)| *v)
-        .sum()
 }
 
 /// Polls metric `name` until `accept` says yes; panics with the stderr

@@ -1,0 +1,43 @@
+//! Small helpers the end-to-end test files share: reading a capture of
+//! the corpus, starting the proxy, reading its metrics and stderr. Must
+//! never: be used outside tests and tools (they panic on failure, which is
+//! what a test wants).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::proxy::ProxyProcess;
+
+pub fn capture(name: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata/clienthellos")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+pub fn start(template: &str) -> ProxyProcess {
+    ProxyProcess::start(template).unwrap_or_else(|e| panic!("start the proxy: {e}"))
+}
+
+pub fn metrics(proxy: &ProxyProcess) -> BTreeMap<String, i64> {
+    proxy
+        .metrics()
+        .unwrap_or_else(|e| panic!("query metrics: {e}"))
+}
+
+pub fn get(m: &BTreeMap<String, i64>, name: &str) -> i64 {
+    m.get(name).copied().unwrap_or(0)
+}
+
+/// The sum of every `tcp.sni_preread.rejected.*` metric.
+pub fn rejected_sum(m: &BTreeMap<String, i64>) -> i64 {
+    m.iter()
+        .filter(|(name, _)| name.starts_with("tcp.sni_preread.rejected."))
+        .map(|(_, v)| *v)
+        .sum()
+}
+
+pub fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
