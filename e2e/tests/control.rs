@@ -446,6 +446,87 @@ fn non_tls_is_decided_at_once_and_server_first_falls_back() {
     assert_eq!(rejected_sum(&m), 1, "{m:?}");
 }
 
+#[test]
+fn server_first_and_health_checks_behind_a_proxy_header() {
+    let greeter = PlainBackend::start_speaking_first("smtp-0");
+    let config = ConfigBuilder::new()
+        .listener(
+            "smtp",
+            &[
+                "expect_proxy = true",
+                "server_first_timeout = 200",
+                "default_cluster = \"greeter\"",
+            ],
+        )
+        .frontend("alpha", "smtp", Some("a.example.com"), &[])
+        .backend("greeter", "smtp-0", greeter.addr())
+        .build();
+    let proxy = start(&config);
+    settle(&proxy, 1);
+    let smtp = proxy.addr("smtp");
+    let source: SocketAddr = "192.0.2.10:51234".parse().expect("addr");
+    let destination: SocketAddr = "198.51.100.20:25".parse().expect("addr");
+
+    // The load balancer's header, then a silent client: the header is not
+    // the client speaking, so the server-first timer still fires, and the
+    // greeter gets the client's bytes without the header.
+    for (what, header, pause) in [
+        ("v1 at once", client::proxy_v1(source, destination), None),
+        ("v2 at once", client::proxy_v2(source, destination), None),
+        (
+            "v2 after the timer",
+            client::proxy_v2(source, destination),
+            Some(Duration::from_millis(400)),
+        ),
+    ] {
+        let before = greeter.accepted();
+        let started = Instant::now();
+        let mut stream = client::connect(smtp, T).expect("connect");
+        if let Some(pause) = pause {
+            std::thread::sleep(pause);
+        }
+        stream.write_all(&header).expect("write header");
+        let line = read_line(&mut stream).unwrap_or_else(|e| {
+            panic!(
+                "{what}: no greeting ({e}); stderr:\n{}",
+                tail(&proxy.stderr_text(), 30)
+            )
+        });
+        assert_eq!(line, "backend=smtp-0", "{what}");
+        assert!(
+            started.elapsed() >= Duration::from_millis(150),
+            "{what}: greeted before server_first_timeout"
+        );
+        stream.write_all(b"EHLO client\r\n").expect("write");
+        stream.shutdown(Shutdown::Write).expect("shutdown");
+        let (_, closed) = client::read_to_close(&mut stream, T);
+        assert!(closed, "{what}");
+        assert!(
+            eventually(T, || greeter.connections().get(before).map(Vec::as_slice)
+                == Some(&b"EHLO client\r\n"[..])),
+            "{what}: the greeter got {:?}",
+            greeter
+                .connections()
+                .get(before)
+                .map(|c| String::from_utf8_lossy(c).into_owned())
+        );
+    }
+    wait_logs(&proxy, "fallback:server_first", 3);
+
+    // A load balancer's health check: a v2 LOCAL header, then a close. Not
+    // a client that went away mid-hello, so no reject and no log line.
+    let local = b"\r\n\r\n\x00\r\nQUIT\n\x20\x00\x00\x00";
+    for _ in 0..3 {
+        let mut stream = client::connect(smtp, T).expect("connect");
+        stream.write_all(local).expect("write");
+        stream.shutdown(Shutdown::Both).expect("close");
+    }
+    let m = settle(&proxy, 7);
+    assert_eq!(rejected_sum(&m), 0, "{m:?}");
+    assert_eq!(get(&m, "tcp.sni_preread.fallback.server_first"), 3, "{m:?}");
+    assert_eq!(proxy.access_logs().len(), 3, "{:?}", proxy.access_logs());
+}
+
 // ---------------------------------------------------------------------------
 // 3. A dead backend
 // ---------------------------------------------------------------------------

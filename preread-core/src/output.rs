@@ -24,8 +24,9 @@ pub enum Input<'a> {
         /// The current time, from the shell's clock.
         now: Instant,
     },
-    /// A timer of the shell fired: the preread deadline, or (before any byte)
-    /// the listener's server-first timer.
+    /// A timer of the shell fired: the preread deadline, or (before the
+    /// client spoke, see [`crate::SniPrereadCore::client_spoke`]) the
+    /// listener's server-first timer.
     Timeout {
         /// The current time, from the shell's clock.
         now: Instant,

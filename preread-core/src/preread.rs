@@ -2,10 +2,10 @@
 //! one decision.
 //!
 //! Owns: the latch (the first terminal output is the only one, replayed for
-//! every later input), the deadline (armed once on the first `Bytes`, never
-//! moved), and the server-first fallback. Must never: perform I/O, read a
-//! clock (time comes in with the input), or let a later input change a
-//! decision.
+//! every later input), the deadline (armed once, on the first `Bytes` or on
+//! a server-first timeout that must wait for a PROXY header; never moved),
+//! and the server-first fallback. Must never: perform I/O, read a clock
+//! (time comes in with the input), or let a later input change a decision.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,7 +14,7 @@ use crate::config::PrereadConfig;
 use crate::output::{Input, Output, Route};
 use crate::reject::{FallbackReason, RejectReason};
 use crate::sni::HostName;
-use crate::verdict;
+use crate::verdict::{self, Learned};
 
 /// Stand-in for a timeout so large that `now + timeout` overflows `Instant`:
 /// a year is "never" for a preread.
@@ -26,9 +26,11 @@ const FAR_FUTURE: Duration = Duration::from_secs(365 * 24 * 3600);
 pub struct SniPrereadCore {
     decided: Option<Output>,
     deadline: Option<Instant>,
-    received_bytes: bool,
-    /// The normalized SNI of a complete ClientHello, routed or not.
-    sni: Option<HostName>,
+    learned: Learned,
+    /// The server-first timer fired before the load balancer's PROXY header
+    /// was complete: a client still silent once it is goes to the default
+    /// cluster at once.
+    server_first_due: bool,
     /// Reassembly buffer for a ClientHello split over records; stays empty
     /// (unallocated) for the usual single-record hello.
     scratch: Vec<u8>,
@@ -79,13 +81,17 @@ impl SniPrereadCore {
     /// the decision: what an access log names for `SniUnmatched` or
     /// `AlpnUnmatched`.
     pub fn sni(&self) -> Option<&HostName> {
-        self.sni.as_ref()
+        self.learned.sni.as_ref()
     }
 
-    /// Whether any byte arrived: a close or timeout without one is a health
-    /// check or an idle client, which the shell reports silently.
-    pub fn has_received_bytes(&self) -> bool {
-        self.received_bytes
+    /// Whether the client itself sent a byte: one past the inbound PROXY
+    /// header with `expect_proxy` (a load balancer's header is not the
+    /// client speaking), any byte without. A connection closed or timed out
+    /// before that is a health check or an idle client, which the shell
+    /// reports silently and keeps out of the duration percentiles; until
+    /// then, a `Timeout` is the server-first timer's.
+    pub fn client_spoke(&self) -> bool {
+        self.learned.client_spoke
     }
 
     fn latch(&mut self, output: Output) -> Output {
@@ -95,37 +101,69 @@ impl SniPrereadCore {
         output
     }
 
-    fn on_bytes(&mut self, config: &PrereadConfig, buf: &[u8], now: Instant) -> Output {
-        let deadline = *self.deadline.get_or_insert_with(|| {
+    fn arm_deadline(&mut self, config: &PrereadConfig, now: Instant) -> Instant {
+        *self.deadline.get_or_insert_with(|| {
             now.checked_add(config.timeout)
                 .or_else(|| now.checked_add(FAR_FUTURE))
                 .unwrap_or(now)
-        });
-        self.received_bytes |= !buf.is_empty();
+        })
+    }
+
+    fn on_bytes(&mut self, config: &PrereadConfig, buf: &[u8], now: Instant) -> Output {
+        let deadline = self.arm_deadline(config, now);
         if now >= deadline {
             return self.latch(Output::Reject(RejectReason::Fragmented));
         }
         if buf.is_empty() {
             return Output::NeedMore { deadline };
         }
-        match verdict::decide(config, buf, &mut self.scratch, &mut self.sni) {
-            Some(output) => self.latch(output),
-            None => Output::NeedMore { deadline },
+        if let Some(output) = verdict::decide(config, buf, &mut self.scratch, &mut self.learned) {
+            return self.latch(output);
         }
+        if self.server_first_due
+            && !self.learned.client_spoke
+            && let Some(route) = self.server_first_route(config)
+        {
+            return self.latch(Output::Routed(Arc::new(route)));
+        }
+        Output::NeedMore { deadline }
     }
 
     fn on_timeout(&mut self, config: &PrereadConfig, now: Instant) -> Output {
-        if !self.received_bytes
-            && config.server_first_timeout.is_some()
-            && let Some(cluster) = &config.default_cluster
-        {
-            let route = Route::unread(cluster.clone(), Some(FallbackReason::ServerFirst));
-            return self.latch(Output::Routed(Arc::new(route)));
+        if !self.learned.client_spoke && config.server_first_timeout.is_some() {
+            if let Some(route) = self.server_first_route(config) {
+                return self.latch(Output::Routed(Arc::new(route)));
+            }
+            if config.expect_proxy && config.default_cluster.is_some() {
+                // The load balancer has not finished its header: the route
+                // needs it (a backend must not get it as data), so wait for
+                // it, as long as a ClientHello would be waited for.
+                self.server_first_due = true;
+                let deadline = self.arm_deadline(config, now);
+                if now < deadline {
+                    return Output::NeedMore { deadline };
+                }
+            }
         }
         match self.deadline {
             // A timer that fired early (or a stale one) changes nothing.
             Some(deadline) if now < deadline => Output::NeedMore { deadline },
             _ => self.latch(Output::Reject(RejectReason::Fragmented)),
         }
+    }
+
+    /// The server-first fallback for a client that has not spoken, when the
+    /// listener has one and the PROXY header (if expected) is complete: it
+    /// carries the header's length and source like any other route.
+    fn server_first_route(&self, config: &PrereadConfig) -> Option<Route> {
+        config.server_first_timeout?;
+        let cluster = config.default_cluster.as_ref()?;
+        let mut route = Route::unread(cluster.clone(), Some(FallbackReason::ServerFirst));
+        if config.expect_proxy {
+            let preamble = self.learned.preamble?;
+            route.content_offset = preamble.len;
+            route.proxy_source = preamble.source;
+        }
+        Some(route)
     }
 }

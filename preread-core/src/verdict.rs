@@ -19,6 +19,29 @@ use crate::reject::{FallbackReason, RejectReason};
 use crate::routes::Lookup;
 use crate::sni::HostName;
 
+/// What the core keeps of the windows it was fed, decided or not.
+#[derive(Debug, Default)]
+pub(crate) struct Learned {
+    /// The normalized SNI of a complete ClientHello, routed or not: what an
+    /// access log names for a refused name.
+    pub sni: Option<HostName>,
+    /// The inbound PROXY header, once complete.
+    pub preamble: Option<Preamble>,
+    /// A byte of the client's own arrived: one past the inbound PROXY header
+    /// (any byte without `expect_proxy`), or one that cannot be a header.
+    /// Only ever goes from `false` to `true`, as the window only grows.
+    pub client_spoke: bool,
+}
+
+/// A complete inbound PROXY header at the start of the window.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Preamble {
+    /// Its length: where the client's own bytes start.
+    pub len: usize,
+    /// The client address it gave, if any.
+    pub source: Option<SocketAddr>,
+}
+
 /// What was learned of the connection before the decision.
 #[derive(Default)]
 struct Seen<'a> {
@@ -47,13 +70,13 @@ impl Seen<'_> {
 
 /// The terminal output for `window`, or `None` while more bytes are needed
 /// and the cap is not reached. `scratch` is the parser's reassembly buffer;
-/// `sni` receives the normalized name whenever one was parsed, so a refusal
-/// (an unmatched name) can still be logged with it.
+/// `learned` receives what the window shows whatever the answer (the name
+/// of a refused hello, the PROXY header, whether the client spoke).
 pub(crate) fn decide(
     config: &PrereadConfig,
     window: &[u8],
     scratch: &mut Vec<u8>,
-    sni: &mut Option<HostName>,
+    learned: &mut Learned,
 ) -> Option<Output> {
     let mut seen = Seen::default();
     if config.expect_proxy {
@@ -61,14 +84,22 @@ pub(crate) fn decide(
             Ok(ProxyParsed::Complete(header)) => {
                 seen.content_offset = header.len();
                 seen.proxy_source = header.source();
+                learned.preamble = Some(Preamble {
+                    len: seen.content_offset,
+                    source: seen.proxy_source,
+                });
             }
             Ok(ProxyParsed::Incomplete(_)) => return incomplete(config, window),
-            Err(_) => return Some(Output::Reject(RejectReason::ProxyHeaderInvalid)),
+            Err(_) => {
+                learned.client_spoke = true;
+                return Some(Output::Reject(RejectReason::ProxyHeaderInvalid));
+            }
         }
     }
+    learned.client_spoke |= window.len() > seen.content_offset;
     let tls = window.get(seen.content_offset..).unwrap_or_default();
     match parse_client_hello(tls, scratch) {
-        Ok(Parsed::Complete(hello)) => Some(route(config, &hello, seen, sni)),
+        Ok(Parsed::Complete(hello)) => Some(route(config, &hello, seen, &mut learned.sni)),
         Ok(Parsed::Incomplete(_)) => incomplete(config, window),
         Err(TlsError::NotTls) => Some(refuse(config, RejectReason::NotTls, seen)),
         Err(TlsError::MalformedRecord(_)) => Some(Output::Reject(RejectReason::MalformedRecord)),

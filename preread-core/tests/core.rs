@@ -266,14 +266,14 @@ fn front_closed_before_decision_is_front_closed() {
             now: Instant::now(),
         },
     );
-    assert!(core.has_received_bytes());
+    assert!(core.client_spoke());
     assert_eq!(
         core.handle_input(&config, Input::FrontClosed),
         Output::Reject(RejectReason::FrontClosed)
     );
     let silent = SniPrereadCore::new();
     assert!(
-        !silent.has_received_bytes(),
+        !silent.client_spoke(),
         "a bare connect-and-close is told apart"
     );
 }
@@ -700,6 +700,227 @@ fn server_first_routes_a_silent_client_to_the_default_cluster() {
         ),
         Output::Reject(RejectReason::Fragmented),
         "a client that sent a byte is not server-first"
+    );
+}
+
+// Server-first behind a load balancer that sends a PROXY header.
+
+const LB_HEADER: &[u8] = b"PROXY TCP4 192.0.2.10 192.0.2.1 51234 443\r\n";
+
+fn server_first_behind_proxy() -> PrereadConfig {
+    let mut config = with_default();
+    config.expect_proxy = true;
+    config.server_first_timeout = Some(Duration::from_millis(300));
+    config
+}
+
+fn assert_server_first_past_the_header(output: &Output) {
+    let Output::Routed(route) = output else {
+        panic!("not routed: {output:?}")
+    };
+    assert_eq!(route.fallback, Some(FallbackReason::ServerFirst));
+    assert_eq!(&*route.cluster, "fallback");
+    assert_eq!(
+        route.content_offset,
+        LB_HEADER.len(),
+        "the backend must not get the load balancer's header as data"
+    );
+    assert_eq!(
+        route.proxy_source,
+        Some("192.0.2.10:51234".parse().expect("addr"))
+    );
+    assert_eq!(route.hello_end, None);
+}
+
+#[test]
+fn a_proxy_header_alone_is_not_the_client_speaking() {
+    let mut config = with_default();
+    config.expect_proxy = true;
+    let now = Instant::now();
+    let mut core = SniPrereadCore::new();
+    let _ = core.handle_input(
+        &config,
+        Input::Bytes {
+            buf: &LB_HEADER[..9],
+            now,
+        },
+    );
+    assert!(!core.client_spoke(), "part of the header");
+    let _ = core.handle_input(
+        &config,
+        Input::Bytes {
+            buf: LB_HEADER,
+            now,
+        },
+    );
+    assert!(!core.client_spoke(), "the whole header");
+    assert_eq!(
+        core.handle_input(&config, Input::FrontClosed),
+        Output::Reject(RejectReason::FrontClosed)
+    );
+    assert!(!core.client_spoke(), "a health check closes silently");
+
+    let mut spoke = SniPrereadCore::new();
+    let mut window = LB_HEADER.to_vec();
+    window.push(22);
+    let _ = spoke.handle_input(&config, Input::Bytes { buf: &window, now });
+    assert!(spoke.client_spoke(), "a byte past the header");
+
+    let mut garbage = SniPrereadCore::new();
+    let out = garbage.handle_input(
+        &config,
+        Input::Bytes {
+            buf: b"GET / HTTP/1.1\r\n",
+            now,
+        },
+    );
+    assert_eq!(out, Output::Reject(RejectReason::ProxyHeaderInvalid));
+    assert!(garbage.client_spoke(), "bytes that cannot be a header");
+
+    config.expect_proxy = false;
+    let mut plain = SniPrereadCore::new();
+    let _ = plain.handle_input(
+        &config,
+        Input::Bytes {
+            buf: &LB_HEADER[..9],
+            now,
+        },
+    );
+    assert!(
+        plain.client_spoke(),
+        "without expect_proxy every byte is the client's"
+    );
+}
+
+#[test]
+fn server_first_after_a_proxy_header_routes_past_it() {
+    let config = server_first_behind_proxy();
+    let now = Instant::now();
+    let mut core = SniPrereadCore::new();
+    let out = core.handle_input(
+        &config,
+        Input::Bytes {
+            buf: LB_HEADER,
+            now,
+        },
+    );
+    assert_eq!(
+        out,
+        Output::NeedMore {
+            deadline: now + config.timeout
+        }
+    );
+    let fired = now + Duration::from_millis(300);
+    let out = core.handle_input(&config, Input::Timeout { now: fired });
+    assert_server_first_past_the_header(&out);
+
+    let mut late = SniPrereadCore::new();
+    let _ = late.handle_input(
+        &config,
+        Input::Bytes {
+            buf: LB_HEADER,
+            now,
+        },
+    );
+    let out = late.handle_input(
+        &config,
+        Input::Timeout {
+            now: now + config.timeout,
+        },
+    );
+    assert_server_first_past_the_header(&out);
+
+    let mut spoke = SniPrereadCore::new();
+    let mut window = LB_HEADER.to_vec();
+    window.push(22);
+    let _ = spoke.handle_input(&config, Input::Bytes { buf: &window, now });
+    assert_eq!(
+        spoke.handle_input(&config, Input::Timeout { now: fired }),
+        Output::NeedMore {
+            deadline: now + config.timeout
+        },
+        "a client that spoke is waited for until the deadline"
+    );
+}
+
+#[test]
+fn server_first_before_the_proxy_header_waits_for_it() {
+    let config = server_first_behind_proxy();
+    let now = Instant::now();
+    let deadline = now + config.timeout;
+    let mut core = SniPrereadCore::new();
+    assert_eq!(
+        core.handle_input(&config, Input::Timeout { now }),
+        Output::NeedMore { deadline },
+        "no header yet: wait for it, for one preread timeout"
+    );
+    assert_eq!(core.deadline(), Some(deadline));
+    let later = now + Duration::from_millis(10);
+    let out = core.handle_input(
+        &config,
+        Input::Bytes {
+            buf: &LB_HEADER[..20],
+            now: later,
+        },
+    );
+    assert_eq!(
+        out,
+        Output::NeedMore { deadline },
+        "the deadline does not move"
+    );
+    let out = core.handle_input(
+        &config,
+        Input::Bytes {
+            buf: LB_HEADER,
+            now: later,
+        },
+    );
+    assert_server_first_past_the_header(&out);
+
+    let mut partial = SniPrereadCore::new();
+    let _ = partial.handle_input(
+        &config,
+        Input::Bytes {
+            buf: &LB_HEADER[..20],
+            now,
+        },
+    );
+    assert_eq!(
+        partial.handle_input(&config, Input::Timeout { now: later }),
+        Output::NeedMore { deadline },
+        "a header begun before the timer keeps its deadline"
+    );
+    assert_eq!(
+        partial.handle_input(&config, Input::Timeout { now: deadline }),
+        Output::Reject(RejectReason::Fragmented),
+        "a header never finished is fragmented at the deadline"
+    );
+
+    let mut speaks = SniPrereadCore::new();
+    let _ = speaks.handle_input(&config, Input::Timeout { now });
+    let mut window = LB_HEADER.to_vec();
+    window.extend_from_slice(&hello(Some("a.example.com"), Some(&["h2"]), false));
+    let out = speaks.handle_input(
+        &config,
+        Input::Bytes {
+            buf: &window,
+            now: later,
+        },
+    );
+    let Output::Routed(route) = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(
+        (&*route.cluster, route.fallback),
+        ("a", None),
+        "a client that spoke with the header is routed by its hello"
+    );
+
+    let mut silent_lb = SniPrereadCore::new();
+    let _ = silent_lb.handle_input(&config, Input::Timeout { now });
+    assert_eq!(
+        silent_lb.handle_input(&config, Input::Timeout { now: deadline }),
+        Output::Reject(RejectReason::Fragmented)
     );
 }
 

@@ -83,7 +83,7 @@ impl Worker {
         let log_outcome = match outcome {
             Outcome::Silent => {
                 trace!(
-                    "{} closed without sending a byte (health check)",
+                    "{} closed before the client spoke (a health check)",
                     session.client
                 );
                 return;

@@ -130,7 +130,11 @@ impl Worker {
                     session.timers.preread =
                         Some(self.timers.schedule(deadline, (key, TimerKind::Preread)));
                 }
-                if let Some(id) = session.timers.server_first.take() {
+                // A load balancer's PROXY header is not the client speaking:
+                // the server-first timer stays until the client does.
+                if session.core.client_spoke()
+                    && let Some(id) = session.timers.server_first.take()
+                {
                     self.timers.cancel(id);
                 }
                 // More bytes may already wait (a full buffer stopped the read).
@@ -142,7 +146,7 @@ impl Worker {
                 if self
                     .sessions
                     .get(key)
-                    .is_some_and(|s| !s.core.has_received_bytes()) =>
+                    .is_some_and(|s| !s.core.client_spoke()) =>
             {
                 self.close(key, Outcome::Silent);
             }
@@ -188,10 +192,11 @@ impl Worker {
             self.timers.cancel(id);
         }
         self.metrics.gauge_add(SNI_PREREAD_ACTIVE, -1);
-        // The duration is "first byte to decision": a connection that never
-        // sent a byte (a health check, an idle client) has none, and would
-        // otherwise drag the percentiles to its idle timeout.
-        if session.first_byte_at.is_some() {
+        // The duration is "first byte to decision": a client that never
+        // spoke (a health check, an idle or server-first client, maybe behind
+        // a load balancer's PROXY header) would drag the percentiles to its
+        // timeout.
+        if session.core.client_spoke() {
             self.metrics.observe_ms(SNI_PREREAD_DURATION, ms);
         }
     }
@@ -324,7 +329,7 @@ impl Worker {
                     return;
                 }
                 let outcome = match session.phase {
-                    Phase::Preread if !session.core.has_received_bytes() => Outcome::Silent,
+                    Phase::Preread if !session.core.client_spoke() => Outcome::Silent,
                     Phase::Preread => Outcome::Rejected(RejectReason::Fragmented),
                     _ => routed_outcome(session.route.as_ref()),
                 };
