@@ -832,6 +832,7 @@ mod tests {
         assert_eq!(t.insert(p.clone(), h.clone(), "y".into()), Ok(()));
         assert_eq!(t.insert(p.clone(), AlpnSet::Any, "z".into()), Ok(()));
         assert_eq!(t.len(), 3);
+        assert!(!t.is_empty());
         assert_eq!(t.remove(&p, &h).as_deref(), Some("y"));
         assert_eq!(t.remove(&p, &AlpnSet::Any).as_deref(), Some("z"));
         assert_eq!(t.remove(&p, &AlpnSet::Any), None);
@@ -840,6 +841,20 @@ mod tests {
         assert_eq!(t.remove(&p, &alpn(&["h2"])).as_deref(), Some("x"));
         assert!(t.is_empty());
         assert_eq!(t, RouteTable::new());
+    }
+
+    #[test]
+    fn the_invariant_check_catches_a_stale_count() {
+        let mut t = table(&[("a.example.com", &["h2"], "x")]);
+        t.len += 1;
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            t.check_invariants();
+        }));
+        assert_eq!(
+            caught.is_err(),
+            cfg!(debug_assertions),
+            "the check every table test relies on must fail on a broken table"
+        );
     }
 
     #[test]

@@ -117,6 +117,30 @@ mod tests {
         assert_eq!(norm("a..").as_deref(), Some("a."));
     }
 
+    fn hash_of(name: &HostName) -> u64 {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        BuildHasherDefault::<DefaultHasher>::default().hash_one(name)
+    }
+
+    #[test]
+    fn equality_and_hash_follow_the_normalized_name() {
+        let (Some(a), Some(same), Some(b)) = (
+            HostName::normalize(b"A.Example.com."),
+            HostName::normalize(b"a.example.com"),
+            HostName::normalize(b"b.example.com"),
+        ) else {
+            panic!("valid test names")
+        };
+        assert_eq!(a, same);
+        assert_eq!(hash_of(&a), hash_of(&same));
+        assert_ne!(a, b);
+        assert_ne!(
+            hash_of(&a),
+            hash_of(&b),
+            "distinct names spread over buckets"
+        );
+    }
+
     #[test]
     fn refuses_empty_names() {
         assert_eq!(norm(""), None);
