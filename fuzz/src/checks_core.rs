@@ -12,6 +12,7 @@
 //! first bytes stay a well-formed record while mutations of its tail (mostly
 //! opaque extension data) steer the config and the chunking.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -110,8 +111,9 @@ fn time_step(u: &mut Unstructured<'_>) -> Duration {
 
 /// Drives one [`SniPrereadCore`] over a data-derived sequence of inputs and
 /// checks, after every input: the first terminal output is returned
-/// unchanged for every later input; the deadline is armed by the first
-/// `Bytes` and never moves; `NeedMore` carries `core.deadline()`; a Routed
+/// unchanged for every later input; the deadline is armed once (by the
+/// first `Bytes`, or by a server-first timeout that waits for the PROXY
+/// header) and never moves; `client_spoke` follows the PROXY header; `NeedMore` carries `core.deadline()`; a Routed
 /// output without fallback has `hello_end` within the window; and the output
 /// is exactly what a model built from the parsers and the route table says
 /// (so Malformed*, ProxyHeaderInvalid, TooLarge, Fragmented and FrontClosed
@@ -130,7 +132,9 @@ pub fn check_core(data: &[u8]) -> Output {
         config: &config,
         core: SniPrereadCore::new(),
         latched: None,
-        received_bytes: false,
+        spoke: false,
+        preamble: None,
+        server_first_due: false,
         window_len: 0,
         scratch: Vec::new(),
     };
@@ -191,7 +195,13 @@ struct Run<'c> {
     config: &'c PrereadConfig,
     core: SniPrereadCore,
     latched: Option<Output>,
-    received_bytes: bool,
+    /// The model of `client_spoke`: a byte past a complete PROXY header (any
+    /// byte without `expect_proxy`), or one that cannot be a header.
+    spoke: bool,
+    /// The complete PROXY header's length and source.
+    preamble: Option<(usize, Option<SocketAddr>)>,
+    /// A server-first timeout came before the PROXY header was complete.
+    server_first_due: bool,
     /// Length of the window of the latest `Bytes`.
     window_len: usize,
     scratch: Vec<u8>,
@@ -212,9 +222,14 @@ impl Run<'_> {
                 "{input:?} after the terminal output changed it"
             );
             assert_eq!(self.core.decision(), Some(first));
-            assert_eq!(self.core.has_received_bytes(), self.received_bytes);
+            assert_eq!(self.core.client_spoke(), self.spoke);
             return;
         }
+        let waits_for_header = !self.spoke
+            && self.config.expect_proxy
+            && self.preamble.is_none()
+            && self.config.server_first_timeout.is_some()
+            && self.config.default_cluster.is_some();
         match input {
             Input::Bytes { buf, now } => {
                 if deadline_before.is_none() {
@@ -227,16 +242,24 @@ impl Run<'_> {
                         None => assert!(armed >= now, "far-future deadline before now"),
                     }
                 }
-                self.received_bytes |= !buf.is_empty();
                 self.window_len = buf.len();
+            }
+            Input::Timeout { now } if waits_for_header && deadline_before.is_none() => {
+                let armed = self
+                    .core
+                    .deadline()
+                    .expect("a server-first timeout before the PROXY header arms the deadline");
+                match now.checked_add(self.config.timeout) {
+                    Some(want) => assert_eq!(armed, want, "deadline is now + timeout"),
+                    None => assert!(armed >= now, "far-future deadline before now"),
+                }
             }
             Input::Timeout { .. } | Input::FrontClosed => assert_eq!(
                 self.core.deadline(),
                 deadline_before,
-                "only Bytes arms the deadline"
+                "only Bytes (or a server-first timeout waiting for the PROXY header) arms the deadline"
             ),
         }
-        assert_eq!(self.core.has_received_bytes(), self.received_bytes);
 
         match &out {
             Output::NeedMore { deadline } => {
@@ -286,6 +309,40 @@ impl Run<'_> {
         }
         let want = self.model(input);
         assert_eq!(out, want, "the core disagrees with the model on {input:?}");
+        assert_eq!(
+            self.core.client_spoke(),
+            self.spoke,
+            "client_spoke after {input:?}"
+        );
+    }
+
+    /// What the core learns of a window it parses: the PROXY header, and
+    /// whether the client spoke.
+    fn learn(&mut self, buf: &[u8]) {
+        if !self.config.expect_proxy {
+            self.spoke |= !buf.is_empty();
+            return;
+        }
+        match parse_proxy_header(buf) {
+            Ok(ProxyParsed::Complete(header)) => {
+                self.preamble = Some((header.len(), header.source()));
+                self.spoke |= buf.len() > header.len();
+            }
+            Ok(ProxyParsed::Incomplete(_)) => {}
+            Err(_) => self.spoke = true,
+        }
+    }
+
+    /// The server-first fallback, past the PROXY header when one is
+    /// expected; `None` while that header is incomplete.
+    fn server_first_route(&self, cluster: &ClusterId) -> Option<Output> {
+        let mut route = Route::unread(cluster.clone(), Some(FallbackReason::ServerFirst));
+        if self.config.expect_proxy {
+            let (len, source) = self.preamble?;
+            route.content_offset = len;
+            route.proxy_source = source;
+        }
+        Some(Output::Routed(Arc::new(route)))
     }
 
     /// What the core must answer to `input` while undecided, from the
@@ -296,14 +353,14 @@ impl Run<'_> {
         match input {
             Input::FrontClosed => Output::Reject(RejectReason::FrontClosed),
             Input::Timeout { now } => {
-                if !self.received_bytes
+                if !self.spoke
                     && config.server_first_timeout.is_some()
                     && let Some(cluster) = &config.default_cluster
                 {
-                    return Output::Routed(std::sync::Arc::new(Route::unread(
-                        cluster.clone(),
-                        Some(FallbackReason::ServerFirst),
-                    )));
+                    if let Some(route) = self.server_first_route(cluster) {
+                        return route;
+                    }
+                    self.server_first_due = true;
                 }
                 match self.core.deadline() {
                     Some(deadline) if now < deadline => Output::NeedMore { deadline },
@@ -315,75 +372,90 @@ impl Run<'_> {
                 if now >= deadline {
                     return Output::Reject(RejectReason::Fragmented);
                 }
-                let incomplete = if buf.len() >= config.max_bytes {
-                    Output::Reject(RejectReason::TooLarge)
-                } else {
-                    Output::NeedMore { deadline }
-                };
                 if buf.is_empty() {
                     return Output::NeedMore { deadline };
                 }
-                let mut base = Route {
-                    cluster: Arc::from(DEFAULT_CLUSTER),
-                    content_offset: 0,
-                    hello_end: None,
-                    proxy_source: None,
-                    sni: None,
-                    alpn: None,
-                    matched_sni: None,
-                    matched_alpn: None,
-                    fallback: None,
-                };
-                if config.expect_proxy {
-                    match parse_proxy_header(buf) {
-                        Ok(ProxyParsed::Complete(header)) => {
-                            base.content_offset = header.len();
-                            base.proxy_source = header.source();
-                        }
-                        Ok(ProxyParsed::Incomplete(_)) => return incomplete,
-                        Err(_) => return Output::Reject(RejectReason::ProxyHeaderInvalid),
-                    }
-                }
-                let hello = match parse_client_hello(&buf[base.content_offset..], &mut self.scratch)
+                self.learn(buf);
+                let out = self.model_window(buf, deadline);
+                if out == (Output::NeedMore { deadline })
+                    && self.server_first_due
+                    && !self.spoke
+                    && let Some(cluster) = &config.default_cluster
+                    && let Some(route) = self.server_first_route(cluster)
                 {
-                    Ok(Parsed::Complete(hello)) => hello,
-                    Ok(Parsed::Incomplete(_)) => return incomplete,
-                    Err(TlsError::NotTls) => return refuse(config, RejectReason::NotTls, base),
-                    Err(TlsError::MalformedRecord(_)) => {
-                        return Output::Reject(RejectReason::MalformedRecord);
-                    }
-                    Err(_) => return Output::Reject(RejectReason::MalformedHandshake),
-                };
-                base.hello_end = Some(base.content_offset + hello.end);
-                base.alpn = hello.alpn.map(AlpnOffer::from);
-                let Some(raw) = hello.server_name else {
-                    let reason = if hello.ech.is_some() {
-                        RejectReason::EchOuterAbsent
-                    } else {
-                        RejectReason::NoSni
-                    };
-                    return refuse(config, reason, base);
-                };
-                let Some(sni) = HostName::normalize(raw) else {
-                    return Output::Reject(RejectReason::MalformedHandshake);
-                };
-                base.sni = Some(sni);
-                let offer = hello.alpn.into_iter().flatten();
-                match config.routes.lookup(sni.as_bytes(), offer) {
-                    Lookup::Matched {
-                        cluster,
-                        pattern,
-                        protocol,
-                    } => Output::Routed(std::sync::Arc::new(Route {
-                        cluster: ClusterId::clone(cluster),
-                        matched_sni: Some(pattern.clone()),
-                        matched_alpn: protocol.map(Box::from),
-                        ..base
-                    })),
-                    Lookup::SniUnmatched => refuse(config, RejectReason::SniUnmatched, base),
-                    Lookup::AlpnUnmatched { .. } => Output::Reject(RejectReason::AlpnUnmatched),
+                    return route;
                 }
+                out
             }
+        }
+    }
+
+    /// The verdict on one window from the parsers and the route table alone.
+    fn model_window(&mut self, buf: &[u8], deadline: Instant) -> Output {
+        let config = self.config;
+        let incomplete = if buf.len() >= config.max_bytes {
+            Output::Reject(RejectReason::TooLarge)
+        } else {
+            Output::NeedMore { deadline }
+        };
+        let mut base = Route {
+            cluster: Arc::from(DEFAULT_CLUSTER),
+            content_offset: 0,
+            hello_end: None,
+            proxy_source: None,
+            sni: None,
+            alpn: None,
+            matched_sni: None,
+            matched_alpn: None,
+            fallback: None,
+        };
+        if config.expect_proxy {
+            match parse_proxy_header(buf) {
+                Ok(ProxyParsed::Complete(header)) => {
+                    base.content_offset = header.len();
+                    base.proxy_source = header.source();
+                }
+                Ok(ProxyParsed::Incomplete(_)) => return incomplete,
+                Err(_) => return Output::Reject(RejectReason::ProxyHeaderInvalid),
+            }
+        }
+        let hello = match parse_client_hello(&buf[base.content_offset..], &mut self.scratch) {
+            Ok(Parsed::Complete(hello)) => hello,
+            Ok(Parsed::Incomplete(_)) => return incomplete,
+            Err(TlsError::NotTls) => return refuse(config, RejectReason::NotTls, base),
+            Err(TlsError::MalformedRecord(_)) => {
+                return Output::Reject(RejectReason::MalformedRecord);
+            }
+            Err(_) => return Output::Reject(RejectReason::MalformedHandshake),
+        };
+        base.hello_end = Some(base.content_offset + hello.end);
+        base.alpn = hello.alpn.map(AlpnOffer::from);
+        let Some(raw) = hello.server_name else {
+            let reason = if hello.ech.is_some() {
+                RejectReason::EchOuterAbsent
+            } else {
+                RejectReason::NoSni
+            };
+            return refuse(config, reason, base);
+        };
+        let Some(sni) = HostName::normalize(raw) else {
+            return Output::Reject(RejectReason::MalformedHandshake);
+        };
+        base.sni = Some(sni);
+        let offer = hello.alpn.into_iter().flatten();
+        match config.routes.lookup(sni.as_bytes(), offer) {
+            Lookup::Matched {
+                cluster,
+                pattern,
+                protocol,
+            } => Output::Routed(std::sync::Arc::new(Route {
+                cluster: ClusterId::clone(cluster),
+                matched_sni: Some(pattern.clone()),
+                matched_alpn: protocol.map(Box::from),
+                ..base
+            })),
+            Lookup::SniUnmatched => refuse(config, RejectReason::SniUnmatched, base),
+            Lookup::AlpnUnmatched { .. } => Output::Reject(RejectReason::AlpnUnmatched),
         }
     }
 }

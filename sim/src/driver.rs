@@ -10,8 +10,9 @@
 //! added bytes, the EOF seen on the read after the bytes it came with, I/O
 //! before timers within a loop turn, the preread timer armed once at the
 //! first `NeedMore` deadline, the server-first timer armed at accept and
-//! cancelled by the first `NeedMore`, timers that fire late but never early,
-//! and the active gauge. Must never: read a real clock for the core (every
+//! cancelled by the first `NeedMore` after the client spoke (a load
+//! balancer's PROXY header is not the client speaking), timers that fire
+//! late but never early, and the active gauge. Must never: read a real clock for the core (every
 //! `now` is `base + simulated offset`), spawn a thread, or touch a socket.
 
 use std::fmt;
@@ -33,6 +34,13 @@ use crate::scenario::{Scenario, Target};
 
 /// Turns of the simulated event loop before a scenario counts as stuck.
 const MAX_TURNS: usize = 10_000;
+
+/// How late a timer may wake (poll's resolution, a busy turn).
+const MAX_TIMER_LATENESS: Duration = Duration::from_millis(2);
+
+fn as_micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
 
 /// The client's address on the front socket (the worker's `peer_addr`).
 pub const CLIENT: SocketAddr = SocketAddr::new(
@@ -198,24 +206,6 @@ impl Outcome {
     }
 }
 
-/// A known, documented deviation the simulation observed (not a failure).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Finding {
-    /// The server-first timer routed an `expect_proxy` connection before the
-    /// PROXY header arrived: the route has `content_offset` 0, so a `none`
-    /// or `send` backend would receive the inbound PROXY header as data.
-    ServerFirstBeforeProxyHeader,
-    /// An `expect_proxy` listener with a server-first timer, and a client
-    /// silent after the load balancer's PROXY header: the header's bytes
-    /// cancel the server-first timer, so the connection ends `Fragmented`
-    /// at the preread deadline instead of reaching the default cluster.
-    ServerFirstUnreachableBehindProxy,
-    /// Only a PROXY header, then a close (a load balancer's health check,
-    /// e.g. a v2 LOCAL header): the header counts as bytes, so the worker
-    /// counts `front_closed` and logs it instead of treating it as silent.
-    ProxyOnlyCloseCounted,
-}
-
 /// A deliberate defect in the modelled shell, so tests can show that the
 /// invariants catch it. [`play`] never sabotages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -232,6 +222,9 @@ pub enum Sabotage {
     FreshCore,
     /// Lowers the gauge on every leave, not once.
     UnguardedGauge,
+    /// Cancels the server-first timer on any `NeedMore`, a load balancer's
+    /// PROXY header included.
+    HeaderCancelsServerFirst,
 }
 
 /// Which input took the decision.
@@ -274,8 +267,6 @@ pub struct Played {
     pub trace: Vec<Event>,
     /// Inputs fed to the core (worker, probes and latch probes).
     pub steps: usize,
-    /// Known deviations seen.
-    pub findings: Vec<Finding>,
 }
 
 /// A broken invariant: the seed, the step, what broke, and the trace.
@@ -320,9 +311,11 @@ struct Timer {
 
 struct Decision {
     by: DecidedBy,
+    /// When, on the simulated clock.
+    at: Duration,
     output: Output,
     deadline: Option<Instant>,
-    received: bool,
+    spoke: bool,
 }
 
 struct Driver<'s> {
@@ -353,10 +346,15 @@ struct Driver<'s> {
     capped_len: usize,
     trace: Vec<Event>,
     steps: usize,
-    findings: Vec<Finding>,
     sabotage: Sabotage,
     /// Window length at the worker's last Bytes input.
     fed: usize,
+    /// When the window first held the whole PROXY header.
+    header_done_at: Option<Duration>,
+    /// The server-first timer fired while the PROXY header was incomplete:
+    /// the core must route as soon as the header completes, if the client
+    /// is still silent.
+    server_first_due: bool,
 }
 
 /// Plays `sc`; `Err` names the first broken invariant.
@@ -400,9 +398,10 @@ pub fn play_sabotaged(sc: &Scenario, sabotage: Sabotage) -> Result<Played, Failu
         capped_len,
         trace: Vec::new(),
         steps: 0,
-        findings: Vec::new(),
         sabotage,
         fed: 0,
+        header_done_at: None,
+        server_first_due: false,
     };
     driver.run()?;
     driver.finish()
@@ -423,13 +422,61 @@ impl Driver<'_> {
         base() + self.now
     }
 
+    /// The listener sends silent clients to its default cluster.
+    fn server_first_on(&self) -> bool {
+        self.config.server_first_timeout.is_some() && self.config.default_cluster.is_some()
+    }
+
+    /// The window holds the whole valid PROXY header the scenario wrote.
+    fn header_in_window(&self) -> bool {
+        self.config.expect_proxy
+            && self.sc.truth.prefix_valid
+            && self.window.len() >= self.sc.truth.prefix_len
+    }
+
+    /// The window holds exactly the PROXY header: the client is silent.
+    fn header_only(&self) -> bool {
+        self.header_in_window() && self.window.len() == self.sc.truth.prefix_len
+    }
+
+    /// A server-first `Timeout` that has to wait for the PROXY header.
+    fn waits_for_header(&self, spoke_before: bool) -> bool {
+        !spoke_before
+            && self.server_first_on()
+            && self.config.expect_proxy
+            && !self.header_in_window()
+    }
+
+    /// Whether the client has spoken, from what the scenario wrote; `None`
+    /// where only the parser can tell (bytes that are no valid header).
+    fn spoke_model(&self) -> Option<bool> {
+        if !self.config.expect_proxy {
+            Some(!self.window.is_empty())
+        } else if self.sc.truth.prefix_valid {
+            Some(self.window.len() > self.sc.truth.prefix_len)
+        } else {
+            None
+        }
+    }
+
+    /// The server-first route: past the PROXY header, with its source.
+    fn server_first_route(&self) -> Output {
+        let cluster = Arc::from(DEFAULT_CLUSTER);
+        let mut route = Route::unread(cluster, Some(FallbackReason::ServerFirst));
+        if self.config.expect_proxy {
+            route.content_offset = self.sc.truth.prefix_len;
+            route.proxy_source = self.sc.truth.source;
+        }
+        Output::Routed(Arc::new(route))
+    }
+
     fn arm(&mut self, at: Duration) -> Timer {
         self.seq += 1;
         // The loop may wake late (poll's resolution, a busy turn), never early.
         let late = if self.rng.chance(70) {
             Duration::ZERO
         } else {
-            Duration::from_micros(self.rng.range_u64(1, 2_000))
+            Duration::from_micros(self.rng.range_u64(1, as_micros(MAX_TIMER_LATENESS)))
         };
         Timer {
             at,
@@ -569,6 +616,9 @@ impl Driver<'_> {
             window: self.window.len(),
             eof,
         });
+        if self.header_done_at.is_none() && self.header_in_window() {
+            self.header_done_at = Some(self.now);
+        }
         if self.window.len() > self.cap {
             return self.fail(format!(
                 "the window ({} bytes) passed the effective cap ({})",
@@ -618,10 +668,12 @@ impl Driver<'_> {
         }
     }
 
-    /// An early timer fire: allowed by the contract, it must change nothing.
+    /// An early timer fire: allowed by the contract once the client spoke
+    /// (before, a `Timeout` is the server-first timer's), it must change
+    /// nothing.
     fn probe(&mut self, _at: Duration) -> Result<(), Failure> {
         let ahead = self.core.deadline().is_some_and(|d| self.instant() < d);
-        if self.decided.is_none() && self.core.has_received_bytes() && ahead {
+        if self.decided.is_none() && self.core.client_spoke() && ahead {
             self.feed(Fed::Timeout, Feeder::Probe)?;
         }
         Ok(())
@@ -631,7 +683,7 @@ impl Driver<'_> {
         self.steps += 1;
         let now = self.instant();
         let deadline_before = self.core.deadline();
-        let received_before = self.core.has_received_bytes();
+        let spoke_before = self.core.client_spoke();
         if self.sabotage == Sabotage::FreshCore && by == Feeder::Worker {
             self.core = SniPrereadCore::new();
         }
@@ -673,14 +725,15 @@ impl Driver<'_> {
             }
             if self.core.decision() != Some(&decision.output)
                 || self.core.deadline() != decision.deadline
-                || self.core.has_received_bytes() != decision.received
+                || self.core.client_spoke() != decision.spoke
             {
                 return self.fail("a latched core changed its state");
             }
             return Ok(());
         }
 
-        // The deadline: armed by the first Bytes at now + timeout, then fixed.
+        // The deadline: armed at now + timeout by the first Bytes (or by a
+        // server-first timeout that must wait for a PROXY header), then fixed.
         match deadline_before {
             Some(before) if self.core.deadline() != Some(before) => {
                 return self.fail(format!(
@@ -695,6 +748,14 @@ impl Driver<'_> {
                     if self.core.deadline() != want {
                         return self.fail(format!(
                             "the first Bytes armed {:?}, not now + timeout",
+                            self.core.deadline()
+                        ));
+                    }
+                }
+                Fed::Timeout if self.waits_for_header(spoke_before) => {
+                    if self.core.deadline() != now.checked_add(self.config.timeout) {
+                        return self.fail(format!(
+                            "a server-first timeout before the PROXY header armed {:?}, not now + timeout",
                             self.core.deadline()
                         ));
                     }
@@ -721,23 +782,41 @@ impl Driver<'_> {
                 }
             }
         }
-        self.check_answer(input, &output, received_before, deadline_before)?;
+        self.check_answer(input, &output, spoke_before, deadline_before)?;
+        if input == Fed::Timeout && !output.is_terminal() && self.waits_for_header(spoke_before) {
+            self.server_first_due = true;
+        }
+        if by == Feeder::Worker
+            && matches!(input, Fed::Bytes(_))
+            && !output.is_terminal()
+            && let Some(want) = self.spoke_model()
+            && self.core.client_spoke() != want
+        {
+            return self.fail(format!(
+                "client_spoke is {} with {} bytes in the window, the PROXY header written was {} bytes",
+                !want,
+                self.window.len(),
+                self.sc.truth.prefix_len
+            ));
+        }
         if output.is_terminal() {
-            self.check_terminal(&output, received_before)?;
+            self.check_terminal(&output, spoke_before)?;
+            let server_first = matches!(&output, Output::Routed(r) if r.fallback == Some(FallbackReason::ServerFirst));
             let by = match input {
                 Fed::Bytes(_) if self.core.deadline().is_some_and(|d| now >= d) => {
                     DecidedBy::LateBytes
                 }
                 Fed::Bytes(_) => DecidedBy::Bytes,
-                Fed::Timeout if received_before => DecidedBy::Deadline,
-                Fed::Timeout => DecidedBy::ServerFirst,
+                Fed::Timeout if server_first => DecidedBy::ServerFirst,
+                Fed::Timeout => DecidedBy::Deadline,
                 Fed::FrontClosed => DecidedBy::Close,
             };
             self.decided = Some(Decision {
                 by,
+                at: self.now,
                 output: output.clone(),
                 deadline: self.core.deadline(),
-                received: self.core.has_received_bytes(),
+                spoke: self.core.client_spoke(),
             });
         }
         self.on_output(output);
@@ -750,7 +829,7 @@ impl Driver<'_> {
         &self,
         input: Fed,
         output: &Output,
-        received_before: bool,
+        spoke_before: bool,
         deadline_before: Option<Instant>,
     ) -> Result<(), Failure> {
         let now = self.instant();
@@ -776,6 +855,16 @@ impl Driver<'_> {
                     if *output != Output::Reject(RejectReason::Fragmented) {
                         return self.fail(format!(
                             "Bytes at or after the deadline gave {output:?}, not Fragmented"
+                        ));
+                    }
+                    return Ok(());
+                }
+                // A window at the cap is TooLarge first: more may wait unread.
+                if self.server_first_due && self.header_only() && self.window.len() < self.cap {
+                    let want = self.server_first_route();
+                    if *output != want {
+                        return self.fail(format!(
+                            "the PROXY header completed after the server-first timer, the client silent: {output:?}, not {want:?}"
                         ));
                     }
                     return Ok(());
@@ -813,32 +902,24 @@ impl Driver<'_> {
                 }
             }
             Fed::Timeout => {
-                if !received_before {
-                    let want = match (
-                        &self.config.default_cluster,
-                        self.config.server_first_timeout,
-                    ) {
-                        (Some(cluster), Some(_)) => Output::Routed(Arc::new(Route::unread(
-                            cluster.clone(),
-                            Some(FallbackReason::ServerFirst),
-                        ))),
-                        _ => Output::Reject(RejectReason::Fragmented),
-                    };
-                    if *output != want {
-                        return self.fail(format!(
-                            "a timeout before any byte gave {output:?}, not {want:?}"
-                        ));
-                    }
+                let server_first = !spoke_before && self.server_first_on();
+                let deadline = if self.waits_for_header(spoke_before) {
+                    deadline_before.or(now.checked_add(self.config.timeout))
                 } else {
-                    let deadline = deadline_before.unwrap_or(now);
-                    let want = if now < deadline {
-                        Output::NeedMore { deadline }
-                    } else {
-                        Output::Reject(RejectReason::Fragmented)
-                    };
-                    if *output != want {
-                        return self.fail(format!("a timeout gave {output:?}, not {want:?}"));
+                    deadline_before
+                };
+                let want = match deadline {
+                    _ if server_first && (!self.config.expect_proxy || self.header_in_window()) => {
+                        self.server_first_route()
                     }
+                    Some(deadline) if now < deadline => Output::NeedMore { deadline },
+                    _ => Output::Reject(RejectReason::Fragmented),
+                };
+                if *output != want {
+                    return self.fail(format!(
+                        "a timeout (client spoke: {spoke_before}, {} bytes in the window) gave {output:?}, not {want:?}",
+                        self.window.len()
+                    ));
                 }
             }
             Fed::FrontClosed => {
@@ -851,7 +932,7 @@ impl Driver<'_> {
     }
 
     /// What a terminal output must satisfy, whatever decided it.
-    fn check_terminal(&self, output: &Output, received_before: bool) -> Result<(), Failure> {
+    fn check_terminal(&self, output: &Output, spoke_before: bool) -> Result<(), Failure> {
         let config = &self.config;
         let truth = &self.sc.truth;
         match output {
@@ -897,25 +978,23 @@ impl Driver<'_> {
                         {
                             return self.fail("a fallback outside the default cluster");
                         }
-                        if reason == FallbackReason::ServerFirst && received_before {
-                            return self.fail("server-first after bytes arrived");
+                        if reason == FallbackReason::ServerFirst && spoke_before {
+                            return self.fail("server-first after the client spoke");
                         }
                     }
                 }
-                if route.fallback != Some(FallbackReason::ServerFirst) {
-                    let (offset, source) = if config.expect_proxy {
-                        (truth.prefix_len, truth.source)
-                    } else {
-                        (0, None)
-                    };
-                    if (!config.expect_proxy || truth.prefix_valid)
-                        && (route.content_offset != offset || route.proxy_source != source)
-                    {
-                        return self.fail(format!(
-                            "content_offset {} / source {:?}, the PROXY header written was {offset} bytes from {source:?}",
-                            route.content_offset, route.proxy_source
-                        ));
-                    }
+                let (offset, source) = if config.expect_proxy {
+                    (truth.prefix_len, truth.source)
+                } else {
+                    (0, None)
+                };
+                if (!config.expect_proxy || truth.prefix_valid)
+                    && (route.content_offset != offset || route.proxy_source != source)
+                {
+                    return self.fail(format!(
+                        "content_offset {} / source {:?}, the PROXY header written was {offset} bytes from {source:?}",
+                        route.content_offset, route.proxy_source
+                    ));
                 }
                 if let Some(expect) = &truth.lookup
                     && route.fallback.is_none()
@@ -979,12 +1058,14 @@ impl Driver<'_> {
                     let at = deadline.saturating_duration_since(base());
                     self.preread_timer = Some(self.arm(at));
                 }
-                self.server_first_timer = None;
+                if self.core.client_spoke() || self.sabotage == Sabotage::HeaderCancelsServerFirst {
+                    self.server_first_timer = None;
+                }
                 if self.readable {
                     self.dirty = true;
                 }
             }
-            Output::Reject(RejectReason::FrontClosed) if !self.core.has_received_bytes() => {
+            Output::Reject(RejectReason::FrontClosed) if !self.core.client_spoke() => {
                 self.leave_preread();
                 self.outcome = Some(Outcome::Silent);
             }
@@ -1005,7 +1086,7 @@ impl Driver<'_> {
         if self.outcome.is_none() {
             // Nothing pending: only a client that never sent a byte idles
             // like this, and the front-idle timer closes it silently.
-            if self.core.has_received_bytes() || self.preread_timer.is_some() {
+            if !self.window.is_empty() || self.preread_timer.is_some() {
                 return self.fail("bytes arrived, yet no decision and no timer pending");
             }
             self.leave_preread();
@@ -1020,21 +1101,29 @@ impl Driver<'_> {
             ));
         }
         let outcome = self.outcome.clone().unwrap_or(Outcome::Silent);
-        let only_header = self.config.expect_proxy
-            && self.sc.truth.prefix_valid
-            && self.window.len() == self.sc.truth.prefix_len
-            && self.sc.stream.len() == self.sc.truth.prefix_len;
-        match outcome {
-            Outcome::Rejected(RejectReason::Fragmented)
-                if only_header && self.config.server_first_timeout.is_some() =>
-            {
-                self.findings
-                    .push(Finding::ServerFirstUnreachableBehindProxy);
+        // A load balancer's header and nothing else (a health check, or a
+        // server-first client behind it): silent, or the server-first
+        // fallback, or (without one) the deadline; never a client's reject.
+        if self.header_only() && self.sc.stream.len() == self.sc.truth.prefix_len {
+            let fine = match &outcome {
+                Outcome::Silent => true,
+                Outcome::Routed {
+                    fallback: Some(FallbackReason::ServerFirst),
+                } => self.server_first_on(),
+                Outcome::Rejected(RejectReason::TooLarge) => self.window.len() >= self.cap,
+                Outcome::Rejected(RejectReason::Fragmented) => {
+                    // With a server-first timer, only a header that itself
+                    // finished at or after the deadline.
+                    !self.server_first_on()
+                        || self.decided.as_ref().map(|d| d.by) == Some(DecidedBy::LateBytes)
+                }
+                _ => false,
+            };
+            if !fine {
+                return self.fail(format!(
+                    "only a PROXY header arrived, and the connection ended {outcome:?}"
+                ));
             }
-            Outcome::Rejected(RejectReason::FrontClosed) if only_header => {
-                self.findings.push(Finding::ProxyOnlyCloseCounted);
-            }
-            _ => {}
         }
         if let Some(target) = self.sc.target
             && !outcome.matches(target)
@@ -1047,6 +1136,20 @@ impl Driver<'_> {
         if let Some(decision) = &self.decided
             && let Output::Routed(route) = &decision.output
         {
+            if route.fallback == Some(FallbackReason::ServerFirst)
+                && let Some(timer) = self.config.server_first_timeout
+            {
+                // On time: by the timer, or on the load balancer's header
+                // when that completes later.
+                let bound =
+                    (timer + MAX_TIMER_LATENESS).max(self.header_done_at.unwrap_or_default());
+                if decision.at > bound {
+                    return self.fail(format!(
+                        "the server-first fallback came at {:?}, after its timer ({timer:?}) and the PROXY header ({:?})",
+                        decision.at, self.header_done_at
+                    ));
+                }
+            }
             let route = route.clone();
             self.check_handoff(&route)?;
         }
@@ -1057,7 +1160,6 @@ impl Driver<'_> {
             decided_by,
             trace: self.trace,
             steps: self.steps,
-            findings: self.findings,
         })
     }
 
@@ -1139,10 +1241,6 @@ impl Driver<'_> {
         };
         let want = &self.sc.stream[client_from.min(self.sc.stream.len())..];
         if backend != want {
-            if route.fallback == Some(FallbackReason::ServerFirst) && client_from > 0 {
-                self.findings.push(Finding::ServerFirstBeforeProxyHeader);
-                return Ok(());
-            }
             return self.fail(format!(
                 "the backend ({mode:?}) would receive {} bytes from window offset {skip}, not the client's {} bytes from offset {client_from}",
                 backend.len(),

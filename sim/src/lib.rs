@@ -24,9 +24,7 @@ pub mod report;
 pub mod rng;
 pub mod scenario;
 
-pub use driver::{
-    DecidedBy, Event, Failure, Finding, Outcome, Played, Sabotage, play, play_sabotaged,
-};
+pub use driver::{DecidedBy, Event, Failure, Outcome, Played, Sabotage, play, play_sabotaged};
 pub use report::{Report, RunConfig, Tally, run};
 pub use scenario::{Scenario, Target, directed_seed, scenario, scenario_for};
 

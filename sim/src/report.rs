@@ -5,13 +5,12 @@
 //! never: stop at the first failure (all of them are collected, up to a
 //! bound) or let a failure go unreported.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use preread_core::{FallbackReason, RejectReason};
 
-use crate::driver::{DecidedBy, Failure, Finding, Outcome, play};
+use crate::driver::{DecidedBy, Failure, Outcome, play};
 use crate::scenario::{Target, directed_seed, scenario};
 
 /// How many failures a report keeps in full.
@@ -102,8 +101,6 @@ pub struct Report {
     pub failures: Vec<Failure>,
     /// All failures, kept or not.
     pub failure_count: u64,
-    /// Known deviations: how often, and the first seed that showed each.
-    pub findings: BTreeMap<Finding, (u64, u64)>,
     /// Decisions per deciding input, per [`DecidedBy::ALL`] position.
     pub decided_by: [u64; 6],
     /// Scenarios whose hello was compared with its original framing.
@@ -133,7 +130,7 @@ impl Report {
         sc: &crate::scenario::Scenario,
         result: Result<crate::driver::Played, Failure>,
     ) {
-        let (seed, directed) = (sc.seed, sc.target.is_some());
+        let directed = sc.target.is_some();
         self.scenarios += 1;
         match result {
             Ok(played) => {
@@ -147,9 +144,6 @@ impl Report {
                 } else {
                     self.random.add(&played.outcome);
                 }
-                for finding in played.findings {
-                    self.findings.entry(finding).or_insert((0, seed)).0 += 1;
-                }
             }
             Err(failure) => {
                 self.failure_count += 1;
@@ -160,7 +154,7 @@ impl Report {
         }
     }
 
-    /// The summary table: outcomes per reason, steps, time, findings.
+    /// The summary table: outcomes per reason, steps, time.
     pub fn table(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(
@@ -215,12 +209,6 @@ impl Report {
             self.scenarios as f64 / secs.max(1e-9),
             self.failure_count
         );
-        for (finding, (count, seed)) in &self.findings {
-            let _ = writeln!(
-                s,
-                "finding {finding:?}: {count} scenario(s), first SIM_SEED={seed}"
-            );
-        }
         let missing = self.missing();
         if !missing.is_empty() {
             let _ = writeln!(s, "never produced: {}", missing.join(", "));

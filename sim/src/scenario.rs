@@ -790,6 +790,9 @@ enum Delivery {
     LateAfter(usize),
     /// Nothing before the server-first timer (plus its worst lateness).
     AfterServerFirst,
+    /// A load balancer's header, whole within half a timeout, starting
+    /// before or after the server-first timer; the client stays silent.
+    HeaderAroundServerFirst,
 }
 
 fn build_directed(target: Target, seed: u64) -> Scenario {
@@ -989,6 +992,11 @@ fn build_directed(target: Target, seed: u64) -> Scenario {
                 ..Payload::default()
             }
         }
+        Target::Fallback(FallbackReason::ServerFirst) if rng.chance(40) => {
+            // Behind a load balancer: its header, and a silent client.
+            prefix = Some(prefix::valid(&mut rng));
+            Payload::raw(Vec::new(), "silent behind a PROXY header")
+        }
         Target::Fallback(FallbackReason::ServerFirst) => {
             prefix = None;
             match rng.below(3) {
@@ -1008,7 +1016,7 @@ fn build_directed(target: Target, seed: u64) -> Scenario {
             listener.default_cluster = true;
             if reason == FallbackReason::ServerFirst {
                 listener.server_first = Some(Duration::from_millis(rng.range_u64(1, 3_000)));
-                listener.expect_proxy = false;
+                listener.expect_proxy = prefix.is_some();
             }
         }
         Target::Reject(reason) if reason.fallback().is_some() => listener.without_default(),
@@ -1048,14 +1056,35 @@ fn build_directed(target: Target, seed: u64) -> Scenario {
             }
         }
         Target::Reject(RejectReason::FrontClosed) => {
-            truncate_to = Some(rng.range(1, needed - 1));
+            // Past the load balancer's header: a close before the client
+            // spoke is silent, not a reject.
+            truncate_to = Some(rng.range(sc.truth.prefix_len + 1, needed - 1));
             delivery = Delivery::CloseBeforeDeadline;
+        }
+        Target::Fallback(FallbackReason::ServerFirst) if sc.listener.expect_proxy => {
+            delivery = Delivery::HeaderAroundServerFirst;
         }
         Target::Fallback(FallbackReason::ServerFirst) => delivery = Delivery::AfterServerFirst,
         _ => {}
     }
     if cap_at_least {
-        sc.listener.ensure_cap(sc.stream.len());
+        // One byte more than the stream: a window that fills the cap is
+        // TooLarge, and a header alone must leave room for the client.
+        sc.listener.ensure_cap(sc.stream.len() + 1);
+    }
+    // Behind a load balancer with a server-first timer, a client silent
+    // after the header is a server-first client: a scenario about
+    // something else must not stop right after the header.
+    let header_only_at = |n: usize, sc: &Scenario| {
+        sc.listener.server_first.is_some() && sc.listener.expect_proxy && n == sc.truth.prefix_len
+    };
+    if let Some(n) = truncate_to.filter(|&n| header_only_at(n, &sc)) {
+        truncate_to = Some(n + 1);
+    }
+    if let Delivery::LateAfter(split) = delivery
+        && header_only_at(split, &sc)
+    {
+        delivery = Delivery::LateAfter(split + 1);
     }
     if let Some(n) = truncate_to {
         sc.stream.truncate(n);
@@ -1064,6 +1093,7 @@ fn build_directed(target: Target, seed: u64) -> Scenario {
 
     let timeout = sc.listener.timeout;
     let hint_list = hints(&sc);
+    let mut in_time = sc.stream.len();
     match delivery {
         Delivery::Timely | Delivery::Stall | Delivery::CloseBeforeDeadline => {
             let first = timely_first(&mut rng, &sc.listener);
@@ -1083,6 +1113,7 @@ fn build_directed(target: Target, seed: u64) -> Scenario {
             }
         }
         Delivery::LateAfter(split) => {
+            in_time = split;
             let first = timely_first(&mut rng, &sc.listener);
             let ends = cuts(&mut rng, split, &[], 6);
             sc.arrivals = timely_arrivals(&mut rng, &ends, first, timeout);
@@ -1105,7 +1136,22 @@ fn build_directed(target: Target, seed: u64) -> Scenario {
                 "bytes after {split} arrive at or after the deadline"
             ));
         }
+        Delivery::HeaderAroundServerFirst => {
+            in_time = 0;
+            let sft = sc.listener.server_first.unwrap_or(Duration::from_millis(1));
+            let half = timeout / 2;
+            let first = micros(&mut rng, 0, as_micros(sft + half).saturating_sub(1));
+            let ends = cuts(&mut rng, sc.stream.len(), &hint_list, 4);
+            sc.arrivals = timely_arrivals(&mut rng, &ends, first, half);
+            if rng.chance(40) {
+                // After the decision: the timer (late by up to 2 ms) or the
+                // header's last byte, whichever is later.
+                let last = sc.arrivals.last().map_or(first, |a| a.at);
+                sc.close = Some(last.max(sft) + micros(&mut rng, 3_000, 1_000_000));
+            }
+        }
         Delivery::AfterServerFirst => {
+            in_time = 0;
             let sft = sc.listener.server_first.unwrap_or(Duration::from_millis(1));
             // The driver wakes a timer up to 2 ms late; arrive later than that.
             let first = sft + micros(&mut rng, 3_000, 2_000_000);
@@ -1117,8 +1163,40 @@ fn build_directed(target: Target, seed: u64) -> Scenario {
             }
         }
     }
+    if in_time > sc.truth.prefix_len {
+        speak_before_server_first(&mut sc);
+    }
     debug_assert!(sc.listener.server_first.is_none() || sc.listener.default_cluster);
     sc
+}
+
+/// With a server-first timer behind a load balancer, makes the first
+/// arrival (before the timer) carry the client's first byte past the
+/// header: the header alone does not stop the timer.
+fn speak_before_server_first(sc: &mut Scenario) {
+    if sc.listener.server_first.is_none() || !sc.listener.expect_proxy {
+        return;
+    }
+    let spoken = (sc.truth.prefix_len + 1).min(sc.stream.len());
+    let Some(first) = sc.arrivals.first_mut() else {
+        return;
+    };
+    if first.end >= spoken {
+        return;
+    }
+    first.end = spoken;
+    let mut kept = Vec::with_capacity(sc.arrivals.len());
+    for arrival in sc.arrivals.drain(..) {
+        if kept
+            .last()
+            .is_none_or(|last: &Arrival| arrival.end > last.end)
+        {
+            kept.push(arrival);
+        }
+    }
+    sc.arrivals = kept;
+    sc.tags
+        .push("the client speaks before the server-first timer".into());
 }
 
 #[cfg(test)]
