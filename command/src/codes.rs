@@ -154,7 +154,8 @@ impl ErrorCode {
                 "invalid value in the config file",
                 "A config value has the right type but is not one of the accepted values \
                  (an unknown load-balancing algorithm or proxy-protocol mode, a negative \
-                 count, an unknown log format).",
+                 count, an unknown log format, an sni_preread_max_bytes above buffer_size, \
+                 also over the command socket and in a saved state file).",
                 "The values listed for the key in INTERFACE.md, e.g. load_balancing = \
                  \"round_robin\" | \"random\" | \"least_connections\" | \"power_of_two\".",
                 "Replace the value with one of the accepted ones.",

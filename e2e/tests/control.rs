@@ -885,6 +885,30 @@ fn a_corrupt_state_file_refuses_the_start() {
     assert!(!accepts(listener), "the listener was opened");
 }
 
+#[test]
+fn a_state_file_with_a_cap_above_buffer_size_refuses_the_start() {
+    let dir = TempDir::new("bigcap");
+    let listener = free_addr();
+    let config = format!(
+        "command_socket = \"preread.sock\"\nsaved_state = \"state.json\"\nbuffer_size = 16384\n\n\
+         [[listeners]]\naddress = \"{listener}\"\n"
+    );
+    let config_path = dir.0.join("preread.toml");
+    std::fs::write(&config_path, config).expect("write config");
+    let state = format!(
+        "{{\"preread_state\":1}}\n\
+         {{\"request_type\":{{\"add_tcp_listener\":{{\"address\":\"{listener}\",\"expect_proxy\":false,\"sni_preread_timeout\":5000,\"sni_preread_max_bytes\":65536,\"default_cluster\":null,\"server_first_timeout\":null,\"front_timeout\":60,\"back_timeout\":30,\"connect_timeout\":3,\"active\":true}}}}}}\n"
+    );
+    std::fs::write(dir.0.join("state.json"), state).expect("write state");
+    let cfg = config_path.display().to_string();
+    let out = run_preread(&["start", "-c", &cfg], &dir.0, T).expect("start ends by itself");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("E003"), "{stderr}");
+    assert!(stderr.contains("buffer_size"), "{stderr}");
+    assert!(!accepts(listener), "the listener was opened");
+}
+
 // ---------------------------------------------------------------------------
 // 6. Every socket subcommand through the CLI
 // ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use command::config::{GlobalSettings, load_config_file};
 use command::state::ConfigState;
 use command::state_file::{load_state_requests, save_state};
+use command::validate::check_cap_fits_buffer;
 
 use crate::cli::{EXIT_FAILED, EXIT_USAGE, Globals};
 use crate::server::{CommandServer, ServerSettings, StopKind};
@@ -72,6 +73,17 @@ fn boot_state(global: &GlobalSettings, from_config: ConfigState) -> Result<Confi
     };
     match load_state_requests(path) {
         Ok((state, requests)) => {
+            if let Some(error) = requests
+                .iter()
+                .find_map(|r| check_cap_fits_buffer(r, global.buffer_size).err())
+            {
+                return Err(format!(
+                    "the state file {} does not fit this config, not starting (fix the file, or raise buffer_size): {}: {}",
+                    path.display(),
+                    error.code.as_str(),
+                    error.message
+                ));
+            }
             log::info!(
                 "booting from the state file {} ({} request(s))",
                 path.display(),

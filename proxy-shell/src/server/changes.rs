@@ -12,6 +12,7 @@ use command::diff::diff;
 use command::proto;
 use command::state::{Applied, ConfigState};
 use command::state_file::{load_state_requests, save_state};
+use command::validate::check_cap_fits_buffer;
 
 use super::clients::ClientRef;
 use super::pending::Gathered;
@@ -126,7 +127,9 @@ impl CommandServer {
                 continue;
             };
             let mut after = self.state.clone();
-            match after.dispatch(&request) {
+            let checked = check_cap_fits_buffer(&request, self.settings.buffer_size)
+                .and_then(|()| after.dispatch(&request));
+            match checked {
                 Err(error) => run.failures.push(Failure {
                     request,
                     code: error.code.as_str().to_owned(),

@@ -85,6 +85,9 @@ pub struct ServerSettings {
     pub order_timeout: Duration,
     /// How long a soft stop lets sessions finish.
     pub soft_stop_grace: Duration,
+    /// The workers' buffer size: no listener may ask for a preread cap
+    /// above it.
+    pub buffer_size: usize,
 }
 
 impl ServerSettings {
@@ -96,6 +99,7 @@ impl ServerSettings {
             automatic_state_save: global.automatic_state_save,
             order_timeout: DEFAULT_ORDER_TIMEOUT,
             soft_stop_grace: SOFT_STOP_GRACE,
+            buffer_size: global.buffer_size,
         }
     }
 }
