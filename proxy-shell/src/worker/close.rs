@@ -42,6 +42,9 @@ impl Worker {
         {
             self.pool.give_back(buf);
         }
+        for pipe in std::mem::take(&mut session.lanes).into_pipes() {
+            self.pipes.give_back(pipe);
+        }
         self.metrics.gauge_add(names::TCP_ACTIVE, -1);
         if let Some(cluster) = &session.cluster
             && let Some(backends) = self.runtime.clusters.get_mut(cluster)

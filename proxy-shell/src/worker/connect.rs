@@ -248,7 +248,11 @@ impl Worker {
             .get(&session.listener)
             .map_or(std::time::Duration::from_secs(30), |l| l.back_timeout);
         session.last_back_activity = now;
-        session.open_lanes(self.settings.splice);
+        let created = session.open_lanes(self.settings.splice.then_some(&mut self.pipes));
+        if created > 0 {
+            self.metrics
+                .add(names::SPLICE_PIPES_CREATED, i64::from(created));
+        }
         session.phase = Phase::Pipe;
         // The front may still hold readiness from before; the pipe must run
         // now, since edge-triggered events will not repeat.

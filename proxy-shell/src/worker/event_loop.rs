@@ -22,6 +22,7 @@ use super::backends::Rng;
 use super::listen::bind_reuseport;
 use super::metrics::{Metrics, names};
 use super::orders::{Answer, Order, OrderId, WorkerInbox};
+use super::pipe_pool::{MAX_IDLE_PIPES, PipePool};
 use super::pool::BufferPool;
 use super::runtime::{Applied, Runtime};
 use super::session::{Ready, Session};
@@ -56,6 +57,7 @@ pub(super) struct Worker {
     pub(super) settings: WorkerSettings,
     pub(super) runtime: Runtime,
     pub(super) pool: BufferPool,
+    pub(super) pipes: PipePool,
     pub(super) timers: Timers<TimerKey>,
     pub(super) metrics: Metrics,
     pub(super) access_log: AccessLog,
@@ -92,6 +94,7 @@ impl Worker {
             poll,
             runtime: Runtime::new(settings.buffer_size),
             pool: BufferPool::new(settings.buffer_size, settings.max_buffers),
+            pipes: PipePool::new(MAX_IDLE_PIPES),
             timers: Timers::new(),
             metrics: Metrics::new(id),
             access_log,

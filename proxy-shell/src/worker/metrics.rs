@@ -49,6 +49,8 @@ pub mod names {
     pub const BUFFERS_IN_USE: &str = "buffers.in_use";
     /// Counter: directions that fell back from splice to copying.
     pub const SPLICE_FALLBACKS: &str = "splice.fallbacks";
+    /// Counter: kernel pipes created for splicing (the rest were reused).
+    pub const SPLICE_PIPES_CREATED: &str = "splice.pipes_created";
 }
 
 /// A name ending in one of these is a gauge; every other name is a counter.
@@ -57,7 +59,7 @@ pub mod names {
 const GAUGE_SUFFIXES: [&str; 5] = [".active", ".connections", ".in_use", ".p50", ".p99"];
 
 /// Counters and gauges registered at 0 when a worker starts.
-const FIXED: [&str; 16] = [
+const FIXED: [&str; 17] = [
     SNI_PREREAD_ACTIVE,
     SNI_PREREAD_ROUTED,
     names::TCP_ACCEPTED,
@@ -74,6 +76,7 @@ const FIXED: [&str; 16] = [
     names::SESSION_LOOP_GUARD,
     names::BUFFERS_IN_USE,
     names::SPLICE_FALLBACKS,
+    names::SPLICE_PIPES_CREATED,
 ];
 
 /// Histogram bucket upper bounds in milliseconds; a last bucket is +Inf.
@@ -474,8 +477,8 @@ mod tests {
         assert_eq!(snapshot.worker_id, 7);
         assert_eq!(snapshot.values["tcp.sni_preread.rejected.no_sni"], 1);
         assert_eq!(snapshot.values["tcp.sni_preread.rejected.not_tls"], 0);
-        // 16 fixed, 11 rejects, 5 fallbacks, 12 + 4 histogram fields.
-        assert_eq!(snapshot.values.len(), 16 + 11 + 5 + 16);
+        // 17 fixed, 11 rejects, 5 fallbacks, 12 + 4 histogram fields.
+        assert_eq!(snapshot.values.len(), 17 + 11 + 5 + 16);
     }
 
     #[test]

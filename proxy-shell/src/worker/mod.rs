@@ -15,6 +15,7 @@ mod listen;
 pub mod metrics;
 pub mod orders;
 pub mod pipe;
+pub mod pipe_pool;
 pub mod pool;
 pub mod runtime;
 pub mod session;

@@ -18,6 +18,7 @@ use std::time::Instant;
 use log::debug;
 use mio::net::TcpStream;
 
+use super::pipe_pool::PipePool;
 use super::pool::Checkout;
 use super::session::{Ready, Session, read_some, write_some};
 use super::splice::{SplicePipe, is_unsupported};
@@ -86,26 +87,45 @@ pub struct Lanes {
     fallbacks: u32,
 }
 
+impl Lanes {
+    /// The kernel pipes of both directions, for the worker's pool once the
+    /// session is over.
+    pub fn into_pipes(self) -> impl Iterator<Item = SplicePipe> {
+        [self.up, self.down]
+            .into_iter()
+            .filter_map(|lane| match lane {
+                Lane::Copy => None,
+                Lane::Splice(pipe) | Lane::Unsplice(pipe) => Some(pipe),
+            })
+    }
+}
+
 impl Session {
     /// Chooses how each pipe direction moves bytes, once the backend is
-    /// connected (never before routing): with `splice`, a kernel pipe per
-    /// direction; a direction whose pipe cannot be made copies.
-    pub fn open_lanes(&mut self, splice: bool) {
-        if !splice {
-            return;
-        }
+    /// connected (never before routing): with a pipe pool (`splice` on), a
+    /// kernel pipe per direction; a direction whose pipe cannot be had
+    /// copies. Returns how many pipes had to be created.
+    pub fn open_lanes(&mut self, pipes: Option<&mut PipePool>) -> u32 {
+        let Some(pipes) = pipes else {
+            return 0;
+        };
+        let mut created = 0;
         for (lane, direction) in [
             (&mut self.lanes.up, "client to backend"),
             (&mut self.lanes.down, "backend to client"),
         ] {
-            match SplicePipe::new() {
-                Ok(pipe) => *lane = Lane::Splice(pipe),
+            match pipes.take() {
+                Ok((pipe, new)) => {
+                    created += u32::from(new);
+                    *lane = Lane::Splice(pipe);
+                }
                 Err(e) => debug!(
                     "no splice pipe for {} ({direction}): {e}; copying",
                     self.client
                 ),
             }
         }
+        created
     }
 
     /// Pooled buffers the pipe needs and does not hold: one per copying
@@ -429,6 +449,7 @@ mod tests {
     use mio::{Events, Interest, Poll, Token};
 
     use super::{Ends, Flow, Lane, PipeStep};
+    use crate::worker::pipe_pool::PipePool;
     use crate::worker::pool::BufferPool;
     use crate::worker::session::{Phase, Ready, Session};
     use crate::worker::splice::SplicePipe;
@@ -567,7 +588,8 @@ mod tests {
         window.fill(6);
         session.front_buf = Some(window);
         session.prefix = b"PREFIX|".to_vec();
-        session.open_lanes(splice);
+        let mut pipes = PipePool::new(4);
+        session.open_lanes(splice.then_some(&mut pipes));
         client.write_all(b"LATER").expect("write");
         client.shutdown(Shutdown::Write).expect("FIN");
         let answer = pattern(1 << 20, 7);
@@ -623,7 +645,8 @@ mod tests {
         let (server, back) = pair();
         let mut pool = BufferPool::new(16 * 1024, 4);
         let mut session = session(front, back);
-        session.open_lanes(splice);
+        let mut pipes = PipePool::new(4);
+        session.open_lanes(splice.then_some(&mut pipes));
         let (up, down) = (pattern(LEN, 0), pattern(LEN, 100));
         let late = |stream: std::net::TcpStream| {
             thread::spawn(move || {
@@ -737,7 +760,7 @@ mod tests {
         }
         let mut pool = BufferPool::new(16 * 1024, 4);
         let mut session = session(front, back);
-        session.open_lanes(true);
+        session.open_lanes(Some(&mut PipePool::new(4)));
         let (up, down) = (pattern(LEN, 3), pattern(LEN, 5));
         let client_gets = read_all(client.try_clone().expect("clone"));
         let client_sends = write_all(client, up.clone());
@@ -937,7 +960,7 @@ mod tests {
         let (mut server, back) = pair();
         let mut pool = BufferPool::new(64, 2);
         let mut session = session(front, back);
-        session.open_lanes(true);
+        session.open_lanes(Some(&mut PipePool::new(4)));
         client.write_all(b"DATA").expect("write");
         client.shutdown(Shutdown::Write).expect("FIN");
         server.write_all(b"ANSWER").expect("write");
