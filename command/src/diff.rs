@@ -143,17 +143,28 @@ pub fn diff(current: &ConfigState, desired: &ConfigState) -> Vec<proto::Request>
     requests
 }
 
-/// What a reload did.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ReloadReport {
+/// What a reload did. `E` is why a request was skipped: the validator's
+/// error, or what the sender reports (the proxy's own answer, whose code
+/// may be none of the validation codes).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReloadReport<E = ValidationError> {
     /// Accepted by the state and the workers, and recorded, in order.
     pub applied: Vec<proto::Request>,
     /// Refused by the state (validated on a scratch copy) or by the workers,
     /// with why; the next reload tries them again.
-    pub skipped: Vec<(proto::Request, ValidationError)>,
+    pub skipped: Vec<(proto::Request, E)>,
 }
 
-impl ReloadReport {
+impl<E> Default for ReloadReport<E> {
+    fn default() -> Self {
+        Self {
+            applied: Vec::new(),
+            skipped: Vec::new(),
+        }
+    }
+}
+
+impl<E> ReloadReport<E> {
     /// Whether every request of the diff was applied.
     #[must_use]
     pub fn is_complete(&self) -> bool {
@@ -169,17 +180,17 @@ impl ReloadReport {
 /// still applies; requests that depended on it are refused in turn and
 /// reported too. Nothing is remembered across reloads: the next one
 /// recomputes the diff from `current`, so it retries what was skipped.
-pub fn apply_reload(
+pub fn apply_reload<E: From<ValidationError>>(
     current: &mut ConfigState,
     desired: &ConfigState,
-    mut send: impl FnMut(&proto::Request) -> Result<(), ValidationError>,
-) -> ReloadReport {
+    mut send: impl FnMut(&proto::Request) -> Result<(), E>,
+) -> ReloadReport<E> {
     let mut report = ReloadReport::default();
     let mut scratch = current.clone();
     for request in diff(current, desired) {
         if let Err(error) = scratch.dispatch(&request) {
             // A refusal leaves `scratch` as it was: still equal to `current`.
-            report.skipped.push((request, error));
+            report.skipped.push((request, error.into()));
             continue;
         }
         if let Err(error) = send(&request) {
@@ -197,7 +208,7 @@ pub fn apply_reload(
                     "scratch and current disagree on {request:?}: {error}"
                 );
                 scratch.clone_from(current);
-                report.skipped.push((request, error));
+                report.skipped.push((request, error.into()));
             }
         }
     }
@@ -431,7 +442,7 @@ mod tests {
             [ErrorCode::InvalidAddress, ErrorCode::UnknownListener]
         );
         assert!(!report.is_complete());
-        let report = apply_reload(&mut current, &desired, |_| Ok(()));
+        let report: ReloadReport = apply_reload(&mut current, &desired, |_| Ok(()));
         assert!(report.is_complete());
         assert_eq!(report.applied.len(), 2);
         assert_eq!(current, desired);

@@ -232,7 +232,7 @@ fn tcp_frontend(cluster: &str, address: &str, sni: &str, alpn: &[&str]) -> proto
 }
 
 fn reload_ok(current: &mut ConfigState, desired: &ConfigState) -> ReloadReport {
-    let report = apply_reload(current, desired, |_| Ok(()));
+    let report: ReloadReport = apply_reload(current, desired, |_| Ok(()));
     current.check_invariants();
     report
 }

@@ -1157,6 +1157,38 @@ fn every_socket_subcommand_works_through_the_cli() {
     // A second reload has nothing to do.
     let out = cli_ok(&proxy, &["reload"]);
     assert!(out.contains("0 applied, 0 skipped"), "{out}");
+    // A worker's refusal keeps the proxy's own code: a new listener on a
+    // port another program holds.
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let held = holder.local_addr().expect("addr");
+    proxy
+        .write_config(&format!(
+            "{with_gamma}\n[[listeners]]\naddress = \"{held}\"\n"
+        ))
+        .expect("write config");
+    for json in [false, true] {
+        let args: &[&str] = if json {
+            &["--json", "reload"]
+        } else {
+            &["reload"]
+        };
+        let out = proxy.cli(args).expect("reload");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(1), "{text}");
+        let wanted = if json {
+            "\"code\":\"E_WORKER_REFUSED\""
+        } else {
+            ": E_WORKER_REFUSED: "
+        };
+        assert!(text.contains(wanted), "{text}");
+        assert!(text.contains(&held.to_string()), "{text}");
+        assert!(!text.contains("E403"), "{text}");
+    }
+    drop(holder);
 
     // shutdown: soft, the process exits 0.
     cli_ok(&proxy, &["shutdown"]);

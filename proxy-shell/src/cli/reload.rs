@@ -6,10 +6,10 @@
 //! skipped and reported, and never counted as applied, so the next reload
 //! tries it again. Must never: send a request the local validation refused.
 
+use std::fmt;
 use std::process::ExitCode;
 
 use command::channel::BlockingChannel;
-use command::codes::ErrorCode;
 use command::config::load_config_file;
 use command::diff::apply_reload;
 use command::proto::{self, request::RequestType, response_content::ContentType};
@@ -18,6 +18,34 @@ use command::validate::ValidationError;
 
 use super::client::{config_path, is_failure, open, socket_path};
 use super::{EXIT_FAILED, EXIT_USAGE, Globals};
+
+/// `error_code` of a request the proxy did not answer (the command socket
+/// failed mid-reload).
+const E_NO_ANSWER: &str = "E_NO_ANSWER";
+
+/// Why a request was skipped, with the code as the validator or the proxy
+/// gave it: a worker's refusal stays `E_WORKER_REFUSED`, not a validation
+/// code it is not.
+#[derive(Debug)]
+struct Refusal {
+    code: String,
+    message: String,
+}
+
+impl From<ValidationError> for Refusal {
+    fn from(error: ValidationError) -> Self {
+        Self {
+            code: error.code.as_str().to_owned(),
+            message: error.message,
+        }
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
 
 fn ask(channel: &mut BlockingChannel, request_type: RequestType) -> Result<ContentType, String> {
     let request = proto::Request {
@@ -129,16 +157,15 @@ pub(super) fn run(globals: &Globals) -> ExitCode {
         }
     };
     let report = apply_reload(&mut current, &desired, |request| {
-        let response = channel.request(request, |_| {}).map_err(|e| {
-            ValidationError::new(
-                ErrorCode::UnsupportedRequest,
-                format!("the proxy did not answer: {e}"),
-            )
+        let response = channel.request(request, |_| {}).map_err(|e| Refusal {
+            code: E_NO_ANSWER.to_owned(),
+            message: format!("the proxy did not answer: {e}"),
         })?;
         if is_failure(&response) {
-            let code =
-                ErrorCode::from_code(&response.error_code).unwrap_or(ErrorCode::UnsupportedRequest);
-            return Err(ValidationError::new(code, response.message));
+            return Err(Refusal {
+                code: response.error_code,
+                message: response.message,
+            });
         }
         Ok(())
     });
@@ -153,7 +180,7 @@ pub(super) fn run(globals: &Globals) -> ExitCode {
         if globals.json {
             println!(
                 "{}",
-                serde_json::json!({ "skipped": request, "code": error.code.as_str(), "message": error.message })
+                serde_json::json!({ "skipped": request, "code": error.code, "message": error.message })
             );
         } else {
             eprintln!("skipped {}: {error}", describe(request));
