@@ -885,6 +885,39 @@ fn a_corrupt_state_file_refuses_the_start() {
     assert!(!accepts(listener), "the listener was opened");
 }
 
+/// Workers share a port through `SO_REUSEPORT`, which would also let a
+/// second preread of the same user join a port the first one holds and take
+/// a share of its connections. Neither a runtime add nor a start may.
+#[test]
+fn a_second_preread_cannot_share_a_port() {
+    let first = start(&ConfigBuilder::new().listener("main", &[]).build());
+    let taken = first.addr("main").to_string();
+    let second = start(&ConfigBuilder::new().listener("own", &[]).build());
+    let stderr = cli_refused(
+        &second,
+        &["listener", "tcp", "add", "-a", &taken],
+        "E_WORKER_REFUSED",
+    );
+    assert!(stderr.contains("already bound"), "{stderr}");
+    let listed = cli_ok(&second, &["listener", "list"]);
+    assert!(!listed.contains(&taken), "{listed}");
+
+    let dir = TempDir::new("shared-port");
+    let config_path = dir.0.join("preread.toml");
+    std::fs::write(
+        &config_path,
+        format!("command_socket = \"preread.sock\"\n\n[[listeners]]\naddress = \"{taken}\"\n"),
+    )
+    .expect("write config");
+    let cfg = config_path.display().to_string();
+    let out = run_preread(&["start", "-c", &cfg], &dir.0, T).expect("start ends by itself");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("already bound"), "{stderr}");
+    // The first one still serves its port alone.
+    assert!(accepts(first.addr("main")));
+}
+
 #[test]
 fn a_state_file_with_a_cap_above_buffer_size_refuses_the_start() {
     let dir = TempDir::new("bigcap");

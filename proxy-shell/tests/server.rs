@@ -153,6 +153,7 @@ fn settings(dir: &Path) -> ServerSettings {
         order_timeout: BOUND,
         soft_stop_grace: Duration::from_millis(200),
         buffer_size: 16_384,
+        check_unbound: false,
     }
 }
 

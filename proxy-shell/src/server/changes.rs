@@ -7,6 +7,7 @@
 //! applied on some workers when another refused it.
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 
 use command::diff::diff;
 use command::proto;
@@ -17,7 +18,8 @@ use command::validate::check_cap_fits_buffer;
 use super::clients::ClientRef;
 use super::pending::Gathered;
 use super::responses::{failure, ok};
-use super::{CommandServer, E_STOPPING, Purpose, describe};
+use super::{CommandServer, E_STOPPING, E_WORKER_REFUSED, Purpose, describe};
+use crate::worker::listen::ensure_unbound;
 use crate::worker::orders::{Order, OrderId};
 
 /// A state-changing job.
@@ -136,6 +138,13 @@ impl CommandServer {
                     message: error.message,
                 }),
                 Ok(Applied::Unchanged) => run.unchanged += 1,
+                Ok(Applied::Changed) if let Err(message) = self.check_unbound(&after) => {
+                    run.failures.push(Failure {
+                        request,
+                        code: E_WORKER_REFUSED.to_owned(),
+                        message,
+                    });
+                }
                 Ok(Applied::Changed) => {
                     let timeout = self.settings.order_timeout;
                     let order =
@@ -149,6 +158,19 @@ impl CommandServer {
             }
             self.changes.running = Some(run);
         }
+    }
+
+    /// Whether the addresses `after` listens on and the running state does
+    /// not are free; the message names the first that is not.
+    fn check_unbound(&self, after: &ConfigState) -> Result<(), String> {
+        if !self.settings.check_unbound {
+            return Ok(());
+        }
+        for address in newly_listening(&self.state, after) {
+            ensure_unbound(address)
+                .map_err(|e| format!("cannot listen on {address}: {e}; nothing changed"))?;
+        }
+        Ok(())
     }
 
     /// Starts a job; `None` when it is answered already (a state file that
@@ -333,4 +355,19 @@ fn stopping() -> proto::Response {
         E_STOPPING,
         "the proxy is stopping: no state change is accepted",
     )
+}
+
+/// The addresses `after` listens on (active listeners) that `before` does
+/// not: the ones the workers are about to bind.
+pub(super) fn newly_listening(before: &ConfigState, after: &ConfigState) -> Vec<SocketAddr> {
+    let listening = |state: &ConfigState, address: &SocketAddr| {
+        state
+            .listener(address)
+            .is_some_and(|l| l.active != Some(false))
+    };
+    after
+        .listeners()
+        .filter_map(|l| l.address.parse::<SocketAddr>().ok())
+        .filter(|address| listening(after, address) && !listening(before, address))
+        .collect()
 }

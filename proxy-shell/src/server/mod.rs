@@ -35,6 +35,7 @@ use signal_hook::consts::signal::{SIGINT, SIGTERM};
 use signal_hook_mio::v1_0::Signals;
 use slab::Slab;
 
+use crate::worker::listen::ensure_unbound;
 use crate::worker::orders::{Answer, Order, OrderId, Reply, WorkerHandle};
 use changes::Changes;
 use clients::{Client, ClientRef};
@@ -88,6 +89,10 @@ pub struct ServerSettings {
     /// The workers' buffer size: no listener may ask for a preread cap
     /// above it.
     pub buffer_size: usize,
+    /// Refuse to let the workers bind an address another socket holds
+    /// (`listen::ensure_unbound`). Off only for tests whose workers are
+    /// stand-ins that bind nothing.
+    pub check_unbound: bool,
 }
 
 impl ServerSettings {
@@ -100,6 +105,7 @@ impl ServerSettings {
             order_timeout: DEFAULT_ORDER_TIMEOUT,
             soft_stop_grace: SOFT_STOP_GRACE,
             buffer_size: global.buffer_size,
+            check_unbound: true,
         }
     }
 }
@@ -267,6 +273,18 @@ impl CommandServer {
     /// sent. The first refusal (or missing answer) stops the boot.
     pub fn boot(&mut self) -> Result<usize, BootError> {
         let requests = self.state.generate_requests();
+        if self.settings.check_unbound {
+            for address in changes::newly_listening(&ConfigState::default(), &self.state) {
+                if let Err(e) = ensure_unbound(address) {
+                    return Err(BootError {
+                        request: format!("listen on {address}"),
+                        worker: 0,
+                        code: E_WORKER_REFUSED.to_owned(),
+                        message: format!("cannot listen on {address}: {e}"),
+                    });
+                }
+            }
+        }
         for request in &requests {
             let id = self.broadcast(
                 Order::Apply(request.clone()),

@@ -11,7 +11,7 @@ mod connect;
 mod drive;
 mod event_loop;
 pub mod handoff;
-mod listen;
+pub mod listen;
 pub mod metrics;
 pub mod orders;
 pub mod pipe;
