@@ -890,6 +890,24 @@ fn server_first_before_the_proxy_header_waits_for_it() {
         Output::NeedMore { deadline },
         "a header begun before the timer keeps its deadline"
     );
+    let mut late = SniPrereadCore::new();
+    let _ = late.handle_input(
+        &config,
+        Input::Bytes {
+            buf: &LB_HEADER[..20],
+            now,
+        },
+    );
+    assert_eq!(
+        late.handle_input(
+            &config,
+            Input::Timeout {
+                now: deadline + Duration::from_millis(1)
+            }
+        ),
+        Output::Reject(RejectReason::Fragmented),
+        "a server-first timer that fires after the deadline does not wait on"
+    );
     assert_eq!(
         partial.handle_input(&config, Input::Timeout { now: deadline }),
         Output::Reject(RejectReason::Fragmented),
@@ -922,6 +940,29 @@ fn server_first_before_the_proxy_header_waits_for_it() {
         silent_lb.handle_input(&config, Input::Timeout { now: deadline }),
         Output::Reject(RejectReason::Fragmented)
     );
+}
+
+#[test]
+fn server_first_without_a_default_cluster_waits_for_nothing() {
+    // The validator refuses this config (E104); the core must still not
+    // invent a wait or a route for it.
+    for expect_proxy in [false, true] {
+        let mut config = corpus_config();
+        config.expect_proxy = expect_proxy;
+        config.server_first_timeout = Some(Duration::from_millis(300));
+        let mut core = SniPrereadCore::new();
+        assert_eq!(
+            core.handle_input(
+                &config,
+                Input::Timeout {
+                    now: Instant::now()
+                }
+            ),
+            Output::Reject(RejectReason::Fragmented),
+            "expect_proxy {expect_proxy}"
+        );
+        assert_eq!(core.deadline(), None, "expect_proxy {expect_proxy}");
+    }
 }
 
 #[test]
