@@ -5,7 +5,7 @@ mod common;
 
 use common::{Entry, corpus, record, reframe, split_single_record};
 use preread_parser::tls::{
-    ClientHello, HandshakeFault, Needed, Parsed, RecordFault, TlsError, parse_client_hello,
+    ClientHello, EchKind, HandshakeFault, Needed, Parsed, RecordFault, TlsError, parse_client_hello,
 };
 
 /// The manifest's vocabulary for what a parse means to a router.
@@ -43,6 +43,17 @@ fn check_fields(entry: &Entry, hello: &ClientHello<'_>) {
     let sni = entry.json["sni"].as_str().map(str::as_bytes);
     assert_eq!(hello.server_name, sni, "{file}: sni");
     assert_eq!(alpn_of(hello), entry.alpn(), "{file}: alpn");
+    assert_eq!(
+        hello.alpn.map(|alpn| alpn.list_bytes().to_vec()),
+        entry.alpn_wire(),
+        "{file}: ALPN list as on the wire"
+    );
+    if let Some(versions) = entry.supported_versions() {
+        let parsed = hello
+            .supported_versions
+            .map(|offer| offer.iter().collect::<Vec<u16>>());
+        assert_eq!(parsed, versions, "{file}: supported_versions");
+    }
     let ech = entry.json["ech_present"].as_bool().unwrap_or(false);
     assert_eq!(hello.ech.is_some(), ech, "{file}: ech_present");
     assert_eq!(
@@ -554,6 +565,171 @@ fn fixed_field_rules() {
         parse_client_hello(&single(&[1, 0, 0, 0]), &mut scratch),
         Err(TlsError::MalformedHandshake(HandshakeFault::Truncated))
     ));
+}
+
+/// A copy of `message` with its cipher suites replaced by `suites`.
+fn with_cipher_suites(message: &[u8], suites: &[u8]) -> Vec<u8> {
+    let mut at = 4 + 2 + 32;
+    at += 1 + message[at] as usize;
+    let old = u16::from_be_bytes([message[at], message[at + 1]]) as usize;
+    let mut out = message[..at].to_vec();
+    out.extend_from_slice(&(suites.len() as u16).to_be_bytes());
+    out.extend_from_slice(suites);
+    out.extend_from_slice(&message[at + 2 + old..]);
+    let body = (out.len() - 4) as u32;
+    out[1..4].copy_from_slice(&body.to_be_bytes()[1..]);
+    out
+}
+
+#[test]
+fn cipher_suites_must_be_a_non_empty_list_of_pairs() {
+    let base = real_hello("curl_h2.bin");
+    let (_, message) = split_single_record(&base.bytes);
+    let sni = base.json["sni"].as_str().map(str::as_bytes);
+    assert!(sni.is_some());
+    let cases: [(&str, &[u8], bool); 5] = [
+        ("one suite", &[0x13, 0x01], true),
+        ("two suites", &[0x13, 0x01, 0x13, 0x02], true),
+        ("empty", &[], false),
+        ("one byte", &[0x13], false),
+        ("three bytes", &[0x13, 0x01, 0x13], false),
+    ];
+    for (name, suites, ok) in cases {
+        let window = single(&with_cipher_suites(message, suites));
+        let mut scratch = Vec::new();
+        let got = parse_client_hello(&window, &mut scratch);
+        if ok {
+            let Ok(Parsed::Complete(hello)) = got else {
+                panic!("cipher suites {name}: {got:?}");
+            };
+            assert_eq!(hello.server_name, sni, "cipher suites {name}");
+            assert_eq!(alpn_of(&hello), base.alpn(), "cipher suites {name}");
+        } else {
+            assert_eq!(
+                got,
+                Err(TlsError::MalformedHandshake(
+                    HandshakeFault::BadCipherSuites
+                )),
+                "cipher suites {name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn supported_versions_rules() {
+    let base_bytes = real_hello("curl_h2.bin").bytes;
+    let (_, message) = split_single_record(&base_bytes);
+    // (what, extension data, the versions offered or None for BadSupportedVersions)
+    type Case<'a> = (&'a str, Vec<u8>, Option<Vec<u16>>);
+    let cases: Vec<Case<'_>> = vec![
+        ("one version", vec![2, 3, 4], Some(vec![0x0304])),
+        (
+            "GREASE first",
+            vec![6, 0x7a, 0x7a, 3, 4, 3, 3],
+            Some(vec![0x7a7a, 0x0304, 0x0303]),
+        ),
+        ("empty list", vec![0], None),
+        ("odd length", vec![3, 3, 4, 3], None),
+        ("one byte", vec![1, 3], None),
+        ("no list at all", vec![], None),
+        ("list longer than extension", vec![4, 3, 4], None),
+        ("list shorter than extension", vec![2, 3, 4, 3, 3], None),
+    ];
+    for (name, data, want) in cases {
+        let variant = with_only_extensions(message, &[(0x002b, data)]);
+        let mut scratch = Vec::new();
+        let window = single(&variant);
+        let got = match parse_client_hello(&window, &mut scratch) {
+            Ok(Parsed::Complete(hello)) => {
+                let offer = hello.supported_versions;
+                Ok(offer.map(|offer| offer.iter().collect::<Vec<u16>>()))
+            }
+            Err(TlsError::MalformedHandshake(fault)) => Err(fault),
+            other => panic!("{name}: {other:?}"),
+        };
+        let want = want.map(Some).ok_or(HandshakeFault::BadSupportedVersions);
+        assert_eq!(got, want, "supported_versions {name}");
+    }
+}
+
+#[test]
+fn ech_type_byte_is_outer_or_inner() {
+    let base = real_hello("curl_h2.bin");
+    let (_, message) = split_single_record(&base.bytes);
+    let sni = base.json["sni"].as_str().map(str::as_bytes);
+    assert!(sni.is_some() && !base.json["ech_present"].as_bool().unwrap_or(true));
+    for (data, kind, name) in [
+        (&[0u8, 0, 1, 0, 1][..], EchKind::Outer, "outer"),
+        (&[0][..], EchKind::Outer, "outer"),
+        (&[1][..], EchKind::Inner, "inner"),
+    ] {
+        let variant = with_extension(message, 0xfe0d, data);
+        let mut scratch = Vec::new();
+        let window = single(&variant);
+        let got = parse_client_hello(&window, &mut scratch);
+        let Ok(Parsed::Complete(hello)) = got else {
+            panic!("ECH {data:?}: {got:?}");
+        };
+        assert_eq!(hello.ech, Some(kind), "ECH {data:?}");
+        assert_eq!(kind.as_str(), name);
+        assert_eq!(hello.server_name, sni, "ECH {data:?}");
+    }
+}
+
+/// When the window stops inside a record header after the first record, the
+/// rest of that header and the rest of the handshake message are missing.
+#[test]
+fn needed_inside_a_later_record_header_counts_the_rest_of_the_message() {
+    for base_name in REAL_BASES {
+        let base = real_hello(base_name);
+        let (version, message) = split_single_record(&base.bytes);
+        for first in [4, 40, message.len() / 2, message.len() - 1] {
+            let framed = reframe(message, &[first], &[version]);
+            let second = 5 + first;
+            for seen in 0..5 {
+                let mut scratch = Vec::new();
+                let got = parse_client_hello(&framed[..second + seen], &mut scratch);
+                let missing = (5 - seen) + (message.len() - first);
+                assert_eq!(
+                    got,
+                    Ok(Parsed::Incomplete(Needed::AtLeast(
+                        missing.try_into().expect("non-zero")
+                    ))),
+                    "{base_name}: first record of {first}, {seen} header bytes"
+                );
+            }
+        }
+    }
+}
+
+/// The handshake length is 24 bits: a ClientHello body over 64 KiB (cipher
+/// suites and extensions each stop at 64 KiB, their sum does not) spans five
+/// records, and is waited for in full rather than cut at 16 bits.
+#[test]
+fn a_hello_over_64_kib_is_framed_by_its_24_bit_length() {
+    let base = real_hello("curl_h2.bin");
+    let (version, message) = split_single_record(&base.bytes);
+    let at = extensions_len_offset(message);
+    let extensions = u16::from_be_bytes([message[at], message[at + 1]]) as usize;
+    let pad = usize::from(u16::MAX) - extensions - 4;
+    let big = with_extension(message, 0xfe99, &vec![0xab; pad]);
+    assert!(big.len() - 4 >= 1 << 16, "body of {} bytes", big.len() - 4);
+    let cuts: Vec<usize> = (1..)
+        .map(|i| i * 16_384)
+        .take_while(|&cut| cut < big.len())
+        .collect();
+    let framed = reframe(&big, &cuts, &[version]);
+    let mut scratch = Vec::new();
+    let first_record = &framed[..5 + 16_384];
+    let missing = 5 + big.len() - 16_384;
+    assert_eq!(
+        parse_client_hello(first_record, &mut scratch),
+        Ok(Parsed::Incomplete(Needed::AtLeast(
+            missing.try_into().expect("non-zero")
+        )))
+    );
+    assert_same_hello("hello over 64 KiB", &framed, &base, cuts.len() + 1);
 }
 
 #[test]

@@ -473,6 +473,29 @@ mod tests {
         }
     }
 
+    /// No IPv6 text is longer than 45 bytes, so a 45-byte field that is not
+    /// an address can never become one: rejected before its space arrives,
+    /// while a valid 45-byte address still waits for the rest of the line.
+    #[test]
+    fn ipv6_field_of_the_longest_length_is_decided_without_its_space() {
+        let longest = "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255";
+        let not_an_address = "ffff:".repeat(9);
+        assert_eq!(longest.len(), MAX_IPV6_TEXT_LEN);
+        assert_eq!(not_an_address.len(), MAX_IPV6_TEXT_LEN);
+        for (before, fault) in [
+            ("PROXY TCP6 ", V1Fault::BadSourceAddress),
+            ("PROXY TCP6 ::1 ", V1Fault::BadDestinationAddress),
+        ] {
+            let valid = format!("{before}{longest}");
+            assert!(matches!(
+                parse_proxy_header(valid.as_bytes()),
+                Ok(ProxyParsed::Incomplete(_))
+            ));
+            let invalid = format!("{before}{not_an_address}");
+            assert_eq!(err(invalid.as_bytes()), ProxyError::V1Malformed(fault));
+        }
+    }
+
     /// Once a prefix is rejected, every longer window is rejected too.
     #[test]
     fn rejection_is_final() {

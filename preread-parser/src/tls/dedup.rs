@@ -92,4 +92,18 @@ mod tests {
         }
         assert!(!set.insert(0x5a5a));
     }
+
+    /// The filter's job: the sixteen GREASE types, which differ only in
+    /// their nibbles, each get a bit of their own, so a new GREASE type is
+    /// told apart without scanning the list.
+    #[test]
+    fn grease_values_spread_over_distinct_filter_bits() {
+        let mut set = ExtensionTypeSet::new();
+        for high in 0..16u16 {
+            let grease = (high << 12) | 0x0a00 | (high << 4) | 0x0a;
+            assert!(set.insert(grease));
+        }
+        let bits: u32 = set.filter.iter().map(|word| word.count_ones()).sum();
+        assert_eq!(bits, 16, "filter {:#018x?}", set.filter);
+    }
 }

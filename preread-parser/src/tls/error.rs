@@ -136,3 +136,89 @@ impl From<HandshakeFault> for TlsError {
         Self::MalformedHandshake(fault)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{HandshakeFault, RecordFault, TlsError};
+
+    /// Every error says which kind it is and names the rule that was broken,
+    /// with the offending value where there is one, in words of its own.
+    #[test]
+    fn messages_name_the_fault() {
+        let record = TlsError::MalformedRecord;
+        let hello = TlsError::MalformedHandshake;
+        let (in_record, in_hello) = ("malformed TLS record: ", "malformed ClientHello: ");
+        let cases = [
+            (TlsError::NotTls, "not a TLS", "handshake record"),
+            (record(RecordFault::EmptyRecord), in_record, "zero-length"),
+            (record(RecordFault::Oversized(16385)), in_record, "16385"),
+            (
+                record(RecordFault::UnexpectedContentType(23)),
+                in_record,
+                "content type 23",
+            ),
+            (record(RecordFault::BadVersion(2)), in_record, "version 2"),
+            (hello(HandshakeFault::NotClientHello(2)), in_hello, "type 2"),
+            (
+                hello(HandshakeFault::TrailingHandshakeData),
+                in_hello,
+                "bytes after",
+            ),
+            (hello(HandshakeFault::Truncated), in_hello, "overruns"),
+            (
+                hello(HandshakeFault::SessionIdTooLong),
+                in_hello,
+                "session id",
+            ),
+            (
+                hello(HandshakeFault::BadCipherSuites),
+                in_hello,
+                "cipher suites",
+            ),
+            (
+                hello(HandshakeFault::NoCompressionMethod),
+                in_hello,
+                "compression",
+            ),
+            (
+                hello(HandshakeFault::ExtensionsLengthMismatch),
+                in_hello,
+                "extensions length",
+            ),
+            (
+                hello(HandshakeFault::DuplicateExtension(0x002b)),
+                in_hello,
+                "0x002b",
+            ),
+            (
+                hello(HandshakeFault::BadServerNameList),
+                in_hello,
+                "server_name",
+            ),
+            (hello(HandshakeFault::BadHostName), in_hello, "host_name"),
+            (
+                hello(HandshakeFault::DuplicateHostName),
+                in_hello,
+                "more than one host_name",
+            ),
+            (hello(HandshakeFault::BadAlpn), in_hello, "ALPN"),
+            (
+                hello(HandshakeFault::BadSupportedVersions),
+                in_hello,
+                "supported_versions",
+            ),
+            (
+                hello(HandshakeFault::BadEch),
+                in_hello,
+                "encrypted_client_hello",
+            ),
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for (error, kind, fault) in cases {
+            let message = error.to_string();
+            assert!(message.starts_with(kind), "{error:?}: {message}");
+            assert!(message.contains(fault), "{error:?}: {message}");
+            assert!(seen.insert(message.clone()), "{error:?}: {message} twice");
+        }
+    }
+}

@@ -43,6 +43,30 @@ impl Entry {
                 .collect()
         })
     }
+
+    /// The ALPN names of the manifest as a `ProtocolNameList` body on the wire.
+    pub fn alpn_wire(&self) -> Option<Vec<u8>> {
+        self.alpn().map(|names| {
+            names
+                .iter()
+                .flat_map(|name| std::iter::once(name.len() as u8).chain(name.iter().copied()))
+                .collect()
+        })
+    }
+
+    /// The manifest's `supported_versions`: `None` when the entry says
+    /// nothing, `Some(None)` when it says the extension is absent.
+    pub fn supported_versions(&self) -> Option<Option<Vec<u16>>> {
+        let field = self.json.get("supported_versions")?;
+        Some(field.as_array().map(|list| {
+            list.iter()
+                .map(|v| {
+                    let hex = v.as_str().and_then(|s| s.strip_prefix("0x"));
+                    u16::from_str_radix(hex.expect("0x-prefixed version"), 16).expect("version")
+                })
+                .collect()
+        }))
+    }
 }
 
 pub fn corpus() -> Vec<Entry> {
