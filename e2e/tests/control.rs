@@ -511,7 +511,19 @@ fn server_first_and_health_checks_behind_a_proxy_header() {
                 .map(|c| String::from_utf8_lossy(c).into_owned())
         );
     }
-    wait_logs(&proxy, "fallback:server_first", 3);
+    let logs = wait_logs(&proxy, "fallback:server_first", 3);
+    assert!(
+        logs.iter()
+            .all(|l| l["proxy_client"] == "192.0.2.10:51234" && l["client"] != l["proxy_client"]),
+        "the log names the header's client next to the peer: {logs:?}"
+    );
+    // A reject after a valid header names it too (the route never came).
+    let mut bad = client::proxy_v1(source, destination);
+    bad.extend_from_slice(&[0x16, 0x03, 0x01, 0x00, 0x00]);
+    let (_, closed) = raw_exchange(smtp, &bad, T).expect("connect");
+    assert!(closed);
+    let logs = wait_logs(&proxy, "rejected:malformed_record", 1);
+    assert_eq!(logs[0]["proxy_client"], "192.0.2.10:51234", "{logs:?}");
 
     // A load balancer's health check: a v2 LOCAL header, then a close. Not
     // a client that went away mid-hello, so no reject and no log line.
@@ -521,10 +533,10 @@ fn server_first_and_health_checks_behind_a_proxy_header() {
         stream.write_all(local).expect("write");
         stream.shutdown(Shutdown::Both).expect("close");
     }
-    let m = settle(&proxy, 7);
-    assert_eq!(rejected_sum(&m), 0, "{m:?}");
+    let m = settle(&proxy, 8);
+    assert_eq!(rejected_sum(&m), 1, "only the malformed record: {m:?}");
     assert_eq!(get(&m, "tcp.sni_preread.fallback.server_first"), 3, "{m:?}");
-    assert_eq!(proxy.access_logs().len(), 3, "{:?}", proxy.access_logs());
+    assert_eq!(proxy.access_logs().len(), 4, "{:?}", proxy.access_logs());
 }
 
 // ---------------------------------------------------------------------------

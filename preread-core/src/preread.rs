@@ -84,6 +84,13 @@ impl SniPrereadCore {
         self.learned.sni.as_ref()
     }
 
+    /// The client address of the inbound PROXY header, once a complete one
+    /// gave one (`expect_proxy`): the real client behind a load balancer,
+    /// for logs, whatever the decision.
+    pub fn proxy_source(&self) -> Option<std::net::SocketAddr> {
+        self.learned.preamble.and_then(|p| p.source)
+    }
+
     /// Whether the client itself sent a byte: one past the inbound PROXY
     /// header with `expect_proxy` (a load balancer's header is not the
     /// client speaking), any byte without. A connection closed or timed out

@@ -58,10 +58,14 @@ pub struct AccessLogEntry<'a> {
     pub bytes_out: u64,
     pub duration_ms: u64,
     pub preread_ms: Option<u64>,
+    /// The client address of the inbound PROXY header, when the listener
+    /// expects one and it gave one: the real client behind a load balancer.
+    pub proxy_client: Option<SocketAddr>,
 }
 
 impl AccessLogEntry<'_> {
-    /// The line, without its newline, keys in INTERFACE.md's order.
+    /// The line, without its newline, keys in INTERFACE.md's order, then
+    /// this proxy's extensions (`proxy_client`).
     pub fn format(&self, format: AccessLogFormat) -> String {
         let ts = rfc3339_millis(self.ts);
         let texts = [
@@ -80,6 +84,7 @@ impl AccessLogEntry<'_> {
             ("duration_ms", Some(self.duration_ms)),
             ("preread_ms", self.preread_ms),
         ];
+        let proxy_client = self.proxy_client.map(|a| a.to_string());
         match format {
             AccessLogFormat::Logfmt => {
                 let mut line = String::with_capacity(256);
@@ -89,6 +94,7 @@ impl AccessLogEntry<'_> {
                 for (key, value) in numbers {
                     logfmt_pair(&mut line, key, value.map(|n| n.to_string()).as_deref());
                 }
+                logfmt_pair(&mut line, "proxy_client", proxy_client.as_deref());
                 line
             }
             AccessLogFormat::Json => {
@@ -99,6 +105,10 @@ impl AccessLogEntry<'_> {
                 for (key, value) in numbers {
                     object.insert(key.into(), value.map_or(Value::Null, Value::from));
                 }
+                object.insert(
+                    "proxy_client".into(),
+                    proxy_client.map_or(Value::Null, Value::String),
+                );
                 Value::Object(object).to_string()
             }
         }
@@ -274,6 +284,7 @@ mod tests {
             bytes_out: 4096,
             duration_ms: 1234,
             preread_ms: Some(3),
+            proxy_client: None,
         }
     }
 
@@ -286,6 +297,7 @@ mod tests {
             outcome: Outcome::Rejected(RejectReason::NoSni),
             bytes_out: 0,
             preread_ms: None,
+            proxy_client: Some(addr("192.0.2.10:51234")),
             ..routed()
         }
     }
@@ -296,13 +308,13 @@ mod tests {
             routed().format(AccessLogFormat::Logfmt),
             "ts=2024-02-29T12:34:56.789Z listener=127.0.0.1:8443 client=[2001:db8::7]:50000 \
              sni=a.example.com alpn=h2 cluster=alpha backend=alpha-0 outcome=routed \
-             bytes_in=517 bytes_out=4096 duration_ms=1234 preread_ms=3"
+             bytes_in=517 bytes_out=4096 duration_ms=1234 preread_ms=3 proxy_client=-"
         );
         assert_eq!(
             rejected().format(AccessLogFormat::Logfmt),
             "ts=2024-02-29T12:34:56.789Z listener=127.0.0.1:8443 client=[2001:db8::7]:50000 \
              sni=- alpn=- cluster=- backend=- outcome=rejected:no_sni \
-             bytes_in=517 bytes_out=0 duration_ms=1234 preread_ms=-"
+             bytes_in=517 bytes_out=0 duration_ms=1234 preread_ms=- proxy_client=192.0.2.10:51234"
         );
     }
 
@@ -310,11 +322,11 @@ mod tests {
     fn json_lines() {
         assert_eq!(
             routed().format(AccessLogFormat::Json),
-            r#"{"ts":"2024-02-29T12:34:56.789Z","listener":"127.0.0.1:8443","client":"[2001:db8::7]:50000","sni":"a.example.com","alpn":"h2","cluster":"alpha","backend":"alpha-0","outcome":"routed","bytes_in":517,"bytes_out":4096,"duration_ms":1234,"preread_ms":3}"#
+            r#"{"ts":"2024-02-29T12:34:56.789Z","listener":"127.0.0.1:8443","client":"[2001:db8::7]:50000","sni":"a.example.com","alpn":"h2","cluster":"alpha","backend":"alpha-0","outcome":"routed","bytes_in":517,"bytes_out":4096,"duration_ms":1234,"preread_ms":3,"proxy_client":null}"#
         );
         assert_eq!(
             rejected().format(AccessLogFormat::Json),
-            r#"{"ts":"2024-02-29T12:34:56.789Z","listener":"127.0.0.1:8443","client":"[2001:db8::7]:50000","sni":null,"alpn":null,"cluster":null,"backend":null,"outcome":"rejected:no_sni","bytes_in":517,"bytes_out":0,"duration_ms":1234,"preread_ms":null}"#
+            r#"{"ts":"2024-02-29T12:34:56.789Z","listener":"127.0.0.1:8443","client":"[2001:db8::7]:50000","sni":null,"alpn":null,"cluster":null,"backend":null,"outcome":"rejected:no_sni","bytes_in":517,"bytes_out":0,"duration_ms":1234,"preread_ms":null,"proxy_client":"192.0.2.10:51234"}"#
         );
     }
 

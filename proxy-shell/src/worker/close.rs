@@ -123,6 +123,9 @@ impl Worker {
                 .saturating_duration_since(session.accepted_at)
                 .as_millis() as u64,
             preread_ms: session.preread_ms,
+            proxy_client: route
+                .and_then(|r| r.proxy_source)
+                .or_else(|| session.core.proxy_source()),
         };
         self.access_log.write(&entry);
     }
