@@ -746,6 +746,7 @@ fn a_proxy_header_alone_is_not_the_client_speaking() {
         },
     );
     assert!(!core.client_spoke(), "part of the header");
+    assert_eq!(core.proxy_source(), None, "part of the header");
     let _ = core.handle_input(
         &config,
         Input::Bytes {
@@ -754,6 +755,11 @@ fn a_proxy_header_alone_is_not_the_client_speaking() {
         },
     );
     assert!(!core.client_spoke(), "the whole header");
+    assert_eq!(
+        core.proxy_source(),
+        Some("192.0.2.10:51234".parse().expect("addr")),
+        "the header's client, before any decision"
+    );
     assert_eq!(
         core.handle_input(&config, Input::FrontClosed),
         Output::Reject(RejectReason::FrontClosed)
