@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use crate::proxy::ProxyProcess;
 
@@ -40,4 +41,22 @@ pub fn rejected_sum(m: &BTreeMap<String, i64>) -> i64 {
 pub fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Polls `probe` every 10 ms until it holds, for at most `timeout`; whether
+/// it did (checked once more at the end, so a slow last step still counts).
+pub fn eventually(timeout: Duration, mut probe: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if probe() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    probe()
+}
+
+/// The last 30 lines of the proxy's stderr, for failure messages.
+pub fn stderr_tail(proxy: &ProxyProcess) -> String {
+    tail(&proxy.stderr_text(), 30)
 }

@@ -19,27 +19,13 @@ use e2e::client::{
     self, half_close, raw_exchange, read_line, read_tls_to_close, tls_client, tls_request,
 };
 use e2e::proxy::{ConfigBuilder, ProxyProcess, free_addr, run_preread};
-use e2e::testkit::{capture, get, metrics, rejected_sum, start, tail};
+use e2e::testkit::{capture, eventually, get, metrics, rejected_sum, start, tail};
 
 /// The general bound of a wait.
 const T: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(20);
 
 const HTTP_GET: &[u8] = b"GET / HTTP/1.1\r\nHost: a.example.com\r\n\r\n";
-
-/// Polls `probe` until true, at most `timeout`.
-fn eventually(timeout: Duration, mut probe: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if probe() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(POLL);
-    }
-}
 
 /// Polls the metrics until `accept` says yes; panics with the last
 /// snapshot and the stderr tail otherwise.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use e2e::backend::PlainBackend;
 use e2e::client::{self, proxy_v1, proxy_v2, read_line, read_to_close};
 use e2e::proxy::{ConfigBuilder, ProxyProcess, fill, free_addr, run_preread};
-use e2e::testkit::{capture, get, metrics, rejected_sum, start, tail};
+use e2e::testkit::{capture, eventually, get, metrics, rejected_sum, start, stderr_tail};
 use preread_parser::proxy::{
     Command, PP2_TYPE_ALPN, PP2_TYPE_AUTHORITY, ProxyParsed, parse_proxy_header,
 };
@@ -48,24 +48,6 @@ fn hello_and_payload() -> Vec<u8> {
     let mut bytes = hello();
     bytes.extend_from_slice(&payload());
     bytes
-}
-
-fn stderr_tail(proxy: &ProxyProcess) -> String {
-    tail(&proxy.stderr_text(), 30)
-}
-
-/// Polls `probe` until true, at most `timeout`.
-fn eventually(timeout: Duration, mut probe: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if probe() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(POLL);
-    }
 }
 
 /// Polls metric `name` until `accept` says yes; panics with the stderr

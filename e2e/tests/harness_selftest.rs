@@ -12,20 +12,9 @@ use e2e::client::{
     tls_request, tls_request_with,
 };
 use e2e::proxy::free_addr;
+use e2e::testkit::eventually;
 
 const T: Duration = Duration::from_secs(5);
-
-/// Polls `probe` until true, at most `T`.
-fn eventually(mut probe: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + T;
-    while Instant::now() < deadline {
-        if probe() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    probe()
-}
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
@@ -70,14 +59,14 @@ fn tls_request_sees_certificate_alpn_and_first_line() {
     let err = tls_request(backend.addr(), "c.example.com", &[], None).expect_err("bad name");
     assert!(err.contains("handshake"), "{err}");
 
-    assert!(eventually(|| backend.accepted() == 5));
+    assert!(eventually(T, || backend.accepted() == 5));
 }
 
 #[test]
 fn raw_bytes_start_with_a_handshake_record_and_hold_the_sni() {
     let backend = TlsBackend::start(BackendConfig::new("raw-0", &["raw.example.com"]));
     tls_request(backend.addr(), "raw.example.com", &[], None).expect("request");
-    assert!(eventually(|| backend.connections().len() == 1));
+    assert!(eventually(T, || backend.connections().len() == 1));
     let raw = &backend.connections()[0];
     assert_eq!(raw[0], 0x16, "TLS handshake record");
     assert_eq!(raw[5], 0x01, "ClientHello");
@@ -133,7 +122,7 @@ fn proxy_header_is_stripped_and_reported() {
             "backend=pp-0 alpn=- sni=pp.example.com proxy=192.0.2.7:4242"
         );
     }
-    assert!(eventually(|| backend.connections().len() == 2));
+    assert!(eventually(T, || backend.connections().len() == 2));
     let raw = backend.connections();
     assert!(raw[0].starts_with(b"\r\n\r\n\x00\r\nQUIT\n"));
     assert!(raw[1].starts_with(b"PROXY TCP4 192.0.2.7 127.0.0.1 4242 "));
@@ -165,7 +154,7 @@ fn mtls_requires_a_client_certificate() {
     // A certificate from another CA is refused.
     let stranger = TestCa::new("stranger").client_cert("client.example.com");
     assert!(tls_request(backend.addr(), "m.example.com", &[], Some(&stranger)).is_err());
-    assert!(eventually(|| backend.errors().len() == 2));
+    assert!(eventually(T, || backend.errors().len() == 2));
 }
 
 #[test]
@@ -208,7 +197,7 @@ fn plain_backend_records_and_answers() {
     .expect("exchange");
     assert_eq!(received, b"backend=fallback-0\n");
     assert!(!closed, "the backend waits for more");
-    assert!(eventually(|| backend
+    assert!(eventually(T, || backend
         .connections()
         .first()
         .map(Vec::as_slice)
@@ -260,9 +249,7 @@ fn drip_sends_everything_slowly() {
         .expect("shutdown");
     let (_, closed) = client::read_to_close(&mut stream, T);
     assert!(closed);
-    assert!(eventually(
-        || backend.connections().first() == Some(&payload)
-    ));
+    assert!(eventually(T, || backend.connections().first() == Some(&payload)));
 }
 
 #[test]
@@ -273,7 +260,7 @@ fn garbage_to_a_tls_backend_is_closed() {
     assert!(closed);
     // rustls answers with an alert record before closing.
     assert!(received.is_empty() || received[0] == 0x15, "{received:?}");
-    assert!(eventually(|| backend.errors().len() == 1));
+    assert!(eventually(T, || backend.errors().len() == 1));
 }
 
 #[test]

@@ -25,30 +25,12 @@ use e2e::client::{
     tls_request, tls_request_with,
 };
 use e2e::proxy::{ConfigBuilder, ProxyProcess};
+use e2e::testkit::{eventually, stderr_tail};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConnection, StreamOwned};
 
 /// Bound of one wait (a metric, a backend record, a read).
 const T: Duration = Duration::from_secs(5);
-
-/// Polls `probe` until true, at most `T`.
-fn eventually(mut probe: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + T;
-    while Instant::now() < deadline {
-        if probe() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    probe()
-}
-
-/// The last lines of the proxy's stderr, for failure messages.
-fn stderr_tail(proxy: &ProxyProcess) -> String {
-    let text = proxy.stderr_text();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
-}
 
 /// Sessions must not leak: both gauges go back to 0.
 fn assert_no_leak(proxy: &ProxyProcess) {
@@ -71,7 +53,9 @@ fn corpus(name: &str) -> Vec<u8> {
 /// The raw bytes recorded by the `index`-th connection of a backend, once
 /// it holds at least `len` bytes (the recording trails the exchange).
 fn recorded(connections: impl Fn() -> Vec<Vec<u8>>, index: usize, len: usize) -> Vec<u8> {
-    eventually(|| connections().get(index).is_some_and(|raw| raw.len() >= len));
+    eventually(T, || {
+        connections().get(index).is_some_and(|raw| raw.len() >= len)
+    });
     // Whatever it holds now: a record longer or shorter than expected
     // shows in the caller's comparison.
     connections().get(index).cloned().unwrap_or_default()
@@ -284,7 +268,7 @@ fn mtls_handshake_passes_through() {
 
     // The backend, not the proxy, refused both.
     assert!(
-        eventually(|| backend.errors().len() == 2),
+        eventually(T, || backend.errors().len() == 2),
         "{:?}",
         backend.errors()
     );

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use e2e::backend::{BackendConfig, PlainBackend, TlsBackend, pattern};
 use e2e::client::{self, half_close, read_line, read_tls_to_close, read_to_close, tls_client};
 use e2e::proxy::{ConfigBuilder, ProxyProcess};
+use e2e::testkit::stderr_tail;
 
 /// Bound of one wait (a metric, a backend record).
 const T: Duration = Duration::from_secs(10);
@@ -30,13 +31,6 @@ fn corpus(name: &str) -> Vec<u8> {
         .join("../testdata/clienthellos")
         .join(name);
     std::fs::read(&path).unwrap_or_else(|err| panic!("read {}: {err}", path.display()))
-}
-
-/// The last lines of the proxy's stderr, for failure messages.
-fn stderr_tail(proxy: &ProxyProcess) -> String {
-    let text = proxy.stderr_text();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
 /// No session leaked, and no direction fell back from splice (TCP always
