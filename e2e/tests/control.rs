@@ -860,24 +860,33 @@ fn runtime_routes_survive_a_restart_from_the_saved_state() {
     assert!(frontends.contains("a.example.com"), "{frontends}");
 }
 
+/// Starts `preread` on `config` (and `state.json` when given) in a temp
+/// dir, expects it to give up by itself with `exit`; returns its stderr.
+fn refused_start(tag: &str, config: &str, state: Option<&str>, exit: i32) -> String {
+    let dir = TempDir::new(tag);
+    let config_path = dir.0.join("preread.toml");
+    std::fs::write(&config_path, config).expect("write config");
+    if let Some(state) = state {
+        std::fs::write(dir.0.join("state.json"), state).expect("write state");
+    }
+    let cfg = config_path.display().to_string();
+    let out = run_preread(&["start", "-c", &cfg], &dir.0, T).expect("start ends by itself");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(exit), "{stderr}");
+    stderr
+}
+
 #[test]
 fn a_corrupt_state_file_refuses_the_start() {
-    let dir = TempDir::new("corrupt");
     let listener = free_addr();
     let config = format!(
         "command_socket = \"preread.sock\"\nsaved_state = \"state.json\"\n\n\
          [[listeners]]\naddress = \"{listener}\"\n"
     );
-    let config_path = dir.0.join("preread.toml");
-    std::fs::write(&config_path, config).expect("write config");
     let state = "{\"preread_state\":1}\n\
         {\"request_type\":{\"add_cluster\":{\"cluster_id\":\"alpha\",\"load_balancing\":0,\"proxy_protocol\":0,\"max_connections_per_ip\":0}}}\n\
         {\"request_type\":{\"add_cluster\": this is not json\n";
-    std::fs::write(dir.0.join("state.json"), state).expect("write state");
-    let cfg = config_path.display().to_string();
-    let out = run_preread(&["start", "-c", &cfg], &dir.0, T).expect("start ends by itself");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let stderr = refused_start("corrupt", &config, Some(state), 2);
     assert!(stderr.contains("line 3"), "{stderr}");
     assert!(stderr.contains("E010"), "{stderr}");
     assert!(!accepts(listener), "the listener was opened");
@@ -900,17 +909,9 @@ fn a_second_preread_cannot_share_a_port() {
     let listed = cli_ok(&second, &["listener", "list"]);
     assert!(!listed.contains(&taken), "{listed}");
 
-    let dir = TempDir::new("shared-port");
-    let config_path = dir.0.join("preread.toml");
-    std::fs::write(
-        &config_path,
-        format!("command_socket = \"preread.sock\"\n\n[[listeners]]\naddress = \"{taken}\"\n"),
-    )
-    .expect("write config");
-    let cfg = config_path.display().to_string();
-    let out = run_preread(&["start", "-c", &cfg], &dir.0, T).expect("start ends by itself");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let config =
+        format!("command_socket = \"preread.sock\"\n\n[[listeners]]\naddress = \"{taken}\"\n");
+    let stderr = refused_start("shared-port", &config, None, 1);
     assert!(stderr.contains("already bound"), "{stderr}");
     // The first one still serves its port alone.
     assert!(accepts(first.addr("main")));
@@ -918,23 +919,16 @@ fn a_second_preread_cannot_share_a_port() {
 
 #[test]
 fn a_state_file_with_a_cap_above_buffer_size_refuses_the_start() {
-    let dir = TempDir::new("bigcap");
     let listener = free_addr();
     let config = format!(
         "command_socket = \"preread.sock\"\nsaved_state = \"state.json\"\nbuffer_size = 16384\n\n\
          [[listeners]]\naddress = \"{listener}\"\n"
     );
-    let config_path = dir.0.join("preread.toml");
-    std::fs::write(&config_path, config).expect("write config");
     let state = format!(
         "{{\"preread_state\":1}}\n\
          {{\"request_type\":{{\"add_tcp_listener\":{{\"address\":\"{listener}\",\"expect_proxy\":false,\"sni_preread_timeout\":5000,\"sni_preread_max_bytes\":65536,\"default_cluster\":null,\"server_first_timeout\":null,\"front_timeout\":60,\"back_timeout\":30,\"connect_timeout\":3,\"active\":true}}}}}}\n"
     );
-    std::fs::write(dir.0.join("state.json"), state).expect("write state");
-    let cfg = config_path.display().to_string();
-    let out = run_preread(&["start", "-c", &cfg], &dir.0, T).expect("start ends by itself");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let stderr = refused_start("bigcap", &config, Some(&state), 2);
     assert!(stderr.contains("E003"), "{stderr}");
     assert!(stderr.contains("buffer_size"), "{stderr}");
     assert!(!accepts(listener), "the listener was opened");
