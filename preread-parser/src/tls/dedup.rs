@@ -2,14 +2,19 @@
 //! cost per extension that does not grow with the number of extensions.
 //!
 //! Owns: [`ExtensionTypeSet`]. Real ClientHellos carry about twenty
-//! extensions, so the common path is a 256-bit filter over a short list; a
-//! hostile hello with thousands of distinct types moves to a full bitmap of
-//! every u16, which keeps the walk linear instead of quadratic.
+//! extensions, most of them IANA types below 256: those are one bit each in
+//! a direct 256-bit set. The rest (GREASE, ECH, ALPS, private types) go
+//! through a 256-bit filter over a short list; a hostile hello with
+//! thousands of distinct types moves to a full bitmap of every u16, which
+//! keeps the walk linear instead of quadratic.
 
 const SMALL: usize = 32;
 const BITMAP_WORDS: usize = (u16::MAX as usize + 1) / 64;
 
 pub(super) struct ExtensionTypeSet {
+    /// Types below 256, exactly.
+    low: [u64; 4],
+    /// Types from 256 on: a hashed filter in front of `small`.
     filter: [u64; 4],
     small: [u16; SMALL],
     len: usize,
@@ -32,6 +37,7 @@ fn bitmap_insert(bitmap: &mut [u64; BITMAP_WORDS], ext_type: u16) -> bool {
 impl ExtensionTypeSet {
     pub(super) fn new() -> Self {
         Self {
+            low: [0; 4],
             filter: [0; 4],
             small: [0; SMALL],
             len: 0,
@@ -41,6 +47,12 @@ impl ExtensionTypeSet {
 
     /// Records `ext_type`; returns `false` when it was already there.
     pub(super) fn insert(&mut self, ext_type: u16) -> bool {
+        if let Ok(low) = u8::try_from(ext_type) {
+            let (word, bit) = (usize::from(low >> 6), 1u64 << (low & 63));
+            let fresh = self.low[word] & bit == 0;
+            self.low[word] |= bit;
+            return fresh;
+        }
         if let Some(bitmap) = &mut self.bitmap {
             return bitmap_insert(bitmap, ext_type);
         }
@@ -81,6 +93,20 @@ mod tests {
                 assert!(!set.insert(t), "second insert of {t} with {count} types");
             }
         }
+    }
+
+    #[test]
+    fn low_types_are_exact_beside_the_list_and_the_bitmap() {
+        let high: Vec<u16> = (0..40u16).map(|i| 0x0100 + i * 1021).collect();
+        let mut set = ExtensionTypeSet::new();
+        for t in (0..=255u16).chain(high.iter().copied()) {
+            assert!(set.insert(t), "first insert of {t:#06x}");
+        }
+        assert!(set.bitmap.is_some(), "40 high types overflow the short list");
+        for t in (0..=255u16).chain(high.iter().copied()) {
+            assert!(!set.insert(t), "second insert of {t:#06x}");
+        }
+        assert!(set.insert(0x00ff + 0x2000), "a high type sharing low bits is new");
     }
 
     #[test]
