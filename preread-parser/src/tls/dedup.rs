@@ -102,11 +102,17 @@ mod tests {
         for t in (0..=255u16).chain(high.iter().copied()) {
             assert!(set.insert(t), "first insert of {t:#06x}");
         }
-        assert!(set.bitmap.is_some(), "40 high types overflow the short list");
+        assert!(
+            set.bitmap.is_some(),
+            "40 high types overflow the short list"
+        );
         for t in (0..=255u16).chain(high.iter().copied()) {
             assert!(!set.insert(t), "second insert of {t:#06x}");
         }
-        assert!(set.insert(0x00ff + 0x2000), "a high type sharing low bits is new");
+        assert!(
+            set.insert(0x00ff + 0x2000),
+            "a high type sharing low bits is new"
+        );
     }
 
     #[test]
