@@ -12,8 +12,9 @@
 //! first `NeedMore` deadline, the server-first timer armed at accept and
 //! cancelled by the first `NeedMore` after the client spoke (a load
 //! balancer's PROXY header is not the client speaking), timers that fire
-//! late but never early, and the active gauge. Must never: read a real clock for the core (every
-//! `now` is `base + simulated offset`), spawn a thread, or touch a socket.
+//! late but never early, and the active gauge. Must never: read a real
+//! clock for the core (every `now` is `base + simulated offset`), spawn a
+//! thread, or touch a socket.
 
 use std::fmt;
 use std::net::SocketAddr;
