@@ -137,7 +137,7 @@ impl ErrorCode {
                 "the config file is not valid TOML",
                 "The config file could not be parsed as TOML, or a value has the wrong type \
                  (a string where a number is expected, a table where a list is expected).",
-                "A TOML document as described in INTERFACE.md: global keys, [[listeners]] \
+                "A TOML document as described in doc/configure.md: global keys, [[listeners]] \
                  tables and [clusters.<id>] tables.",
                 "Fix the syntax or the type at the line and column the message gives; \
                  `preread config check` reports every problem at once.",
@@ -147,7 +147,7 @@ impl ErrorCode {
                 "The config file holds a key that preread does not know, at any level. \
                  Unknown keys are refused rather than ignored so that a typo cannot silently \
                  disable a setting.",
-                "Only the keys documented in INTERFACE.md, spelled exactly (snake_case).",
+                "Only the keys documented in doc/configure.md, spelled exactly (snake_case).",
                 "Correct the spelling of the key, or remove it.",
             ),
             Self::InvalidValue => (
@@ -156,7 +156,7 @@ impl ErrorCode {
                  (an unknown load-balancing algorithm or proxy-protocol mode, a negative \
                  count, an unknown log format, an sni_preread_max_bytes above buffer_size, \
                  also over the command socket and in a saved state file).",
-                "The values listed for the key in INTERFACE.md, e.g. load_balancing = \
+                "The values listed for the key in doc/configure.md, e.g. load_balancing = \
                  \"round_robin\" | \"random\" | \"least_connections\" | \"power_of_two\".",
                 "Replace the value with one of the accepted ones.",
             ),

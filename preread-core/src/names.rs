@@ -1,6 +1,6 @@
 //! Metric names of the preread stage that are not per-reason.
 //!
-//! Owns: the gauge, counter and histogram names of INTERFACE.md for the
+//! Owns: the gauge, counter and histogram names of doc/configure.md for the
 //! preread stage. The per-reason names live with their reasons
 //! ([`crate::reject`]) so that a new reason cannot lack one.
 

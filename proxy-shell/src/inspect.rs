@@ -1,6 +1,6 @@
 //! `preread inspect`: what the proxy makes of captured client bytes, offline.
 //!
-//! Owns: turning one capture into the JSON object of INTERFACE.md, through
+//! Owns: turning one capture into the JSON object of doc/configure.md, through
 //! the same parsers the worker uses. Must never: touch the network, or stop
 //! at the first unreadable file (each input is reported on its own).
 
@@ -153,7 +153,7 @@ fn hello_fields(out: &mut Map<String, Value>, hello: &ClientHello<'_>, offset: u
     out.insert("end".into(), json!(offset + hello.end));
 }
 
-/// The `decision` object of INTERFACE.md: the real core, fed the whole
+/// The `decision` object of doc/configure.md: the real core, fed the whole
 /// capture in one read.
 fn decision(listener: &ListenerRoutes, bytes: &[u8]) -> Value {
     let config = match listener {
@@ -193,7 +193,7 @@ fn decision(listener: &ListenerRoutes, bytes: &[u8]) -> Value {
     }
 }
 
-/// The JSON object of INTERFACE.md for one input; `decision` only when a
+/// The JSON object of doc/configure.md for one input; `decision` only when a
 /// listener is given.
 pub fn inspect(file: &str, bytes: &[u8], options: &InspectOptions) -> Value {
     let mut report = describe(file, bytes, options.expect_proxy);

@@ -2,7 +2,7 @@
 //! translation of its routing declarations into command requests.
 //!
 //! Owns: the file's vocabulary (key names, units, defaults, as in
-//! `INTERFACE.md`), the mapping of every problem to a `line:column` of the
+//! `doc/configure.md`), the mapping of every problem to a `line:column` of the
 //! file, and the order in which declarations become requests (clusters,
 //! listeners, frontends, backends; document order within each group).
 //!

@@ -1,4 +1,4 @@
-//! The command line of `preread`, as INTERFACE.md fixes it.
+//! The command line of `preread`, as doc/configure.md documents it.
 //!
 //! Owns: flag and subcommand names, defaults and help texts. Must never: do
 //! any work itself (building requests is `requests`, talking to the socket

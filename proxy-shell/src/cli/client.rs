@@ -54,7 +54,7 @@ pub(super) fn is_failure(response: &proto::Response) -> bool {
         && response.status != proto::ResponseStatus::Processing as i32
 }
 
-/// Sends one request and prints its answer; the exit status follows INTERFACE.md.
+/// Sends one request and prints its answer; the exit status follows doc/configure.md.
 pub(super) fn send_and_print(globals: &Globals, request: &proto::Request) -> ExitCode {
     let socket = match socket_path(globals) {
         Ok(socket) => socket,

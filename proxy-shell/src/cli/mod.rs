@@ -1,7 +1,7 @@
 //! The `preread` command line: parses arguments and runs one subcommand.
 //!
 //! Owns: dispatch from a subcommand to the code that serves it, and the
-//! exit statuses of INTERFACE.md (0 success, 1 refused or failed, 2 bad
+//! exit statuses of doc/configure.md (0 success, 1 refused or failed, 2 bad
 //! usage or invalid config). Must never: hold routing logic of its own.
 
 pub mod args;

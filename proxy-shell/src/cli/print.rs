@@ -191,7 +191,7 @@ pub fn success_text(response: &proto::Response) -> String {
     }
 }
 
-/// The JSON lines for a successful answer. Metrics follow INTERFACE.md:
+/// The JSON lines for a successful answer. Metrics follow doc/configure.md:
 /// one object of `{"name": value}` per worker, then one for the total.
 pub fn success_json(response: &proto::Response) -> Vec<Value> {
     let content = response

@@ -1,6 +1,6 @@
 //! The access log: one line per closed session, in logfmt or JSON.
 //!
-//! Owns: the line format of INTERFACE.md (keys and their order, quoting,
+//! Owns: the line format of doc/configure.md (keys and their order, quoting,
 //! RFC 3339 UTC timestamps with milliseconds) and the sink (stderr, off, or
 //! a file opened in append mode). Must never: panic or stop the worker on a
 //! write error (a failing log is reported once, then ignored), split a line
@@ -64,7 +64,7 @@ pub struct AccessLogEntry<'a> {
 }
 
 impl AccessLogEntry<'_> {
-    /// The line, without its newline, keys in INTERFACE.md's order, then
+    /// The line, without its newline, keys in doc/configure.md's order, then
     /// this proxy's extensions (`proxy_client`).
     pub fn format(&self, format: AccessLogFormat) -> String {
         let ts = rfc3339_millis(self.ts);

@@ -3,7 +3,7 @@
 //!
 //! Owns: counters, gauges and millisecond histograms of one worker, their
 //! flat export (`command::proto::WorkerMetrics`), and the naming rules of
-//! INTERFACE.md (`preread_` + dots→underscores in Prometheus; a name is a
+//! doc/configure.md (`preread_` + dots→underscores in Prometheus; a name is a
 //! gauge iff it ends in one of `GAUGE_SUFFIXES`). Must never: lock (one
 //! registry per worker), allocate when an existing name is counted, or drop a
 //! registered series (operators see zeros, not missing series).
