@@ -10,5 +10,7 @@
 //! caller-owned scratch buffer, because its body is not contiguous in the
 //! window.
 
+#![forbid(unsafe_code)]
+
 pub mod proxy;
 pub mod tls;

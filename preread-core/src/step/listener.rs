@@ -1,0 +1,46 @@
+//! What the preread step needs to know about a listener: the core's config
+//! with the cap the shell can actually enforce, and the catch-all cluster.
+//!
+//! Owns: [`PrereadListener`] and the one place the configured byte cap is
+//! lowered to the effective one. Must never: be built with a cap larger than
+//! the window the shell can hold, since the core trusts the cap it is given
+//! (a complete but oversized hello read in one gulp would route).
+
+use crate::config::PrereadConfig;
+use crate::routes::ClusterId;
+use crate::window::effective_max_bytes;
+
+/// A listener as the preread step sees it. The worker keeps one per
+/// listener; `inspect` and the simulation build one from the same settings
+/// with [`PrereadListener::new`], so all three cap the same way.
+#[derive(Debug, Clone)]
+pub struct PrereadListener {
+    /// The core's config. `max_bytes` is the effective cap.
+    pub config: PrereadConfig,
+    /// A frontend without SNI: every connection goes there unread.
+    pub catch_all: Option<ClusterId>,
+}
+
+impl PrereadListener {
+    /// A listener from its configured settings: `config.max_bytes` is the
+    /// cap as written in the config, lowered here to what a window of
+    /// `window_capacity` bytes can hold (and raised to one record header).
+    pub fn new(
+        mut config: PrereadConfig,
+        window_capacity: usize,
+        catch_all: Option<ClusterId>,
+    ) -> Self {
+        config.max_bytes = effective_max_bytes(config.max_bytes, window_capacity);
+        Self { config, catch_all }
+    }
+
+    /// Sets the cap again after a settings change, with the same rule.
+    pub fn set_cap(&mut self, configured: usize, window_capacity: usize) {
+        self.config.max_bytes = effective_max_bytes(configured, window_capacity);
+    }
+
+    /// The effective cap: the window never grows past it.
+    pub fn cap(&self) -> usize {
+        self.config.max_bytes
+    }
+}

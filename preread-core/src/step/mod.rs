@@ -1,0 +1,252 @@
+//! The preread step: the whole policy of the shell around the core, as a
+//! pure state machine. The worker performs its actions on real sockets, the
+//! simulation on simulated ones, and `preread inspect` on a capture
+//! delivered as reads: all three run this code, none models it.
+//!
+//! Owns: per connection, from accept to the end of the preread stage:
+//! - the read budget (the effective cap, [`PrereadListener`]);
+//! - which core input an event becomes (bytes before the EOF that came with
+//!   them; a close; a timer), with the whole window every time;
+//! - the two timers: the server-first timer armed at accept and cancelled
+//!   once the client spoke (a load balancer's PROXY header is not the
+//!   client speaking), the preread timer armed once at the first deadline;
+//! - leaving the stage exactly once (the gauge, the duration sample, both
+//!   timers cancelled), whatever ends it;
+//! - what ends it: connect to a cluster, close silently, or close with a
+//!   reject reason; a catch-all listener connects at accept, unread;
+//! - the PROXY handoff of the routed cluster ([`handoff`]).
+//!
+//! Must never: perform I/O, read a clock (`now` comes with every call),
+//! draw randomness, or act on an event after the stage ended.
+
+mod actions;
+mod handoff;
+mod listener;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use actions::{Actions, Close, CoreCall, Fed, Left, Next, StepTimer, TimerAction, TimerPlan};
+pub use handoff::{Handoff, ProxyMode, handoff};
+pub use listener::PrereadListener;
+
+use crate::output::{Input, Output, Route};
+use crate::preread::SniPrereadCore;
+use crate::reject::RejectReason;
+use crate::window::read_budget;
+
+/// What happened to a session in the preread stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// A read returned. `added` bytes grew the window to `window` (the
+    /// whole window, from the connection's first byte). `eof` is set when
+    /// the read also saw the client's FIN, or failed: the bytes that came
+    /// with it are decided on first, and the caller sees the EOF again on
+    /// its next read.
+    Read {
+        /// The whole window.
+        window: &'a [u8],
+        /// Bytes this read added.
+        added: usize,
+        /// The client closed (or the read failed).
+        eof: bool,
+    },
+    /// One of the step's timers fired (the caller no longer holds it).
+    Timer(StepTimer),
+    /// The listener's front idle timeout expired.
+    Idle,
+}
+
+/// Where the step is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Prereading: the core has not decided.
+    Reading,
+    /// Done. `preread_time` is from the first byte (or the accept) to the
+    /// exit; `None` for a catch-all session, which never prereads.
+    Left { preread_time: Option<Duration> },
+}
+
+/// Which of the step's timers the caller holds.
+#[derive(Debug, Clone, Copy, Default)]
+struct Armed {
+    preread: bool,
+    server_first: bool,
+}
+
+/// One session's preread, from accept to its one exit.
+#[derive(Debug)]
+pub struct PrereadStep {
+    core: SniPrereadCore,
+    accepted_at: Instant,
+    first_byte_at: Option<Instant>,
+    armed: Armed,
+    stage: Stage,
+}
+
+impl PrereadStep {
+    /// A connection just accepted on `listener`. On a catch-all listener
+    /// the answer is `Next::Connect` at once and the step never prereads;
+    /// otherwise it is `Next::Read`, the session is in the preread stage
+    /// ([`Self::is_reading`]: raise the gauge) and the server-first timer
+    /// may be armed.
+    pub fn accept(listener: &PrereadListener, now: Instant) -> (Self, Actions) {
+        let mut step = Self {
+            core: SniPrereadCore::new(),
+            accepted_at: now,
+            first_byte_at: None,
+            armed: Armed::default(),
+            stage: Stage::Reading,
+        };
+        if let Some(cluster) = &listener.catch_all {
+            step.stage = Stage::Left { preread_time: None };
+            let route = Route::unread(cluster.clone(), None);
+            let actions = Actions {
+                next: Next::Connect(Arc::new(route)),
+                ..Actions::read()
+            };
+            return (step, actions);
+        }
+        let mut actions = Actions::read();
+        if let Some(wait) = listener.config.server_first_timeout {
+            step.armed.server_first = true;
+            actions.timers.server_first = TimerAction::Arm(now.checked_add(wait).unwrap_or(now));
+        }
+        (step, actions)
+    }
+
+    /// How many bytes the next read may add to a window of `buffered`
+    /// bytes: never past the listener's cap, and nothing once decided.
+    pub fn read_budget(&self, listener: &PrereadListener, buffered: usize) -> usize {
+        match self.stage {
+            Stage::Reading => read_budget(listener.cap(), buffered),
+            Stage::Left { .. } => 0,
+        }
+    }
+
+    /// Acts on one event; see [`Event`] for when to call.
+    pub fn handle(
+        &mut self,
+        listener: &PrereadListener,
+        event: Event<'_>,
+        now: Instant,
+    ) -> Actions {
+        if !self.is_reading() {
+            return Actions::ignore();
+        }
+        let (fed, output) = match event {
+            Event::Read { window, added, .. } if added > 0 => {
+                self.first_byte_at.get_or_insert(now);
+                let input = Input::Bytes { buf: window, now };
+                (Fed::Bytes(window.len()), self.feed(listener, input))
+            }
+            Event::Read { eof: true, .. } => {
+                (Fed::FrontClosed, self.feed(listener, Input::FrontClosed))
+            }
+            Event::Read { .. } => return Actions::read(),
+            Event::Timer(timer) => {
+                match timer {
+                    StepTimer::Preread => self.armed.preread = false,
+                    StepTimer::ServerFirst => self.armed.server_first = false,
+                }
+                (Fed::Timeout, self.feed(listener, Input::Timeout { now }))
+            }
+            Event::Idle => {
+                let close = if self.core.client_spoke() {
+                    Close::Rejected(RejectReason::Fragmented)
+                } else {
+                    Close::Silent
+                };
+                return Actions {
+                    next: Next::Close(close),
+                    ..self.abandon(now)
+                };
+            }
+        };
+        let mut actions = self.on_output(&output, now);
+        actions.core = Some(CoreCall { fed, output });
+        actions
+    }
+
+    /// Ends the preread stage for a reason of the caller's (the session is
+    /// closed: pool exhausted, shutdown, a removed listener). Returns the
+    /// timers to cancel and, the first time only, `left`; `next` is
+    /// `Next::Ignore`. Harmless after the stage ended.
+    pub fn abandon(&mut self, now: Instant) -> Actions {
+        let mut actions = Actions::ignore();
+        let Stage::Reading = self.stage else {
+            return actions;
+        };
+        let since = self.first_byte_at.unwrap_or(self.accepted_at);
+        let preread_time = now.saturating_duration_since(since);
+        self.stage = Stage::Left {
+            preread_time: Some(preread_time),
+        };
+        if std::mem::take(&mut self.armed.preread) {
+            actions.timers.preread = TimerAction::Cancel;
+        }
+        if std::mem::take(&mut self.armed.server_first) {
+            actions.timers.server_first = TimerAction::Cancel;
+        }
+        actions.left = Some(Left {
+            sample: self.core.client_spoke().then_some(preread_time),
+        });
+        actions
+    }
+
+    /// Whether the session is still in the preread stage.
+    pub fn is_reading(&self) -> bool {
+        self.stage == Stage::Reading
+    }
+
+    /// From the first byte (or the accept, for a client that never spoke)
+    /// to the end of the preread stage; `None` while reading and for a
+    /// catch-all session.
+    pub fn preread_time(&self) -> Option<Duration> {
+        match self.stage {
+            Stage::Reading => None,
+            Stage::Left { preread_time } => preread_time,
+        }
+    }
+
+    /// The core, for what it learned (SNI, PROXY source, whether the client
+    /// spoke) and its latched decision.
+    pub fn core(&self) -> &SniPrereadCore {
+        &self.core
+    }
+
+    fn feed(&mut self, listener: &PrereadListener, input: Input<'_>) -> Output {
+        self.core.handle_input(&listener.config, input)
+    }
+
+    fn on_output(&mut self, output: &Output, now: Instant) -> Actions {
+        let next = match output {
+            Output::NeedMore { deadline } => return self.need_more(*deadline),
+            Output::Routed(route) => Next::Connect(route.clone()),
+            Output::Reject(RejectReason::FrontClosed) if !self.core.client_spoke() => {
+                Next::Close(Close::Silent)
+            }
+            Output::Reject(reason) => Next::Close(Close::Rejected(*reason)),
+        };
+        let actions = self.abandon(now);
+        debug_assert!(actions.left.is_some(), "a decision leaves the stage once");
+        Actions { next, ..actions }
+    }
+
+    /// Still undecided: the preread timer is armed once, at the deadline
+    /// that never moves; the server-first timer goes once the client spoke.
+    fn need_more(&mut self, deadline: Instant) -> Actions {
+        let mut actions = Actions::read();
+        if !self.armed.preread {
+            self.armed.preread = true;
+            actions.timers.preread = TimerAction::Arm(deadline);
+        }
+        if self.core.client_spoke() && std::mem::take(&mut self.armed.server_first) {
+            actions.timers.server_first = TimerAction::Cancel;
+        }
+        actions
+    }
+}
+
+#[cfg(test)]
+mod tests;

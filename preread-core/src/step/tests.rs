@@ -1,0 +1,499 @@
+//! The preread step, event by event: each action the caller must perform,
+//! and each one it must not.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use preread_parser::proxy::write_v2;
+
+use super::{
+    Actions, Close, CoreCall, Event, Fed, Left, Next, PrereadListener, PrereadStep, StepTimer,
+    TimerAction, TimerPlan,
+};
+use crate::config::PrereadConfig;
+use crate::output::Output;
+use crate::pattern::validate_sni_pattern;
+use crate::reject::{FallbackReason, RejectReason};
+use crate::routes::{AlpnSet, RouteTable};
+
+const TIMEOUT: Duration = Duration::from_millis(5_000);
+const SERVER_FIRST: Duration = Duration::from_millis(300);
+
+/// A well-formed single-record ClientHello naming `sni`.
+fn hello(sni: &str) -> Vec<u8> {
+    let name = sni.as_bytes();
+    let mut server_name = ((name.len() + 3) as u16).to_be_bytes().to_vec();
+    server_name.push(0);
+    server_name.extend_from_slice(&(name.len() as u16).to_be_bytes());
+    server_name.extend_from_slice(name);
+    let mut extensions = vec![0, 0];
+    extensions.extend_from_slice(&(server_name.len() as u16).to_be_bytes());
+    extensions.extend(server_name);
+    let mut body = vec![3, 3];
+    body.extend_from_slice(&[7; 32]);
+    body.push(0);
+    body.extend_from_slice(&[0, 2, 0x13, 0x01, 1, 0]);
+    body.extend_from_slice(&(extensions.len() as u16).to_be_bytes());
+    body.extend(extensions);
+    let mut handshake = vec![1];
+    handshake.extend_from_slice(&(body.len() as u32).to_be_bytes()[1..]);
+    handshake.extend(body);
+    let mut record = vec![22, 3, 1];
+    record.extend_from_slice(&(handshake.len() as u16).to_be_bytes());
+    record.extend(handshake);
+    record
+}
+
+fn config() -> PrereadConfig {
+    let mut routes = RouteTable::new();
+    let pattern = validate_sni_pattern("a.example.com").expect("valid pattern");
+    routes
+        .insert(pattern, AlpnSet::Any, Arc::from("alpha"))
+        .expect("one route");
+    let mut config = PrereadConfig::new(routes);
+    config.timeout = TIMEOUT;
+    config
+}
+
+fn listener() -> PrereadListener {
+    PrereadListener::new(config(), 16_384, None)
+}
+
+/// A listener with a default cluster and a server-first timer.
+fn server_first(expect_proxy: bool) -> PrereadListener {
+    let mut config = config();
+    config.default_cluster = Some(Arc::from("fallback"));
+    config.server_first_timeout = Some(SERVER_FIRST);
+    config.expect_proxy = expect_proxy;
+    PrereadListener::new(config, 16_384, None)
+}
+
+fn read<'a>(window: &'a [u8], added: usize, eof: bool) -> Event<'a> {
+    Event::Read { window, added, eof }
+}
+
+fn ms(base: Instant, n: u64) -> Instant {
+    base + Duration::from_millis(n)
+}
+
+fn proxy_v2_header() -> Vec<u8> {
+    let mut header = Vec::new();
+    let source = "192.0.2.10:51234".parse().expect("addr");
+    let destination = "198.51.100.20:443".parse().expect("addr");
+    write_v2(&mut header, source, destination, &[]).expect("a small header");
+    header
+}
+
+#[test]
+fn the_cap_is_lowered_to_the_window_and_raised_to_a_record_header() {
+    let mut config = config();
+    config.max_bytes = 65_536;
+    let mut listener = PrereadListener::new(config, 16_384, None);
+    assert_eq!(listener.cap(), 16_384);
+    listener.set_cap(1_000, 16_384);
+    assert_eq!(listener.cap(), 1_000);
+    listener.set_cap(0, 16_384);
+    assert_eq!(listener.cap(), 5);
+    listener.set_cap(70_000, 65_536);
+    assert_eq!(listener.config.max_bytes, 65_536);
+}
+
+#[test]
+fn accept_enters_preread_and_arms_server_first_only_when_set() {
+    let base = Instant::now();
+    let (step, actions) = PrereadStep::accept(&listener(), base);
+    assert!(step.is_reading());
+    assert_eq!(actions, Actions::read());
+    assert_eq!(step.preread_time(), None);
+
+    let (step, actions) = PrereadStep::accept(&server_first(false), base);
+    assert!(step.is_reading());
+    assert_eq!(actions.next, Next::Read);
+    assert_eq!(
+        actions.timers,
+        TimerPlan {
+            preread: TimerAction::Keep,
+            server_first: TimerAction::Arm(base + SERVER_FIRST),
+        }
+    );
+    assert_eq!(actions.left, None);
+}
+
+#[test]
+fn a_catch_all_listener_connects_at_accept_unread() {
+    let base = Instant::now();
+    let catch_all = PrereadListener::new(config(), 16_384, Some(Arc::from("tcp")));
+    let (mut step, actions) = PrereadStep::accept(&catch_all, base);
+    let Next::Connect(route) = &actions.next else {
+        panic!("a catch-all connects at once: {actions:?}");
+    };
+    assert_eq!(&*route.cluster, "tcp");
+    assert_eq!((route.content_offset, route.fallback), (0, None));
+    assert_eq!(route.hello_end, None);
+    assert_eq!((actions.left, actions.core), (None, None));
+    assert_eq!(actions.timers, TimerPlan::default());
+    assert!(!step.is_reading(), "a catch-all session never prereads");
+    assert_eq!(step.read_budget(&catch_all, 0), 0);
+    assert_eq!(step.preread_time(), None);
+    let hello = hello("a.example.com");
+    assert_eq!(
+        step.handle(&catch_all, read(&hello, hello.len(), false), base),
+        Actions::ignore()
+    );
+    assert_eq!(step.abandon(base).left, None, "nothing to leave");
+}
+
+#[test]
+fn the_budget_stops_at_the_cap_and_at_the_decision() {
+    let base = Instant::now();
+    let mut config = config();
+    config.max_bytes = 1_000;
+    let listener = PrereadListener::new(config, 16_384, None);
+    let (mut step, _) = PrereadStep::accept(&listener, base);
+    assert_eq!(step.read_budget(&listener, 0), 1_000);
+    assert_eq!(step.read_budget(&listener, 999), 1);
+    assert_eq!(step.read_budget(&listener, 1_000), 0);
+    let hello = hello("a.example.com");
+    let _ = step.handle(&listener, read(&hello, hello.len(), false), base);
+    assert_eq!(
+        step.read_budget(&listener, 0),
+        0,
+        "decided: read nothing more"
+    );
+}
+
+#[test]
+fn a_complete_hello_connects_and_leaves_once_with_its_duration() {
+    let base = Instant::now();
+    let listener = listener();
+    let (mut step, _) = PrereadStep::accept(&listener, base);
+    let hello = hello("a.example.com");
+    let actions = step.handle(&listener, read(&hello[..10], 10, false), ms(base, 100));
+    assert_eq!(actions.next, Next::Read);
+    assert_eq!(
+        actions.timers.preread,
+        TimerAction::Arm(ms(base, 100) + TIMEOUT),
+        "armed at the first bytes' deadline"
+    );
+    assert_eq!(actions.timers.server_first, TimerAction::Keep);
+    let Some(CoreCall {
+        fed: Fed::Bytes(10),
+        output: Output::NeedMore { .. },
+    }) = actions.core
+    else {
+        panic!("the first read fed 10 bytes: {actions:?}");
+    };
+    let actions = step.handle(
+        &listener,
+        read(&hello, hello.len() - 10, false),
+        ms(base, 130),
+    );
+    let Next::Connect(route) = &actions.next else {
+        panic!("routed: {actions:?}");
+    };
+    assert_eq!(&*route.cluster, "alpha");
+    assert_eq!(
+        actions.left,
+        Some(Left {
+            sample: Some(Duration::from_millis(30))
+        }),
+        "first byte to decision"
+    );
+    assert_eq!(actions.timers.preread, TimerAction::Cancel);
+    assert_eq!(
+        actions.timers.server_first,
+        TimerAction::Keep,
+        "never armed"
+    );
+    assert_eq!(
+        actions.core.map(|c| c.fed),
+        Some(Fed::Bytes(hello.len())),
+        "the whole window, not the delta"
+    );
+    assert!(!step.is_reading());
+    assert_eq!(step.preread_time(), Some(Duration::from_millis(30)));
+    assert_eq!(step.core().sni().map(|s| s.as_str()), Some("a.example.com"));
+    assert_eq!(step.abandon(ms(base, 500)).left, None, "left once");
+    assert_eq!(
+        step.handle(&listener, Event::Timer(StepTimer::Preread), ms(base, 9_000)),
+        Actions::ignore()
+    );
+    assert_eq!(step.preread_time(), Some(Duration::from_millis(30)));
+}
+
+#[test]
+fn the_preread_timer_is_armed_once() {
+    let base = Instant::now();
+    let listener = listener();
+    let (mut step, _) = PrereadStep::accept(&listener, base);
+    let hello = hello("a.example.com");
+    let first = step.handle(&listener, read(&hello[..10], 10, false), base);
+    assert_eq!(first.timers.preread, TimerAction::Arm(base + TIMEOUT));
+    let second = step.handle(&listener, read(&hello[..20], 10, false), ms(base, 50));
+    assert_eq!(second.timers, TimerPlan::default(), "armed already");
+    assert_eq!(second.next, Next::Read);
+}
+
+#[test]
+fn a_timer_that_fires_early_changes_nothing_but_is_armed_again() {
+    let base = Instant::now();
+    let listener = listener();
+    let (mut step, _) = PrereadStep::accept(&listener, base);
+    let hello = hello("a.example.com");
+    let _ = step.handle(&listener, read(&hello[..10], 10, false), base);
+    let early = step.handle(&listener, Event::Timer(StepTimer::Preread), ms(base, 10));
+    assert_eq!(early.next, Next::Read);
+    assert_eq!(
+        early.timers.preread,
+        TimerAction::Arm(base + TIMEOUT),
+        "the caller no longer holds it: armed again at the same deadline"
+    );
+    assert_eq!(early.core.map(|c| c.fed), Some(Fed::Timeout));
+    let late = step.handle(&listener, Event::Timer(StepTimer::Preread), base + TIMEOUT);
+    assert_eq!(
+        late.next,
+        Next::Close(Close::Rejected(RejectReason::Fragmented))
+    );
+    assert_eq!(
+        late.timers.preread,
+        TimerAction::Keep,
+        "it fired: nothing to cancel"
+    );
+    assert_eq!(
+        late.left,
+        Some(Left {
+            sample: Some(TIMEOUT)
+        })
+    );
+}
+
+#[test]
+fn bytes_are_decided_before_the_eof_that_came_with_them() {
+    let base = Instant::now();
+    let listener = listener();
+    let (mut step, _) = PrereadStep::accept(&listener, base);
+    let hello = hello("a.example.com");
+    let with_eof = step.handle(&listener, read(&hello[..10], 10, true), base);
+    assert_eq!(with_eof.next, Next::Read, "the bytes first");
+    assert_eq!(with_eof.core.map(|c| c.fed), Some(Fed::Bytes(10)));
+    let eof = step.handle(&listener, read(&hello[..10], 0, true), ms(base, 1));
+    assert_eq!(
+        eof.next,
+        Next::Close(Close::Rejected(RejectReason::FrontClosed)),
+        "the client spoke, then closed"
+    );
+    assert_eq!(eof.core.map(|c| c.fed), Some(Fed::FrontClosed));
+    assert_eq!(eof.timers.preread, TimerAction::Cancel);
+    assert_eq!(
+        eof.left,
+        Some(Left {
+            sample: Some(Duration::from_millis(1))
+        })
+    );
+}
+
+#[test]
+fn a_read_that_added_nothing_feeds_nothing() {
+    let base = Instant::now();
+    let listener = listener();
+    let (mut step, _) = PrereadStep::accept(&listener, base);
+    let actions = step.handle(&listener, read(&[], 0, false), base);
+    assert_eq!(actions, Actions::read());
+    assert!(step.is_reading());
+    assert_eq!(step.core().deadline(), None, "the core was not fed");
+}
+
+#[test]
+fn a_close_before_any_byte_is_silent() {
+    let base = Instant::now();
+    let listener = server_first(false);
+    let (mut step, _) = PrereadStep::accept(&listener, base);
+    let actions = step.handle(&listener, read(&[], 0, true), ms(base, 20));
+    assert_eq!(actions.next, Next::Close(Close::Silent));
+    assert_eq!(actions.left, Some(Left { sample: None }), "no sample");
+    assert_eq!(actions.timers.server_first, TimerAction::Cancel);
+    assert_eq!(actions.timers.preread, TimerAction::Keep, "never armed");
+    assert_eq!(step.preread_time(), Some(Duration::from_millis(20)));
+}
+
+#[test]
+fn a_reject_closes_with_its_reason() {
+    let base = Instant::now();
+    let listener = listener();
+    let (mut step, _) = PrereadStep::accept(&listener, base);
+    let actions = step.handle(&listener, read(b"GET /", 5, false), base);
+    assert_eq!(
+        actions.next,
+        Next::Close(Close::Rejected(RejectReason::NotTls))
+    );
+    assert_eq!(
+        actions.core,
+        Some(CoreCall {
+            fed: Fed::Bytes(5),
+            output: Output::Reject(RejectReason::NotTls)
+        })
+    );
+    assert_eq!(actions.timers, TimerPlan::default(), "nothing was armed");
+    assert_eq!(
+        actions.left,
+        Some(Left {
+            sample: Some(Duration::ZERO)
+        })
+    );
+}
+
+#[test]
+fn an_incomplete_window_at_the_cap_is_too_large() {
+    let base = Instant::now();
+    let mut config = config();
+    config.max_bytes = 20;
+    let listener = PrereadListener::new(config, 16_384, None);
+    let (mut step, _) = PrereadStep::accept(&listener, base);
+    let hello = hello("a.example.com");
+    let budget = step.read_budget(&listener, 0);
+    assert_eq!(budget, 20);
+    let actions = step.handle(&listener, read(&hello[..budget], budget, false), base);
+    assert_eq!(
+        actions.next,
+        Next::Close(Close::Rejected(RejectReason::TooLarge))
+    );
+}
+
+#[test]
+fn server_first_routes_a_silent_client_to_the_default_cluster() {
+    let base = Instant::now();
+    let listener = server_first(false);
+    let (mut step, _) = PrereadStep::accept(&listener, base);
+    let actions = step.handle(
+        &listener,
+        Event::Timer(StepTimer::ServerFirst),
+        base + SERVER_FIRST,
+    );
+    let Next::Connect(route) = &actions.next else {
+        panic!("server-first: {actions:?}");
+    };
+    assert_eq!(route.fallback, Some(FallbackReason::ServerFirst));
+    assert_eq!(&*route.cluster, "fallback");
+    assert_eq!(actions.left, Some(Left { sample: None }));
+    assert_eq!(
+        actions.timers,
+        TimerPlan::default(),
+        "the server-first timer fired; the preread one was never armed"
+    );
+}
+
+#[test]
+fn server_first_is_cancelled_once_the_client_spoke() {
+    let base = Instant::now();
+    let listener = server_first(false);
+    let (mut step, _) = PrereadStep::accept(&listener, base);
+    let hello = hello("a.example.com");
+    let actions = step.handle(&listener, read(&hello[..3], 3, false), ms(base, 10));
+    assert_eq!(actions.timers.server_first, TimerAction::Cancel);
+    assert_eq!(
+        actions.timers.preread,
+        TimerAction::Arm(ms(base, 10) + TIMEOUT)
+    );
+    let again = step.handle(&listener, read(&hello[..6], 3, false), ms(base, 20));
+    assert_eq!(again.timers, TimerPlan::default(), "cancelled once");
+}
+
+#[test]
+fn a_proxy_header_alone_keeps_the_server_first_timer() {
+    let base = Instant::now();
+    let listener = server_first(true);
+    let (mut step, _) = PrereadStep::accept(&listener, base);
+    let header = proxy_v2_header();
+    let actions = step.handle(&listener, read(&header, header.len(), false), ms(base, 5));
+    assert_eq!(actions.next, Next::Read);
+    assert_eq!(
+        actions.timers.server_first,
+        TimerAction::Keep,
+        "the load balancer's header is not the client speaking"
+    );
+    let fired = step.handle(
+        &listener,
+        Event::Timer(StepTimer::ServerFirst),
+        base + SERVER_FIRST,
+    );
+    let Next::Connect(route) = &fired.next else {
+        panic!("server-first past the header: {fired:?}");
+    };
+    assert_eq!(route.content_offset, header.len());
+    assert_eq!(
+        fired.timers.preread,
+        TimerAction::Cancel,
+        "the header armed the deadline"
+    );
+    assert_eq!(
+        fired.left,
+        Some(Left { sample: None }),
+        "the client never spoke"
+    );
+}
+
+#[test]
+fn an_idle_client_that_spoke_is_fragmented_and_a_silent_one_is_silent() {
+    let base = Instant::now();
+    let listener = server_first(false);
+    let (mut silent, _) = PrereadStep::accept(&listener, base);
+    let actions = silent.handle(&listener, Event::Idle, ms(base, 60_000));
+    assert_eq!(actions.next, Next::Close(Close::Silent));
+    assert_eq!(actions.left, Some(Left { sample: None }));
+    assert_eq!(actions.timers.server_first, TimerAction::Cancel);
+    assert_eq!(actions.core, None, "not a core decision");
+
+    let listener = self::listener();
+    let (mut spoke, _) = PrereadStep::accept(&listener, base);
+    let hello = hello("a.example.com");
+    let _ = spoke.handle(&listener, read(&hello[..10], 10, false), ms(base, 1_000));
+    let actions = spoke.handle(&listener, Event::Idle, ms(base, 3_000));
+    assert_eq!(
+        actions.next,
+        Next::Close(Close::Rejected(RejectReason::Fragmented))
+    );
+    assert_eq!(
+        actions.left,
+        Some(Left {
+            sample: Some(Duration::from_millis(2_000))
+        }),
+        "from the first byte, not the accept"
+    );
+    assert_eq!(actions.timers.preread, TimerAction::Cancel);
+    assert!(!spoke.is_reading());
+    assert_eq!(
+        spoke.handle(&listener, Event::Idle, ms(base, 4_000)),
+        Actions::ignore()
+    );
+}
+
+#[test]
+fn abandon_cancels_what_is_armed_and_leaves_once() {
+    let base = Instant::now();
+    let listener = server_first(false);
+    let (mut step, _) = PrereadStep::accept(&listener, base);
+    let first = step.abandon(ms(base, 40));
+    assert_eq!(first.next, Next::Ignore);
+    assert_eq!(
+        first.timers,
+        TimerPlan {
+            preread: TimerAction::Keep,
+            server_first: TimerAction::Cancel,
+        }
+    );
+    assert_eq!(first.left, Some(Left { sample: None }));
+    assert_eq!(step.preread_time(), Some(Duration::from_millis(40)));
+    let second = step.abandon(ms(base, 80));
+    assert_eq!(second, Actions::ignore());
+    assert_eq!(step.preread_time(), Some(Duration::from_millis(40)));
+}
+
+#[test]
+fn timer_plan_reads_each_timer() {
+    let plan = TimerPlan {
+        preread: TimerAction::Cancel,
+        server_first: TimerAction::Keep,
+    };
+    assert_eq!(plan.get(StepTimer::Preread), TimerAction::Cancel);
+    assert_eq!(plan.get(StepTimer::ServerFirst), TimerAction::Keep);
+}
