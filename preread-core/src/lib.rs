@@ -16,11 +16,11 @@
 
 mod alpn;
 mod config;
-pub mod names;
 mod output;
 pub mod pattern;
 mod preread;
 mod reject;
+pub mod rng;
 pub mod routes;
 pub mod sni;
 pub mod step;

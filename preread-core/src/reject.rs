@@ -1,9 +1,10 @@
 //! Why a connection was refused, or why it went to the default cluster.
 //!
 //! Owns: [`RejectReason`] (the eleven reasons of the architecture) and
-//! [`FallbackReason`], with their stable snake_case names and metric names.
-//! Both mappings are total `match`es: a new variant without a name does not
-//! compile. Must never: share a metric name between two reasons.
+//! [`FallbackReason`], with their stable snake_case names. Both mappings
+//! are total `match`es: a new variant without a name does not compile (the
+//! shell's metric names build on them). Must never: share a name between two
+//! reasons.
 
 use core::fmt;
 
@@ -72,23 +73,6 @@ impl RejectReason {
         }
     }
 
-    /// The counter incremented when a connection is refused for this reason.
-    pub fn metric_name(self) -> &'static str {
-        match self {
-            Self::NotTls => "tcp.sni_preread.rejected.not_tls",
-            Self::MalformedRecord => "tcp.sni_preread.rejected.malformed_record",
-            Self::MalformedHandshake => "tcp.sni_preread.rejected.malformed_handshake",
-            Self::Fragmented => "tcp.sni_preread.rejected.fragmented",
-            Self::TooLarge => "tcp.sni_preread.rejected.too_large",
-            Self::NoSni => "tcp.sni_preread.rejected.no_sni",
-            Self::EchOuterAbsent => "tcp.sni_preread.rejected.ech_outer_absent",
-            Self::SniUnmatched => "tcp.sni_preread.rejected.sni_unmatched",
-            Self::AlpnUnmatched => "tcp.sni_preread.rejected.alpn_unmatched",
-            Self::ProxyHeaderInvalid => "tcp.sni_preread.rejected.proxy_header_invalid",
-            Self::FrontClosed => "tcp.sni_preread.rejected.front_closed",
-        }
-    }
-
     /// The fallback this reason turns into when the listener has a
     /// `default_cluster`; `None` for reasons that are never routed anywhere.
     pub fn fallback(self) -> Option<FallbackReason> {
@@ -150,17 +134,6 @@ impl FallbackReason {
             Self::ServerFirst => "server_first",
         }
     }
-
-    /// The counter incremented when a connection falls back for this reason.
-    pub fn metric_name(self) -> &'static str {
-        match self {
-            Self::NotTls => "tcp.sni_preread.fallback.not_tls",
-            Self::NoSni => "tcp.sni_preread.fallback.no_sni",
-            Self::SniUnmatched => "tcp.sni_preread.fallback.sni_unmatched",
-            Self::EchOuterAbsent => "tcp.sni_preread.fallback.ech_outer_absent",
-            Self::ServerFirst => "tcp.sni_preread.fallback.server_first",
-        }
-    }
 }
 
 impl fmt::Display for FallbackReason {
@@ -171,34 +144,16 @@ impl fmt::Display for FallbackReason {
 
 #[cfg(test)]
 mod tests {
-    use super::{FallbackReason, RejectReason};
     use std::collections::HashSet;
 
-    #[test]
-    fn every_reject_reason_has_a_distinct_metric_name() {
-        let names: HashSet<_> = RejectReason::ALL.iter().map(|r| r.metric_name()).collect();
-        assert_eq!(names.len(), 11);
-        for reason in RejectReason::ALL {
-            assert_eq!(
-                reason.metric_name(),
-                format!("tcp.sni_preread.rejected.{}", reason.as_str())
-            );
-        }
-    }
+    use super::{FallbackReason, RejectReason};
 
     #[test]
-    fn every_fallback_reason_has_a_distinct_metric_name() {
-        let names: HashSet<_> = FallbackReason::ALL
-            .iter()
-            .map(|r| r.metric_name())
-            .collect();
-        assert_eq!(names.len(), FallbackReason::ALL.len());
-        for reason in FallbackReason::ALL {
-            assert_eq!(
-                reason.metric_name(),
-                format!("tcp.sni_preread.fallback.{}", reason.as_str())
-            );
-        }
+    fn every_reason_has_a_distinct_name() {
+        let rejects: HashSet<_> = RejectReason::ALL.map(RejectReason::as_str).into();
+        assert_eq!(rejects.len(), 11);
+        let fallbacks: HashSet<_> = FallbackReason::ALL.map(FallbackReason::as_str).into();
+        assert_eq!(fallbacks.len(), FallbackReason::ALL.len());
     }
 
     #[test]

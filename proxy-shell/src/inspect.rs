@@ -1,14 +1,17 @@
 //! `preread inspect`: what the proxy makes of captured client bytes, offline.
 //!
-//! Owns: turning one capture into the JSON object of doc/configure.md, through
-//! the same parsers the worker uses. Must never: touch the network, or stop
-//! at the first unreadable file (each input is reported on its own).
+//! Owns: turning one capture into the JSON object of doc/configure.md: a
+//! description through the same parsers the worker uses, and the decision
+//! through the same preread step (`preread_core::step`), the capture
+//! delivered as reads (one, or the sizes of `--reads`), each capped as the
+//! worker caps it. Must never: touch the network, decide anything the step
+//! does not, or stop at the first unreadable file (each input is reported
+//! on its own).
 
 use std::time::Instant;
 
-use preread_core::routes::ClusterId;
 use preread_core::sni::HostName;
-use preread_core::{Input, Output, PrereadConfig, SniPrereadCore};
+use preread_core::step::{Actions, Close, Event, Next, PrereadListener, PrereadStep};
 use preread_parser::proxy::{Command, ProxyHeader, ProxyParsed, parse_proxy_header};
 use preread_parser::tls::{ClientHello, Needed, Parsed, TlsError, parse_client_hello};
 use serde_json::{Map, Value, json};
@@ -18,19 +21,12 @@ use serde_json::{Map, Value, json};
 pub struct InspectOptions {
     /// A PROXY v1/v2 header precedes the ClientHello.
     pub expect_proxy: bool,
-    /// With a config: the listener whose routes decide.
-    pub listener: Option<ListenerRoutes>,
-}
-
-/// A listener as the worker would see it: its preread config, or the one
-/// cluster that takes every connection when the listener has a catch-all
-/// frontend (then there is no preread at all).
-#[derive(Debug, Clone)]
-pub enum ListenerRoutes {
-    /// SNI routing through the core.
-    Preread(PrereadConfig),
-    /// A catch-all frontend: every connection goes to this cluster unread.
-    CatchAll(ClusterId),
+    /// With a config: the listener whose routes decide, as the worker
+    /// holds it (its effective cap, its catch-all frontend).
+    pub listener: Option<PrereadListener>,
+    /// The sizes of the reads the capture arrives in; whatever is left
+    /// after them is one last read. Empty: the whole capture in one read.
+    pub reads: Vec<usize>,
 }
 
 /// Why an input could not be turned into bytes.
@@ -153,35 +149,62 @@ fn hello_fields(out: &mut Map<String, Value>, hello: &ClientHello<'_>, offset: u
     out.insert("end".into(), json!(offset + hello.end));
 }
 
-/// The `decision` object of doc/configure.md: the real core, fed the whole
-/// capture in one read.
-fn decision(listener: &ListenerRoutes, bytes: &[u8]) -> Value {
-    let config = match listener {
-        ListenerRoutes::CatchAll(cluster) => {
-            return json!({
-                "verdict": "routed", "cluster": &**cluster, "reason": null, "fallback": null,
-                "content_offset": 0, "matched_sni": null, "matched_alpn": null,
-            });
+/// What the step ended with for one capture, and how much of it was read.
+struct Delivered {
+    next: Next,
+    read: usize,
+}
+
+/// Delivers `bytes` to a fresh step as the worker would receive them: the
+/// chunks of `reads` (then the rest) arrive one after the other, and each
+/// arrival is read while the step's budget allows and bytes remain, the
+/// whole window handed over after every read. Stops at the decision.
+fn deliver(listener: &PrereadListener, bytes: &[u8], reads: &[usize]) -> Delivered {
+    let now = Instant::now();
+    let (mut step, actions) = PrereadStep::accept(listener, now);
+    let mut next = actions.next;
+    let mut window: Vec<u8> = Vec::new();
+    let mut arrived = 0;
+    let rest = bytes.len().saturating_sub(reads.iter().sum());
+    for chunk in reads.iter().copied().chain(std::iter::once(rest)) {
+        arrived = (arrived + chunk).min(bytes.len());
+        while next == Next::Read {
+            let take = step
+                .read_budget(listener, window.len())
+                .min(arrived - window.len());
+            if take == 0 {
+                break;
+            }
+            window.extend_from_slice(&bytes[window.len()..window.len() + take]);
+            let event = Event::Read {
+                window: &window,
+                added: take,
+                eof: false,
+            };
+            let Actions { next: after, .. } = step.handle(listener, event, now);
+            next = after;
         }
-        ListenerRoutes::Preread(config) => config,
-    };
-    let output = SniPrereadCore::new().handle_input(
-        config,
-        Input::Bytes {
-            buf: bytes,
-            now: Instant::now(),
-        },
-    );
-    match output {
-        Output::NeedMore { .. } => json!({
+    }
+    Delivered {
+        next,
+        read: window.len(),
+    }
+}
+
+/// The `decision` object of doc/configure.md, plus `read`: how many bytes
+/// of the capture the step had when it decided.
+fn decision(listener: &PrereadListener, bytes: &[u8], reads: &[usize]) -> Value {
+    let Delivered { next, read } = deliver(listener, bytes, reads);
+    let mut decision = match next {
+        Next::Read | Next::Ignore | Next::Close(Close::Silent) => json!({
             "verdict": "need_more", "cluster": null, "reason": null, "fallback": null,
             "content_offset": null, "matched_sni": null, "matched_alpn": null,
         }),
-        Output::Reject(reason) => json!({
+        Next::Close(Close::Rejected(reason)) => json!({
             "verdict": "rejected", "cluster": null, "reason": reason.as_str(), "fallback": null,
             "content_offset": null, "matched_sni": null, "matched_alpn": null,
         }),
-        Output::Routed(route) => json!({
+        Next::Connect(route) => json!({
             "verdict": "routed",
             "cluster": &*route.cluster,
             "reason": null,
@@ -190,7 +213,9 @@ fn decision(listener: &ListenerRoutes, bytes: &[u8]) -> Value {
             "matched_sni": route.matched_sni.as_ref().map(ToString::to_string),
             "matched_alpn": route.matched_alpn.as_deref().map(|p| String::from_utf8_lossy(p).into_owned()),
         }),
-    }
+    };
+    decision["read"] = json!(read);
+    decision
 }
 
 /// The JSON object of doc/configure.md for one input; `decision` only when a
@@ -198,7 +223,7 @@ fn decision(listener: &ListenerRoutes, bytes: &[u8]) -> Value {
 pub fn inspect(file: &str, bytes: &[u8], options: &InspectOptions) -> Value {
     let mut report = describe(file, bytes, options.expect_proxy);
     if let (Some(listener), Value::Object(map)) = (&options.listener, &mut report) {
-        map.insert("decision".into(), decision(listener, bytes));
+        map.insert("decision".into(), decision(listener, bytes, &options.reads));
     }
     report
 }

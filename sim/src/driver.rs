@@ -1,33 +1,37 @@
-//! The driver: plays a [`Scenario`] through `SniPrereadCore` exactly as the
-//! worker's preread shell does, on a simulated clock, and checks the
-//! invariants after every step.
+//! The driver: plays a [`Scenario`] through the shipped preread step
+//! (`preread_core::step::PrereadStep`, the very code the worker runs) on
+//! simulated sockets and a simulated clock, and checks the invariants after
+//! every step.
 //!
-//! Owns: the model of `Worker::drive_preread` / `Session::preread_read` /
-//! `Worker::on_output` / `Worker::on_timer` / `Worker::leave_preread`
-//! (`proxy-shell/src/worker/`): a window that grows by at most
-//! `read_budget(effective_max_bytes(..), buffered)` bytes per read while the
-//! rest stays in the socket, the whole window fed after every read that
-//! added bytes, the EOF seen on the read after the bytes it came with, I/O
-//! before timers within a loop turn, the preread timer armed once at the
-//! first `NeedMore` deadline, the server-first timer armed at accept and
-//! cancelled by the first `NeedMore` after the client spoke (a load
-//! balancer's PROXY header is not the client speaking), timers that fire
-//! late but never early, and the active gauge. Must never: read a real
-//! clock for the core (every `now` is `base + simulated offset`), spawn a
-//! thread, or touch a socket.
+//! Owns: the world around the step, and only that: a client socket whose
+//! bytes become readable as the scenario's arrivals say and whose reads add
+//! at most the step's budget while the rest stays in the socket, a FIN, a
+//! loop that does I/O before timers within a turn, timers that fire late but
+//! never early (plus injected early fires), and the gauge and outcome the
+//! step's actions produce. Every policy (the budget, the input an event
+//! becomes, which timer to arm or cancel, leaving the stage once, the exit,
+//! the PROXY handoff) is the step's; the driver performs its actions as the
+//! worker does and checks them. The sabotages are defects of a caller (a
+//! read past the budget, a delta instead of the window, ...), to show that
+//! the checks catch them. Must never: read a real clock for the step (every
+//! `now` is `base + simulated offset`), spawn a thread, touch a socket, or
+//! re-implement a rule of the step.
 
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use preread_core::window::read_budget;
+use preread_core::step::{
+    Actions, Close, Event as StepEvent, Next, PrereadListener, PrereadStep, StepTimer, TimerAction,
+    handoff,
+};
 use preread_core::{
     FallbackReason, Input, Output, PrereadConfig, RejectReason, Route, SniPrereadCore,
 };
-use preread_parser::proxy::{
-    PP2_TYPE_ALPN, PP2_TYPE_AUTHORITY, ProxyParsed, parse_proxy_header, write_v2,
-};
+use preread_parser::proxy::{ProxyParsed, parse_proxy_header};
+
+pub use preread_core::step::Fed;
 
 use crate::listener::{DEFAULT_CLUSTER, Expect, ProxyMode, ROUTES};
 use crate::rng::Rng;
@@ -87,21 +91,10 @@ impl Verdict {
     }
 }
 
-/// An input as fed to the core.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fed {
-    /// `Input::Bytes` with a window of this many bytes.
-    Bytes(usize),
-    /// `Input::Timeout`.
-    Timeout,
-    /// `Input::FrontClosed`.
-    FrontClosed,
-}
-
 /// Who fed an input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Feeder {
-    /// The modelled worker.
+    /// The worker's events (reads, the timers it armed).
     Worker,
     /// An early timer fire injected to probe the contract.
     Probe,
@@ -207,24 +200,25 @@ impl Outcome {
     }
 }
 
-/// A deliberate defect in the modelled shell, so tests can show that the
-/// invariants catch it. [`play`] never sabotages.
+/// A deliberate defect in the caller of the step, so tests can show that
+/// the invariants catch it. [`play`] never sabotages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sabotage {
     /// The worker as it is.
     None,
-    /// Reads ignore `read_budget`: the window may pass the cap.
+    /// Reads ignore the step's budget: the window may pass the cap.
     IgnoreBudget,
-    /// Feeds the bytes of the last read instead of the whole window.
+    /// Hands the step the bytes of the last read instead of the whole window.
     FeedDelta,
     /// Reports the EOF before the bytes that came with it.
     EofFirst,
-    /// Builds a fresh core for every input: no latch, no fixed deadline.
+    /// Builds a fresh step for every event: no latch, no fixed deadline.
     FreshCore,
-    /// Lowers the gauge on every leave, not once.
+    /// Lowers the gauge on every leave the caller asks for, not on the one
+    /// the step reports.
     UnguardedGauge,
-    /// Cancels the server-first timer on any `NeedMore`, a load balancer's
-    /// PROXY header included.
+    /// Cancels the server-first timer whenever the step says to read on, a
+    /// load balancer's PROXY header included.
     HeaderCancelsServerFirst,
 }
 
@@ -321,11 +315,14 @@ struct Decision {
 
 struct Driver<'s> {
     sc: &'s Scenario,
+    /// The listener as the worker holds it.
+    listener: PrereadListener,
+    /// The core's config: `listener.config`, for the checks.
     config: PrereadConfig,
-    core: SniPrereadCore,
+    step: PrereadStep,
     /// The preread window (the pooled buffer's data).
     window: Vec<u8>,
-    /// `listener.preread.max_bytes`: the effective cap.
+    /// The listener's effective cap.
     cap: usize,
     now: Duration,
     /// Bytes of the stream the kernel holds (read or not).
@@ -339,7 +336,6 @@ struct Driver<'s> {
     rng: Rng,
     decided: Option<Decision>,
     outcome: Option<Outcome>,
-    in_gauge: bool,
     gauge: i64,
     gauge_downs: u32,
     /// The core's verdict on the whole stream as the cap lets it arrive.
@@ -348,7 +344,7 @@ struct Driver<'s> {
     trace: Vec<Event>,
     steps: usize,
     sabotage: Sabotage,
-    /// Window length at the worker's last Bytes input.
+    /// Window length at the worker's last read that added bytes.
     fed: usize,
     /// When the window first held the whole PROXY header.
     header_done_at: Option<Duration>,
@@ -365,8 +361,9 @@ pub fn play(sc: &Scenario) -> Result<Played, Failure> {
 
 /// Plays `sc` with a defect in the modelled shell (for testing the checks).
 pub fn play_sabotaged(sc: &Scenario, sabotage: Sabotage) -> Result<Played, Failure> {
-    let config = sc.listener.config();
-    let cap = config.max_bytes;
+    let listener = sc.listener.preread();
+    let config = listener.config.clone();
+    let cap = listener.cap();
     let capped_len = sc.stream.len().min(cap);
     let one_shot = SniPrereadCore::new().handle_input(
         &config,
@@ -375,10 +372,12 @@ pub fn play_sabotaged(sc: &Scenario, sabotage: Sabotage) -> Result<Played, Failu
             now: base(),
         },
     );
+    let (step, accepted) = PrereadStep::accept(&listener, base());
     let mut driver = Driver {
         sc,
+        listener,
         config,
-        core: SniPrereadCore::new(),
+        step,
         window: Vec::new(),
         cap,
         now: Duration::ZERO,
@@ -392,7 +391,6 @@ pub fn play_sabotaged(sc: &Scenario, sabotage: Sabotage) -> Result<Played, Failu
         rng: Rng::new(sc.jitter_seed),
         decided: None,
         outcome: None,
-        in_gauge: false,
         gauge: 0,
         gauge_downs: 0,
         one_shot,
@@ -404,7 +402,7 @@ pub fn play_sabotaged(sc: &Scenario, sabotage: Sabotage) -> Result<Played, Failu
         header_done_at: None,
         server_first_due: false,
     };
-    driver.run()?;
+    driver.run(accepted)?;
     driver.finish()
 }
 
@@ -493,31 +491,30 @@ impl Driver<'_> {
         });
     }
 
-    /// `Worker::open_session` for a listener that prereads.
-    fn accept(&mut self) {
+    /// The worker's accept: the gauge goes up for a session that prereads,
+    /// then the step's first actions (the server-first timer).
+    fn accept(&mut self, actions: Actions) -> Result<(), Failure> {
+        if !self.step.is_reading() {
+            return self.fail("a listener without a catch-all did not enter preread");
+        }
         self.gauge += 1;
-        self.in_gauge = true;
         self.gauge_event();
-        if let Some(wait) = self.config.server_first_timeout {
-            self.server_first_timer = Some(self.arm(wait));
-        }
+        self.perform(actions)
     }
 
-    /// `Worker::leave_preread`: the gauge goes down once, the timers go.
-    fn leave_preread(&mut self) {
-        if !self.in_gauge && self.sabotage != Sabotage::UnguardedGauge {
-            return;
+    /// The worker's close: the step leaves the stage if it had not (the
+    /// gauge goes down only if the step says so, once).
+    fn close(&mut self) -> Result<(), Failure> {
+        let left = self.step.abandon(self.instant());
+        if self.sabotage == Sabotage::UnguardedGauge && left.left.is_none() {
+            self.gauge -= 1;
+            self.gauge_downs += 1;
         }
-        self.in_gauge = false;
-        self.gauge -= 1;
-        self.gauge_downs += 1;
-        self.preread_timer = None;
-        self.server_first_timer = None;
-        self.gauge_event();
+        self.perform(left)
     }
 
-    fn run(&mut self) -> Result<(), Failure> {
-        self.accept();
+    fn run(&mut self, accepted: Actions) -> Result<(), Failure> {
+        self.accept(accepted)?;
         let sc = self.sc;
         let mut next_arrival = 0;
         let mut fin_delivered = false;
@@ -585,7 +582,7 @@ impl Driver<'_> {
         let budget = if self.sabotage == Sabotage::IgnoreBudget {
             usize::MAX
         } else {
-            read_budget(self.cap, self.window.len())
+            self.step.read_budget(&self.listener, self.window.len())
         };
         let capacity = self.sc.listener.buffer_capacity;
         let mut left = budget;
@@ -630,14 +627,32 @@ impl Driver<'_> {
         if self.window.len() > capacity {
             return self.fail("the window passed the buffer's capacity");
         }
-        if eof && added > 0 && self.sabotage == Sabotage::EofFirst {
-            return self.feed(Fed::FrontClosed, Feeder::Worker);
+        let (added, eof) = if eof && added > 0 && self.sabotage == Sabotage::EofFirst {
+            (0, true)
+        } else {
+            (added, eof)
+        };
+        if added == 0 && !eof {
+            return Ok(());
         }
-        match (added, eof) {
-            (0, true) => self.feed(Fed::FrontClosed, Feeder::Worker),
-            (0, false) => Ok(()),
-            _ => self.feed(Fed::Bytes(self.window.len()), Feeder::Worker),
+        if added > 0 {
+            self.fed = self.window.len();
         }
+        let from = if self.sabotage == Sabotage::FeedDelta {
+            self.window.len() - added
+        } else {
+            0
+        };
+        // A copy: the checks read `self.window` while the step has it.
+        let window = self.window.clone();
+        self.handle(
+            StepEvent::Read {
+                window: &window[from..],
+                added,
+                eof,
+            },
+            Feeder::Worker,
+        )
     }
 
     /// `Worker::fire_timers` → `Worker::on_timer`, in (deadline, schedule) order.
@@ -663,127 +678,132 @@ impl Driver<'_> {
                 TimerKind::ServerFirst => self.server_first_timer = None,
             }
             self.trace.push(Event::Timer { at: self.now, kind });
-            if self.decided.is_none() {
-                self.feed(Fed::Timeout, Feeder::Worker)?;
-            }
+            let timer = match kind {
+                TimerKind::Preread => StepTimer::Preread,
+                TimerKind::ServerFirst => StepTimer::ServerFirst,
+            };
+            self.handle(StepEvent::Timer(timer), Feeder::Worker)?;
         }
     }
 
-    /// An early timer fire: allowed by the contract once the client spoke
-    /// (before, a `Timeout` is the server-first timer's), it must change
-    /// nothing.
+    /// An early fire of the preread timer (a stale or early wake-up):
+    /// allowed by the contract once the client spoke (before, a `Timeout`
+    /// is the server-first timer's), it must change nothing but re-arm it.
     fn probe(&mut self, _at: Duration) -> Result<(), Failure> {
-        let ahead = self.core.deadline().is_some_and(|d| self.instant() < d);
-        if self.decided.is_none() && self.core.client_spoke() && ahead {
-            self.feed(Fed::Timeout, Feeder::Probe)?;
+        let core = self.step.core();
+        let ahead = core.deadline().is_some_and(|d| self.instant() < d);
+        if self.decided.is_none() && core.client_spoke() && ahead {
+            // The worker no longer holds a timer that fired.
+            self.preread_timer = None;
+            self.handle(StepEvent::Timer(StepTimer::Preread), Feeder::Probe)?;
         }
         Ok(())
     }
 
-    fn feed(&mut self, input: Fed, by: Feeder) -> Result<(), Failure> {
-        self.steps += 1;
+    /// Hands one event to the step, checks the core call it made (if any)
+    /// against the contract, then performs the step's actions.
+    fn handle(&mut self, event: StepEvent<'_>, by: Feeder) -> Result<(), Failure> {
         let now = self.instant();
-        let deadline_before = self.core.deadline();
-        let spoke_before = self.core.client_spoke();
+        let deadline_before = self.step.core().deadline();
+        let spoke_before = self.step.core().client_spoke();
         if self.sabotage == Sabotage::FreshCore && by == Feeder::Worker {
-            self.core = SniPrereadCore::new();
+            self.step = PrereadStep::accept(&self.listener, now).0;
         }
-        let from = if self.sabotage == Sabotage::FeedDelta && by == Feeder::Worker {
-            self.fed.min(self.window.len())
-        } else {
-            0
-        };
-        if matches!(input, Fed::Bytes(_)) && by == Feeder::Worker {
-            self.fed = self.window.len();
+        let actions = self.step.handle(&self.listener, event, now);
+        if let Some(decision) = &self.decided {
+            // The latch: after the decision the step acts on nothing, and
+            // nothing of the core's state moves.
+            let core = self.step.core();
+            if actions.core.is_some() || actions.next != Next::Ignore || actions.left.is_some() {
+                return self.fail(format!(
+                    "the latch broke: {event:?} after {:?} gave {actions:?}",
+                    decision.output
+                ));
+            }
+            if core.decision() != Some(&decision.output)
+                || core.deadline() != decision.deadline
+                || core.client_spoke() != decision.spoke
+            {
+                return self.fail("a latched core changed its state");
+            }
+            return self.perform(actions);
         }
-        let output = match input {
-            Fed::Bytes(_) => self.core.handle_input(
-                &self.config,
-                Input::Bytes {
-                    buf: &self.window[from..],
-                    now,
-                },
-            ),
-            Fed::Timeout => self.core.handle_input(&self.config, Input::Timeout { now }),
-            Fed::FrontClosed => self.core.handle_input(&self.config, Input::FrontClosed),
-        };
+        if let Some(call) = &actions.core {
+            self.steps += 1;
+            self.check_call(call.fed, &call.output, by, spoke_before, deadline_before)?;
+        }
+        self.perform(actions)
+    }
+
+    /// One core call of the step, undecided before it: the trace, the
+    /// deadline, the answer, `client_spoke`, and the decision.
+    fn check_call(
+        &mut self,
+        input: Fed,
+        output: &Output,
+        by: Feeder,
+        spoke_before: bool,
+        deadline_before: Option<Instant>,
+    ) -> Result<(), Failure> {
+        let now = self.instant();
         self.trace.push(Event::Feed {
             step: self.steps,
             at: self.now,
             by,
             input,
-            verdict: Verdict::of(&output),
+            verdict: Verdict::of(output),
         });
-
-        // The latch: after the first terminal output, every input returns
-        // it, and nothing of the core's state moves.
-        if let Some(decision) = &self.decided {
-            if output != decision.output {
-                return self.fail(format!(
-                    "the latch broke: {input:?} after {:?} returned {output:?}",
-                    decision.output
-                ));
-            }
-            if self.core.decision() != Some(&decision.output)
-                || self.core.deadline() != decision.deadline
-                || self.core.client_spoke() != decision.spoke
-            {
-                return self.fail("a latched core changed its state");
-            }
-            return Ok(());
-        }
-
         // The deadline: armed at now + timeout by the first Bytes (or by a
         // server-first timeout that must wait for a PROXY header), then fixed.
         match deadline_before {
-            Some(before) if self.core.deadline() != Some(before) => {
+            Some(before) if self.step.core().deadline() != Some(before) => {
                 return self.fail(format!(
                     "the deadline moved from {before:?} to {:?}",
-                    self.core.deadline()
+                    self.step.core().deadline()
                 ));
             }
             Some(_) => {}
             None => match input {
                 Fed::Bytes(_) => {
                     let want = now.checked_add(self.config.timeout);
-                    if self.core.deadline() != want {
+                    if self.step.core().deadline() != want {
                         return self.fail(format!(
                             "the first Bytes armed {:?}, not now + timeout",
-                            self.core.deadline()
+                            self.step.core().deadline()
                         ));
                     }
                 }
                 Fed::Timeout if self.waits_for_header(spoke_before) => {
-                    if self.core.deadline() != now.checked_add(self.config.timeout) {
+                    if self.step.core().deadline() != now.checked_add(self.config.timeout) {
                         return self.fail(format!(
                             "a server-first timeout before the PROXY header armed {:?}, not now + timeout",
-                            self.core.deadline()
+                            self.step.core().deadline()
                         ));
                     }
                 }
                 Fed::Timeout | Fed::FrontClosed => {
-                    if self.core.deadline().is_some() {
+                    if self.step.core().deadline().is_some() {
                         return self.fail("an input other than Bytes armed the deadline");
                     }
                 }
             },
         }
-        match &output {
+        match output {
             Output::NeedMore { deadline } => {
-                if Some(*deadline) != self.core.deadline() {
+                if Some(*deadline) != self.step.core().deadline() {
                     return self.fail("NeedMore does not carry the armed deadline");
                 }
-                if self.core.decision().is_some() {
+                if self.step.core().decision().is_some() {
                     return self.fail("NeedMore from a decided core");
                 }
             }
             terminal => {
-                if self.core.decision() != Some(terminal) {
+                if self.step.core().decision() != Some(terminal) {
                     return self.fail("a terminal output was not latched");
                 }
             }
         }
-        self.check_answer(input, &output, spoke_before, deadline_before)?;
+        self.check_answer(input, output, spoke_before, deadline_before)?;
         if input == Fed::Timeout && !output.is_terminal() && self.waits_for_header(spoke_before) {
             self.server_first_due = true;
         }
@@ -791,7 +811,7 @@ impl Driver<'_> {
             && matches!(input, Fed::Bytes(_))
             && !output.is_terminal()
             && let Some(want) = self.spoke_model()
-            && self.core.client_spoke() != want
+            && self.step.core().client_spoke() != want
         {
             return self.fail(format!(
                 "client_spoke is {} with {} bytes in the window, the PROXY header written was {} bytes",
@@ -801,10 +821,10 @@ impl Driver<'_> {
             ));
         }
         if output.is_terminal() {
-            self.check_terminal(&output, spoke_before)?;
-            let server_first = matches!(&output, Output::Routed(r) if r.fallback == Some(FallbackReason::ServerFirst));
+            self.check_terminal(output, spoke_before)?;
+            let server_first = matches!(output, Output::Routed(r) if r.fallback == Some(FallbackReason::ServerFirst));
             let by = match input {
-                Fed::Bytes(_) if self.core.deadline().is_some_and(|d| now >= d) => {
+                Fed::Bytes(_) if self.step.core().deadline().is_some_and(|d| now >= d) => {
                     DecidedBy::LateBytes
                 }
                 Fed::Bytes(_) => DecidedBy::Bytes,
@@ -816,11 +836,10 @@ impl Driver<'_> {
                 by,
                 at: self.now,
                 output: output.clone(),
-                deadline: self.core.deadline(),
-                spoke: self.core.client_spoke(),
+                deadline: self.step.core().deadline(),
+                spoke: self.step.core().client_spoke(),
             });
         }
-        self.on_output(output);
         Ok(())
     }
 
@@ -849,7 +868,7 @@ impl Driver<'_> {
         }
         match input {
             Fed::Bytes(_) => {
-                let Some(deadline) = self.core.deadline() else {
+                let Some(deadline) = self.step.core().deadline() else {
                     return self.fail("Bytes left no deadline");
                 };
                 if now >= deadline {
@@ -1051,36 +1070,60 @@ impl Driver<'_> {
         Ok(())
     }
 
-    /// `Worker::on_output`.
-    fn on_output(&mut self, output: Output) {
-        match output {
-            Output::NeedMore { deadline } => {
-                if self.preread_timer.is_none() {
-                    let at = deadline.saturating_duration_since(base());
-                    self.preread_timer = Some(self.arm(at));
+    /// Performs the step's actions as the worker does: the timers it arms
+    /// or cancels (which must be the ones the worker holds), the gauge, and
+    /// the outcome.
+    fn perform(&mut self, actions: Actions) -> Result<(), Failure> {
+        for kind in [TimerKind::Preread, TimerKind::ServerFirst] {
+            let (action, held) = match kind {
+                TimerKind::Preread => (actions.timers.preread, self.preread_timer.is_some()),
+                TimerKind::ServerFirst => (
+                    actions.timers.server_first,
+                    self.server_first_timer.is_some(),
+                ),
+            };
+            let timer = match action {
+                TimerAction::Keep => continue,
+                TimerAction::Arm(_) if held => {
+                    return self.fail(format!("the step armed the {kind:?} timer twice"));
                 }
-                if self.core.client_spoke() || self.sabotage == Sabotage::HeaderCancelsServerFirst {
+                TimerAction::Cancel if !held => {
+                    return self.fail(format!("the step cancelled a {kind:?} timer not armed"));
+                }
+                TimerAction::Arm(at) => Some(self.arm(at.saturating_duration_since(base()))),
+                TimerAction::Cancel => None,
+            };
+            match kind {
+                TimerKind::Preread => self.preread_timer = timer,
+                TimerKind::ServerFirst => self.server_first_timer = timer,
+            }
+        }
+        if actions.left.is_some() {
+            self.gauge -= 1;
+            self.gauge_downs += 1;
+            self.gauge_event();
+        }
+        match actions.next {
+            Next::Read => {
+                if self.sabotage == Sabotage::HeaderCancelsServerFirst {
                     self.server_first_timer = None;
                 }
                 if self.readable {
                     self.dirty = true;
                 }
             }
-            Output::Reject(RejectReason::FrontClosed) if !self.core.client_spoke() => {
-                self.leave_preread();
-                self.outcome = Some(Outcome::Silent);
-            }
-            Output::Reject(reason) => {
-                self.leave_preread();
+            Next::Ignore => {}
+            Next::Close(Close::Silent) => self.outcome = Some(Outcome::Silent),
+            Next::Close(Close::Rejected(reason)) => {
                 self.outcome = Some(Outcome::Rejected(reason));
             }
-            Output::Routed(route) => {
-                self.leave_preread();
+            Next::Connect(route) => {
                 self.outcome = Some(Outcome::Routed {
                     fallback: route.fallback,
                 });
             }
         }
+        Ok(())
     }
 
     fn finish(mut self) -> Result<Played, Failure> {
@@ -1090,11 +1133,16 @@ impl Driver<'_> {
             if !self.window.is_empty() || self.preread_timer.is_some() {
                 return self.fail("bytes arrived, yet no decision and no timer pending");
             }
-            self.leave_preread();
-            self.outcome = Some(Outcome::Silent);
+            self.handle(StepEvent::Idle, Feeder::Worker)?;
+            if self.outcome != Some(Outcome::Silent) {
+                return self.fail(format!(
+                    "a client that never spoke idled out as {:?}, not silently",
+                    self.outcome
+                ));
+            }
         }
-        // A second leave (the worker's close calls it again) changes nothing.
-        self.leave_preread();
+        // The worker's close leaves the stage again: that changes nothing.
+        self.close()?;
         if self.gauge != 0 || self.gauge_downs != 1 {
             return self.fail(format!(
                 "the active gauge ends at {} after {} decrements",
@@ -1164,32 +1212,47 @@ impl Driver<'_> {
         })
     }
 
-    /// Every kind of input after the decision returns it unchanged.
+    /// Every kind of event after the decision is ignored, and the core's
+    /// decision, deadline and `client_spoke` stay as they were.
     fn latch_probes(&mut self) -> Result<(), Failure> {
         let everything = self.sc.stream.clone();
+        let saved = self.window.clone();
         let later = self.now + Duration::from_secs(3600);
-        let saved = std::mem::take(&mut self.window);
-        let inputs: [(Vec<u8>, Option<Fed>, Duration); 6] = [
-            (
-                everything.clone(),
-                Some(Fed::Bytes(everything.len())),
-                self.now,
-            ),
-            (saved.clone(), Some(Fed::Bytes(saved.len())), later),
-            (Vec::new(), Some(Fed::Bytes(0)), Duration::ZERO),
-            (Vec::new(), Some(Fed::Timeout), later),
-            (Vec::new(), Some(Fed::Timeout), Duration::ZERO),
-            (Vec::new(), Some(Fed::FrontClosed), self.now),
-        ];
         let now = self.now;
-        for (window, input, at) in inputs {
-            self.window = window;
+        let events: [(StepEvent<'_>, Duration); 7] = [
+            (
+                StepEvent::Read {
+                    window: &everything,
+                    added: everything.len(),
+                    eof: false,
+                },
+                now,
+            ),
+            (
+                StepEvent::Read {
+                    window: &saved,
+                    added: saved.len(),
+                    eof: false,
+                },
+                later,
+            ),
+            (
+                StepEvent::Read {
+                    window: &[],
+                    added: 0,
+                    eof: true,
+                },
+                Duration::ZERO,
+            ),
+            (StepEvent::Timer(StepTimer::Preread), later),
+            (StepEvent::Timer(StepTimer::ServerFirst), Duration::ZERO),
+            (StepEvent::Timer(StepTimer::Preread), now),
+            (StepEvent::Idle, later),
+        ];
+        for (event, at) in events {
             self.now = at;
-            if let Some(input) = input {
-                self.feed(input, Feeder::Latch)?;
-            }
+            self.handle(event, Feeder::Latch)?;
         }
-        self.window = saved;
         self.now = now;
         Ok(())
     }
@@ -1199,35 +1262,29 @@ impl Driver<'_> {
     /// (`relay`), then everything the client sends later.
     fn check_handoff(&mut self, route: &Route) -> Result<(), Failure> {
         let mode = self.sc.listener.mode;
-        let skip = match mode {
-            ProxyMode::None | ProxyMode::Send => route.content_offset,
-            ProxyMode::Relay => 0,
-        };
-        if mode == ProxyMode::Send {
-            let source = route.proxy_source.unwrap_or(CLIENT);
-            let mut tlvs: Vec<(u8, &[u8])> = Vec::new();
-            if let Some(sni) = &route.sni {
-                tlvs.push((PP2_TYPE_AUTHORITY, sni.as_bytes()));
-            }
-            if let Some(alpn) = &route.matched_alpn {
-                tlvs.push((PP2_TYPE_ALPN, alpn));
-            }
-            let mut prefix = Vec::new();
-            if write_v2(&mut prefix, source, LOCAL, &tlvs).is_err() {
-                return self.fail("the send-mode PROXY header could not be written");
-            }
-            match parse_proxy_header(&prefix) {
+        let plan = handoff(mode, route, CLIENT, LOCAL);
+        match mode {
+            ProxyMode::Send => match parse_proxy_header(&plan.prefix) {
                 Ok(ProxyParsed::Complete(h))
-                    if h.len() == prefix.len()
+                    if h.len() == plan.prefix.len()
                         && h.authority() == route.sni.as_ref().map(|s| s.as_bytes())
-                        && (h.source() == Some(source) || source.is_ipv4() != LOCAL.is_ipv4()) => {}
+                        && h.alpn() == route.matched_alpn.as_deref()
+                        && (h.source() == Some(route.proxy_source.unwrap_or(CLIENT))
+                            || route.proxy_source.unwrap_or(CLIENT).is_ipv4()
+                                != LOCAL.is_ipv4()) => {}
                 other => {
                     return self.fail(format!(
                         "the send-mode header does not read back: {other:?}"
                     ));
                 }
+            },
+            ProxyMode::None | ProxyMode::Relay => {
+                if !plan.prefix.is_empty() {
+                    return self.fail(format!("{mode:?} synthesized a header"));
+                }
             }
         }
+        let skip = plan.replay_from;
         let mut backend = self.window[skip.min(self.window.len())..].to_vec();
         backend.extend_from_slice(&self.sc.stream[self.window.len()..]);
         let client_from = match mode {

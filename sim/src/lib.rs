@@ -21,8 +21,9 @@ pub mod hello;
 pub mod listener;
 pub mod prefix;
 pub mod report;
-pub mod rng;
 pub mod scenario;
+
+pub use preread_core::rng;
 
 pub use driver::{DecidedBy, Event, Failure, Outcome, Played, Sabotage, play, play_sabotaged};
 pub use report::{Report, RunConfig, Tally, run};

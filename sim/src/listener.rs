@@ -15,6 +15,7 @@ use std::time::Duration;
 use preread_core::PrereadConfig;
 use preread_core::pattern::validate_sni_pattern;
 use preread_core::routes::{AlpnSet, RouteTable};
+use preread_core::step::PrereadListener;
 use preread_core::window::effective_max_bytes;
 
 use crate::rng::Rng;
@@ -101,17 +102,9 @@ pub const OFFERS: &[Option<&[&str]>] = &[
     Some(&["spdy/3.1"]),
 ];
 
-/// What a backend of the routed cluster receives before the window
-/// (`proxy_protocol` of the cluster; `worker/handoff.rs`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProxyMode {
-    /// The inbound header is dropped.
-    None,
-    /// The inbound header is replayed verbatim.
-    Relay,
-    /// The inbound header is dropped and preread writes its own v2 header.
-    Send,
-}
+/// What a backend of the routed cluster receives before the window: the
+/// step's own type (`proxy_protocol` of the cluster).
+pub use preread_core::step::ProxyMode;
 
 /// A listener as the worker holds it.
 #[derive(Debug, Clone)]
@@ -205,6 +198,14 @@ impl Listener {
     pub fn ensure_cap(&mut self, bytes: usize) {
         self.configured_max = self.configured_max.max(bytes);
         self.buffer_capacity = self.buffer_capacity.max(bytes);
+    }
+
+    /// The listener as the worker's `ListenerRuntime` holds it: the
+    /// configured cap lowered by the step's own rule.
+    pub fn preread(&self) -> PrereadListener {
+        let mut config = self.config();
+        config.max_bytes = self.configured_max;
+        PrereadListener::new(config, self.buffer_capacity, None)
     }
 
     /// The core's config, as `ListenerRuntime` builds it.

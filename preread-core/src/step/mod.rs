@@ -115,6 +115,19 @@ impl PrereadStep {
         (step, actions)
     }
 
+    /// The step of a connection refused before it could preread (its
+    /// listener is gone): it never enters the stage, so leaving it changes
+    /// no gauge.
+    pub fn refused(now: Instant) -> Self {
+        Self {
+            core: SniPrereadCore::new(),
+            accepted_at: now,
+            first_byte_at: None,
+            armed: Armed::default(),
+            stage: Stage::Left { preread_time: None },
+        }
+    }
+
     /// How many bytes the next read may add to a window of `buffered`
     /// bytes: never past the listener's cap, and nothing once decided.
     pub fn read_budget(&self, listener: &PrereadListener, buffered: usize) -> usize {

@@ -497,3 +497,17 @@ fn timer_plan_reads_each_timer() {
     assert_eq!(plan.get(StepTimer::Preread), TimerAction::Cancel);
     assert_eq!(plan.get(StepTimer::ServerFirst), TimerAction::Keep);
 }
+
+#[test]
+fn a_refused_connection_never_enters_the_stage() {
+    let base = Instant::now();
+    let mut step = PrereadStep::refused(base);
+    assert!(!step.is_reading());
+    assert_eq!(step.read_budget(&listener(), 0), 0);
+    assert_eq!(
+        step.abandon(ms(base, 5)),
+        Actions::ignore(),
+        "no gauge to lower"
+    );
+    assert_eq!(step.preread_time(), None);
+}

@@ -53,6 +53,11 @@ pub enum Command {
         /// the listener's expect_proxy when --config is given).
         #[arg(long)]
         expect_proxy: bool,
+        /// Deliver each capture as reads of these sizes in bytes (then the
+        /// rest as one last read), each capped as the worker caps reads;
+        /// without it, the whole capture is one read. Needs --config.
+        #[arg(long, value_delimiter = ',', value_parser = read_size)]
+        reads: Vec<usize>,
         /// Capture files; `-` reads standard input.
         #[arg(required = true)]
         files: Vec<PathBuf>,
@@ -306,4 +311,13 @@ pub enum StateAction {
 pub enum MetricsAction {
     /// All metrics, per worker and in total.
     Get,
+}
+
+/// One size of `inspect --reads`: a read adds at least one byte.
+fn read_size(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(0) => Err("a read adds at least one byte: use sizes of 1 or more".into()),
+        Ok(size) => Ok(size),
+        Err(_) => Err(format!("{text:?} is not a byte count")),
+    }
 }

@@ -45,8 +45,16 @@ pub fn run(cli: Cli) -> ExitCode {
             listener,
             hex,
             expect_proxy,
+            reads,
             files,
-        } => offline::inspect(&globals, listener.as_deref(), *hex, *expect_proxy, files),
+        } => offline::inspect(
+            &globals,
+            listener.as_deref(),
+            *hex,
+            *expect_proxy,
+            reads,
+            files,
+        ),
         Command::Reload => reload::run(&globals),
         Command::Start => crate::start::run(&globals),
         other => match requests::for_command(other) {

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use preread_core::step::PrereadListener;
+
 use command::codes::ErrorCode;
 use command::config::{check_config_file, load_config_file};
 use command::proto::request::RequestType;
@@ -17,7 +19,7 @@ use serde_json::json;
 
 use super::client::config_path;
 use super::{EXIT_USAGE, Globals};
-use crate::inspect::{InspectOptions, ListenerRoutes, decode_hex, inspect as inspect_one};
+use crate::inspect::{InspectOptions, decode_hex, inspect as inspect_one};
 
 pub(super) fn config_check(globals: &Globals) -> ExitCode {
     let path = config_path(globals);
@@ -99,9 +101,10 @@ fn read_input(path: &Path, hex: bool) -> Result<Vec<u8>, String> {
     decode_hex(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// The listener `inspect --config` decides for: `--listener`, else the
-/// first one the config declares.
-fn listener_routes(config: &Path, wanted: Option<&str>) -> Result<(ListenerRoutes, bool), String> {
+/// The listener `inspect --config` decides for (`--listener`, else the
+/// first one the config declares), built as a worker builds it: the cap
+/// lowered to the config's `buffer_size`, the catch-all frontend included.
+fn listener_routes(config: &Path, wanted: Option<&str>) -> Result<(PrereadListener, bool), String> {
     let loaded = load_config_file(config).map_err(|problems| {
         let listed: Vec<String> = problems.iter().map(ToString::to_string).collect();
         format!(
@@ -127,13 +130,12 @@ fn listener_routes(config: &Path, wanted: Option<&str>) -> Result<(ListenerRoute
         .listener(&address)
         .ok_or_else(|| format!("{} has no listener {address}", config.display()))?;
     let expect_proxy = listener.expect_proxy;
-    if let Some(cluster) = state.catch_all(&address) {
-        return Ok((ListenerRoutes::CatchAll(Arc::from(cluster)), expect_proxy));
-    }
+    let catch_all = state.catch_all(&address).map(Arc::from);
     let preread = state
         .preread_config(&address)
         .ok_or_else(|| format!("{} has no listener {address}", config.display()))?;
-    Ok((ListenerRoutes::Preread(preread), expect_proxy))
+    let listener = PrereadListener::new(preread, loaded.global.buffer_size, catch_all);
+    Ok((listener, expect_proxy))
 }
 
 pub(super) fn inspect(
@@ -141,11 +143,13 @@ pub(super) fn inspect(
     listener: Option<&str>,
     hex: bool,
     expect_proxy: bool,
+    reads: &[usize],
     files: &[PathBuf],
 ) -> ExitCode {
     let mut options = InspectOptions {
         expect_proxy,
         listener: None,
+        reads: reads.to_vec(),
     };
     if let Some(config) = &globals.config {
         match listener_routes(config, listener) {
@@ -160,6 +164,9 @@ pub(super) fn inspect(
         }
     } else if listener.is_some() {
         eprintln!("preread inspect: --listener needs --config");
+        return ExitCode::from(EXIT_USAGE);
+    } else if !reads.is_empty() {
+        eprintln!("preread inspect: --reads needs --config (it shapes the decision)");
         return ExitCode::from(EXIT_USAGE);
     }
     let mut status = ExitCode::SUCCESS;

@@ -7,7 +7,7 @@
 //! over several writes (workers share the file; one `O_APPEND` write per line
 //! keeps lines whole), or print a value the reader could mistake for a key.
 
-use std::fmt::{self, Write as _};
+use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write as _};
 use std::net::SocketAddr;
@@ -15,33 +15,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use command::config::{AccessLogFormat, AccessLogTarget};
 use log::warn;
-use preread_core::{FallbackReason, RejectReason};
 use serde_json::{Map, Value};
 
-/// How a session ended, as the `outcome` of its line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Routed by SNI/ALPN and piped.
-    Routed,
-    /// Piped to the listener's default cluster.
-    Fallback(FallbackReason),
-    /// Refused by the preread core.
-    Rejected(RejectReason),
-    /// Refused by the shell (`pool_exhausted`, `max_connections`,
-    /// `per_ip_limit`, `backend_unavailable`, …).
-    Refused(&'static str),
-}
-
-impl fmt::Display for Outcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Routed => f.write_str("routed"),
-            Self::Fallback(reason) => write!(f, "fallback:{reason}"),
-            Self::Rejected(reason) => write!(f, "rejected:{reason}"),
-            Self::Refused(why) => write!(f, "refused:{why}"),
-        }
-    }
-}
+use super::vocabulary::Outcome;
 
 /// One closed session.
 #[derive(Debug, Clone)]
@@ -260,7 +236,8 @@ mod tests {
     use command::config::{AccessLogFormat, AccessLogTarget};
     use preread_core::{FallbackReason, RejectReason};
 
-    use super::{AccessLog, AccessLogEntry, Outcome, rfc3339_millis};
+    use super::super::vocabulary::{Outcome, RefuseReason};
+    use super::{AccessLog, AccessLogEntry, rfc3339_millis};
 
     fn at(ms: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_millis(ms)
@@ -336,7 +313,7 @@ mod tests {
             Outcome::Routed,
             Outcome::Fallback(FallbackReason::ServerFirst),
             Outcome::Rejected(RejectReason::TooLarge),
-            Outcome::Refused("pool_exhausted"),
+            Outcome::Refused(RefuseReason::PoolExhausted),
         ]
         .map(|outcome| outcome.to_string());
         assert_eq!(

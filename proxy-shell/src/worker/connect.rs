@@ -4,265 +4,246 @@
 //! Owns: the per-(cluster, source IP) admission, the non-blocking connect and
 //! its timer, what a failed connect counts and reports to passive health,
 //! the health-change logs, deciding that a connect completed, and setting up
-//! the pipe (PROXY header plan, idle timer) once it has.
+//! the pipe (the step's PROXY handoff plan, the lanes, the idle timer) once
+//! it has.
 //!
-//! Must never: start before the core has routed (only `start_connect` opens
-//! the gate, and only `on_output` and `route_catch_all` call it), try a
-//! backend twice for one session or more than `max_connection_attempts`, or
-//! touch the client's window beyond what the handoff plan skips.
+//! Must never: start before a route exists (only [`start`] opens the gate,
+//! and only the preread step's `Next::Connect` leads there), try a backend
+//! twice for one session or more than `max_connection_attempts`, or touch
+//! the client's window beyond what the handoff plan skips.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use command::proto::ProxyProtocol;
 use log::{debug, info, trace, warn};
 use mio::Interest;
 use mio::net::TcpStream;
-use preread_core::routes::ClusterId;
+use preread_core::step::{ProxyMode, handoff};
 
 use super::backends::HealthChange;
-use super::drive::Outcome;
-use super::event_loop::{TimerKind, Worker};
-use super::handoff::handoff;
-use super::metrics::names;
-use super::session::Phase;
+use super::ctx::{Ctx, Drive, TimerKind};
+use super::io::Ready;
+use super::pipe::open_lanes;
+use super::session::{Phase, Session};
+use super::tokens::{Side, session_token};
+use super::vocabulary::{
+    BACKEND_CONNECT_ERRORS, BACKEND_CONNECT_RETRIES, BACKEND_CONNECTIONS, BACKEND_DOWN, Outcome,
+    RefuseReason, SPLICE_PIPES_CREATED, backend_connections,
+};
 
-impl Worker {
-    /// The connect gate: runs only once a route exists. Checks the
-    /// per-(cluster, source IP) limit, then picks and connects a backend.
-    pub(super) fn start_connect(&mut self, key: usize, cluster: ClusterId, now: Instant) {
-        let Some(session) = self.sessions.get_mut(key) else {
-            return;
-        };
-        let source: IpAddr = session
-            .route
-            .as_ref()
-            .and_then(|r| r.proxy_source)
-            .map_or(session.client.ip(), |a| a.ip());
-        let Some(backends) = self.runtime.clusters.get_mut(&cluster) else {
-            self.close(key, Outcome::Refused("cluster_unknown"));
-            return;
-        };
-        // Known before the limit check, so a refusal names whose limit it was.
-        session.cluster = Some(cluster.clone());
-        if !backends.admit_ip(source) {
-            self.metrics.incr(names::TCP_REFUSED_PER_IP_LIMIT);
-            self.close(key, Outcome::Refused("per_ip_limit"));
-            return;
-        }
-        session.admitted_ip = Some(source);
-        session.phase = Phase::Connecting;
-        self.connect_next(key, now);
+/// Used only if the session's listener was removed mid-connect.
+const FALLBACK_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+const FALLBACK_BACK_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn refused(reason: RefuseReason) -> Drive {
+    Drive::End(Outcome::Refused(reason))
+}
+
+/// The cluster's `proxy_protocol` in the step's words.
+fn proxy_mode(protocol: ProxyProtocol) -> ProxyMode {
+    match protocol {
+        ProxyProtocol::None => ProxyMode::None,
+        ProxyProtocol::Send => ProxyMode::Send,
+        ProxyProtocol::Relay => ProxyMode::Relay,
     }
+}
 
-    /// Picks a backend not tried yet and starts a non-blocking connect.
-    pub(super) fn connect_next(&mut self, key: usize, now: Instant) {
-        loop {
-            let Some(session) = self.sessions.get_mut(key) else {
-                return;
-            };
-            let attempts = session.tried.len() as u32;
-            let Some(cluster) = session.cluster.clone() else {
-                return;
-            };
-            let Some(backends) = self.runtime.clusters.get_mut(&cluster) else {
-                self.close(key, Outcome::Refused("cluster_unknown"));
-                return;
-            };
-            if attempts >= self.settings.max_connection_attempts {
-                self.close(key, Outcome::Refused("backend_unavailable"));
-                return;
-            }
-            let Some(backend) = backends.pick(now, &mut self.rng, &session.tried) else {
-                self.close(key, Outcome::Refused("backend_unavailable"));
-                return;
-            };
-            let (Some(address), Some(id)) = (backends.address(backend), backends.id(backend))
-            else {
-                self.close(key, Outcome::Refused("backend_unavailable"));
-                return;
-            };
-            let id = id.to_owned();
-            if attempts > 0 {
-                self.metrics.incr(names::BACKEND_CONNECT_RETRIES);
-            }
-            backends.connect_started(backend);
-            session.tried.push(backend);
-            session.backend = Some(backend);
-            session.backend_id = Some(id);
-            match self.open_backend(key, address) {
-                Ok(()) => {
-                    let timeout = self
-                        .runtime
-                        .listeners
-                        .get(&self.sessions[key].listener)
-                        .map_or(std::time::Duration::from_secs(3), |l| l.connect_timeout);
-                    let id = self
-                        .timers
-                        .schedule(now + timeout, (key, TimerKind::Connect));
-                    self.sessions[key].timers.connect = Some(id);
-                    return;
-                }
-                Err(e) => {
-                    debug!("connect to {address} failed at once: {e}");
-                    self.backend_failed(key, now);
-                }
-            }
-        }
+/// The connect gate, once a route exists: the per-(cluster, source IP)
+/// limit, then a backend.
+pub(super) fn start(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instant) -> Drive {
+    let Some(route) = session.route.clone() else {
+        return refused(RefuseReason::ClusterUnknown);
+    };
+    let source: IpAddr = route.proxy_source.map_or(session.client.ip(), |a| a.ip());
+    let Some(backends) = ctx.runtime.clusters.get_mut(&route.cluster) else {
+        return refused(RefuseReason::ClusterUnknown);
+    };
+    // Known before the limit check, so a refusal names whose limit it was.
+    session.cluster = Some(route.cluster.clone());
+    if !backends.admit_ip(source) {
+        return refused(RefuseReason::PerIpLimit);
     }
+    session.admitted_ip = Some(source);
+    session.phase = Phase::Connecting;
+    next(ctx, key, session, now)
+}
 
-    fn open_backend(&mut self, key: usize, address: SocketAddr) -> io::Result<()> {
-        let mut stream = TcpStream::connect(address)?;
-        self.poll.registry().register(
-            &mut stream,
-            mio::Token(key * 2 + 1),
-            Interest::READABLE | Interest::WRITABLE,
-        )?;
-        let session = &mut self.sessions[key];
-        session.back = Some(stream);
-        session.back_ready = Default::default();
-        Ok(())
-    }
-
-    /// A connect failed (refused, reset, timed out): count it, mark the
-    /// backend's health, drop the socket. The caller tries the next one.
-    pub(super) fn backend_failed(&mut self, key: usize, now: Instant) {
-        self.metrics.incr(names::BACKEND_CONNECT_ERRORS);
-        let Some(session) = self.sessions.get_mut(key) else {
-            return;
+/// Picks a backend not tried yet and starts a non-blocking connect.
+pub(super) fn next(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instant) -> Drive {
+    loop {
+        let attempts = session.tried.len() as u32;
+        let Some(cluster) = session.cluster.clone() else {
+            return refused(RefuseReason::ClusterUnknown);
         };
-        if let Some(mut back) = session.back.take() {
-            let _ = self.poll.registry().deregister(&mut back);
-        }
-        if let Some(id) = session.timers.connect.take() {
-            self.timers.cancel(id);
-        }
-        let (Some(cluster), Some(backend)) = (session.cluster.clone(), session.backend.take())
-        else {
-            return;
+        let Some(backends) = ctx.runtime.clusters.get_mut(&cluster) else {
+            return refused(RefuseReason::ClusterUnknown);
         };
-        session.backend_id = None;
-        if let Some(backends) = self.runtime.clusters.get_mut(&cluster) {
-            backends.release(backend);
-            let change = backends.connect_failed(backend, now);
-            self.health_changed(&cluster, change);
+        if attempts >= ctx.settings.max_connection_attempts {
+            return refused(RefuseReason::BackendUnavailable);
         }
-    }
-
-    fn health_changed(&mut self, cluster: &str, change: Option<HealthChange>) {
-        match change {
-            Some(HealthChange::Down {
-                backend_id,
-                retry_in,
-            }) => {
-                self.metrics.incr(names::BACKEND_DOWN);
-                warn!("backend {backend_id} of {cluster} is down; next try in {retry_in:?}");
-            }
-            Some(HealthChange::Up { backend_id }) => {
-                info!("backend {backend_id} of {cluster} is up again");
-            }
-            None => {}
+        let Some(backend) = backends.pick(now, &mut ctx.rng, &session.tried) else {
+            return refused(RefuseReason::BackendUnavailable);
+        };
+        let (Some(address), Some(id)) = (backends.address(backend), backends.id(backend)) else {
+            return refused(RefuseReason::BackendUnavailable);
+        };
+        session.backend_id = Some(id.to_owned());
+        backends.connect_started(backend);
+        if attempts > 0 {
+            ctx.metrics.incr(BACKEND_CONNECT_RETRIES);
         }
-    }
-
-    pub(super) fn drive_connect(&mut self, key: usize) -> bool {
-        let now = Instant::now();
-        let Some(session) = self.sessions.get_mut(key) else {
-            return false;
-        };
-        let Some(back) = session.back.as_ref() else {
-            return false;
-        };
-        if !session.back_ready.writable {
-            return false;
-        }
-        // mio: a non-blocking connect is done only once no error is pending
-        // and the peer address is known.
-        let connected = match back.take_error() {
-            Ok(None) => match back.peer_addr() {
-                Ok(_) => Ok(true),
-                Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
-                Err(e) => Err(e),
-            },
-            Ok(Some(e)) | Err(e) => Err(e),
-        };
-        match connected {
-            Ok(false) => {
-                session.back_ready.writable = false;
-                false
+        session.tried.push(backend);
+        session.backend = Some(backend);
+        match open_backend(ctx, key, session, address) {
+            Ok(()) => {
+                let timeout = ctx
+                    .runtime
+                    .listeners
+                    .get(&session.listener)
+                    .map_or(FALLBACK_CONNECT_TIMEOUT, |l| l.connect_timeout);
+                session.timers.connect = Some(ctx.schedule(key, TimerKind::Connect, now + timeout));
+                return Drive::Continue { progressed: true };
             }
             Err(e) => {
-                debug!(
-                    "connect of {} to {:?} failed: {e}",
-                    session.client, session.backend_id
-                );
-                self.backend_failed(key, now);
-                self.connect_next(key, now);
-                true
-            }
-            Ok(true) => {
-                self.connected(key, now);
-                true
+                debug!("connect to {address} failed at once: {e}");
+                failed(ctx, session, now);
             }
         }
     }
+}
 
-    fn connected(&mut self, key: usize, now: Instant) {
-        let Some(session) = self.sessions.get_mut(key) else {
-            return;
-        };
-        if let Some(id) = session.timers.connect.take() {
-            self.timers.cancel(id);
-        }
-        if let Some(back) = &session.back {
-            let _ = back.set_nodelay(true);
-        }
-        let (Some(cluster), Some(backend)) = (session.cluster.clone(), session.backend) else {
-            return;
-        };
-        let Some(backends) = self.runtime.clusters.get_mut(&cluster) else {
-            self.close(key, Outcome::Refused("cluster_unknown"));
-            return;
-        };
-        let change = backends.connect_succeeded(backend, now);
-        let mode = backends.proxy_protocol();
-        self.health_changed(&cluster, change);
-        self.metrics.gauge_add(names::BACKEND_CONNECTIONS, 1);
-        let Some(session) = self.sessions.get_mut(key) else {
-            return;
-        };
-        if let Some(id) = &session.backend_id {
-            self.metrics
-                .gauge_add(&format!("backend.{id}.connections"), 1);
-        }
-        if let Some(route) = &session.route {
-            let plan = handoff(mode, route, session.client, session.local);
-            session.prefix = plan.prefix;
-            if let Some(buf) = session.front_buf.as_mut() {
-                buf.consume(plan.skip.min(buf.len()));
-            }
-        }
-        let back_timeout = self
-            .runtime
-            .listeners
-            .get(&session.listener)
-            .map_or(std::time::Duration::from_secs(30), |l| l.back_timeout);
-        session.last_back_activity = now;
-        let created = session.open_lanes(self.settings.splice.then_some(&mut self.pipes));
-        if created > 0 {
-            self.metrics
-                .add(names::SPLICE_PIPES_CREATED, i64::from(created));
-        }
-        session.phase = Phase::Pipe;
-        // The front may still hold readiness from before; the pipe must run
-        // now, since edge-triggered events will not repeat.
-        session.front_ready.readable = true;
-        session.front_ready.writable = true;
-        let id = self
-            .timers
-            .schedule(now + back_timeout, (key, TimerKind::BackIdle));
-        session.timers.back_idle = Some(id);
-        trace!("{} piped to {:?}", session.client, session.backend_id);
-        self.requeue(key);
+fn open_backend(
+    ctx: &mut Ctx,
+    key: usize,
+    session: &mut Session,
+    address: SocketAddr,
+) -> io::Result<()> {
+    let mut stream = TcpStream::connect(address)?;
+    ctx.registry.register(
+        &mut stream,
+        session_token(key, Side::Back),
+        Interest::READABLE | Interest::WRITABLE,
+    )?;
+    session.back = Some(stream);
+    session.back_ready = Ready::default();
+    Ok(())
+}
+
+/// A connect failed (refused, reset, timed out): count it, mark the
+/// backend's health, drop the socket. The caller tries the next one.
+pub(super) fn failed(ctx: &mut Ctx, session: &mut Session, now: Instant) {
+    ctx.metrics.incr(BACKEND_CONNECT_ERRORS);
+    if let Some(mut back) = session.back.take() {
+        let _ = ctx.registry.deregister(&mut back);
     }
+    ctx.cancel(session.timers.connect.take());
+    let (Some(cluster), Some(backend)) = (session.cluster.clone(), session.backend.take()) else {
+        return;
+    };
+    session.backend_id = None;
+    if let Some(backends) = ctx.runtime.clusters.get_mut(&cluster) {
+        backends.release(backend);
+        let change = backends.connect_failed(backend, now);
+        health_changed(ctx, &cluster, change);
+    }
+}
+
+fn health_changed(ctx: &mut Ctx, cluster: &str, change: Option<HealthChange>) {
+    match change {
+        Some(HealthChange::Down {
+            backend_id,
+            retry_in,
+        }) => {
+            ctx.metrics.incr(BACKEND_DOWN);
+            warn!("backend {backend_id} of {cluster} is down; next try in {retry_in:?}");
+        }
+        Some(HealthChange::Up { backend_id }) => {
+            info!("backend {backend_id} of {cluster} is up again");
+        }
+        None => {}
+    }
+}
+
+/// One drive of a session whose connect is in flight.
+pub(super) fn drive(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instant) -> Drive {
+    let Some(back) = session.back.as_ref() else {
+        return Drive::Continue { progressed: false };
+    };
+    if !session.back_ready.writable {
+        return Drive::Continue { progressed: false };
+    }
+    // mio: a non-blocking connect is done only once no error is pending
+    // and the peer address is known.
+    let connected = match back.take_error() {
+        Ok(None) => match back.peer_addr() {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
+            Err(e) => Err(e),
+        },
+        Ok(Some(e)) | Err(e) => Err(e),
+    };
+    match connected {
+        Ok(false) => {
+            session.back_ready.writable = false;
+            Drive::Continue { progressed: false }
+        }
+        Err(e) => {
+            debug!(
+                "connect of {} to {:?} failed: {e}",
+                session.client, session.backend_id
+            );
+            failed(ctx, session, now);
+            next(ctx, key, session, now)
+        }
+        Ok(true) => connected_to_backend(ctx, key, session, now),
+    }
+}
+
+/// The connect completed: apply the handoff plan and start the pipe.
+fn connected_to_backend(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instant) -> Drive {
+    ctx.cancel(session.timers.connect.take());
+    if let Some(back) = &session.back {
+        let _ = back.set_nodelay(true);
+    }
+    let (Some(cluster), Some(backend)) = (session.cluster.clone(), session.backend) else {
+        return refused(RefuseReason::BackendUnavailable);
+    };
+    let Some(backends) = ctx.runtime.clusters.get_mut(&cluster) else {
+        return refused(RefuseReason::ClusterUnknown);
+    };
+    let change = backends.connect_succeeded(backend, now);
+    let mode = proxy_mode(backends.proxy_protocol());
+    health_changed(ctx, &cluster, change);
+    ctx.metrics.gauge_add(BACKEND_CONNECTIONS, 1);
+    if let Some(id) = &session.backend_id {
+        ctx.metrics.gauge_add(&backend_connections(id), 1);
+    }
+    if let Some(route) = &session.route {
+        let plan = handoff(mode, route, session.client, session.local);
+        session.prefix = plan.prefix;
+        if let Some(buf) = session.front_buf.as_mut() {
+            buf.consume(plan.replay_from.min(buf.len()));
+        }
+    }
+    let back_timeout = ctx
+        .runtime
+        .listeners
+        .get(&session.listener)
+        .map_or(FALLBACK_BACK_TIMEOUT, |l| l.back_timeout);
+    session.last_back_activity = now;
+    let created = open_lanes(session, ctx.settings.splice.then_some(&mut ctx.pipes));
+    if created > 0 {
+        ctx.metrics.add(SPLICE_PIPES_CREATED, i64::from(created));
+    }
+    session.phase = Phase::Pipe;
+    // The front may still hold readiness from before; the pipe must run
+    // now, since edge-triggered events will not repeat.
+    session.front_ready.readable = true;
+    session.front_ready.writable = true;
+    session.timers.back_idle = Some(ctx.schedule(key, TimerKind::BackIdle, now + back_timeout));
+    trace!("{} piped to {:?}", session.client, session.backend_id);
+    ctx.requeue(key, session);
+    Drive::Continue { progressed: true }
 }

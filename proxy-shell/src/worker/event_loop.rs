@@ -1,49 +1,41 @@
-//! The worker's event loop: poll, orders from the main thread, accepts,
-//! readiness bookkeeping and timers.
+//! The worker's event loop: poll, orders from the main thread, listeners,
+//! readiness bookkeeping, timers, and the soft stop.
 //!
-//! Owns: tokens (a session's front socket is `2k`, its backend `2k+1`, a
-//! listener `LISTENER_BASE + i`), the accept loop with its admission checks,
-//! and the turn structure: events mark sessions dirty, each dirty session is
-//! driven once per turn, then expired timers fire. Must never: block, or
-//! drive a session from inside another session's step.
+//! Owns: [`Worker`] (the sessions' slab, the listeners and the shared
+//! [`Ctx`]) and the turn structure: events mark sessions dirty, each dirty
+//! session is driven once per turn, then expired timers fire; whatever
+//! answers [`Drive::End`] is taken out of the slab and closed. Must never:
+//! block, or drive a session from inside another session's step.
 
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use log::{debug, error, info, trace, warn};
+use log::{error, info};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
+use preread_core::rng::Rng;
 use slab::Slab;
 
+use super::accept::accept;
 use super::access_log::AccessLog;
-use super::backends::Rng;
+use super::close::close;
+use super::ctx::{Ctx, Drive};
+use super::drive::drive;
+use super::io::Ready;
 use super::listen::bind_reuseport;
-use super::metrics::{Metrics, names};
+use super::metrics::Metrics;
 use super::orders::{Answer, Order, OrderId, WorkerInbox};
 use super::pipe_pool::{MAX_IDLE_PIPES, PipePool};
 use super::pool::BufferPool;
 use super::runtime::{Applied, Runtime};
-use super::session::{Ready, Session};
+use super::session::Session;
+use super::settings::WorkerSettings;
+use super::timer::fired;
 use super::timers::Timers;
-use super::{WAKER_TOKEN, WorkerSettings};
-use preread_core::names::SNI_PREREAD_ACTIVE;
-
-/// Listener tokens start here; session tokens (`2k`, `2k+1`) stay below.
-pub(super) const LISTENER_BASE: usize = 1 << 48;
-
-/// Why a timer was armed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum TimerKind {
-    Preread,
-    ServerFirst,
-    Connect,
-    FrontIdle,
-    BackIdle,
-}
-
-pub(super) type TimerKey = (usize, TimerKind);
+use super::tokens::{LISTENER_BASE, Side, WAKER_TOKEN, session_of};
+use super::vocabulary::{BUFFERS_IN_USE, Outcome, RefuseReason};
 
 /// A soft stop in progress: sessions drain until `deadline`.
 #[derive(Debug, Clone, Copy)]
@@ -51,18 +43,12 @@ struct Stopping {
     deadline: Instant,
 }
 
+/// One worker thread's state.
+#[derive(Debug)]
 pub(super) struct Worker {
-    pub(super) id: u32,
-    pub(super) poll: Poll,
-    pub(super) settings: WorkerSettings,
-    pub(super) runtime: Runtime,
-    pub(super) pool: BufferPool,
-    pub(super) pipes: PipePool,
-    pub(super) timers: Timers<TimerKey>,
-    pub(super) metrics: Metrics,
-    pub(super) access_log: AccessLog,
-    pub(super) rng: Rng,
-    pub(super) sessions: Slab<Session>,
+    poll: Poll,
+    ctx: Ctx,
+    sessions: Slab<Session>,
     listeners: Slab<(SocketAddr, TcpListener)>,
     listener_keys: HashMap<SocketAddr, usize>,
     inbox: WorkerInbox,
@@ -72,7 +58,6 @@ pub(super) struct Worker {
     /// lets the process exit.
     stop_order: Option<OrderId>,
     exit: bool,
-    pub(super) dirty: Vec<usize>,
 }
 
 impl Worker {
@@ -89,9 +74,9 @@ impl Worker {
                     format!("cannot open the access log {:?}: {e}", settings.access_logs),
                 )
             })?;
-        Ok(Self {
+        let ctx = Ctx {
             id,
-            poll,
+            registry: poll.registry().try_clone()?,
             runtime: Runtime::new(settings.buffer_size),
             pool: BufferPool::new(settings.buffer_size, settings.max_buffers),
             pipes: PipePool::new(MAX_IDLE_PIPES),
@@ -102,6 +87,12 @@ impl Worker {
             rng: Rng::new(
                 0x9e37_79b9_7f4a_7c15 ^ u64::from(id).wrapping_mul(0x2545_f491_4f6c_dd1d),
             ),
+            dirty: Vec::new(),
+            settings,
+        };
+        Ok(Self {
+            poll,
+            ctx,
             sessions: Slab::new(),
             listeners: Slab::new(),
             listener_keys: HashMap::new(),
@@ -109,8 +100,6 @@ impl Worker {
             stopping: None,
             stop_order: None,
             exit: false,
-            dirty: Vec::new(),
-            settings,
         })
     }
 
@@ -118,14 +107,14 @@ impl Worker {
         let mut events = Events::with_capacity(1024);
         while !self.exit {
             let now = Instant::now();
-            let mut wake_at = self.timers.next_deadline();
+            let mut wake_at = self.ctx.timers.next_deadline();
             if let Some(stopping) = self.stopping {
                 wake_at = Some(wake_at.map_or(stopping.deadline, |t| t.min(stopping.deadline)));
             }
             // Sessions re-queued during the last turn (a busy pipe that
             // yielded, a connect that just completed) must run now: no
             // edge-triggered event will come for readiness already known.
-            let timeout = if self.dirty.is_empty() {
+            let timeout = if self.ctx.dirty.is_empty() {
                 wake_at.map(|t| t.saturating_duration_since(now))
             } else {
                 Some(Duration::ZERO)
@@ -134,7 +123,7 @@ impl Worker {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
-                error!("worker {}: poll failed, stopping: {e}", self.id);
+                error!("worker {}: poll failed, stopping: {e}", self.ctx.id);
                 break;
             }
             for event in events.iter() {
@@ -142,9 +131,9 @@ impl Worker {
                     WAKER_TOKEN => self.take_orders(),
                     Token(t) if t >= LISTENER_BASE => self.accept(t - LISTENER_BASE),
                     Token(t) => {
-                        let side = if t % 2 == 0 { Side::Front } else { Side::Back };
+                        let (key, side) = session_of(t);
                         self.mark(
-                            t / 2,
+                            key,
                             side,
                             event.is_readable() || event.is_read_closed() || event.is_error(),
                             event.is_writable() || event.is_write_closed() || event.is_error(),
@@ -172,117 +161,46 @@ impl Worker {
         };
         ready.readable |= readable;
         ready.writable |= writable;
-        if !session.dirty {
-            session.dirty = true;
-            self.dirty.push(key);
-        }
+        self.ctx.requeue(key, session);
     }
 
     fn drive_dirty(&mut self) {
-        let mut turn = std::mem::take(&mut self.dirty);
+        let mut turn = std::mem::take(&mut self.ctx.dirty);
         for key in turn.drain(..) {
-            if let Some(session) = self.sessions.get_mut(key) {
-                session.dirty = false;
-                self.drive(key);
-            }
+            let Some(session) = self.sessions.get_mut(key) else {
+                continue;
+            };
+            session.dirty = false;
+            let result = drive(&mut self.ctx, key, session);
+            self.settle(key, result);
         }
         // Reuse the allocation; sessions that yielded re-queued themselves.
-        if self.dirty.is_empty() {
-            self.dirty = turn;
+        if self.ctx.dirty.is_empty() {
+            self.ctx.dirty = turn;
         }
     }
 
     fn fire_timers(&mut self, now: Instant) {
-        while let Some((key, kind)) = self.timers.pop_expired(now) {
-            if self.sessions.contains(key) {
-                self.on_timer(key, kind, now);
+        while let Some((key, kind)) = self.ctx.timers.pop_expired(now) {
+            if let Some(session) = self.sessions.get_mut(key) {
+                let result = fired(&mut self.ctx, key, session, kind, now);
+                self.settle(key, result);
             }
+        }
+    }
+
+    /// Closes session `key` if its step ended it.
+    fn settle(&mut self, key: usize, result: Drive) {
+        if let Drive::End(outcome) = result
+            && let Some(session) = self.sessions.try_remove(key)
+        {
+            close(&mut self.ctx, key, session, outcome);
         }
     }
 
     fn accept(&mut self, listener_key: usize) {
-        loop {
-            let Some((address, listener)) = self.listeners.get(listener_key) else {
-                return;
-            };
-            let address = *address;
-            let (stream, client) = match listener.accept() {
-                Ok(accepted) => accepted,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // EMFILE and friends: drop this round, the next event retries.
-                    warn!("worker {}: accept on {address} failed: {e}", self.id);
-                    return;
-                }
-            };
-            self.metrics.incr(names::TCP_ACCEPTED);
-            if self.sessions.len() >= self.settings.max_connections {
-                self.metrics.incr(names::TCP_REFUSED_MAX_CONNECTIONS);
-                debug!("refused {client} on {address}: max_connections");
-                continue;
-            }
-            if self.pool.in_use() >= self.pool.capacity() {
-                self.metrics.incr(names::TCP_REFUSED_POOL_EXHAUSTED);
-                debug!("refused {client} on {address}: buffer pool exhausted");
-                continue;
-            }
-            self.open_session(address, stream, client);
-        }
-    }
-
-    fn open_session(
-        &mut self,
-        listener: SocketAddr,
-        mut front: mio::net::TcpStream,
-        client: SocketAddr,
-    ) {
-        let now = Instant::now();
-        let local = front.local_addr().unwrap_or(listener);
-        let _ = front.set_nodelay(true);
-        let entry = self.sessions.vacant_entry();
-        let key = entry.key();
-        if let Err(e) = self.poll.registry().register(
-            &mut front,
-            Token(key * 2),
-            Interest::READABLE | Interest::WRITABLE,
-        ) {
-            warn!("worker {}: cannot register {client}: {e}", self.id);
-            return;
-        }
-        entry.insert(Session::accepted(listener, local, client, front, now));
-        self.metrics.gauge_add(names::TCP_ACTIVE, 1);
-        let Some(runtime) = self.runtime.listeners.get(&listener) else {
-            self.close(key, super::drive::Outcome::Refused("listener_removed"));
-            return;
-        };
-        let (catch_all, front_timeout, server_first) = (
-            runtime.catch_all.clone(),
-            runtime.front_timeout,
-            runtime.server_first,
-        );
-        let session_timers_front = self
-            .timers
-            .schedule(now + front_timeout, (key, TimerKind::FrontIdle));
-        if let Some(session) = self.sessions.get_mut(key) {
-            session.timers.front_idle = Some(session_timers_front);
-        }
-        if let Some(cluster) = catch_all {
-            trace!("{client} on {listener}: catch-all to {cluster}");
-            self.route_catch_all(key, cluster, now);
-            return;
-        }
-        self.metrics.gauge_add(SNI_PREREAD_ACTIVE, 1);
-        if let Some(session) = self.sessions.get_mut(key) {
-            session.in_preread_gauge = true;
-        }
-        if let Some(wait) = server_first {
-            let id = self
-                .timers
-                .schedule(now + wait, (key, TimerKind::ServerFirst));
-            if let Some(session) = self.sessions.get_mut(key) {
-                session.timers.server_first = Some(id);
-            }
+        if let Some((address, listener)) = self.listeners.get(listener_key) {
+            accept(&mut self.ctx, &mut self.sessions, *address, listener);
         }
     }
 
@@ -296,9 +214,9 @@ impl Worker {
         let answer = match order {
             Order::Apply(request) => self.apply(&request),
             Order::Metrics => {
-                self.metrics
-                    .gauge_set(names::BUFFERS_IN_USE, self.pool.in_use() as i64);
-                Answer::Metrics(self.metrics.snapshot())
+                let in_use = self.ctx.pool.in_use() as i64;
+                self.ctx.metrics.gauge_set(BUFFERS_IN_USE, in_use);
+                Answer::Metrics(self.ctx.metrics.snapshot())
             }
             Order::Status => Answer::Status {
                 sessions: self.sessions.len() as u64,
@@ -311,7 +229,7 @@ impl Worker {
                 });
                 info!(
                     "worker {}: soft stop, draining {} session(s) for at most {grace_ms} ms",
-                    self.id,
+                    self.ctx.id,
                     self.sessions.len()
                 );
                 self.stop_order = Some(id);
@@ -326,7 +244,7 @@ impl Worker {
     }
 
     fn apply(&mut self, request: &command::proto::Request) -> Answer {
-        match self.runtime.apply(request) {
+        match self.ctx.runtime.apply(request) {
             Err(refusal) => Answer::Refused {
                 code: String::new(),
                 message: refusal.0,
@@ -339,10 +257,10 @@ impl Worker {
             Ok(Applied::Open(address)) => match self.open_listener(address) {
                 Ok(()) => Answer::Done,
                 Err(e) => {
-                    self.runtime.undo_open(request, address);
+                    self.ctx.runtime.undo_open(request, address);
                     Answer::Refused {
                         code: String::new(),
-                        message: format!("worker {}: cannot listen on {address}: {e}", self.id),
+                        message: format!("worker {}: cannot listen on {address}: {e}", self.ctx.id),
                     }
                 }
             },
@@ -362,7 +280,7 @@ impl Worker {
         )?;
         self.listener_keys.insert(address, entry.key());
         entry.insert((address, listener));
-        info!("worker {}: listening on {address}", self.id);
+        info!("worker {}: listening on {address}", self.ctx.id);
         Ok(())
     }
 
@@ -370,7 +288,7 @@ impl Worker {
         if let Some(key) = self.listener_keys.remove(&address) {
             let (_, mut listener) = self.listeners.remove(key);
             let _ = self.poll.registry().deregister(&mut listener);
-            info!("worker {}: stopped listening on {address}", self.id);
+            info!("worker {}: stopped listening on {address}", self.ctx.id);
         }
     }
 
@@ -388,7 +306,7 @@ impl Worker {
             } else if now >= stopping.deadline {
                 info!(
                     "worker {}: soft stop grace over, closing {} session(s)",
-                    self.id,
+                    self.ctx.id,
                     self.sessions.len()
                 );
                 self.exit = true;
@@ -400,13 +318,7 @@ impl Worker {
         self.close_listeners();
         let keys: Vec<usize> = self.sessions.iter().map(|(key, _)| key).collect();
         for key in keys {
-            self.close(key, super::drive::Outcome::Refused("shutdown"));
+            self.settle(key, Drive::End(Outcome::Refused(RefuseReason::Shutdown)));
         }
     }
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Side {
-    Front,
-    Back,
 }

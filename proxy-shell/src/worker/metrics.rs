@@ -16,68 +16,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use command::proto::WorkerMetrics;
-use preread_core::names::{SNI_PREREAD_ACTIVE, SNI_PREREAD_DURATION, SNI_PREREAD_ROUTED};
-use preread_core::{FallbackReason, RejectReason};
 
-/// Metric names of the shell (the preread ones live in `preread_core::names`).
-pub mod names {
-    /// Counter: connections accepted (before admission checks).
-    pub const TCP_ACCEPTED: &str = "tcp.accepted";
-    /// Gauge: open sessions.
-    pub const TCP_ACTIVE: &str = "tcp.active";
-    /// Counter: connections refused because the buffer pool was exhausted.
-    pub const TCP_REFUSED_POOL_EXHAUSTED: &str = "tcp.refused.pool_exhausted";
-    /// Counter: connections refused at the `max_connections` cap.
-    pub const TCP_REFUSED_MAX_CONNECTIONS: &str = "tcp.refused.max_connections";
-    /// Counter: connections refused by a cluster's `max_connections_per_ip`.
-    pub const TCP_REFUSED_PER_IP_LIMIT: &str = "tcp.refused.per_ip_limit";
-    /// Gauge: sessions piped to a backend.
-    pub const BACKEND_CONNECTIONS: &str = "backend.connections";
-    /// Counter: backend connects that failed (refused, reset, timed out).
-    pub const BACKEND_CONNECT_ERRORS: &str = "backend.connect.errors";
-    /// Counter: connects to a further backend after a failed one.
-    pub const BACKEND_CONNECT_RETRIES: &str = "backend.connect.retries";
-    /// Counter: backends marked down.
-    pub const BACKEND_DOWN: &str = "backend.down";
-    /// Counter: bytes from clients.
-    pub const BYTES_IN: &str = "bytes_in";
-    /// Counter: bytes to clients.
-    pub const BYTES_OUT: &str = "bytes_out";
-    /// Counter: sessions closed for making no progress.
-    pub const SESSION_LOOP_GUARD: &str = "session.loop_guard";
-    /// Gauge: pooled buffers checked out.
-    pub const BUFFERS_IN_USE: &str = "buffers.in_use";
-    /// Counter: directions that fell back from splice to copying.
-    pub const SPLICE_FALLBACKS: &str = "splice.fallbacks";
-    /// Counter: kernel pipes created for splicing (the rest were reused).
-    pub const SPLICE_PIPES_CREATED: &str = "splice.pipes_created";
-}
+use super::vocabulary::{SNI_PREREAD_DURATION, fixed_names};
 
 /// A name ending in one of these is a gauge; every other name is a counter.
 /// One rule for the registry and the exporter, since worker snapshots reach
 /// the exporter as bare names.
 const GAUGE_SUFFIXES: [&str; 5] = [".active", ".connections", ".in_use", ".p50", ".p99"];
-
-/// Counters and gauges registered at 0 when a worker starts.
-const FIXED: [&str; 17] = [
-    SNI_PREREAD_ACTIVE,
-    SNI_PREREAD_ROUTED,
-    names::TCP_ACCEPTED,
-    names::TCP_ACTIVE,
-    names::TCP_REFUSED_POOL_EXHAUSTED,
-    names::TCP_REFUSED_MAX_CONNECTIONS,
-    names::TCP_REFUSED_PER_IP_LIMIT,
-    names::BACKEND_CONNECTIONS,
-    names::BACKEND_CONNECT_ERRORS,
-    names::BACKEND_CONNECT_RETRIES,
-    names::BACKEND_DOWN,
-    names::BYTES_IN,
-    names::BYTES_OUT,
-    names::SESSION_LOOP_GUARD,
-    names::BUFFERS_IN_USE,
-    names::SPLICE_FALLBACKS,
-    names::SPLICE_PIPES_CREATED,
-];
 
 /// Histogram bucket upper bounds in milliseconds; a last bucket is +Inf.
 const BUCKETS_MS: [u64; 12] = [1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000];
@@ -163,16 +108,9 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// A registry with every fixed, reject and fallback name at 0.
+    /// A registry with every fixed, reject, fallback and refusal name at 0.
     pub fn new(worker_id: u32) -> Self {
-        let reasons = RejectReason::ALL.map(RejectReason::metric_name);
-        let fallbacks = FallbackReason::ALL.map(FallbackReason::metric_name);
-        let values = FIXED
-            .iter()
-            .chain(&reasons)
-            .chain(&fallbacks)
-            .map(|&name| (Box::from(name), 0))
-            .collect();
+        let values = fixed_names().map(|name| (Box::from(name), 0)).collect();
         let histograms = [(Box::from(SNI_PREREAD_DURATION), Histogram::default())].into();
         Self {
             worker_id,
@@ -365,16 +303,18 @@ mod tests {
     use std::collections::BTreeMap;
 
     use command::proto::WorkerMetrics;
-    use preread_core::names::{SNI_PREREAD_ACTIVE, SNI_PREREAD_DURATION};
     use preread_core::{FallbackReason, RejectReason};
 
-    use super::{Metrics, names, prometheus_text, totals};
+    use super::super::vocabulary::{
+        self as names, SNI_PREREAD_ACTIVE, SNI_PREREAD_DURATION, fallback, rejected,
+    };
+    use super::{Metrics, prometheus_text, totals};
 
     #[test]
     fn every_fixed_and_reason_name_starts_at_zero() {
         let values = Metrics::new(3).snapshot().values;
-        let reasons = RejectReason::ALL.map(RejectReason::metric_name);
-        let fallbacks = FallbackReason::ALL.map(FallbackReason::metric_name);
+        let reasons = RejectReason::ALL.map(rejected);
+        let fallbacks = FallbackReason::ALL.map(fallback);
         for name in reasons.iter().chain(&fallbacks).chain(&[
             SNI_PREREAD_ACTIVE,
             "tcp.sni_preread.routed",
@@ -472,13 +412,14 @@ mod tests {
     #[test]
     fn snapshot_carries_the_worker_and_every_value() {
         let mut metrics = Metrics::new(7);
-        metrics.incr(RejectReason::NoSni.metric_name());
+        metrics.incr(rejected(RejectReason::NoSni));
         let snapshot = metrics.snapshot();
         assert_eq!(snapshot.worker_id, 7);
         assert_eq!(snapshot.values["tcp.sni_preread.rejected.no_sni"], 1);
         assert_eq!(snapshot.values["tcp.sni_preread.rejected.not_tls"], 0);
-        // 17 fixed, 11 rejects, 5 fallbacks, 12 + 4 histogram fields.
-        assert_eq!(snapshot.values.len(), 17 + 11 + 5 + 16);
+        // 13 fixed, 11 rejects, 5 fallbacks, 8 refusals, 12 + 4 histogram
+        // fields.
+        assert_eq!(snapshot.values.len(), 13 + 11 + 5 + 8 + 16);
     }
 
     #[test]

@@ -4,68 +4,42 @@
 //! Owns: every data-path socket and session of its thread. Must never:
 //! share a session or a buffer with another thread, or block.
 
+mod accept;
 pub mod access_log;
 pub mod backends;
 mod close;
 mod connect;
+mod ctx;
 mod drive;
 mod event_loop;
-pub mod handoff;
+pub mod io;
+pub mod lanes;
 pub mod listen;
 pub mod metrics;
 pub mod orders;
 pub mod pipe;
 pub mod pipe_pool;
 pub mod pool;
+mod preread;
 pub mod runtime;
 pub mod session;
+mod settings;
 pub mod splice;
+mod timer;
 pub mod timers;
+mod tokens;
+pub mod vocabulary;
 
-use std::io;
+use std::io as stdio;
 use std::sync::Arc;
 use std::sync::mpsc::{self, Sender};
 use std::thread::JoinHandle;
 
-use command::config::{AccessLogFormat, AccessLogTarget, GlobalSettings};
-use mio::{Poll, Token, Waker};
+use mio::{Poll, Waker};
 
 use orders::{Reply, WorkerHandle, WorkerInbox};
-
-/// The token of the worker's waker (orders from the main thread).
-const WAKER_TOKEN: Token = Token(usize::MAX);
-
-/// What a worker needs from the global settings.
-#[derive(Debug, Clone)]
-pub struct WorkerSettings {
-    pub buffer_size: usize,
-    /// This worker's share of the global buffer pool.
-    pub max_buffers: usize,
-    /// This worker's share of the global session cap.
-    pub max_connections: usize,
-    pub splice: bool,
-    pub max_connection_attempts: u32,
-    pub access_logs: AccessLogTarget,
-    pub access_log_format: AccessLogFormat,
-}
-
-impl WorkerSettings {
-    /// The settings of one worker out of `worker_count`: the pool and the
-    /// session cap are split evenly (rounded up), since each worker admits
-    /// on its own without locks.
-    pub fn from_global(global: &GlobalSettings) -> Self {
-        let workers = global.worker_count.max(1);
-        Self {
-            buffer_size: global.buffer_size,
-            max_buffers: global.max_buffers.div_ceil(workers),
-            max_connections: global.max_connections.div_ceil(workers),
-            splice: global.splice,
-            max_connection_attempts: global.max_connection_attempts.max(1),
-            access_logs: global.access_logs.clone(),
-            access_log_format: global.access_log_format,
-        }
-    }
-}
+pub use settings::WorkerSettings;
+use tokens::WAKER_TOKEN;
 
 /// Starts worker `id` on its own thread. It answers every order on
 /// `replies` and wakes `main_waker` after each answer.
@@ -74,7 +48,7 @@ pub fn spawn(
     settings: WorkerSettings,
     replies: Sender<Reply>,
     main_waker: Arc<Waker>,
-) -> io::Result<(WorkerHandle, JoinHandle<()>)> {
+) -> stdio::Result<(WorkerHandle, JoinHandle<()>)> {
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
     let (orders_tx, orders_rx) = mpsc::channel();

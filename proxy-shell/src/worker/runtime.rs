@@ -20,7 +20,7 @@ use command::validate::{
 use preread_core::PrereadConfig;
 use preread_core::pattern::validate_sni_pattern;
 use preread_core::routes::{AlpnSet, ClusterId, RouteTable};
-use preread_core::window::effective_max_bytes;
+use preread_core::step::PrereadListener;
 
 use super::backends::ClusterBackends;
 
@@ -29,11 +29,9 @@ use super::backends::ClusterBackends;
 pub struct ListenerRuntime {
     pub address: SocketAddr,
     pub active: bool,
-    /// The SNI routes and preread settings, handed to the core by reference.
-    pub preread: PrereadConfig,
-    /// A catch-all frontend: every connection goes there without preread.
-    pub catch_all: Option<ClusterId>,
-    pub server_first: Option<Duration>,
+    /// The SNI routes, the preread settings and the catch-all frontend,
+    /// handed to the preread step by reference.
+    pub preread: PrereadListener,
     pub front_timeout: Duration,
     pub back_timeout: Duration,
     pub connect_timeout: Duration,
@@ -104,15 +102,15 @@ impl Runtime {
         let configured = config
             .sni_preread_max_bytes
             .unwrap_or(DEFAULT_SNI_PREREAD_MAX_BYTES);
-        listener.preread.max_bytes = effective_max_bytes(configured as usize, self.buffer_size);
-        listener.preread.timeout = ms(config.sni_preread_timeout, DEFAULT_SNI_PREREAD_TIMEOUT_MS);
-        listener.preread.expect_proxy = config.expect_proxy;
-        listener.preread.default_cluster = match &config.default_cluster {
+        let preread = &mut listener.preread;
+        preread.set_cap(configured as usize, self.buffer_size);
+        preread.config.timeout = ms(config.sni_preread_timeout, DEFAULT_SNI_PREREAD_TIMEOUT_MS);
+        preread.config.expect_proxy = config.expect_proxy;
+        preread.config.default_cluster = match &config.default_cluster {
             Some(id) => Some(self.cluster_id(id)?),
             None => None,
         };
-        listener.server_first = config.server_first_timeout.map(|v| ms(Some(v), 0));
-        listener.preread.server_first_timeout = listener.server_first;
+        preread.config.server_first_timeout = config.server_first_timeout.map(|v| ms(Some(v), 0));
         listener.front_timeout = secs(config.front_timeout, DEFAULT_FRONT_TIMEOUT_S);
         listener.back_timeout = secs(config.back_timeout, DEFAULT_BACK_TIMEOUT_S);
         listener.connect_timeout = secs(config.connect_timeout, DEFAULT_CONNECT_TIMEOUT_S);
@@ -140,9 +138,11 @@ impl Runtime {
                 let mut listener = ListenerRuntime {
                     address,
                     active: config.active.unwrap_or(true),
-                    preread: PrereadConfig::new(RouteTable::new()),
-                    catch_all: None,
-                    server_first: None,
+                    preread: PrereadListener::new(
+                        PrereadConfig::new(RouteTable::new()),
+                        self.buffer_size,
+                        None,
+                    ),
                     front_timeout: Duration::ZERO,
                     back_timeout: Duration::ZERO,
                     connect_timeout: Duration::ZERO,
@@ -250,7 +250,7 @@ impl Runtime {
         let cluster = self.cluster_id(&frontend.cluster_id);
         let listener = self.listener_mut(&frontend.address)?;
         let Some(sni) = &frontend.sni else {
-            listener.catch_all = if add { Some(cluster?) } else { None };
+            listener.preread.catch_all = if add { Some(cluster?) } else { None };
             return Ok(Applied::Routing);
         };
         let pattern = validate_sni_pattern(sni).map_err(|e| Refusal(e.to_string()))?;
@@ -258,11 +258,12 @@ impl Runtime {
         if add {
             listener
                 .preread
+                .config
                 .routes
                 .insert(pattern, alpn, cluster?)
                 .map_err(|e| Refusal(e.to_string()))?;
         } else {
-            listener.preread.routes.remove(&pattern, &alpn);
+            listener.preread.config.routes.remove(&pattern, &alpn);
         }
         Ok(Applied::Routing)
     }

@@ -6,18 +6,19 @@
 //! to the backend byte for byte), or forward a FIN before every queued byte
 //! reached the other side.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
 use mio::net::TcpStream;
+use preread_core::Route;
 use preread_core::routes::ClusterId;
-use preread_core::window::read_budget;
-use preread_core::{Route, SniPrereadCore};
+use preread_core::step::PrereadStep;
 
 use super::backends::BackendRef;
-use super::pipe::Lanes;
+use super::io::{Ready, read_some};
+use super::lanes::Lanes;
 use super::pool::Checkout;
 use super::timers::TimerId;
 
@@ -30,14 +31,6 @@ pub enum Phase {
     Connecting,
     /// Both sockets open; bytes flow both ways.
     Pipe,
-}
-
-/// Edge-triggered readiness remembered per socket: set by events, cleared
-/// only by `WouldBlock`, so a socket is retried after backpressure ends.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Ready {
-    pub readable: bool,
-    pub writable: bool,
 }
 
 /// The timers a session may have armed.
@@ -73,13 +66,14 @@ pub struct Session {
     pub front: TcpStream,
     pub back: Option<TcpStream>,
     pub phase: Phase,
-    pub core: SniPrereadCore,
+    /// The preread policy around the core: budget, timers, the exit.
+    pub step: PrereadStep,
     /// The preread window, then the client-to-backend queue. A spliced
     /// direction gives it back once the window went out.
     pub front_buf: Option<Checkout>,
     /// The backend-to-client queue; never taken by a spliced direction.
     pub back_buf: Option<Checkout>,
-    /// How each pipe direction moves bytes (set up by [`Session::open_lanes`]).
+    /// How each pipe direction moves bytes (set up by `pipe::open_lanes`).
     pub lanes: Lanes,
     /// Written to the backend before `front_buf` (a PROXY v2 header).
     pub prefix: Vec<u8>,
@@ -90,10 +84,6 @@ pub struct Session {
     pub tried: Vec<BackendRef>,
     pub admitted_ip: Option<IpAddr>,
     pub accepted_at: Instant,
-    pub first_byte_at: Option<Instant>,
-    pub preread_ms: Option<u64>,
-    /// The preread gauge was raised and not yet lowered.
-    pub in_preread_gauge: bool,
     pub front_ready: Ready,
     pub back_ready: Ready,
     pub front_eof: bool,
@@ -112,70 +102,6 @@ pub struct Session {
     pub idle_drives: u32,
 }
 
-/// What a read step saw.
-#[derive(Debug, PartialEq, Eq)]
-pub enum ReadStep {
-    /// Bytes were added (the window grew).
-    Grew,
-    /// Nothing new (would block, or the budget is spent).
-    Idle,
-    /// The peer closed its write side.
-    Eof,
-}
-
-fn is_retryable(error: &io::Error) -> bool {
-    error.kind() == io::ErrorKind::Interrupted
-}
-
-/// Reads from `stream` into `buf` until it would block, the buffer is full
-/// or `budget` bytes were added. Returns the bytes added and whether EOF came.
-pub(super) fn read_some(
-    stream: &mut TcpStream,
-    buf: &mut Checkout,
-    ready: &mut Ready,
-    mut budget: usize,
-) -> io::Result<(usize, bool)> {
-    let mut added = 0;
-    while ready.readable && budget > 0 {
-        let space = buf.space();
-        if space.is_empty() {
-            break;
-        }
-        let want = space.len().min(budget);
-        match stream.read(&mut space[..want]) {
-            Ok(0) => return Ok((added, true)),
-            Ok(n) => {
-                buf.fill(n);
-                added += n;
-                budget -= n;
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready.readable = false,
-            Err(e) if is_retryable(&e) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok((added, false))
-}
-
-/// Writes `data` to `stream` until it would block; returns bytes written.
-pub(super) fn write_some(
-    stream: &mut TcpStream,
-    data: &[u8],
-    ready: &mut Ready,
-) -> io::Result<usize> {
-    let mut written = 0;
-    while ready.writable && written < data.len() {
-        match stream.write(&data[written..]) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => written += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready.writable = false,
-            Err(e) if is_retryable(&e) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(written)
-}
-
 impl Session {
     /// A session just accepted: in preread, no bytes, no buffer, no backend.
     pub fn accepted(
@@ -183,6 +109,7 @@ impl Session {
         local: SocketAddr,
         client: SocketAddr,
         front: TcpStream,
+        step: PrereadStep,
         now: Instant,
     ) -> Self {
         Self {
@@ -192,7 +119,7 @@ impl Session {
             front,
             back: None,
             phase: Phase::Preread,
-            core: SniPrereadCore::new(),
+            step,
             front_buf: None,
             back_buf: None,
             lanes: Default::default(),
@@ -204,9 +131,6 @@ impl Session {
             tried: Vec::new(),
             admitted_ip: None,
             accepted_at: now,
-            first_byte_at: None,
-            preread_ms: None,
-            in_preread_gauge: false,
             front_ready: Ready::default(),
             back_ready: Ready::default(),
             front_eof: false,
@@ -223,29 +147,23 @@ impl Session {
         }
     }
 
-    /// The preread read: never past `effective_max` bytes of window, never
-    /// consuming. The caller feeds the whole window to the core after it.
-    pub fn preread_read(&mut self, effective_max: usize, now: Instant) -> io::Result<ReadStep> {
+    /// The preread read: at most `budget` bytes (the step's), never
+    /// consuming the window. Returns the bytes added and whether the client
+    /// closed; the caller hands both to the step.
+    pub fn preread_read(&mut self, budget: usize, now: Instant) -> io::Result<(usize, bool)> {
         let Some(buf) = self.front_buf.as_mut() else {
-            return Ok(ReadStep::Idle);
+            return Ok((0, false));
         };
-        let budget = read_budget(effective_max, buf.len());
         let (added, eof) = read_some(&mut self.front, buf, &mut self.front_ready, budget)?;
         if added > 0 {
             self.bytes_in += added as u64;
-            self.first_byte_at.get_or_insert(now);
             self.last_front_activity = now;
         }
-        debug_assert!(
-            buf.len() <= effective_max,
-            "the window never passes the cap"
-        );
-        Ok(match (added, eof) {
-            (0, true) => ReadStep::Eof,
-            (0, false) => ReadStep::Idle,
-            // Bytes and EOF in one go: report the bytes now; the EOF is seen
-            // again on the next read, after the core had its say.
-            _ => ReadStep::Grew,
-        })
+        Ok((added, eof))
+    }
+
+    /// The window the preread has read so far.
+    pub fn window(&self) -> &[u8] {
+        self.front_buf.as_ref().map_or(&[][..], Checkout::data)
     }
 }

@@ -1,8 +1,11 @@
-//! The simulation's only source of randomness: a seeded SplitMix64.
+//! The one pseudo-random generator of the workspace: a seeded SplitMix64,
+//! for the code around the core. The shell's load balancing draws from it
+//! (spread, not secrecy) and the simulation generates its scenarios with it.
+//! The core itself never calls it: a decision draws nothing.
 //!
-//! Owns: [`Rng`] and the small helpers the generator draws with. Must never:
-//! read entropy from the system, so the same seed always gives the same
-//! numbers on every platform.
+//! Owns: [`Rng`] and the small helpers callers draw with. Must never: read
+//! entropy from the system, so the same seed always gives the same numbers
+//! on every platform.
 
 /// SplitMix64 (Steele, Lea, Flood 2014): one 64-bit state, full period,
 /// good enough statistics for test generation, and trivially reproducible.
@@ -24,13 +27,20 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    /// A number in `0..n` (`0` when `n` is 0), without modulo bias worth
-    /// speaking of (Lemire's multiply-shift).
-    pub fn below(&mut self, n: usize) -> usize {
+    /// A number in `0..n` (`0`, without a draw, when `n` is 0): one draw and
+    /// a multiply-shift (Lemire) instead of a modulo, so the bias is at most
+    /// n / 2^64.
+    pub fn below_u64(&mut self, n: u64) -> u64 {
         if n == 0 {
             return 0;
         }
-        ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
+        // The high half of a 64x64 product is below `n`, so it fits.
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
+    }
+
+    /// [`Self::below_u64`] for lengths and indices.
+    pub fn below(&mut self, n: usize) -> usize {
+        self.below_u64(n as u64) as usize
     }
 
     /// A number in `lo..=hi` (`lo` when the range is empty).
@@ -110,5 +120,7 @@ mod tests {
         }
         assert_eq!(r.range(4, 4), 4);
         assert_eq!(r.below(0), 0);
+        assert_eq!(r.below_u64(0), 0);
+        assert!(r.below_u64(3) < 3);
     }
 }

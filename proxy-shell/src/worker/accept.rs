@@ -1,0 +1,109 @@
+//! Accepting connections: the accept loop of one listener, its admission
+//! checks, and opening the session of each admitted client.
+//!
+//! Owns: the order of the checks at accept (`max_connections`, then a free
+//! buffer in the pool), what a refused connection counts, and the start of
+//! a session: its front socket registered, its front idle timer, and the
+//! preread step's first actions (the server-first timer, or a catch-all
+//! listener's immediate route). Must never: read from the client (the
+//! preread's buffer is taken on the first readable event), or block.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use log::{debug, trace, warn};
+use mio::Interest;
+use mio::net::{TcpListener, TcpStream};
+use preread_core::step::PrereadStep;
+use slab::Slab;
+
+use super::close::close;
+use super::ctx::{Ctx, Drive, TimerKind};
+use super::preread;
+use super::session::Session;
+use super::tokens::{Side, session_token};
+use super::vocabulary::{Outcome, RefuseReason, SNI_PREREAD_ACTIVE, TCP_ACCEPTED, TCP_ACTIVE};
+
+/// Accepts on `listener` (bound at `address`) until it would block.
+pub(super) fn accept(
+    ctx: &mut Ctx,
+    sessions: &mut Slab<Session>,
+    address: SocketAddr,
+    listener: &TcpListener,
+) {
+    loop {
+        let (stream, client) = match listener.accept() {
+            Ok(accepted) => accepted,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                // EMFILE and friends: drop this round, the next event retries.
+                warn!("worker {}: accept on {address} failed: {e}", ctx.id);
+                return;
+            }
+        };
+        ctx.metrics.incr(TCP_ACCEPTED);
+        let refusal = if sessions.len() >= ctx.settings.max_connections {
+            Some(RefuseReason::MaxConnections)
+        } else if ctx.pool.in_use() >= ctx.pool.capacity() {
+            Some(RefuseReason::PoolExhausted)
+        } else {
+            None
+        };
+        if let Some(reason) = refusal {
+            ctx.metrics.incr(reason.metric_name());
+            debug!("refused {client} on {address}: {reason}");
+            continue;
+        }
+        open(ctx, sessions, address, stream, client);
+    }
+}
+
+/// Opens the session of an admitted client.
+fn open(
+    ctx: &mut Ctx,
+    sessions: &mut Slab<Session>,
+    address: SocketAddr,
+    mut front: TcpStream,
+    client: SocketAddr,
+) {
+    let now = Instant::now();
+    let local = front.local_addr().unwrap_or(address);
+    let _ = front.set_nodelay(true);
+    let entry = sessions.vacant_entry();
+    let key = entry.key();
+    if let Err(e) = ctx.registry.register(
+        &mut front,
+        session_token(key, Side::Front),
+        Interest::READABLE | Interest::WRITABLE,
+    ) {
+        warn!("worker {}: cannot register {client}: {e}", ctx.id);
+        return;
+    }
+    ctx.metrics.gauge_add(TCP_ACTIVE, 1);
+    let Some(runtime) = ctx.runtime.listeners.get(&address) else {
+        let step = PrereadStep::refused(now);
+        let session = Session::accepted(address, local, client, front, step, now);
+        close(
+            ctx,
+            key,
+            session,
+            Outcome::Refused(RefuseReason::ListenerRemoved),
+        );
+        return;
+    };
+    let front_timeout = runtime.front_timeout;
+    let (step, actions) = PrereadStep::accept(&runtime.preread, now);
+    let session = entry.insert(Session::accepted(address, local, client, front, step, now));
+    session.timers.front_idle = Some(ctx.schedule(key, TimerKind::FrontIdle, now + front_timeout));
+    if session.step.is_reading() {
+        ctx.metrics.gauge_add(SNI_PREREAD_ACTIVE, 1);
+    } else {
+        trace!("{client} on {address}: catch-all, unread");
+    }
+    if let Drive::End(outcome) = preread::perform(ctx, key, session, actions, now) {
+        let session = sessions.remove(key);
+        close(ctx, key, session, outcome);
+    }
+}

@@ -1,0 +1,114 @@
+//! Everything a worker's sessions share: the context every drive, connect
+//! and close runs against, and what one of them concludes.
+//!
+//! Owns: [`Ctx`] (the poll registry, the routing runtime, the buffer and
+//! pipe pools, the timers, the metrics, the access log, the load-balancing
+//! generator and the dirty list), the kinds of session timer, and
+//! [`Drive`]. Must never: hold a session (sessions live in the event loop's
+//! slab, and are handed to each function beside the context), or block.
+
+use std::time::Instant;
+
+use mio::Registry;
+use preread_core::rng::Rng;
+use preread_core::step::{StepTimer, TimerAction};
+
+use super::access_log::AccessLog;
+use super::metrics::Metrics;
+use super::pipe_pool::PipePool;
+use super::pool::BufferPool;
+use super::runtime::Runtime;
+use super::session::Session;
+use super::settings::WorkerSettings;
+use super::timers::{TimerId, Timers};
+use super::vocabulary::Outcome;
+
+/// Why a session timer was armed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TimerKind {
+    Preread,
+    ServerFirst,
+    Connect,
+    FrontIdle,
+    BackIdle,
+}
+
+impl From<StepTimer> for TimerKind {
+    fn from(timer: StepTimer) -> Self {
+        match timer {
+            StepTimer::Preread => Self::Preread,
+            StepTimer::ServerFirst => Self::ServerFirst,
+        }
+    }
+}
+
+/// A timer names its session (by slab key) and why it was armed.
+pub(super) type TimerKey = (usize, TimerKind);
+
+/// What one drive, timer or connect step concluded for its session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Drive {
+    /// The session lives on; `progressed` says whether anything moved (the
+    /// loop guard counts drives that did not).
+    Continue { progressed: bool },
+    /// The session is over: the caller closes it with this outcome.
+    End(Outcome),
+}
+
+/// The context of one worker's sessions.
+#[derive(Debug)]
+pub(super) struct Ctx {
+    pub(super) id: u32,
+    pub(super) registry: Registry,
+    pub(super) settings: WorkerSettings,
+    pub(super) runtime: Runtime,
+    pub(super) pool: BufferPool,
+    pub(super) pipes: PipePool,
+    pub(super) timers: Timers<TimerKey>,
+    pub(super) metrics: Metrics,
+    pub(super) access_log: AccessLog,
+    pub(super) rng: Rng,
+    /// Sessions to drive in this turn.
+    pub(super) dirty: Vec<usize>,
+}
+
+impl Ctx {
+    /// Queues session `key` for a drive in this turn, once.
+    pub(super) fn requeue(&mut self, key: usize, session: &mut Session) {
+        if !session.dirty {
+            session.dirty = true;
+            self.dirty.push(key);
+        }
+    }
+
+    /// Arms a timer of session `key`.
+    pub(super) fn schedule(&mut self, key: usize, kind: TimerKind, at: Instant) -> TimerId {
+        self.timers.schedule(at, (key, kind))
+    }
+
+    /// Disarms a timer, if one is held.
+    pub(super) fn cancel(&mut self, timer: Option<TimerId>) {
+        if let Some(id) = timer {
+            self.timers.cancel(id);
+        }
+    }
+
+    /// Performs one of the preread step's timer actions on the slot that
+    /// holds that timer.
+    pub(super) fn step_timer(
+        &mut self,
+        key: usize,
+        timer: StepTimer,
+        action: TimerAction,
+        slot: &mut Option<TimerId>,
+    ) {
+        match action {
+            TimerAction::Keep => {}
+            TimerAction::Arm(at) => {
+                debug_assert!(slot.is_none(), "the step arms a timer it does not hold");
+                *slot = Some(self.schedule(key, timer.into(), at));
+            }
+            TimerAction::Cancel => self.cancel(slot.take()),
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! The preread stage of a session in the worker: I/O glue over the pure
+//! step (`preread_core::step`), which decides everything.
+//!
+//! Owns: taking the window's buffer on the first readable event (an idle
+//! connection holds none), the capped read the step budgets, and performing
+//! the step's actions: its timers, the preread gauge and duration, the
+//! counters of routes, fallbacks and rejects, and the hand-over to the
+//! connect gate. Must never: decide anything the step decides (budget,
+//! timers, exit, route), consume the window, or contact a backend itself.
+
+use std::time::Instant;
+
+use log::debug;
+use preread_core::step::{Actions, Close, Event, Next, StepTimer};
+
+use super::connect;
+use super::ctx::{Ctx, Drive};
+use super::pool::Checkout;
+use super::session::Session;
+use super::vocabulary::{
+    Outcome, RefuseReason, SNI_PREREAD_ACTIVE, SNI_PREREAD_DURATION, SNI_PREREAD_ROUTED, fallback,
+    rejected,
+};
+
+/// One drive of a session in the preread stage, after readiness.
+pub(super) fn drive(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instant) -> Drive {
+    let Some(listener) = ctx.runtime.listeners.get(&session.listener) else {
+        return Drive::End(Outcome::Refused(RefuseReason::ListenerRemoved));
+    };
+    if session.front_buf.is_none() {
+        if !session.front_ready.readable {
+            return Drive::Continue { progressed: false };
+        }
+        match ctx.pool.checkout() {
+            Some(buf) => session.front_buf = Some(buf),
+            None => return Drive::End(Outcome::Refused(RefuseReason::PoolExhausted)),
+        }
+    }
+    let budget = session
+        .step
+        .read_budget(&listener.preread, session.window().len());
+    let (added, eof) = match session.preread_read(budget, now) {
+        Ok(read) => read,
+        Err(e) => {
+            debug!("read from {} failed during preread: {e}", session.client);
+            (0, true)
+        }
+    };
+    debug_assert!(
+        session.window().len() <= listener.preread.cap(),
+        "the window never passes the cap"
+    );
+    if added == 0 && !eof {
+        return Drive::Continue { progressed: false };
+    }
+    // The window by field, not through `Session::window`: the step is
+    // borrowed mutably beside it.
+    let window = session.front_buf.as_ref().map_or(&[][..], Checkout::data);
+    let event = Event::Read { window, added, eof };
+    let actions = session.step.handle(&listener.preread, event, now);
+    perform(ctx, key, session, actions, now)
+}
+
+/// Performs the step's actions, in their order: timers, the gauge, then
+/// what comes next.
+pub(super) fn perform(
+    ctx: &mut Ctx,
+    key: usize,
+    session: &mut Session,
+    actions: Actions,
+    now: Instant,
+) -> Drive {
+    let timers = &mut session.timers;
+    ctx.step_timer(
+        key,
+        StepTimer::Preread,
+        actions.timers.preread,
+        &mut timers.preread,
+    );
+    ctx.step_timer(
+        key,
+        StepTimer::ServerFirst,
+        actions.timers.server_first,
+        &mut timers.server_first,
+    );
+    let left_preread = actions.left.is_some();
+    if let Some(left) = actions.left {
+        ctx.metrics.gauge_add(SNI_PREREAD_ACTIVE, -1);
+        if let Some(sample) = left.sample {
+            ctx.metrics
+                .observe_ms(SNI_PREREAD_DURATION, sample.as_millis() as u64);
+        }
+    }
+    match actions.next {
+        Next::Read => {
+            // More bytes may already wait (the budget or a full buffer
+            // stopped the read); no new edge will say so.
+            if session.front_ready.readable {
+                ctx.requeue(key, session);
+            }
+            Drive::Continue { progressed: true }
+        }
+        Next::Ignore => Drive::Continue { progressed: true },
+        Next::Close(Close::Silent) => Drive::End(Outcome::Silent),
+        Next::Close(Close::Rejected(reason)) => {
+            ctx.metrics.incr(rejected(reason));
+            Drive::End(Outcome::Rejected(reason))
+        }
+        Next::Connect(route) => {
+            // A catch-all route was never prereaded: it counts as neither.
+            if left_preread {
+                match route.fallback {
+                    Some(reason) => ctx.metrics.incr(fallback(reason)),
+                    None => ctx.metrics.incr(SNI_PREREAD_ROUTED),
+                }
+            }
+            session.route = Some(route);
+            connect::start(ctx, key, session, now)
+        }
+    }
+}

@@ -1,0 +1,39 @@
+//! What a worker takes from the global settings.
+//!
+//! Owns: [`WorkerSettings`] and how one worker's share of the global caps is
+//! computed. Must never: read the config file (the main thread hands the
+//! settings in).
+
+use command::config::{AccessLogFormat, AccessLogTarget, GlobalSettings};
+
+/// What a worker needs from the global settings.
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    pub buffer_size: usize,
+    /// This worker's share of the global buffer pool.
+    pub max_buffers: usize,
+    /// This worker's share of the global session cap.
+    pub max_connections: usize,
+    pub splice: bool,
+    pub max_connection_attempts: u32,
+    pub access_logs: AccessLogTarget,
+    pub access_log_format: AccessLogFormat,
+}
+
+impl WorkerSettings {
+    /// The settings of one worker out of `worker_count`: the pool and the
+    /// session cap are split evenly (rounded up), since each worker admits
+    /// on its own without locks.
+    pub fn from_global(global: &GlobalSettings) -> Self {
+        let workers = global.worker_count.max(1);
+        Self {
+            buffer_size: global.buffer_size,
+            max_buffers: global.max_buffers.div_ceil(workers),
+            max_connections: global.max_connections.div_ceil(workers),
+            splice: global.splice,
+            max_connection_attempts: global.max_connection_attempts.max(1),
+            access_logs: global.access_logs.clone(),
+            access_log_format: global.access_log_format,
+        }
+    }
+}

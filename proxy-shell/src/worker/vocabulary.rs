@@ -1,0 +1,298 @@
+//! The proxy's words for what happens to a connection: every metric name,
+//! every way a session ends ([`Outcome`]) and every reason the shell refuses
+//! one ([`RefuseReason`]), as counted and as logged.
+//!
+//! Owns: the metric names of doc/configure.md (fixed ones as constants,
+//! per-reason ones through total `match`es so that a new reason without a
+//! name does not compile, per-cluster and per-backend ones through the
+//! builders here) and the access log's `outcome` values. Must never: let
+//! two reasons share a name, or build a metric name anywhere else.
+
+use std::fmt;
+
+use preread_core::{FallbackReason, RejectReason, Route};
+
+/// Gauge: sessions currently in the preread stage.
+pub const SNI_PREREAD_ACTIVE: &str = "tcp.sni_preread.active";
+/// Counter: connections routed by SNI/ALPN (fallbacks are counted apart).
+pub const SNI_PREREAD_ROUTED: &str = "tcp.sni_preread.routed";
+/// Histogram: time from the first byte to the decision.
+pub const SNI_PREREAD_DURATION: &str = "tcp.sni_preread.duration";
+/// Counter: connections accepted (before admission checks).
+pub const TCP_ACCEPTED: &str = "tcp.accepted";
+/// Gauge: open sessions.
+pub const TCP_ACTIVE: &str = "tcp.active";
+/// Gauge: sessions piped to a backend.
+pub const BACKEND_CONNECTIONS: &str = "backend.connections";
+/// Counter: backend connects that failed (refused, reset, timed out).
+pub const BACKEND_CONNECT_ERRORS: &str = "backend.connect.errors";
+/// Counter: connects to a further backend after a failed one.
+pub const BACKEND_CONNECT_RETRIES: &str = "backend.connect.retries";
+/// Counter: backends marked down.
+pub const BACKEND_DOWN: &str = "backend.down";
+/// Counter: bytes from clients.
+pub const BYTES_IN: &str = "bytes_in";
+/// Counter: bytes to clients.
+pub const BYTES_OUT: &str = "bytes_out";
+/// Gauge: pooled buffers checked out.
+pub const BUFFERS_IN_USE: &str = "buffers.in_use";
+/// Counter: directions that fell back from splice to copying.
+pub const SPLICE_FALLBACKS: &str = "splice.fallbacks";
+/// Counter: kernel pipes created for splicing (the rest were reused).
+pub const SPLICE_PIPES_CREATED: &str = "splice.pipes_created";
+
+/// The counter of connections refused by the core for `reason`.
+pub fn rejected(reason: RejectReason) -> &'static str {
+    match reason {
+        RejectReason::NotTls => "tcp.sni_preread.rejected.not_tls",
+        RejectReason::MalformedRecord => "tcp.sni_preread.rejected.malformed_record",
+        RejectReason::MalformedHandshake => "tcp.sni_preread.rejected.malformed_handshake",
+        RejectReason::Fragmented => "tcp.sni_preread.rejected.fragmented",
+        RejectReason::TooLarge => "tcp.sni_preread.rejected.too_large",
+        RejectReason::NoSni => "tcp.sni_preread.rejected.no_sni",
+        RejectReason::EchOuterAbsent => "tcp.sni_preread.rejected.ech_outer_absent",
+        RejectReason::SniUnmatched => "tcp.sni_preread.rejected.sni_unmatched",
+        RejectReason::AlpnUnmatched => "tcp.sni_preread.rejected.alpn_unmatched",
+        RejectReason::ProxyHeaderInvalid => "tcp.sni_preread.rejected.proxy_header_invalid",
+        RejectReason::FrontClosed => "tcp.sni_preread.rejected.front_closed",
+    }
+}
+
+/// The counter of connections sent to the default cluster for `reason`.
+pub fn fallback(reason: FallbackReason) -> &'static str {
+    match reason {
+        FallbackReason::NotTls => "tcp.sni_preread.fallback.not_tls",
+        FallbackReason::NoSni => "tcp.sni_preread.fallback.no_sni",
+        FallbackReason::SniUnmatched => "tcp.sni_preread.fallback.sni_unmatched",
+        FallbackReason::EchOuterAbsent => "tcp.sni_preread.fallback.ech_outer_absent",
+        FallbackReason::ServerFirst => "tcp.sni_preread.fallback.server_first",
+    }
+}
+
+/// The gauge of sessions piped to backend `id`.
+pub fn backend_connections(id: &str) -> String {
+    format!("backend.{id}.connections")
+}
+
+/// The byte counters (`bytes_in`, `bytes_out`) of cluster `id`.
+pub fn cluster_bytes(id: &str) -> [String; 2] {
+    [
+        format!("cluster.{id}.bytes_in"),
+        format!("cluster.{id}.bytes_out"),
+    ]
+}
+
+/// The byte counters (`bytes_in`, `bytes_out`) of backend `id`.
+pub fn backend_bytes(id: &str) -> [String; 2] {
+    [
+        format!("backend.{id}.bytes_in"),
+        format!("backend.{id}.bytes_out"),
+    ]
+}
+
+/// Why the shell, not the core, ended or refused a connection. Each has a
+/// stable name (the access log's `refused:<name>`) and a counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RefuseReason {
+    /// No pooled buffer was free.
+    PoolExhausted,
+    /// The global session cap was reached (refused at accept).
+    MaxConnections,
+    /// The cluster's `max_connections_per_ip` for the client's address.
+    PerIpLimit,
+    /// No backend of the cluster could be connected.
+    BackendUnavailable,
+    /// The routed cluster is gone (removed while the session was open).
+    ClusterUnknown,
+    /// The session's listener is gone.
+    ListenerRemoved,
+    /// Driven again and again without progress: closed, not spun.
+    LoopGuard,
+    /// The worker stopped with the session still open.
+    Shutdown,
+}
+
+impl RefuseReason {
+    /// Every reason, for tests and metric registration.
+    pub const ALL: [Self; 8] = [
+        Self::PoolExhausted,
+        Self::MaxConnections,
+        Self::PerIpLimit,
+        Self::BackendUnavailable,
+        Self::ClusterUnknown,
+        Self::ListenerRemoved,
+        Self::LoopGuard,
+        Self::Shutdown,
+    ];
+
+    /// The stable snake_case name, as logged.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PoolExhausted => "pool_exhausted",
+            Self::MaxConnections => "max_connections",
+            Self::PerIpLimit => "per_ip_limit",
+            Self::BackendUnavailable => "backend_unavailable",
+            Self::ClusterUnknown => "cluster_unknown",
+            Self::ListenerRemoved => "listener_removed",
+            Self::LoopGuard => "loop_guard",
+            Self::Shutdown => "shutdown",
+        }
+    }
+
+    /// The counter incremented once per refusal for this reason.
+    pub fn metric_name(self) -> &'static str {
+        match self {
+            Self::PoolExhausted => "tcp.refused.pool_exhausted",
+            Self::MaxConnections => "tcp.refused.max_connections",
+            Self::PerIpLimit => "tcp.refused.per_ip_limit",
+            Self::BackendUnavailable => "tcp.refused.backend_unavailable",
+            Self::ClusterUnknown => "tcp.refused.cluster_unknown",
+            Self::ListenerRemoved => "tcp.refused.listener_removed",
+            Self::LoopGuard => "session.loop_guard",
+            Self::Shutdown => "tcp.refused.shutdown",
+        }
+    }
+}
+
+impl fmt::Display for RefuseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a session ended: the access log's `outcome`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Routed by SNI/ALPN and piped.
+    Routed,
+    /// Piped to the listener's default cluster.
+    Fallback(FallbackReason),
+    /// Refused by the core.
+    Rejected(RejectReason),
+    /// Ended by the shell.
+    Refused(RefuseReason),
+    /// Closed before the client spoke and without a decision: a health
+    /// check. Never logged, never counted as a reject.
+    Silent,
+}
+
+impl Outcome {
+    /// How a session that reached a backend ends: routed, or the fallback
+    /// that sent it there.
+    pub fn of_route(route: Option<&Route>) -> Self {
+        match route.and_then(|r| r.fallback) {
+            Some(reason) => Self::Fallback(reason),
+            None => Self::Routed,
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Routed => f.write_str("routed"),
+            Self::Fallback(reason) => write!(f, "fallback:{reason}"),
+            Self::Rejected(reason) => write!(f, "rejected:{reason}"),
+            Self::Refused(reason) => write!(f, "refused:{reason}"),
+            Self::Silent => f.write_str("silent"),
+        }
+    }
+}
+
+/// Counters and gauges registered at 0 when a worker starts: every name
+/// without an id in it.
+pub fn fixed_names() -> impl Iterator<Item = &'static str> {
+    [
+        SNI_PREREAD_ACTIVE,
+        SNI_PREREAD_ROUTED,
+        TCP_ACCEPTED,
+        TCP_ACTIVE,
+        BACKEND_CONNECTIONS,
+        BACKEND_CONNECT_ERRORS,
+        BACKEND_CONNECT_RETRIES,
+        BACKEND_DOWN,
+        BYTES_IN,
+        BYTES_OUT,
+        BUFFERS_IN_USE,
+        SPLICE_FALLBACKS,
+        SPLICE_PIPES_CREATED,
+    ]
+    .into_iter()
+    .chain(RejectReason::ALL.map(rejected))
+    .chain(FallbackReason::ALL.map(fallback))
+    .chain(RefuseReason::ALL.map(RefuseReason::metric_name))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use preread_core::{FallbackReason, RejectReason};
+
+    use super::{Outcome, RefuseReason, fallback, fixed_names, rejected};
+
+    #[test]
+    fn every_reject_reason_has_a_distinct_metric_name() {
+        let names: HashSet<_> = RejectReason::ALL.map(rejected).into();
+        assert_eq!(names.len(), 11);
+        for reason in RejectReason::ALL {
+            assert_eq!(
+                rejected(reason),
+                format!("tcp.sni_preread.rejected.{}", reason.as_str())
+            );
+        }
+    }
+
+    #[test]
+    fn every_fallback_reason_has_a_distinct_metric_name() {
+        let names: HashSet<_> = FallbackReason::ALL.map(fallback).into();
+        assert_eq!(names.len(), FallbackReason::ALL.len());
+        for reason in FallbackReason::ALL {
+            assert_eq!(
+                fallback(reason),
+                format!("tcp.sni_preread.fallback.{}", reason.as_str())
+            );
+        }
+    }
+
+    #[test]
+    fn every_refuse_reason_has_a_distinct_name_and_metric() {
+        let names: HashSet<_> = RefuseReason::ALL.map(RefuseReason::as_str).into();
+        let metrics: HashSet<_> = RefuseReason::ALL.map(RefuseReason::metric_name).into();
+        assert_eq!(names.len(), RefuseReason::ALL.len());
+        assert_eq!(metrics.len(), RefuseReason::ALL.len());
+        for reason in RefuseReason::ALL {
+            assert_eq!(reason.to_string(), reason.as_str());
+            let metric = reason.metric_name();
+            assert!(
+                metric == format!("tcp.refused.{reason}") || metric == "session.loop_guard",
+                "{metric}"
+            );
+        }
+    }
+
+    #[test]
+    fn no_two_fixed_names_collide() {
+        let all: Vec<_> = fixed_names().collect();
+        let distinct: HashSet<_> = all.iter().collect();
+        assert_eq!(all.len(), distinct.len());
+    }
+
+    #[test]
+    fn outcomes_read_as_the_access_log_writes_them() {
+        assert_eq!(Outcome::Routed.to_string(), "routed");
+        assert_eq!(
+            Outcome::Fallback(FallbackReason::ServerFirst).to_string(),
+            "fallback:server_first"
+        );
+        assert_eq!(
+            Outcome::Rejected(RejectReason::TooLarge).to_string(),
+            "rejected:too_large"
+        );
+        assert_eq!(
+            Outcome::Refused(RefuseReason::PerIpLimit).to_string(),
+            "refused:per_ip_limit"
+        );
+        assert_eq!(Outcome::of_route(None), Outcome::Routed);
+    }
+}
