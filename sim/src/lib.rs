@@ -22,6 +22,10 @@ pub mod listener;
 pub mod prefix;
 pub mod report;
 pub mod rng;
+/// The route fixtures shared with the fuzz target and the core's tests,
+/// compiled in (never read at run time).
+#[path = "../../testdata/route_pool.rs"]
+pub mod route_pool;
 pub mod scenario;
 
 pub use driver::{DecidedBy, Event, Failure, Outcome, Played, Sabotage, play, play_sabotaged};
