@@ -481,33 +481,28 @@ fn problems_name_what_to_change() {
 // ---------------------------------------------------------------------------
 // State files
 
-/// A scratch directory, removed on drop.
-struct Scratch(PathBuf);
+/// A scratch directory (removed on drop), and what the state-file tests ask
+/// of it.
+struct Scratch(tempfile::TempDir);
 
 impl Scratch {
     fn new(name: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("preread-state-test-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("preread-state-test-{name}-"))
+            .tempdir()
+            .unwrap();
         Self(dir)
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
+        self.0.path().join(name)
     }
 
     fn entries(&self) -> BTreeSet<String> {
-        fs::read_dir(&self.0)
+        fs::read_dir(self.0.path())
             .unwrap()
             .map(|entry| entry.unwrap().file_name().into_string().unwrap())
             .collect()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
     }
 }
 

@@ -11,8 +11,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use command::codes::ErrorCode;
 use command::config::{check_config, load_config};
@@ -372,16 +370,6 @@ fn render_config(requests: &[proto::Request]) -> (String, Vec<usize>) {
 // ---------------------------------------------------------------------------
 // The property
 
-static CASE: AtomicUsize = AtomicUsize::new(0);
-
-fn scratch_file() -> PathBuf {
-    std::env::temp_dir().join(format!(
-        "preread-paths-agree-{}-{}.state",
-        std::process::id(),
-        CASE.fetch_add(1, Ordering::Relaxed)
-    ))
-}
-
 fn check_paths_agree(requests: &[proto::Request]) -> Result<(), TestCaseError> {
     // (A) direct dispatch.
     let mut direct = ConfigState::default();
@@ -420,12 +408,15 @@ fn check_paths_agree(requests: &[proto::Request]) -> Result<(), TestCaseError> {
             }
         }
     }
-    let path = scratch_file();
+    let scratch = tempfile::Builder::new()
+        .prefix("preread-paths-agree-")
+        .tempdir()
+        .expect("temp dir");
+    let path = scratch.path().join("state.json");
     save_state(&path, &accepted).expect("saves");
     let loaded = load_state(&path);
     let saved_again =
         save_state(&path, &direct.generate_requests()).and_then(|()| load_state(&path));
-    let _ = std::fs::remove_file(&path);
     prop_assert_eq!(&loaded.expect("loads"), &direct);
     prop_assert_eq!(&saved_again.expect("loads"), &direct);
 

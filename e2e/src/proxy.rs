@@ -55,6 +55,8 @@ use command::proto::request::RequestType;
 use command::proto::response_content::ContentType;
 use command::proto::{self, Request, Response, ResponseStatus};
 
+use crate::testkit::TempDir;
+
 /// Default readiness bound of [`ProxyProcess::start`].
 pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default bound of a command-socket exchange.
@@ -463,13 +465,14 @@ impl StartOptions {
     }
 }
 
-/// A running `preread start`; killed (SIGKILL) on Drop. The temp dir is
-/// removed on Drop, unless the thread is panicking or `PREREAD_E2E_KEEP`
-/// is set (its path is then printed).
+/// A running `preread start`; killed (SIGKILL) on Drop. Its temp dir is a
+/// [`TempDir`]: removed after the kill, unless the thread is panicking or
+/// [`KEEP_ENV`](crate::testkit::KEEP_ENV) is set (its path is then printed).
 pub struct ProxyProcess {
     child: Option<Child>,
     exit: Option<ExitStatus>,
-    dir: PathBuf,
+    /// Removed after `child` is killed: fields drop after `Drop::drop`.
+    dir: TempDir,
     socket: PathBuf,
     addrs: BTreeMap<String, SocketAddr>,
     listeners: Vec<SocketAddr>,
@@ -518,16 +521,6 @@ fn fill_harness(
     Ok(out)
 }
 
-fn fresh_dir() -> Result<PathBuf, String> {
-    let dir =
-        std::env::temp_dir().join(format!("preread-e2e-{}-{}", std::process::id(), next_id()));
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(|e| format!("clear {}: {e}", dir.display()))?;
-    }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    Ok(dir)
-}
-
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
@@ -562,7 +555,8 @@ impl ProxyProcess {
     }
 
     fn attempt(bin: &Path, template: &str, options: &StartOptions) -> Result<Attempt, String> {
-        let dir = fresh_dir()?;
+        let temp = TempDir::create("proxy").map_err(|e| format!("create the temp dir: {e}"))?;
+        let dir = temp.path().to_owned();
         let mut addrs = BTreeMap::new();
         let mut text = fill_harness(template, &dir, &mut addrs)?;
         if !text.contains("command_socket") {
@@ -606,7 +600,7 @@ impl ProxyProcess {
         let mut proxy = ProxyProcess {
             child: Some(child),
             exit: None,
-            dir,
+            dir: temp,
             socket,
             addrs,
             listeners,
@@ -697,12 +691,12 @@ impl ProxyProcess {
 
     /// The temp dir (config, socket, stderr.log, ...).
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.dir.path()
     }
 
     /// The config file.
     pub fn config_path(&self) -> PathBuf {
-        self.dir.join(CONFIG_FILE)
+        self.dir.path().join(CONFIG_FILE)
     }
 
     /// The command socket.
@@ -791,8 +785,10 @@ impl ProxyProcess {
 
     /// Everything the proxy wrote to stderr so far (logs, access logs).
     pub fn stderr_text(&self) -> String {
-        String::from_utf8_lossy(&std::fs::read(self.dir.join(STDERR_FILE)).unwrap_or_default())
-            .into_owned()
+        String::from_utf8_lossy(
+            &std::fs::read(self.dir.path().join(STDERR_FILE)).unwrap_or_default(),
+        )
+        .into_owned()
     }
 
     /// Polls stderr until a line contains `needle`; returns that line.
@@ -826,7 +822,7 @@ impl ProxyProcess {
     /// Rewrites the config file from a new template (same `${addr:NAME}`
     /// ports; new names get new ones), e.g. before a `reload`.
     pub fn write_config(&mut self, template: &str) -> Result<(), String> {
-        let mut text = fill_harness(template, &self.dir, &mut self.addrs)?;
+        let mut text = fill_harness(template, self.dir.path(), &mut self.addrs)?;
         if !text.contains("command_socket") {
             text = format!("command_socket = \"preread.sock\"\n{text}");
         }
@@ -891,7 +887,7 @@ impl ProxyProcess {
         let socket = self.socket.display().to_string();
         let mut all = vec!["--socket", socket.as_str()];
         all.extend_from_slice(args);
-        run_preread_env(&all, &self.dir, CLI_TIMEOUT, &self.env)
+        run_preread_env(&all, self.dir.path(), CLI_TIMEOUT, &self.env)
     }
 }
 
@@ -907,11 +903,6 @@ impl Drop for ProxyProcess {
             ) {
                 eprintln!("e2e: proxy pid {} did not exit after SIGKILL", child.id());
             }
-        }
-        if std::thread::panicking() || std::env::var_os("PREREAD_E2E_KEEP").is_some() {
-            eprintln!("e2e: proxy files kept in {}", self.dir.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
 }

@@ -1,9 +1,11 @@
 //! Small helpers the end-to-end test files share: reading a capture of
-//! the corpus, starting the proxy, reading its metrics and stderr. Must
-//! never: be used outside tests and tools (they panic on failure, which is
-//! what a test wants).
+//! the corpus, starting the proxy, reading its metrics and stderr, and the
+//! harness's one temp dir ([`TempDir`], which [`ProxyProcess`] uses too).
+//! Must never: be used outside tests and tools (they panic on failure, which
+//! is what a test wants), or grow a second temp-dir helper.
 
 use std::collections::BTreeMap;
+use std::io;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -59,4 +61,41 @@ pub fn eventually(timeout: Duration, mut probe: impl FnMut() -> bool) -> bool {
 /// The last 30 lines of the proxy's stderr, for failure messages.
 pub fn stderr_tail(proxy: &ProxyProcess) -> String {
     tail(&proxy.stderr_text(), 30)
+}
+
+/// Set (to anything) to keep every temp dir of the harness after the run.
+pub const KEEP_ENV: &str = "PREREAD_E2E_KEEP";
+
+/// A temp dir removed on drop, kept (its path printed) when the thread is
+/// panicking or [`KEEP_ENV`] is set, so a failure leaves its files to look
+/// at. Created by the `tempfile` crate: a fresh, unguessable name, mode 0700.
+#[derive(Debug)]
+pub struct TempDir(tempfile::TempDir);
+
+impl TempDir {
+    /// A new temp dir whose name starts with `preread-e2e-{tag}-`.
+    pub fn create(tag: &str) -> io::Result<Self> {
+        tempfile::Builder::new()
+            .prefix(&format!("preread-e2e-{tag}-"))
+            .tempdir()
+            .map(Self)
+    }
+
+    /// [`create`](Self::create), panicking on failure.
+    pub fn new(tag: &str) -> Self {
+        Self::create(tag).unwrap_or_else(|e| panic!("create a temp dir for {tag}: {e}"))
+    }
+
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() || std::env::var_os(KEEP_ENV).is_some() {
+            self.0.disable_cleanup(true);
+            eprintln!("e2e: files kept in {}", self.0.path().display());
+        }
+    }
 }

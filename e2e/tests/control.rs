@@ -9,7 +9,6 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use command::proto;
@@ -19,7 +18,7 @@ use e2e::client::{
     self, half_close, raw_exchange, read_line, read_tls_to_close, tls_client, tls_request,
 };
 use e2e::proxy::{ConfigBuilder, ProxyProcess, free_addr, run_preread};
-use e2e::testkit::{capture, eventually, get, metrics, rejected_sum, start, tail};
+use e2e::testkit::{TempDir, capture, eventually, get, metrics, rejected_sum, start, tail};
 
 /// The general bound of a wait.
 const T: Duration = Duration::from_secs(5);
@@ -200,29 +199,6 @@ fn routed_to(addr: SocketAddr, sni: &str, expected: &str) {
 /// Whether a TCP connect to `addr` succeeds within a short bound.
 fn accepts(addr: SocketAddr) -> bool {
     TcpStream::connect_timeout(&addr, Duration::from_millis(300)).is_ok()
-}
-
-/// A temp dir removed on Drop (kept when the thread panics).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("preread-e2e-control-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
-        Self(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("files kept in {}", self.0.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -864,13 +840,13 @@ fn runtime_routes_survive_a_restart_from_the_saved_state() {
 /// dir, expects it to give up by itself with `exit`; returns its stderr.
 fn refused_start(tag: &str, config: &str, state: Option<&str>, exit: i32) -> String {
     let dir = TempDir::new(tag);
-    let config_path = dir.0.join("preread.toml");
+    let config_path = dir.path().join("preread.toml");
     std::fs::write(&config_path, config).expect("write config");
     if let Some(state) = state {
-        std::fs::write(dir.0.join("state.json"), state).expect("write state");
+        std::fs::write(dir.path().join("state.json"), state).expect("write state");
     }
     let cfg = config_path.display().to_string();
-    let out = run_preread(&["start", "-c", &cfg], &dir.0, T).expect("start ends by itself");
+    let out = run_preread(&["start", "-c", &cfg], dir.path(), T).expect("start ends by itself");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(exit), "{stderr}");
     stderr

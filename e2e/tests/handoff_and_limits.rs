@@ -12,13 +12,12 @@
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use e2e::backend::PlainBackend;
 use e2e::client::{self, proxy_v1, proxy_v2, read_line, read_to_close};
 use e2e::proxy::{ConfigBuilder, ProxyProcess, fill, free_addr, run_preread};
-use e2e::testkit::{capture, eventually, get, metrics, rejected_sum, start, stderr_tail};
+use e2e::testkit::{TempDir, capture, eventually, get, metrics, rejected_sum, start, stderr_tail};
 use preread_parser::proxy::{
     Command, PP2_TYPE_ALPN, PP2_TYPE_AUTHORITY, ProxyParsed, parse_proxy_header,
 };
@@ -76,30 +75,6 @@ fn wait_logs(proxy: &ProxyProcess, outcome: &str, count: usize) -> Vec<BTreeMap<
         stderr_tail(proxy)
     );
     logs_with(proxy, outcome)
-}
-
-/// A temp dir removed on Drop (kept when the thread panics).
-#[derive(Debug)]
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("preread-e2e-handoff-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
-        Self(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("files kept in {}", self.0.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -370,24 +345,24 @@ fn relay_without_expect_proxy_is_refused_with_e208() {
             .build();
         fill(&built, &[("addr:main", &listener)])
     };
-    let path = dir.0.join("relay.toml");
+    let path = dir.path().join("relay.toml");
     let path_arg = path.display().to_string();
 
     std::fs::write(&path, template(false)).expect("write config");
-    let out = run_preread(&["-c", &path_arg, "config", "check"], &dir.0, T).expect("run");
+    let out = run_preread(&["-c", &path_arg, "config", "check"], dir.path(), T).expect("run");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(2), "config check: {stdout}");
     assert!(stdout.contains("E208"), "config check: {stdout}");
     assert_eq!(stdout.lines().count(), 1, "one problem, the E208: {stdout}");
     // `start` refuses it the same way (status 2, nothing started).
-    let out = run_preread(&["-c", &path_arg, "start"], &dir.0, T).expect("run");
+    let out = run_preread(&["-c", &path_arg, "start"], dir.path(), T).expect("run");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "start: {stderr}");
     assert!(stderr.contains("E208"), "start: {stderr}");
 
     // With expect_proxy on the listener, the same cluster is accepted.
     std::fs::write(&path, template(true)).expect("write config");
-    let out = run_preread(&["-c", &path_arg, "config", "check"], &dir.0, T).expect("run");
+    let out = run_preread(&["-c", &path_arg, "config", "check"], dir.path(), T).expect("run");
     assert_eq!(
         out.status.code(),
         Some(0),

@@ -14,6 +14,10 @@
 pub mod checks_command;
 pub mod checks_core;
 pub mod checks_parser;
+/// The route fixtures `checks_core` draws its tables from; every crate that
+/// includes `checks_core` declares it at its root too.
+#[path = "../../testdata/route_pool.rs"]
+pub mod route_pool;
 
 pub use checks_command::check_command;
 pub use checks_core::check_core;

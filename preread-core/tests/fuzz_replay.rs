@@ -6,6 +6,12 @@
 #[path = "../../fuzz/src/checks_core.rs"]
 mod checks;
 
+// The checks draw their route pool from `crate::route_pool`, as in the fuzz
+// crate; this crate uses none of its other tables.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../testdata/route_pool.rs"]
+mod route_pool;
+
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 

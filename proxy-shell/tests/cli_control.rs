@@ -13,6 +13,7 @@ use std::time::Duration;
 use command::channel::{DEFAULT_MAX_FRAME_LEN, FrameDecoder, encode_frame};
 use command::codes::ErrorCode;
 use command::proto::{self, request::RequestType, response_content::ContentType};
+use tempfile::TempDir;
 
 fn root() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
@@ -189,15 +190,19 @@ fn ok(content: Option<ContentType>) -> proto::Response {
     }
 }
 
-fn socket_path(name: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("preread-cli-{}-{name}.sock", std::process::id()));
-    std::fs::remove_file(&path).ok();
-    path
+/// A fresh temp dir, and the path of a socket in it (not created).
+fn socket_path(name: &str) -> (TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("preread-cli-")
+        .tempdir()
+        .expect("temp dir");
+    let path = dir.path().join(format!("{name}.sock"));
+    (dir, path)
 }
 
 #[test]
 fn socket_subcommands_send_their_request_and_print_the_answer() {
-    let socket = socket_path("answers");
+    let (_dir, socket) = socket_path("answers");
     let server = serve(&socket, 3, |request| match &request.request_type {
         Some(RequestType::Status(_)) => vec![ok(Some(ContentType::Status(proto::StatusReport {
             uptime_ms: 1500,
@@ -274,23 +279,23 @@ fn socket_subcommands_send_their_request_and_print_the_answer() {
     assert!(
         matches!(&seen[2].request_type, Some(RequestType::AddTcpFrontend(f)) if f.sni.as_deref() == Some("a.example.com"))
     );
-    std::fs::remove_file(&socket).ok();
 }
 
 #[test]
 fn the_socket_comes_from_the_config_beside_it() {
-    let dir = std::env::temp_dir().join(format!("preread-cli-cfg-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let config = dir.join("preread.toml");
+    let dir = tempfile::Builder::new()
+        .prefix("preread-cli-cfg-")
+        .tempdir()
+        .expect("temp dir");
+    let config = dir.path().join("preread.toml");
     std::fs::write(&config, "command_socket = \"./ctl.sock\"\n").expect("config");
-    let socket = dir.join("ctl.sock");
-    std::fs::remove_file(&socket).ok();
+    let socket = dir.path().join("ctl.sock");
     let server = serve(&socket, 1, |_| vec![ok(None)]);
     // Run from another directory: the socket is found beside the config.
     let out = Command::new(env!("CARGO_BIN_EXE_preread"))
         .args(["shutdown", "--hard", "-c"])
         .arg(&config)
-        .current_dir(std::env::temp_dir())
+        .current_dir("/")
         .output()
         .expect("run preread");
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -299,12 +304,11 @@ fn the_socket_comes_from_the_config_beside_it() {
         seen[0].request_type,
         Some(RequestType::HardStop(_))
     ));
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn no_proxy_running_is_a_clear_error() {
-    let socket = socket_path("absent");
+    let (_dir, socket) = socket_path("absent");
     let out = preread(&[
         "status",
         "--socket",

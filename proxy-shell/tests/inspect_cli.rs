@@ -105,7 +105,6 @@ fn check(entry: &Value, report: &Value, expect_proxy: bool) {
 }
 
 fn hex_copies(dir: &Path, files: &[PathBuf]) -> Vec<PathBuf> {
-    std::fs::create_dir_all(dir).expect("temp dir");
     files
         .iter()
         .map(|path| {
@@ -128,8 +127,11 @@ fn inspect_matches_the_manifest_raw_and_hex() {
         .iter()
         .map(|e| corpus_dir().join(e["file"].as_str().unwrap_or_default()))
         .collect();
-    let hex_dir = std::env::temp_dir().join(format!("preread-inspect-{}", std::process::id()));
-    let hex_files = hex_copies(&hex_dir, &files);
+    let hex_dir = tempfile::Builder::new()
+        .prefix("preread-inspect-")
+        .tempdir()
+        .expect("temp dir");
+    let hex_files = hex_copies(hex_dir.path(), &files);
     for expect_proxy in [false, true] {
         let mut flags = vec!["inspect"];
         if expect_proxy {
@@ -161,7 +163,6 @@ fn inspect_matches_the_manifest_raw_and_hex() {
             assert_eq!(strip(raw), strip(hex), "hex and raw reports differ");
         }
     }
-    std::fs::remove_dir_all(&hex_dir).ok();
 }
 
 #[test]
@@ -179,12 +180,13 @@ fn an_unreadable_file_exits_2_and_the_others_are_still_reported() {
 
 #[test]
 fn bad_hex_is_an_error_that_names_the_offset() {
-    let dir = std::env::temp_dir().join(format!("preread-badhex-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let bad = dir.join("bad.hex");
+    let dir = tempfile::Builder::new()
+        .prefix("preread-badhex-")
+        .tempdir()
+        .expect("temp dir");
+    let bad = dir.path().join("bad.hex");
     std::fs::write(&bad, "16 03 zz").expect("write");
     let out = preread(&["inspect", "--hex"], &[bad]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("offset 6"));
-    std::fs::remove_dir_all(&dir).ok();
 }

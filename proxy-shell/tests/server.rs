@@ -7,7 +7,6 @@ use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
@@ -22,6 +21,7 @@ use command::state_file::load_state;
 use mio::{Poll, Token, Waker};
 use proxy_shell::server::{CommandServer, E_WORKER_TIMEOUT, ServerSettings, StopKind};
 use proxy_shell::worker::orders::{Answer, Order, OrderId, Reply, WorkerHandle, WorkerInbox};
+use tempfile::TempDir;
 
 /// Upper bound on any wait; reaching it fails the test.
 const BOUND: Duration = Duration::from_secs(10);
@@ -135,14 +135,11 @@ fn spawn_fake(
 
 // ---- the server under test ----
 
-static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
-
-fn temp_dir(name: &str) -> PathBuf {
-    let n = NEXT_DIR.fetch_add(1, AtomicOrdering::SeqCst);
-    let dir = std::env::temp_dir().join(format!("preread-srv-{}-{n}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+fn temp_dir(name: &str) -> TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("preread-srv-{name}-"))
+        .tempdir()
+        .expect("temp dir")
 }
 
 fn settings(dir: &Path) -> ServerSettings {
@@ -158,7 +155,7 @@ fn settings(dir: &Path) -> ServerSettings {
 }
 
 struct Harness {
-    dir: PathBuf,
+    dir: TempDir,
     socket: PathBuf,
     fakes: Vec<Fake>,
     done: Receiver<std::io::Result<(StopKind, ConfigState)>>,
@@ -167,11 +164,12 @@ struct Harness {
 impl Harness {
     fn start(name: &str, scripts: &[Script]) -> Self {
         let dir = temp_dir(name);
-        Self::start_with(dir.clone(), settings(&dir), ConfigState::default(), scripts)
+        let settings = settings(dir.path());
+        Self::start_with(dir, settings, ConfigState::default(), scripts)
     }
 
     fn start_with(
-        dir: PathBuf,
+        dir: TempDir,
         settings: ServerSettings,
         state: ConfigState,
         scripts: &[Script],
@@ -249,7 +247,6 @@ impl Harness {
                 thread::sleep(Duration::from_millis(5));
             }
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
         state
     }
 }
@@ -534,7 +531,7 @@ fn a_worker_that_never_answers_times_out() {
     let dir = temp_dir("timeout");
     let settings = ServerSettings {
         order_timeout: Duration::from_millis(300),
-        ..settings(&dir)
+        ..settings(dir.path())
     };
     let h = Harness::start_with(
         dir,
@@ -562,11 +559,11 @@ fn a_worker_that_never_answers_times_out() {
 #[test]
 fn automatic_state_save_writes_a_loadable_file_after_each_change() {
     let dir = temp_dir("autosave");
-    let file = dir.join("state.json");
+    let file = dir.path().join("state.json");
     let settings = ServerSettings {
         saved_state: Some(file.clone()),
         automatic_state_save: true,
-        ..settings(&dir)
+        ..settings(dir.path())
     };
     let h = Harness::start_with(dir, settings, ConfigState::default(), &[Script::Done]);
     let mut client = h.client();
@@ -588,7 +585,7 @@ fn automatic_state_save_writes_a_loadable_file_after_each_change() {
 #[test]
 fn save_and_load_state_round_trip() {
     let h = Harness::start("saveload", &[Script::Done, Script::Done]);
-    let saved = h.dir.join("saved.json");
+    let saved = h.dir.path().join("saved.json");
     let mut client = h.client();
     for kind in setup() {
         assert_ok(&ask(&mut client, kind));
@@ -630,7 +627,7 @@ fn save_and_load_state_round_trip() {
     assert_eq!(applies(&h.log(1)).len(), sent_before + 2);
 
     // A corrupt file: FAILURE naming the line, nothing changed.
-    let corrupt = h.dir.join("corrupt.json");
+    let corrupt = h.dir.path().join("corrupt.json");
     let text = std::fs::read_to_string(&saved).expect("saved");
     let mut lines: Vec<&str> = text.lines().collect();
     lines.insert(2, "{\"add_cluster\": 42}");
@@ -650,7 +647,7 @@ fn save_and_load_state_round_trip() {
     let response = ask(
         &mut client,
         RequestType::LoadState(proto::LoadState {
-            path: h.dir.join("missing.json").display().to_string(),
+            path: h.dir.path().join("missing.json").display().to_string(),
         }),
     );
     assert_failure(&response, "E012");
@@ -817,7 +814,7 @@ fn the_socket_is_private_and_not_taken_twice() {
     let (_tx, rx) = mpsc::channel();
     let again = ServerSettings {
         socket_path: h.socket.clone(),
-        ..settings(&h.dir)
+        ..settings(h.dir.path())
     };
     let err = CommandServer::bind(again, ConfigState::default(), rx).expect_err("in use");
     assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
@@ -831,10 +828,11 @@ fn the_socket_is_private_and_not_taken_twice() {
 #[test]
 fn a_stale_socket_file_is_replaced() {
     let dir = temp_dir("stale");
-    let path = dir.join("cmd.sock");
+    let path = dir.path().join("cmd.sock");
     drop(std::os::unix::net::UnixListener::bind(&path).expect("stale"));
     assert!(path.exists());
-    let h = Harness::start_with(dir.clone(), settings(&dir), ConfigState::default(), &[]);
+    let settings = settings(dir.path());
+    let h = Harness::start_with(dir, settings, ConfigState::default(), &[]);
     assert_ok(&h.ask(cluster("alpha")));
     h.stop();
 }
@@ -854,15 +852,17 @@ fn soft_stop_answers_ok_stops_the_workers_and_returns() {
         );
     }
     assert!(!h.socket.exists());
-    let _ = std::fs::remove_dir_all(&h.dir);
 }
 
 #[test]
 fn boot_replays_the_state_and_a_refusal_fails_it() {
     let dir = temp_dir("boot");
     let state = state_of(&setup());
-    let (mut server, fakes) =
-        server_with(settings(&dir), state.clone(), &[Script::Done, Script::Done]);
+    let (mut server, fakes) = server_with(
+        settings(dir.path()),
+        state.clone(),
+        &[Script::Done, Script::Done],
+    );
     assert_eq!(server.boot().expect("boot"), setup().len());
     let wanted: Vec<RequestType> = state
         .generate_requests()
@@ -883,7 +883,7 @@ fn boot_replays_the_state_and_a_refusal_fails_it() {
     drop(server);
 
     let (mut server, _fakes) = server_with(
-        settings(&dir),
+        settings(dir.path()),
         state,
         &[Script::Done, Script::RefuseListener(ADDR.to_owned())],
     );
@@ -892,7 +892,6 @@ fn boot_replays_the_state_and_a_refusal_fails_it() {
     assert_eq!(error.code, "E_FAKE_BIND");
     assert!(server.stop_workers(StopKind::Hard));
     drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

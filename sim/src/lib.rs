@@ -21,6 +21,10 @@ pub mod hello;
 pub mod listener;
 pub mod prefix;
 pub mod report;
+/// The route fixtures shared with the fuzz target and the core's tests,
+/// compiled in (never read at run time).
+#[path = "../../testdata/route_pool.rs"]
+pub mod route_pool;
 pub mod scenario;
 
 pub use preread_core::rng;

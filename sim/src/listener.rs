@@ -24,20 +24,8 @@ use crate::rng::Rng;
 pub type RouteSpec = (&'static str, &'static [&'static str], &'static str);
 
 /// The frontends a listener's table is drawn from. No subset conflicts.
-pub const ROUTES: &[RouteSpec] = &[
-    ("a.example.com", &[], "a"),
-    ("*.b.example.com", &[], "star-b"),
-    ("**.example.com", &[], "any-example"),
-    ("c.example.com", &["h2"], "c-h2"),
-    ("c.example.com", &["http/1.1", "acme-tls/1"], "c-http"),
-    ("d.example.com", &[], "d"),
-    ("psk.example.com", &[], "psk"),
-    ("public.example.net", &[], "public"),
-    ("**.b.example.com", &["h2"], "any-b-h2"),
-    ("localhost", &[], "localhost"),
-    ("*.example.org", &["h2", "http/1.1"], "star-org"),
-    ("example.org", &[], "org"),
-];
+/// The one copy is `testdata/route_pool.rs`, compiled in.
+pub const ROUTES: &[RouteSpec] = crate::route_pool::POOL;
 
 /// Indices into [`ROUTES`] of the `c.example.com` frontends: both list
 /// protocols, none takes any offer, so an offer outside their lists is

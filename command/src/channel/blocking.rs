@@ -15,6 +15,8 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use socket2::{Domain, SockAddr, Socket, Type};
+
 use super::{CONNECT_RETRY, ChannelError, FrameDecoder, READ_CHUNK, encode_frame};
 use crate::proto::{Request, Response, ResponseStatus};
 
@@ -43,6 +45,15 @@ fn time_left(deadline: Option<Instant>) -> Result<Option<Duration>, ChannelError
             }
         }
     }
+}
+
+/// One connect attempt on a fresh non-blocking socket. socket2, because std
+/// can only create a Unix stream by a blocking connect.
+fn try_connect(addr: &SockAddr) -> io::Result<Socket> {
+    let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    socket.set_nonblocking(true)?;
+    socket.connect(addr)?;
+    Ok(socket)
 }
 
 /// Maps an I/O error of a blocking socket with a timeout set.
@@ -80,35 +91,31 @@ impl BlockingChannel {
     pub fn connect(path: impl AsRef<Path>, timeout: Duration) -> Result<Self, ChannelError> {
         let path = path.as_ref();
         let deadline = deadline_after(timeout);
+        let connect_error = |source| ChannelError::Connect {
+            path: path.to_owned(),
+            source,
+        };
+        let addr = SockAddr::unix(path).map_err(connect_error)?;
         // A blocking connect to a listener whose backlog is full waits with
-        // no bound, so connect non-blocking (mio) and retry until the
-        // deadline instead. On Linux a Unix-socket connect either completes
-        // at once or fails with EAGAIN (backlog full); it is never "in
-        // progress".
-        let stream = loop {
-            match mio::net::UnixStream::connect(path) {
-                Ok(stream) => break stream,
+        // no bound, so connect non-blocking and retry until the deadline
+        // instead. On Linux a Unix-socket connect either completes at once
+        // or fails with EAGAIN (backlog full); it is never "in progress".
+        let socket = loop {
+            match try_connect(&addr) {
+                Ok(socket) => break socket,
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
                     let pause =
                         time_left(deadline)?.map_or(CONNECT_RETRY, |left| left.min(CONNECT_RETRY));
                     std::thread::sleep(pause);
                 }
-                Err(source) => {
-                    return Err(ChannelError::Connect {
-                        path: path.to_owned(),
-                        source,
-                    });
-                }
+                Err(source) => return Err(connect_error(source)),
             }
         };
-        if let Ok(Some(source)) = stream.take_error() {
-            return Err(ChannelError::Connect {
-                path: path.to_owned(),
-                source,
-            });
+        if let Ok(Some(source)) = socket.take_error() {
+            return Err(connect_error(source));
         }
-        Self::from_stream(UnixStream::from(stream), timeout)
+        Self::from_stream(UnixStream::from(socket), timeout)
     }
 
     /// Wraps an already connected stream (switched to blocking mode).
@@ -216,9 +223,7 @@ impl fmt::Debug for BlockingChannel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::channel::tests::{
-        TEST_TIMEOUT, frame, response, soft_stop, status, unique_socket_path,
-    };
+    use crate::channel::tests::{TEST_TIMEOUT, frame, response, soft_stop, status};
 
     fn blocking_pair(timeout: Duration) -> (BlockingChannel, UnixStream) {
         let (client, server) = UnixStream::pair().expect("pair");
@@ -337,7 +342,8 @@ mod tests {
 
     #[test]
     fn blocking_connect_to_a_missing_socket_names_the_path() {
-        let path = unique_socket_path();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("nobody-listens.sock");
         match BlockingChannel::connect(&path, TEST_TIMEOUT) {
             Err(err @ ChannelError::Connect { .. }) => {
                 assert!(err.to_string().contains(&*path.to_string_lossy()), "{err}");

@@ -9,17 +9,20 @@
 //! buffer a huge frame.
 //!
 //! Owns: the frame format, the sans-io [`FrameDecoder`], the blocking client
-//! end ([`BlockingChannel`], used by the CLI) and the non-blocking server end
-//! ([`NonBlockingChannel`], driven by the proxy's mio loop), and the FAILURE
-//! answer to a frame that could not be read ([`failure_response`]).
+//! end ([`BlockingChannel`], used by the CLI), the sans-io server end
+//! ([`ServerEnd`], which the proxy's command server feeds from its own event
+//! loop), and the FAILURE answer to a frame that could not be read
+//! ([`failure_response`]).
 //!
-//! Must never: interpret or apply a request, validate its content, own an
-//! event loop or a listener, or keep a connection alive after a frame error:
-//! once a frame is bad the byte stream has lost its framing and the only safe
-//! move is to answer (best effort) and close.
+//! Must never: interpret or apply a request, validate its content, know an
+//! event loop (the control-plane types serve any loop; the proxy's mio
+//! adapter is `proxy-shell/src/server/channel_mio.rs`), own a listener, or
+//! keep a connection alive after a frame error: once a frame is bad the byte
+//! stream has lost its framing and the only safe move is to answer (best
+//! effort) and close.
 //!
 //! Layout: `frame` holds the wire format and the decoder, `blocking` the
-//! client end, `nonblocking` the server end; this file holds what they share
+//! client end, `server_end` the server end; this file holds what they share
 //! (limits, error codes, [`ChannelError`]) and the FAILURE answer.
 
 use std::fmt;
@@ -31,13 +34,13 @@ use crate::proto::{Response, ResponseStatus};
 
 mod blocking;
 mod frame;
-mod nonblocking;
+mod server_end;
 #[cfg(test)]
 mod tests;
 
 pub use blocking::BlockingChannel;
 pub use frame::{FrameDecoder, encode_frame};
-pub use nonblocking::{NonBlockingChannel, ReadOutcome};
+pub use server_end::{ReadOutcome, ServerEnd};
 
 /// Bytes of the big-endian length header in front of every payload.
 pub const HEADER_LEN: usize = 4;
@@ -62,12 +65,14 @@ const MAX_WIRE_LEN: usize = u32::MAX as usize;
 /// frames cost O(n) copying in total instead of O(n²).
 const COMPACT_MIN: usize = 4096;
 
-/// Same rule for the output buffer of [`NonBlockingChannel`]: flushed bytes
-/// are only shifted out when they are many and at least half of it.
+/// Same rule for the output buffer of [`ServerEnd`]: flushed bytes are only
+/// shifted out when they are many and at least half of it.
 const OUT_COMPACT_MIN: usize = 64 * 1024;
 
-/// Bytes asked of the socket per `read` call.
-const READ_CHUNK: usize = 16 * 1024;
+/// Bytes asked of the socket per `read` call. Public because it is part of
+/// [`ServerEnd`]'s bound: a pause leaves at most one maximal frame and one
+/// chunk buffered.
+pub const READ_CHUNK: usize = 16 * 1024;
 
 /// Sleep between connect attempts while the listen backlog is full.
 const CONNECT_RETRY: Duration = Duration::from_millis(10);

@@ -2,22 +2,20 @@
 //! shares.
 //!
 //! Owns: the sample requests and responses, the FAILURE answer's test, and a
-//! tiny mio server over a real listening socket that exercises the client
-//! and server ends together.
+//! tiny server over a real listening socket (std sockets, polled) that
+//! exercises the client and server ends together.
 //!
 //! Must never: reach into the private state of one end; tests of a single
 //! part live beside that part.
 
-use std::collections::HashMap;
 use std::io::Write;
-use std::os::unix::net::UnixStream;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use mio::{Events, Interest, Poll, Token, Waker};
 use prost::Message;
 
 use super::*;
@@ -73,19 +71,12 @@ fn failure_response_explains_and_carries_a_stable_code() {
         E_CHANNEL_IO
     );
 }
-// ---- a tiny mio server over a real listening socket ----
+// ---- a tiny server over a real listening socket ----
 
-const LISTENER: Token = Token(0);
-const WAKER: Token = Token(1);
-
-pub(super) fn unique_socket_path() -> PathBuf {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    std::env::temp_dir().join(format!(
-        "preread-channel-test-{}-{}.sock",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ))
-}
+/// Sleep of the test server between passes over its connections when none
+/// made progress: it polls non-blocking std sockets instead of owning an
+/// event loop, which this crate must not know.
+const IDLE_PAUSE: Duration = Duration::from_millis(1);
 
 /// What the test server saw, for assertions.
 #[derive(Debug, Default)]
@@ -95,13 +86,16 @@ struct ServerLog {
 }
 
 struct TestServer {
+    /// Holds the socket file; removed on drop.
+    _dir: tempfile::TempDir,
     path: PathBuf,
-    waker: Arc<Waker>,
+    stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<ServerLog>>,
 }
 
 struct Conn {
-    channel: NonBlockingChannel,
+    stream: UnixStream,
+    end: ServerEnd,
     closing: bool,
 }
 
@@ -126,14 +120,14 @@ fn answer(req: &Request) -> Vec<Response> {
 /// Reads, answers and flushes one connection; false when it is done.
 fn service(conn: &mut Conn, log: &mut ServerLog) -> bool {
     while !conn.closing {
-        let Ok(outcome) = conn.channel.read_ready() else {
+        let Ok(outcome) = conn.end.read_from(&mut &conn.stream) else {
             return false;
         };
         loop {
-            match conn.channel.next_request() {
+            match conn.end.next_request() {
                 Ok(Some(req)) => {
                     for resp in answer(&req) {
-                        if conn.channel.queue(&resp).is_err() {
+                        if conn.end.queue(&resp).is_err() {
                             return false;
                         }
                     }
@@ -143,7 +137,7 @@ fn service(conn: &mut Conn, log: &mut ServerLog) -> bool {
                     if err.is_frame_error() {
                         log.frame_errors += 1;
                         // The failure response is small: it always fits.
-                        let _ = conn.channel.queue(&failure_response(&err));
+                        let _ = conn.end.queue(&failure_response(&err));
                     }
                     conn.closing = true;
                     break;
@@ -156,76 +150,47 @@ fn service(conn: &mut Conn, log: &mut ServerLog) -> bool {
             _ => break,
         }
     }
-    match conn.channel.write_ready() {
+    match conn.end.write_to(&mut &conn.stream) {
         Ok(flushed) => !(flushed && conn.closing),
         Err(_) => false,
     }
 }
 
-fn serve(mut poll: Poll, listener: mio::net::UnixListener) -> ServerLog {
+fn serve(listener: UnixListener, stop: &AtomicBool) -> ServerLog {
     let mut log = ServerLog::default();
-    let mut events = Events::with_capacity(64);
-    let mut conns: HashMap<Token, Conn> = HashMap::new();
-    let mut next = 2;
-    loop {
-        // Bounded: a server nobody stops exits on its own.
-        if poll.poll(&mut events, Some(TEST_TIMEOUT)).is_err() || events.is_empty() {
-            return log;
-        }
-        for event in &events {
-            match event.token() {
-                WAKER => return log,
-                LISTENER => loop {
-                    let Ok((stream, _)) = listener.accept() else {
-                        break;
-                    };
-                    log.accepted += 1;
-                    let token = Token(next);
-                    next += 1;
-                    let mut conn = Conn {
-                        channel: NonBlockingChannel::new(stream),
-                        closing: false,
-                    };
-                    if poll
-                        .registry()
-                        .register(
-                            &mut conn.channel,
-                            token,
-                            Interest::READABLE | Interest::WRITABLE,
-                        )
-                        .is_ok()
-                        && service(&mut conn, &mut log)
-                    {
-                        conns.insert(token, conn);
-                    }
-                },
-                token => {
-                    let keep = conns.get_mut(&token).is_some_and(|c| service(c, &mut log));
-                    if !keep {
-                        if let Some(mut conn) = conns.remove(&token) {
-                            let _ = poll.registry().deregister(&mut conn.channel);
-                        }
-                    }
-                }
+    let mut conns: Vec<Conn> = Vec::new();
+    // Bounded: a server nobody stops exits on its own.
+    let deadline = Instant::now() + TEST_TIMEOUT;
+    while !stop.load(Ordering::Acquire) && Instant::now() < deadline {
+        while let Ok((stream, _)) = listener.accept() {
+            log.accepted += 1;
+            if stream.set_nonblocking(true).is_ok() {
+                conns.push(Conn {
+                    stream,
+                    end: ServerEnd::new(),
+                    closing: false,
+                });
             }
         }
+        conns.retain_mut(|conn| service(conn, &mut log));
+        std::thread::sleep(IDLE_PAUSE);
     }
+    log
 }
 
 impl TestServer {
     fn start() -> Self {
-        let path = unique_socket_path();
-        let _ = std::fs::remove_file(&path);
-        let mut listener = mio::net::UnixListener::bind(&path).expect("bind");
-        let poll = Poll::new().expect("poll");
-        poll.registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)
-            .expect("register");
-        let waker = Arc::new(Waker::new(poll.registry(), WAKER).expect("waker"));
-        let thread = std::thread::spawn(move || serve(poll, listener));
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("command.sock");
+        let listener = UnixListener::bind(&path).expect("bind");
+        listener.set_nonblocking(true).expect("non-blocking");
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || serve(listener, &flag));
         Self {
+            _dir: dir,
             path,
-            waker,
+            stop,
             thread: Some(thread),
         }
     }
@@ -235,10 +200,8 @@ impl TestServer {
     }
 
     fn shutdown(&mut self) -> Option<ServerLog> {
-        let _ = self.waker.wake();
-        let log = self.thread.take().and_then(|t| t.join().ok());
-        let _ = std::fs::remove_file(&self.path);
-        log
+        self.stop.store(true, Ordering::Release);
+        self.thread.take().and_then(|t| t.join().ok())
     }
 }
 

@@ -11,25 +11,15 @@ use std::sync::Arc;
 use preread_core::pattern::validate_sni_pattern;
 use preread_core::routes::{AlpnSet, RouteTable};
 
-pub(crate) const H2_H11: &[&str] = &["h2", "http/1.1"];
+/// The fixed rows of every table, from the one set of route fixtures.
+#[path = "../../../testdata/route_pool.rs"]
+mod route_pool;
 
 /// The frontends the shapes hit; every synthetic table holds them.
-pub(crate) const SHAPE_ROUTES: &[(&str, &[&str], &str)] = &[
-    ("a.example.com", H2_H11, "exact"),
-    ("*.wild.example.com", H2_H11, "one-label"),
-    ("**.deep.example.com", H2_H11, "any-depth"),
-];
+pub(crate) use route_pool::SHAPES as SHAPE_ROUTES;
 
-/// The corpus names, as in `tests/common/mod.rs`.
-pub(crate) const CORPUS_ROUTES: &[(&str, &[&str], &str)] = &[
-    ("a.example.com", &[], "a.example.com"),
-    ("*.b.example.com", &[], "*.b.example.com"),
-    ("c.example.com", &[], "c.example.com"),
-    ("d.example.com", &[], "d.example.com"),
-    ("psk.example.com", &[], "psk.example.com"),
-    ("**.example.com", &[], "**.example.com"),
-    ("public.example.net", &[], "public.example.net"),
-];
+/// The corpus names, as the core's tests route them.
+pub(crate) use route_pool::CORPUS as CORPUS_ROUTES;
 
 pub(crate) fn insert(table: &mut RouteTable, pattern: &str, alpn: &[&str], cluster: &str) {
     let pattern = validate_sni_pattern(pattern).expect("valid bench pattern");

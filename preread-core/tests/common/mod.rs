@@ -10,6 +10,9 @@ use preread_core::PrereadConfig;
 use preread_core::pattern::validate_sni_pattern;
 use preread_core::routes::{AlpnSet, RouteTable};
 
+#[path = "../../../testdata/route_pool.rs"]
+mod route_pool;
+
 /// `(pattern, alpn, cluster)`; an empty ALPN list means "any".
 pub fn table(routes: &[(&str, &[&str], &str)]) -> RouteTable {
     let mut table = RouteTable::new();
@@ -98,12 +101,4 @@ pub fn manifest() -> Vec<serde_json::Value> {
 
 /// Routes every name the corpus routes on, each to a cluster of its own
 /// name, so a verdict shows which name won.
-pub const CORPUS_ROUTES: &[(&str, &[&str], &str)] = &[
-    ("a.example.com", &[], "a.example.com"),
-    ("*.b.example.com", &[], "*.b.example.com"),
-    ("c.example.com", &[], "c.example.com"),
-    ("d.example.com", &[], "d.example.com"),
-    ("psk.example.com", &[], "psk.example.com"),
-    ("**.example.com", &[], "**.example.com"),
-    ("public.example.net", &[], "public.example.net"),
-];
+pub use route_pool::CORPUS as CORPUS_ROUTES;

@@ -8,10 +8,11 @@
 
 use std::io::{self, Read};
 
-use command::channel::{NonBlockingChannel, ReadOutcome, failure_response};
+use command::channel::{ReadOutcome, failure_response};
 use command::proto;
 use mio::{Events, Interest, Token};
 
+use super::channel_mio::MioChannel;
 use super::responses::failure;
 use super::{CommandServer, E_PERMISSION, FINAL_FLUSH, MAX_CLIENT_KEY, socket};
 
@@ -29,7 +30,7 @@ pub(super) struct ClientRef {
 
 #[derive(Debug)]
 pub(super) struct Client {
-    channel: NonBlockingChannel,
+    channel: MioChannel,
     serial: u64,
     /// A request of this client is being served: take no other.
     busy: bool,
@@ -73,7 +74,7 @@ impl CommandServer {
     }
 
     fn admit(&mut self, stream: mio::net::UnixStream) {
-        let mut channel = NonBlockingChannel::new(stream);
+        let mut channel = MioChannel::new(stream);
         let refused = match socket::peer_uid(channel.get_ref()) {
             Ok(uid) if socket::is_authorized(uid, self.own_euid) => None,
             Ok(uid) => Some(format!(

@@ -13,6 +13,7 @@
 //! [`orders`](crate::worker::orders).
 
 mod changes;
+mod channel_mio;
 mod clients;
 mod handlers;
 mod pending;

@@ -171,14 +171,16 @@ mod tests {
 
     #[test]
     fn refuses_a_regular_file_and_a_live_socket() {
-        let dir = std::env::temp_dir().join(format!("preread-socket-{}", std::process::id()));
-        fs::create_dir_all(&dir).expect("dir");
-        let file = dir.join("plain");
+        let dir = tempfile::Builder::new()
+            .prefix("preread-socket-")
+            .tempdir()
+            .expect("temp dir");
+        let file = dir.path().join("plain");
         fs::write(&file, b"keep me").expect("write");
         assert!(bind_command_socket(&file).is_err());
         assert_eq!(fs::read(&file).expect("still there"), b"keep me");
 
-        let sock = dir.join("live.sock");
+        let sock = dir.path().join("live.sock");
         let (listener, guard) = bind_command_socket(&sock).expect("bind");
         assert_eq!(
             fs::metadata(&sock).expect("meta").permissions().mode() & 0o777,
@@ -196,6 +198,5 @@ mod tests {
         fs::write(&sock, b"not ours").expect("write");
         drop(guard2);
         assert_eq!(fs::read(&sock).expect("kept"), b"not ours");
-        let _ = fs::remove_dir_all(&dir);
     }
 }
