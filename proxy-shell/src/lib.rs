@@ -1,9 +1,11 @@
 //! The preread worker and its command-line front end.
 //!
-//! Owns: the `preread` binary's subcommands: the offline ones (`inspect`,
-//! `config check`, `explain`) and the client half of every command-socket
-//! subcommand. The worker (event loop, preread shell, pipe, command server)
-//! comes with the worker issue.
+//! Owns: the `preread` binary's subcommands (the offline ones, `inspect`,
+//! `config check` and `explain`, and the client half of every
+//! command-socket subcommand), the command server, and the worker: I/O glue
+//! over the preread step of `preread_core::step`, the pipe, backends and
+//! metrics. Must never: decide a connection's preread anywhere but in that
+//! step, or block a worker thread.
 
 pub mod cli;
 pub mod inspect;
