@@ -7,6 +7,7 @@
 //! metrics. Must never: decide a connection's preread anywhere but in that
 //! step, or block a worker thread.
 
+pub mod answer_code;
 pub mod cli;
 pub mod inspect;
 pub mod metrics_http;

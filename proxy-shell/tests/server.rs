@@ -15,13 +15,20 @@ use std::time::{Duration, Instant};
 use command::channel::{
     BlockingChannel, DEFAULT_MAX_FRAME_LEN, E_CHANNEL_FRAME, FrameDecoder, encode_frame,
 };
+use command::codes::ErrorCode;
 use command::proto::{self, request::RequestType, response_content::ContentType};
 use command::state::ConfigState;
 use command::state_file::load_state;
 use mio::{Poll, Token, Waker};
+use proxy_shell::answer_code::AnswerCode;
 use proxy_shell::server::{CommandServer, E_WORKER_TIMEOUT, ServerSettings, StopKind};
 use proxy_shell::worker::orders::{Answer, Order, OrderId, Reply, WorkerHandle, WorkerInbox};
 use tempfile::TempDir;
+
+/// The code a fake worker refuses a bind with: any code but the one the
+/// server would put in its place, so a test sees the worker's own code
+/// relayed.
+const FAKE_BIND: AnswerCode = AnswerCode::Validation(ErrorCode::InvalidValue);
 
 /// Upper bound on any wait; reaching it fails the test.
 const BOUND: Duration = Duration::from_secs(10);
@@ -96,7 +103,7 @@ fn spawn_fake(
                     match &request.request_type {
                         Some(RequestType::AddTcpListener(l)) if &l.address == refused => {
                             Answer::Refused {
-                                code: "E_FAKE_BIND".to_owned(),
+                                code: FAKE_BIND,
                                 message: format!("cannot bind {refused}: address in use"),
                             }
                         }
@@ -501,7 +508,7 @@ fn a_worker_refusal_is_rolled_back_on_the_others() {
     let mut client = h.client();
     assert_ok(&ask(&mut client, cluster("alpha")));
     let response = ask(&mut client, listener(ADDR));
-    assert_failure(&response, "E_FAKE_BIND");
+    assert_failure(&response, FAKE_BIND.as_str());
     assert!(response.message.contains("address in use"), "{response:?}");
     // Worker 0 applied it, then got the inverse; worker 1 got no inverse.
     let log = applies(&h.wait_orders(0, 3));
@@ -889,7 +896,7 @@ fn boot_replays_the_state_and_a_refusal_fails_it() {
     );
     let error = server.boot().expect_err("refused");
     assert_eq!(error.worker, 1);
-    assert_eq!(error.code, "E_FAKE_BIND");
+    assert_eq!(error.code, FAKE_BIND);
     assert!(server.stop_workers(StopKind::Hard));
     drop(server);
 }

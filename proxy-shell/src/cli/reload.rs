@@ -18,10 +18,7 @@ use command::validate::ValidationError;
 
 use super::client::{config_path, is_failure, open, socket_path};
 use super::{EXIT_FAILED, EXIT_USAGE, Globals};
-
-/// `error_code` of a request the proxy did not answer (the command socket
-/// failed mid-reload).
-const E_NO_ANSWER: &str = "E_NO_ANSWER";
+use crate::answer_code::AnswerCode;
 
 /// Why a request was skipped, with the code as the validator or the proxy
 /// gave it: a worker's refusal stays `E_WORKER_REFUSED`, not a validation
@@ -158,7 +155,7 @@ pub(super) fn run(globals: &Globals) -> ExitCode {
     };
     let report = apply_reload(&mut current, &desired, |request| {
         let response = channel.request(request, |_| {}).map_err(|e| Refusal {
-            code: E_NO_ANSWER.to_owned(),
+            code: AnswerCode::NoAnswer.as_str().to_owned(),
             message: format!("the proxy did not answer: {e}"),
         })?;
         if is_failure(&response) {

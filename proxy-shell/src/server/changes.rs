@@ -18,7 +18,8 @@ use command::validate::check_cap_fits_buffer;
 use super::clients::ClientRef;
 use super::pending::Gathered;
 use super::responses::{failure, ok};
-use super::{CommandServer, E_STOPPING, E_WORKER_REFUSED, Purpose, describe};
+use super::{CommandServer, Purpose, describe};
+use crate::answer_code::AnswerCode;
 use crate::worker::listen::ensure_unbound;
 use crate::worker::orders::{Order, OrderId};
 
@@ -50,7 +51,7 @@ struct InFlight {
 #[derive(Debug)]
 struct Failure {
     request: proto::Request,
-    code: String,
+    code: AnswerCode,
     message: String,
 }
 
@@ -134,14 +135,14 @@ impl CommandServer {
             match checked {
                 Err(error) => run.failures.push(Failure {
                     request,
-                    code: error.code.as_str().to_owned(),
+                    code: error.code.into(),
                     message: error.message,
                 }),
                 Ok(Applied::Unchanged) => run.unchanged += 1,
                 Ok(Applied::Changed) if let Err(message) = self.check_unbound(&after) => {
                     run.failures.push(Failure {
                         request,
-                        code: E_WORKER_REFUSED.to_owned(),
+                        code: AnswerCode::WorkerRefused,
                         message,
                     });
                 }
@@ -186,7 +187,7 @@ impl CommandServer {
                 Err(error) => {
                     if let Some(who) = queued.client {
                         let answer = failure(
-                            error.code().as_str(),
+                            error.code().into(),
                             format!("cannot load the state file {path}: {error}; nothing changed"),
                         );
                         self.respond(who, &answer);
@@ -246,7 +247,7 @@ impl CommandServer {
                 }
                 run.failures.push(Failure {
                     request: in_flight.request,
-                    code: code.to_owned(),
+                    code,
                     message: if undo_on.is_empty() {
                         format!("{message}; nothing changed")
                     } else {
@@ -271,7 +272,7 @@ impl CommandServer {
             .unwrap_or_default();
         let answer = match &run.load {
             None => match run.failures.first() {
-                Some(failed) => failure(&failed.code, failed.message.clone()),
+                Some(failed) => failure(failed.code, failed.message.clone()),
                 None if run.applied == 0 => {
                     ok("unchanged: the proxy already has this; nothing sent to the workers")
                 }
@@ -296,7 +297,7 @@ impl CommandServer {
                     ));
                 }
                 match run.failures.first() {
-                    Some(failed) => failure(&failed.code, message),
+                    Some(failed) => failure(failed.code, message),
                     None => ok(message),
                 }
             }
@@ -339,7 +340,7 @@ impl CommandServer {
             && let Some(who) = run.client
         {
             let answer = failure(
-                E_STOPPING,
+                AnswerCode::Stopping,
                 format!(
                     "the proxy stopped before this finished ({} step(s) applied)",
                     run.applied
@@ -352,7 +353,7 @@ impl CommandServer {
 
 fn stopping() -> proto::Response {
     failure(
-        E_STOPPING,
+        AnswerCode::Stopping,
         "the proxy is stopping: no state change is accepted",
     )
 }

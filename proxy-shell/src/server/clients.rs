@@ -14,7 +14,8 @@ use mio::{Events, Interest, Token};
 
 use super::channel_mio::MioChannel;
 use super::responses::failure;
-use super::{CommandServer, E_PERMISSION, FINAL_FLUSH, MAX_CLIENT_KEY, socket};
+use super::{CommandServer, FINAL_FLUSH, MAX_CLIENT_KEY, socket};
+use crate::answer_code::AnswerCode;
 
 /// Bytes of unread input discarded before closing a client after a frame
 /// error, so the close does not turn into a reset that loses the answer.
@@ -155,7 +156,9 @@ impl CommandServer {
             match client.channel.next_request() {
                 Ok(Some(_)) if client.refused.is_some() => {
                     let message = client.refused.take().unwrap_or_default();
-                    let _ = client.channel.queue(&failure(E_PERMISSION, message));
+                    let _ = client
+                        .channel
+                        .queue(&failure(AnswerCode::Permission, message));
                     client.closing = true;
                     self.flush(who);
                     return;

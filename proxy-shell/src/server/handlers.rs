@@ -31,7 +31,7 @@ impl CommandServer {
     pub(super) fn handle(&mut self, who: ClientRef, request: proto::Request) {
         let Some(kind) = &request.request_type else {
             let answer = failure(
-                ErrorCode::UnsupportedRequest.as_str(),
+                ErrorCode::UnsupportedRequest.into(),
                 "the request is empty: it names no command",
             );
             self.respond(who, &answer);
@@ -122,7 +122,7 @@ impl CommandServer {
                 Some(path) => path.clone(),
                 None => {
                     return failure(
-                        ErrorCode::StateFileIo.as_str(),
+                        ErrorCode::StateFileIo.into(),
                         "no path given and no saved_state configured",
                     );
                 }
@@ -137,7 +137,7 @@ impl CommandServer {
                 path.display(),
                 requests.len()
             )),
-            Err(error) => failure(error.code().as_str(), error.to_string()),
+            Err(error) => failure(error.code().into(), error.to_string()),
         }
     }
 }

@@ -36,6 +36,7 @@ use signal_hook::consts::signal::{SIGINT, SIGTERM};
 use signal_hook_mio::v1_0::Signals;
 use slab::Slab;
 
+use crate::answer_code::AnswerCode;
 use crate::worker::listen::ensure_unbound;
 use crate::worker::orders::{Answer, Order, OrderId, Reply, WorkerHandle};
 use changes::Changes;
@@ -51,18 +52,10 @@ pub const DEFAULT_ORDER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const SOFT_STOP_GRACE: Duration = Duration::from_secs(30);
 
 /// `error_code` of a FAILURE because a worker did not answer in time.
-pub const E_WORKER_TIMEOUT: &str = "E_WORKER_TIMEOUT";
+pub const E_WORKER_TIMEOUT: &str = AnswerCode::WorkerTimeout.as_str();
 
-/// `error_code` of a FAILURE because a worker refused without a code, or
-/// is gone.
-pub const E_WORKER_REFUSED: &str = "E_WORKER_REFUSED";
-
-/// `error_code` of the answer to a client whose user may not command the
-/// proxy (only root and the proxy's own user may).
-pub const E_PERMISSION: &str = "E_PERMISSION";
-
-/// `error_code` of a state change refused because the proxy is stopping.
-pub const E_STOPPING: &str = "E_STOPPING";
+/// `error_code` of a FAILURE because a worker refused, or is gone.
+pub const E_WORKER_REFUSED: &str = AnswerCode::WorkerRefused.as_str();
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX - 2);
@@ -127,8 +120,8 @@ pub struct BootError {
     pub request: String,
     /// The worker that refused or did not answer.
     pub worker: u32,
-    /// The worker's code, or [`E_WORKER_REFUSED`] / [`E_WORKER_TIMEOUT`].
-    pub code: String,
+    /// The worker's code, or [`AnswerCode::WorkerTimeout`].
+    pub code: AnswerCode,
     /// What went wrong, naming the worker.
     pub message: String,
 }
@@ -280,7 +273,7 @@ impl CommandServer {
                     return Err(BootError {
                         request: format!("listen on {address}"),
                         worker: 0,
-                        code: E_WORKER_REFUSED.to_owned(),
+                        code: AnswerCode::WorkerRefused,
                         message: format!("cannot listen on {address}: {e}"),
                     });
                 }
@@ -298,7 +291,7 @@ impl CommandServer {
                 return Err(BootError {
                     request: describe(request),
                     worker,
-                    code: code.to_owned(),
+                    code,
                     message,
                 });
             }
@@ -376,7 +369,7 @@ impl CommandServer {
                     worker,
                     order: id,
                     answer: Answer::Refused {
-                        code: E_WORKER_REFUSED.to_owned(),
+                        code: AnswerCode::WorkerRefused,
                         message: format!("worker {worker} is gone"),
                     },
                 };

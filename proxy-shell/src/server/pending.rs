@@ -8,6 +8,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
+use crate::answer_code::AnswerCode;
 use crate::worker::orders::{Answer, OrderId, Reply};
 
 /// An order whose answers are all in, or whose deadline passed.
@@ -25,17 +26,12 @@ pub(crate) struct Gathered<P> {
 impl<P> Gathered<P> {
     /// The first refusal, or else the first missing worker, as
     /// `(worker, code, message)`: the code is the worker's, or
-    /// [`E_WORKER_REFUSED`](super::E_WORKER_REFUSED) when it gave none, or
-    /// [`E_WORKER_TIMEOUT`](super::E_WORKER_TIMEOUT); the message names the
-    /// worker. `None` when no worker refused and none is missing.
-    pub(crate) fn first_failure(&self) -> Option<(u32, &str, String)> {
+    /// [`AnswerCode::WorkerTimeout`]; the message names the worker. `None`
+    /// when no worker refused and none is missing.
+    pub(crate) fn first_failure(&self) -> Option<(u32, AnswerCode, String)> {
         for (worker, answer) in &self.answers {
             if let Answer::Refused { code, message } = answer {
-                let code = if code.is_empty() {
-                    super::E_WORKER_REFUSED
-                } else {
-                    code.as_str()
-                };
+                let code = *code;
                 // The real worker names itself already; a fake may not.
                 let message = if message.starts_with(&format!("worker {worker}")) {
                     message.clone()
@@ -48,7 +44,7 @@ impl<P> Gathered<P> {
         self.missing.first().map(|worker| {
             (
                 *worker,
-                super::E_WORKER_TIMEOUT,
+                AnswerCode::WorkerTimeout,
                 format!("worker {worker} did not answer in time"),
             )
         })
@@ -236,7 +232,7 @@ mod tests {
         let now = Instant::now();
         let id = pending.open((), [0, 1, 2], now + Duration::from_millis(10));
         let refused = Answer::Refused {
-            code: "E999".to_owned(),
+            code: AnswerCode::WorkerRefused,
             message: "bind failed".to_owned(),
         };
         assert!(pending.record(reply(2, id, refused)).is_none());
@@ -248,6 +244,6 @@ mod tests {
         assert_eq!(gathered.missing, vec![1]);
         assert_eq!(gathered.refused_by(), vec![2]);
         let (worker, code, _) = gathered.first_failure().expect("failure");
-        assert_eq!((worker, code), (2, "E999"));
+        assert_eq!((worker, code), (2, AnswerCode::WorkerRefused));
     }
 }

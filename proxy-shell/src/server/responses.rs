@@ -10,6 +10,7 @@ use std::time::Duration;
 use command::proto::{self, response_content::ContentType};
 use command::state::ConfigState;
 
+use crate::answer_code::AnswerCode;
 use crate::worker::orders::Answer;
 
 /// An OK answer with a message and no content.
@@ -33,11 +34,11 @@ pub(crate) fn ok_with(content: ContentType) -> proto::Response {
 }
 
 /// A FAILURE answer with a stable code (may be empty) and a message.
-pub(crate) fn failure(code: &str, message: impl Into<String>) -> proto::Response {
+pub(crate) fn failure(code: AnswerCode, message: impl Into<String>) -> proto::Response {
     proto::Response {
         status: proto::ResponseStatus::Failure as i32,
         message: message.into(),
-        error_code: code.to_owned(),
+        error_code: code.as_str().to_owned(),
         content: None,
     }
 }

@@ -36,6 +36,7 @@ use super::timer::fired;
 use super::timers::Timers;
 use super::tokens::{LISTENER_BASE, Side, WAKER_TOKEN, session_of};
 use super::vocabulary::{BUFFERS_IN_USE, Outcome, RefuseReason};
+use crate::answer_code::AnswerCode;
 
 /// A soft stop in progress: sessions drain until `deadline`.
 #[derive(Debug, Clone, Copy)]
@@ -246,7 +247,7 @@ impl Worker {
     fn apply(&mut self, request: &command::proto::Request) -> Answer {
         match self.ctx.runtime.apply(request) {
             Err(refusal) => Answer::Refused {
-                code: String::new(),
+                code: AnswerCode::WorkerRefused,
                 message: refusal.0,
             },
             Ok(Applied::Routing) => Answer::Done,
@@ -259,7 +260,7 @@ impl Worker {
                 Err(e) => {
                     self.ctx.runtime.undo_open(request, address);
                     Answer::Refused {
-                        code: String::new(),
+                        code: AnswerCode::WorkerRefused,
                         message: format!("worker {}: cannot listen on {address}: {e}", self.ctx.id),
                     }
                 }

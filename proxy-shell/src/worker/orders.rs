@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender};
 
 use command::proto;
+
+use crate::answer_code::AnswerCode;
 use mio::Waker;
 
 /// Identifies one order across all workers, so answers can be gathered.
@@ -35,9 +37,8 @@ pub enum Order {
 pub enum Answer {
     /// The order was applied (or was a no-op for this worker).
     Done,
-    /// The worker could not apply it (a bind that failed, for instance);
-    /// `code` is a stable validation code when one fits.
-    Refused { code: String, message: String },
+    /// The worker could not apply it (a bind that failed, for instance).
+    Refused { code: AnswerCode, message: String },
     /// The worker's counters and gauges.
     Metrics(proto::WorkerMetrics),
     /// The worker's live figures.

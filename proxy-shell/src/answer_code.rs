@@ -1,0 +1,88 @@
+//! The stable codes of a refused or failed command-socket answer (its
+//! `error_code`), typed.
+//!
+//! Owns: [`AnswerCode`]: the validation codes of doc/configure.md, and the
+//! codes of the proxy itself (a worker refused or did not answer, the
+//! caller may not command the proxy, the proxy is stopping, the CLI got no
+//! answer), with their stable spellings. Must never: spell a code anywhere
+//! else, or give two codes one spelling.
+
+use std::fmt;
+
+use command::codes::ErrorCode;
+
+/// Why an answer refused or failed, as its `error_code`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AnswerCode {
+    /// A validation code of the config or of a request (`E…`).
+    Validation(ErrorCode),
+    /// A worker could not apply an accepted change (a bind failed), or is
+    /// gone.
+    WorkerRefused,
+    /// A worker did not answer in time.
+    WorkerTimeout,
+    /// The caller's user may not command the proxy (only root and the
+    /// proxy's own user may).
+    Permission,
+    /// A state change refused because the proxy is stopping.
+    Stopping,
+    /// The CLI got no answer: the socket failed or closed mid-request.
+    NoAnswer,
+}
+
+impl AnswerCode {
+    /// The proxy's own codes, for tests and listings.
+    pub const OWN: [Self; 5] = [
+        Self::WorkerRefused,
+        Self::WorkerTimeout,
+        Self::Permission,
+        Self::Stopping,
+        Self::NoAnswer,
+    ];
+
+    /// The stable spelling on the wire and in the CLI's output.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Validation(code) => code.as_str(),
+            Self::WorkerRefused => "E_WORKER_REFUSED",
+            Self::WorkerTimeout => "E_WORKER_TIMEOUT",
+            Self::Permission => "E_PERMISSION",
+            Self::Stopping => "E_STOPPING",
+            Self::NoAnswer => "E_NO_ANSWER",
+        }
+    }
+}
+
+impl From<ErrorCode> for AnswerCode {
+    fn from(code: ErrorCode) -> Self {
+        Self::Validation(code)
+    }
+}
+
+impl fmt::Display for AnswerCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use command::codes::ErrorCode;
+
+    use super::AnswerCode;
+
+    #[test]
+    fn every_code_has_its_own_spelling() {
+        let own: HashSet<_> = AnswerCode::OWN.map(AnswerCode::as_str).into();
+        assert_eq!(own.len(), AnswerCode::OWN.len());
+        for code in ErrorCode::ALL {
+            let spelled = AnswerCode::from(*code).as_str();
+            assert_eq!(spelled, code.as_str());
+            assert!(!own.contains(spelled), "{spelled} is taken twice");
+        }
+        assert_eq!(AnswerCode::Stopping.to_string(), "E_STOPPING");
+    }
+}
