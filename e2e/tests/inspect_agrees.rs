@@ -1,0 +1,1001 @@
+//! Issue 11's acceptance test: `preread inspect` decides what the running
+//! proxy decides, for every capture of the corpus, on listeners whose
+//! `sni_preread_max_bytes` cuts some of them, whole and in chosen reads.
+//!
+//! One real `preread start` has three SNI listeners on loopback with the
+//! routes of `testdata/corpus-routes.toml`'s first listener (taken from
+//! `testdata/route_pool.rs`'s `CORPUS`, clusters named after their
+//! patterns) and a plain TCP backend for every cluster:
+//!
+//! | name       | `sni_preread_max_bytes` | extra                            |
+//! |------------|-------------------------|----------------------------------|
+//! | `default`  | no key (16384)          | `default_cluster = "fallback"`   |
+//! | `cap16384` | 16384                   | –                                |
+//! | `cap1000`  | 1000                    | –                                |
+//!
+//! `buffer_size` keeps its default (16384), which is what the largest cap
+//! needs (a cap above it is refused with E003). The `default_cluster` of the
+//! first listener is there so that `fallback:<reason>` outcomes are compared
+//! too; it does not change the cap.
+//!
+//! Every capture (each `testdata/clienthellos/*.bin`, plus a few built here
+//! and never committed: ClientHellos grown with a padding extension and
+//! re-framed over two records, one of them about 20 KB) goes to each
+//! listener on its own connection: the whole file is written, the write side
+//! shut down, then the client reads until EOF or a reset. The proxy's
+//! access-log line of that connection (found by its `client=` address and
+//! `listener=`) is then compared with `preread inspect -c <the proxy's
+//! config> --listener <addr> <file>`. A second test sends a few captures in
+//! chosen chunks (TCP_NODELAY, a pause after each chunk so each arrives as
+//! its own read) and compares with `inspect --reads <the same sizes>`.
+//!
+//! # How the two vocabularies map
+//!
+//! | proxy's `outcome`          | inspect's `decision`                             |
+//! |----------------------------|--------------------------------------------------|
+//! | `routed` (cluster C)       | `verdict: routed`, `cluster: C`, `fallback: null` |
+//! | `fallback:R` (cluster C)   | `verdict: routed`, `cluster: C`, `fallback: R`   |
+//! | `rejected:R`               | `verdict: rejected`, `reason: R`                 |
+//! | `rejected:front_closed`    | `verdict: need_more`                             |
+//! | `refused:*`, no line       | nothing: always a disagreement                   |
+//!
+//! The `front_closed` row: `inspect` has no close and no timer, so a capture
+//! that ends before its ClientHello does is `need_more` there; the client
+//! of this test closes its write side right after the capture, so the proxy,
+//! holding the same incomplete window, says `rejected:front_closed`. That is
+//! the same decision about the same bytes.
+//!
+//! Every disagreement is printed in one table and fails the test.
+//!
+//! Loopback only; every wait is bounded; the proxy and the backends are
+//! stopped on Drop. Run `cargo build -p proxy-shell --bin preread` first.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use e2e::backend::PlainBackend;
+use e2e::client::{self, read_to_close};
+use e2e::proxy::{CLI_TIMEOUT, ConfigBuilder, ProxyProcess, run_preread};
+use e2e::testkit::{eventually, stderr_tail};
+use preread_parser::tls::{Parsed, parse_client_hello};
+
+/// Bound of one wait: a connect, a read to the close, the access log.
+const T: Duration = Duration::from_secs(5);
+/// The pause after each chunk of a chunked send, so the proxy reads each
+/// chunk on its own.
+const CHUNK_PAUSE: Duration = Duration::from_millis(50);
+
+/// The three listeners: name, extra lines.
+const LISTENERS: [(&str, &[&str]); 3] = [
+    ("default", &["default_cluster = \"fallback\""]),
+    ("cap16384", &["sni_preread_max_bytes = 16384"]),
+    ("cap1000", &["sni_preread_max_bytes = 1000"]),
+];
+
+// The one set of route fixtures; this test uses its CORPUS table only.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../testdata/route_pool.rs"]
+mod route_pool;
+
+/// Every listener gets every route of [`route_pool::CORPUS`] (each to a
+/// cluster named after its pattern), with the one narrowing that
+/// `testdata/corpus-routes.toml` makes: `d.example.com` takes only `h2`.
+const NARROWED: (&str, &[&str]) = ("d.example.com", &["h2"]);
+
+/// The `default_cluster` of the `default` listener; it has no frontend.
+const FALLBACK: &str = "fallback";
+
+/// `(pattern, ALPN list, cluster)` of every frontend of each listener.
+fn routes() -> Vec<route_pool::RouteSpec> {
+    route_pool::CORPUS
+        .iter()
+        .map(|&(pattern, alpn, cluster)| {
+            let alpn = if pattern == NARROWED.0 {
+                NARROWED.1
+            } else {
+                alpn
+            };
+            (pattern, alpn, cluster)
+        })
+        .collect()
+}
+
+/// The captures built by [`built_captures`]: file name, base capture, total
+/// length, sizes of every record's fragment but the last (which takes the
+/// rest). The base is `openssl_tls13.bin` (`d.example.com`, ALPN `h2`).
+const BUILT: [(&str, &str, usize, &[usize]); 5] = [
+    // About 20 KB over two records: over every cap of this test.
+    (
+        "built_2rec_20000.bin",
+        "openssl_tls13.bin",
+        20_000,
+        &[16_384],
+    ),
+    // Complete exactly at 16384 bytes: at the default and 16384 caps.
+    (
+        "built_2rec_16384.bin",
+        "openssl_tls13.bin",
+        16_384,
+        &[8_192],
+    ),
+    // Complete exactly at the 1000 cap, and one byte over it.
+    ("built_2rec_1000.bin", "openssl_tls13.bin", 1_000, &[300]),
+    ("built_2rec_1001.bin", "openssl_tls13.bin", 1_001, &[300]),
+    // The second record's header straddles the 1000 cap (bytes 998..1003).
+    (
+        "built_2rec_header_at_998.bin",
+        "openssl_tls13.bin",
+        1_500,
+        &[993],
+    ),
+];
+
+/// The proxy and its backends, stopped on Drop (the proxy first).
+struct Fixture {
+    proxy: ProxyProcess,
+    _backends: Vec<PlainBackend>,
+}
+
+impl Fixture {
+    fn start() -> Self {
+        let routes = routes();
+        let clusters: Vec<&str> = routes
+            .iter()
+            .map(|(_, _, cluster)| *cluster)
+            .chain([FALLBACK])
+            .collect();
+        let backends: Vec<PlainBackend> = clusters
+            .iter()
+            .map(|cluster| PlainBackend::start(&format!("{cluster}-0")))
+            .collect();
+        let mut config = ConfigBuilder::new();
+        for (name, extra) in LISTENERS {
+            config = config.listener(name, extra);
+        }
+        for (name, _) in LISTENERS {
+            for &(sni, alpn, cluster) in &routes {
+                config = config.frontend(cluster, name, Some(sni), alpn);
+            }
+        }
+        for (cluster, backend) in clusters.iter().zip(&backends) {
+            config = config.backend(cluster, backend.name(), backend.addr());
+        }
+        let proxy = ProxyProcess::start(&config.build())
+            .unwrap_or_else(|err| panic!("start the proxy: {err}"));
+        Self {
+            proxy,
+            _backends: backends,
+        }
+    }
+
+    fn listeners(&self) -> Vec<(&'static str, SocketAddr)> {
+        LISTENERS
+            .iter()
+            .map(|(name, _)| (*name, self.proxy.addr(name)))
+            .collect()
+    }
+}
+
+/// One input: its name in the table, the file given to `inspect`, its bytes.
+struct Capture {
+    name: String,
+    path: PathBuf,
+    bytes: Vec<u8>,
+}
+
+fn corpus_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/clienthellos")
+}
+
+/// Every `*.bin` of the corpus, by name.
+fn corpus_captures() -> Vec<Capture> {
+    let dir = corpus_dir();
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|err| panic!("list {}: {err}", dir.display()))
+        .map(|entry| entry.expect("read a corpus directory entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "bin"))
+        .collect();
+    paths.sort();
+    assert!(
+        paths.len() >= 40,
+        "the corpus has {} captures in {}; expected the whole corpus",
+        paths.len(),
+        dir.display()
+    );
+    paths
+        .into_iter()
+        .map(|path| {
+            let bytes =
+                std::fs::read(&path).unwrap_or_else(|err| panic!("read {}: {err}", path.display()));
+            let name = path
+                .file_name()
+                .expect("a corpus file has a name")
+                .to_string_lossy()
+                .into_owned();
+            Capture { name, path, bytes }
+        })
+        .collect()
+}
+
+fn u16_at(bytes: &[u8], at: usize) -> usize {
+    usize::from(u16::from_be_bytes([bytes[at], bytes[at + 1]]))
+}
+
+fn push_u16(out: &mut Vec<u8>, value: usize) {
+    out.extend_from_slice(&u16::try_from(value).expect("fits in u16").to_be_bytes());
+}
+
+/// `base` (one record holding exactly one ClientHello) grown with a padding
+/// extension (type 0x0015, zeros) at the end of its extensions so that the
+/// result is `total` bytes long, re-framed over `fragments.len() + 1`
+/// records: the given fragment sizes, then the rest.
+fn reframed(base: &[u8], total: usize, fragments: &[usize]) -> Vec<u8> {
+    assert_eq!(base[0], 0x16, "the base starts with a handshake record");
+    assert_eq!(base.len(), 5 + u16_at(base, 3), "the base is one record");
+    let message = &base[5..];
+    assert_eq!(message[0], 1, "the base's message is a ClientHello");
+    let body = &message[4..];
+    let body_len = usize::from(message[1]) << 16 | u16_at(message, 2);
+    assert_eq!(body.len(), body_len, "the base's record holds the message");
+    // legacy_version, random, session id, cipher suites, compression.
+    let mut at = 2 + 32;
+    at += 1 + usize::from(body[at]);
+    at += 2 + u16_at(body, at);
+    at += 1 + usize::from(body[at]);
+    let extensions_len = u16_at(body, at);
+    assert_eq!(
+        at + 2 + extensions_len,
+        body.len(),
+        "extensions end the body"
+    );
+    let records = fragments.len() + 1;
+    let message_len = total - 5 * records;
+    let pad = message_len
+        .checked_sub(message.len() + 4)
+        .expect("total leaves room for the padding extension");
+    let mut new_body = body[..at].to_vec();
+    push_u16(&mut new_body, extensions_len + 4 + pad);
+    new_body.extend_from_slice(&body[at + 2..]);
+    new_body.extend_from_slice(&[0x00, 0x15]);
+    push_u16(&mut new_body, pad);
+    new_body.resize(new_body.len() + pad, 0);
+    let mut new_message = vec![1];
+    let len = u32::try_from(new_body.len()).expect("fits in u24");
+    new_message.extend_from_slice(&len.to_be_bytes()[1..]);
+    new_message.extend_from_slice(&new_body);
+    assert_eq!(new_message.len(), message_len);
+    let mut out = Vec::with_capacity(total);
+    let mut rest: &[u8] = &new_message;
+    let sizes = fragments
+        .iter()
+        .copied()
+        .chain([message_len - fragments.iter().sum::<usize>()]);
+    for size in sizes {
+        assert!((1..=16_384).contains(&size), "fragment of {size} bytes");
+        let (fragment, after) = rest.split_at(size);
+        out.extend_from_slice(&base[..3]);
+        push_u16(&mut out, size);
+        out.extend_from_slice(fragment);
+        rest = after;
+    }
+    assert!(rest.is_empty());
+    assert_eq!(out.len(), total);
+    out
+}
+
+/// The [`BUILT`] captures, written into `dir` for `inspect`; each checked
+/// with the parser to be one complete ClientHello over its records.
+fn built_captures(dir: &Path) -> Vec<Capture> {
+    BUILT
+        .iter()
+        .map(|(name, base, total, fragments)| {
+            let bytes = reframed(&e2e::testkit::capture(base), *total, fragments);
+            let mut scratch = Vec::new();
+            match parse_client_hello(&bytes, &mut scratch) {
+                Ok(Parsed::Complete(hello)) => {
+                    assert_eq!(hello.records, fragments.len() + 1, "{name}: records");
+                    assert_eq!(hello.end, *total, "{name}: end");
+                    assert_eq!(
+                        hello.server_name,
+                        Some(&b"d.example.com"[..]),
+                        "{name}: sni"
+                    );
+                }
+                other => panic!("{name}: the built capture does not parse: {other:?}"),
+            }
+            let path = dir.join(name);
+            std::fs::write(&path, &bytes)
+                .unwrap_or_else(|err| panic!("write {}: {err}", path.display()));
+            Capture {
+                name: (*name).to_owned(),
+                path,
+                bytes,
+            }
+        })
+        .collect()
+}
+
+/// `len` bytes cut as `inspect --reads` cuts them: reads of `sizes` while
+/// bytes are left, then the rest (if any) as one last read.
+fn chunk_sizes(len: usize, sizes: &[usize]) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut left = len;
+    for &size in sizes {
+        if left == 0 {
+            break;
+        }
+        let take = size.min(left);
+        out.push(take);
+        left -= take;
+    }
+    if left > 0 {
+        out.push(left);
+    }
+    out
+}
+
+/// What the client side of one connection saw.
+struct Sent {
+    client: SocketAddr,
+    /// Kept open (read side at EOF) until the access log is read, so that
+    /// no later connection of this test reuses the client port.
+    _stream: TcpStream,
+    note: Option<String>,
+}
+
+/// Connects to `addr`, writes `bytes` in `chunks` (with [`CHUNK_PAUSE`]
+/// after each chunk but the last when `pause`), shuts the write side down
+/// and reads until EOF or a reset. A write refused because the proxy
+/// already closed is not an error: the proxy decided before the end.
+fn send(addr: SocketAddr, bytes: &[u8], chunks: &[usize], pause: bool) -> Result<Sent, String> {
+    let mut stream = client::connect(addr, T)?;
+    let client = stream
+        .local_addr()
+        .map_err(|e| format!("local_addr: {e}"))?;
+    let mut at = 0;
+    for (i, &size) in chunks.iter().enumerate() {
+        if i > 0 && pause {
+            std::thread::sleep(CHUNK_PAUSE);
+        }
+        if stream.write_all(&bytes[at..at + size]).is_err() {
+            break;
+        }
+        at += size;
+    }
+    let _ = stream.shutdown(Shutdown::Write);
+    let (_, closed) = read_to_close(&mut stream, T);
+    let note = (!closed).then(|| format!("the proxy did not close within {T:?}"));
+    Ok(Sent {
+        client,
+        _stream: stream,
+        note,
+    })
+}
+
+/// One decision, in the vocabulary of the module documentation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Decision {
+    Routed {
+        cluster: String,
+        fallback: Option<String>,
+    },
+    Rejected(String),
+    NeedMore,
+    /// Anything that can agree with nothing: a refusal, a missing line, a
+    /// failed `inspect`.
+    Other(String),
+}
+
+impl Decision {
+    /// From the proxy's access-log fields.
+    fn from_access_log(fields: &BTreeMap<String, String>) -> Self {
+        let outcome = fields.get("outcome").map_or("-", String::as_str);
+        let cluster = fields.get("cluster").cloned().unwrap_or_default();
+        if outcome == "routed" {
+            return Self::Routed {
+                cluster,
+                fallback: None,
+            };
+        }
+        if let Some(reason) = outcome.strip_prefix("fallback:") {
+            return Self::Routed {
+                cluster,
+                fallback: Some(reason.to_owned()),
+            };
+        }
+        match outcome.strip_prefix("rejected:") {
+            // The documented mapping: the client closed on an incomplete
+            // ClientHello, which inspect (no close, no timer) calls need_more.
+            Some("front_closed") => Self::NeedMore,
+            Some(reason) => Self::Rejected(reason.to_owned()),
+            None => Self::Other(format!("outcome={outcome}")),
+        }
+    }
+
+    /// From inspect's `decision` object.
+    fn from_inspect(decision: &Json) -> Self {
+        let text = |key: &str| decision.get(key).and_then(Json::as_str).map(str::to_owned);
+        match text("verdict").as_deref() {
+            Some("routed") => Self::Routed {
+                cluster: text("cluster").unwrap_or_default(),
+                fallback: text("fallback"),
+            },
+            Some("rejected") => Self::Rejected(text("reason").unwrap_or_default()),
+            Some("need_more") => Self::NeedMore,
+            other => Self::Other(format!("verdict {other:?}")),
+        }
+    }
+}
+
+impl std::fmt::Display for Decision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Routed {
+                cluster,
+                fallback: None,
+            } => write!(f, "routed {cluster}"),
+            Self::Routed {
+                cluster,
+                fallback: Some(reason),
+            } => write!(f, "routed {cluster} (fallback {reason})"),
+            Self::Rejected(reason) => write!(f, "rejected {reason}"),
+            Self::NeedMore => f.write_str("need_more / front_closed"),
+            Self::Other(what) => f.write_str(what),
+        }
+    }
+}
+
+/// Runs `preread inspect -c CONFIG --listener ADDR [--reads SIZES] FILE` and
+/// returns its decision.
+fn inspect(proxy: &ProxyProcess, listener: SocketAddr, reads: &[usize], file: &Path) -> Decision {
+    let config = proxy.config_path().display().to_string();
+    let listener = listener.to_string();
+    let file = file.display().to_string();
+    let reads = reads
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut args = vec!["inspect", "-c", &config, "--listener", &listener];
+    if !reads.is_empty() {
+        args.extend(["--reads", &reads]);
+    }
+    args.push(&file);
+    let output = match run_preread(&args, proxy.dir(), CLI_TIMEOUT) {
+        Ok(output) => output,
+        Err(err) => return Decision::Other(format!("inspect: {err}")),
+    };
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let first = stderr.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+        return Decision::Other(format!("inspect {}: {first}", output.status));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let Some(line) = stdout.lines().find(|l| !l.trim().is_empty()) else {
+        return Decision::Other("inspect printed nothing".to_owned());
+    };
+    match Json::parse(line) {
+        Ok(report) => match report.get("decision") {
+            Some(decision) => Decision::from_inspect(decision),
+            None => Decision::Other("inspect printed no decision".to_owned()),
+        },
+        Err(err) => Decision::Other(format!("inspect's JSON: {err}")),
+    }
+}
+
+/// One connection to compare: which capture, listener and reads, and what
+/// the client saw.
+struct Case<'a> {
+    capture: &'a Capture,
+    listener: (&'static str, SocketAddr),
+    /// Empty: the whole capture in one write, and no `--reads`.
+    reads: Vec<usize>,
+    sent: Result<Sent, String>,
+}
+
+/// A row of the result table.
+struct Row {
+    file: String,
+    listener: String,
+    reads: String,
+    proxy: Decision,
+    inspect: Decision,
+}
+
+/// Waits (bounded) for every case's access-log line, then asks inspect
+/// about each case: one row per case.
+fn compare(proxy: &ProxyProcess, cases: &[Case<'_>]) -> Vec<Row> {
+    let key = |listener: SocketAddr, client: SocketAddr| (listener.to_string(), client.to_string());
+    let wanted: Vec<(String, String)> = cases
+        .iter()
+        .filter_map(|case| {
+            case.sent
+                .as_ref()
+                .ok()
+                .map(|s| key(case.listener.1, s.client))
+        })
+        .collect();
+    let lines_by_key = || {
+        let mut by_key: BTreeMap<(String, String), Vec<BTreeMap<String, String>>> = BTreeMap::new();
+        for fields in proxy.access_logs() {
+            if let (Some(listener), Some(client)) = (fields.get("listener"), fields.get("client")) {
+                by_key
+                    .entry((listener.clone(), client.clone()))
+                    .or_default()
+                    .push(fields);
+            }
+        }
+        by_key
+    };
+    eventually(T, || {
+        let by_key = lines_by_key();
+        wanted.iter().all(|k| by_key.contains_key(k))
+    });
+    let by_key = lines_by_key();
+    cases
+        .iter()
+        .map(|case| {
+            let proxy_decision = match &case.sent {
+                Err(err) => Decision::Other(format!("client: {err}")),
+                Ok(sent) => match by_key
+                    .get(&key(case.listener.1, sent.client))
+                    .map(Vec::as_slice)
+                {
+                    Some([fields]) => {
+                        let decision = Decision::from_access_log(fields);
+                        match &sent.note {
+                            Some(note) => Decision::Other(format!("{decision}; {note}")),
+                            None => decision,
+                        }
+                    }
+                    Some(lines) => Decision::Other(format!("{} access-log lines", lines.len())),
+                    None => Decision::Other(format!("no access-log line within {T:?}")),
+                },
+            };
+            let inspect_decision = inspect(proxy, case.listener.1, &case.reads, &case.capture.path);
+            let reads = if case.reads.is_empty() {
+                "whole".to_owned()
+            } else {
+                case.reads
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            Row {
+                file: case.capture.name.clone(),
+                listener: format!("{} ({})", case.listener.0, case.listener.1),
+                reads,
+                proxy: proxy_decision,
+                inspect: inspect_decision,
+            }
+        })
+        .collect()
+}
+
+/// Fails with a table of every row where the two sides disagree, and with
+/// `uncovered`: outcomes the proxy was assumed to reach and did not (so a
+/// broken config or harness cannot pass by comparing nothing interesting).
+fn assert_agree(proxy: &ProxyProcess, rows: &[Row], uncovered: &[String], started: Instant) {
+    let bad: Vec<&Row> = rows.iter().filter(|r| r.proxy != r.inspect).collect();
+    eprintln!(
+        "inspect_agrees: {} comparisons, {} disagreements, {:.1?}",
+        rows.len(),
+        bad.len(),
+        started.elapsed()
+    );
+    if bad.is_empty() && uncovered.is_empty() {
+        return;
+    }
+    let headers = ["file", "listener", "reads", "proxy", "inspect"];
+    let cells: Vec<[String; 5]> = bad
+        .iter()
+        .map(|r| {
+            [
+                r.file.clone(),
+                r.listener.clone(),
+                r.reads.clone(),
+                r.proxy.to_string(),
+                r.inspect.to_string(),
+            ]
+        })
+        .collect();
+    let widths: Vec<usize> = (0..5)
+        .map(|i| {
+            cells
+                .iter()
+                .map(|c| c[i].len())
+                .chain([headers[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut table = String::new();
+    let mut line = |row: [&str; 5]| {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        let _ = writeln!(table, "| {} |", cells.join(" | "));
+    };
+    line(headers);
+    let rules: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+    line([&rules[0], &rules[1], &rules[2], &rules[3], &rules[4]]);
+    for c in &cells {
+        line([&c[0], &c[1], &c[2], &c[3], &c[4]]);
+    }
+    if !uncovered.is_empty() {
+        let _ = writeln!(
+            table,
+            "\nthe proxy did not decide as this test's coverage assumes (the config or the harness is off):"
+        );
+        for miss in uncovered {
+            let _ = writeln!(table, "  {miss}");
+        }
+    }
+    panic!(
+        "the proxy and `preread inspect` disagree on {} of {} comparisons:\n{table}\nproxy stderr (tail):\n{}",
+        bad.len(),
+        rows.len(),
+        stderr_tail(proxy)
+    );
+}
+
+#[test]
+fn inspect_agrees_with_the_proxy_on_every_capture_and_listener() {
+    let started = Instant::now();
+    let fixture = Fixture::start();
+    let proxy = &fixture.proxy;
+    let mut captures = corpus_captures();
+    captures.extend(built_captures(proxy.dir()));
+    let mut cases = Vec::new();
+    for listener in fixture.listeners() {
+        for capture in &captures {
+            let whole = [capture.bytes.len()];
+            let sent = send(listener.1, &capture.bytes, &whole, false);
+            cases.push(Case {
+                capture,
+                listener,
+                reads: Vec::new(),
+                sent,
+            });
+        }
+    }
+    let rows = compare(proxy, &cases);
+    // Not vacuous: the proxy's side reached every kind of outcome that the
+    // comparison maps, and the oversized captures were cut.
+    let seen = |file: &str, listener: &str, want: &Decision| {
+        rows.iter().any(|r| {
+            r.file == file && r.listener.starts_with(&format!("{listener} (")) && r.proxy == *want
+        })
+    };
+    let too_large = Decision::Rejected("too_large".to_owned());
+    let coverage = [
+        (
+            "curl_h2.bin",
+            "cap1000",
+            Decision::Routed {
+                cluster: "a.example.com".to_owned(),
+                fallback: None,
+            },
+        ),
+        (
+            "gen_l_http_get.bin",
+            "default",
+            Decision::Routed {
+                cluster: FALLBACK.to_owned(),
+                fallback: Some("not_tls".to_owned()),
+            },
+        ),
+        (
+            "gen_l_http_get.bin",
+            "cap16384",
+            Decision::Rejected("not_tls".to_owned()),
+        ),
+        (
+            "gen_truncated_200_of_517.bin",
+            "cap1000",
+            Decision::NeedMore,
+        ),
+        (
+            "gen_o_record_exactly_16384.bin",
+            "cap16384",
+            too_large.clone(),
+        ),
+        ("built_2rec_20000.bin", "default", too_large.clone()),
+        ("chromium_a_1.bin", "cap1000", too_large),
+    ];
+    let missing: Vec<String> = coverage
+        .iter()
+        .filter(|(file, listener, want)| !seen(file, listener, want))
+        .map(|(file, listener, want)| format!("{file} on {listener}: {want}"))
+        .collect();
+    assert_agree(proxy, &rows, &missing, started);
+    drop(cases);
+}
+
+#[test]
+fn inspect_reads_agree_with_the_proxy_reading_the_same_chunks() {
+    let started = Instant::now();
+    let fixture = Fixture::start();
+    let proxy = &fixture.proxy;
+    let mut captures = corpus_captures();
+    captures.extend(built_captures(proxy.dir()));
+    let listener = |name: &str| {
+        fixture
+            .listeners()
+            .into_iter()
+            .find(|(n, _)| *n == name)
+            .expect("a listener of LISTENERS")
+    };
+    let capture = |name: &str| {
+        captures
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no capture {name}"))
+    };
+    // (capture, listener, reads): each chunking is sent as is and given to
+    // `inspect --reads` as is.
+    let plans: [(&str, &str, &[usize]); 11] = [
+        ("curl_h2.bin", "default", &[5, 100, 4000]),
+        // Chunk boundaries inside the 5-byte record header.
+        ("curl_h2.bin", "cap16384", &[3, 2, 200]),
+        ("openssl_alpn.bin", "cap1000", &[1, 3, 337]),
+        // The third read is capped at 895 bytes: still incomplete at 1000.
+        ("chromium_a_1.bin", "cap1000", &[5, 100, 4000]),
+        // Complete at 517, read as 600: routed, the rest piped.
+        ("gen_g_trailing_2k.bin", "cap1000", &[600, 500]),
+        (
+            "gen_o_record_exactly_16384.bin",
+            "cap16384",
+            &[5, 100, 4000],
+        ),
+        ("gen_o_record_exactly_16384.bin", "cap1000", &[999, 1]),
+        ("gen_truncated_200_of_517.bin", "default", &[1, 4, 100]),
+        // The first record exactly fills the default cap.
+        ("built_2rec_20000.bin", "default", &[5, 16_379]),
+        // Header cut after 4 bytes; complete exactly at the 1000 cap.
+        ("built_2rec_1000.bin", "cap1000", &[4, 301, 600]),
+        ("openssl_noservername.bin", "default", &[2, 50]),
+    ];
+    let cases: Vec<Case<'_>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = plans
+            .iter()
+            .map(|(file, listener_name, reads)| {
+                let capture = capture(file);
+                let listener = listener(listener_name);
+                let reads = reads.to_vec();
+                scope.spawn(move || {
+                    let chunks = chunk_sizes(capture.bytes.len(), &reads);
+                    let sent = send(listener.1, &capture.bytes, &chunks, true);
+                    Case {
+                        capture,
+                        listener,
+                        reads,
+                        sent,
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a sender thread"))
+            .collect()
+    });
+    let rows = compare(proxy, &cases);
+    assert_agree(proxy, &rows, &[], started);
+    drop(cases);
+}
+
+/// Just enough JSON for inspect's output (no dependency of this crate
+/// parses JSON).
+#[derive(Clone, Debug, PartialEq)]
+enum Json {
+    Null,
+    Bool(bool),
+    Number(String),
+    Str(String),
+    Array(Vec<Json>),
+    Object(Vec<(String, Json)>),
+}
+
+impl Json {
+    const MAX_DEPTH: usize = 32;
+
+    fn parse(text: &str) -> Result<Self, String> {
+        let mut parser = JsonParser {
+            bytes: text.as_bytes(),
+            at: 0,
+        };
+        let value = parser.value(0)?;
+        parser.skip_space();
+        if parser.at == parser.bytes.len() {
+            Ok(value)
+        } else {
+            Err(format!("trailing bytes at {}", parser.at))
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&Json> {
+        match self {
+            Self::Object(fields) => fields.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    fn as_str(&self) -> Option<&str> {
+        match self {
+            Self::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+struct JsonParser<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl JsonParser<'_> {
+    fn skip_space(&mut self) {
+        while self.bytes.get(self.at).is_some_and(u8::is_ascii_whitespace) {
+            self.at += 1;
+        }
+    }
+
+    fn eat(&mut self, byte: u8) -> Result<(), String> {
+        self.skip_space();
+        if self.bytes.get(self.at) == Some(&byte) {
+            self.at += 1;
+            Ok(())
+        } else {
+            Err(format!("expected {:?} at {}", char::from(byte), self.at))
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Json, String> {
+        if depth > Json::MAX_DEPTH {
+            return Err("nested too deep".to_owned());
+        }
+        self.skip_space();
+        let rest = &self.bytes[self.at..];
+        for (word, value) in [
+            (&b"null"[..], Json::Null),
+            (b"true", Json::Bool(true)),
+            (b"false", Json::Bool(false)),
+        ] {
+            if rest.starts_with(word) {
+                self.at += word.len();
+                return Ok(value);
+            }
+        }
+        match rest.first() {
+            Some(b'"') => self.string().map(Json::Str),
+            Some(b'[') => {
+                self.at += 1;
+                let mut items = Vec::new();
+                self.skip_space();
+                if self.bytes.get(self.at) == Some(&b']') {
+                    self.at += 1;
+                    return Ok(Json::Array(items));
+                }
+                loop {
+                    items.push(self.value(depth + 1)?);
+                    self.skip_space();
+                    if self.bytes.get(self.at) == Some(&b',') {
+                        self.at += 1;
+                    } else {
+                        self.eat(b']')?;
+                        return Ok(Json::Array(items));
+                    }
+                }
+            }
+            Some(b'{') => {
+                self.at += 1;
+                let mut fields = Vec::new();
+                self.skip_space();
+                if self.bytes.get(self.at) == Some(&b'}') {
+                    self.at += 1;
+                    return Ok(Json::Object(fields));
+                }
+                loop {
+                    self.skip_space();
+                    let key = self.string()?;
+                    self.eat(b':')?;
+                    fields.push((key, self.value(depth + 1)?));
+                    self.skip_space();
+                    if self.bytes.get(self.at) == Some(&b',') {
+                        self.at += 1;
+                    } else {
+                        self.eat(b'}')?;
+                        return Ok(Json::Object(fields));
+                    }
+                }
+            }
+            Some(b'-' | b'0'..=b'9') => {
+                let start = self.at;
+                while self
+                    .bytes
+                    .get(self.at)
+                    .is_some_and(|b| b.is_ascii_digit() || b"+-.eE".contains(b))
+                {
+                    self.at += 1;
+                }
+                Ok(Json::Number(
+                    String::from_utf8_lossy(&self.bytes[start..self.at]).into_owned(),
+                ))
+            }
+            _ => Err(format!("unexpected input at {}", self.at)),
+        }
+    }
+
+    fn string(&mut self) -> Result<String, String> {
+        if self.bytes.get(self.at) != Some(&b'"') {
+            return Err(format!("expected a string at {}", self.at));
+        }
+        self.at += 1;
+        let mut out = Vec::new();
+        loop {
+            let Some(&byte) = self.bytes.get(self.at) else {
+                return Err("unterminated string".to_owned());
+            };
+            self.at += 1;
+            match byte {
+                b'"' => return Ok(String::from_utf8_lossy(&out).into_owned()),
+                b'\\' => {
+                    let Some(&escaped) = self.bytes.get(self.at) else {
+                        return Err("unterminated escape".to_owned());
+                    };
+                    self.at += 1;
+                    let c = match escaped {
+                        b'n' => '\n',
+                        b't' => '\t',
+                        b'r' => '\r',
+                        b'b' => '\u{8}',
+                        b'f' => '\u{c}',
+                        b'u' => {
+                            let hex = self
+                                .bytes
+                                .get(self.at..self.at + 4)
+                                .and_then(|h| std::str::from_utf8(h).ok())
+                                .and_then(|h| u32::from_str_radix(h, 16).ok())
+                                .ok_or("bad \\u escape")?;
+                            self.at += 4;
+                            char::from_u32(hex).unwrap_or('\u{fffd}')
+                        }
+                        other => char::from(other),
+                    };
+                    let mut buf = [0u8; 4];
+                    out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                }
+                other => out.push(other),
+            }
+        }
+    }
+}
+
+#[test]
+fn the_test_json_reader_reads_inspect_output() {
+    let line = r#"{"file":"a\"b.bin","len":517,"alpn":["h2","http/1.1"],"proxy":null,"decision":{"verdict":"routed","cluster":"alpha","reason":null,"fallback":"no_sni","ok":true}}"#;
+    let json = Json::parse(line).expect("parses");
+    assert_eq!(json.get("file").and_then(Json::as_str), Some("a\"b.bin"));
+    assert_eq!(json.get("len"), Some(&Json::Number("517".to_owned())));
+    let decision = json.get("decision").expect("decision");
+    assert_eq!(
+        Decision::from_inspect(decision),
+        Decision::Routed {
+            cluster: "alpha".to_owned(),
+            fallback: Some("no_sni".to_owned())
+        }
+    );
+    assert!(Json::parse("{\"a\":1} x").is_err());
+    assert!(Json::parse("{\"a\":").is_err());
+    assert_eq!(chunk_sizes(517, &[5, 100, 4000]), [5, 100, 412]);
+    assert_eq!(chunk_sizes(16_389, &[5, 100, 4000]), [5, 100, 4000, 12_284]);
+    assert_eq!(chunk_sizes(3, &[5]), [3]);
+}
