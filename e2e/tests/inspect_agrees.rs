@@ -50,6 +50,7 @@
 //! Loopback only; every wait is bounded; the proxy and the backends are
 //! stopped on Drop. Run `cargo build -p proxy-shell --bin preread` first.
 
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -417,8 +418,8 @@ impl Decision {
     }
 
     /// From inspect's `decision` object.
-    fn from_inspect(decision: &Json) -> Self {
-        let text = |key: &str| decision.get(key).and_then(Json::as_str).map(str::to_owned);
+    fn from_inspect(decision: &Value) -> Self {
+        let text = |key: &str| decision.get(key).and_then(Value::as_str).map(str::to_owned);
         match text("verdict").as_deref() {
             Some("routed") => Self::Routed {
                 cluster: text("cluster").unwrap_or_default(),
@@ -478,7 +479,7 @@ fn inspect(proxy: &ProxyProcess, listener: SocketAddr, reads: &[usize], file: &P
     let Some(line) = stdout.lines().find(|l| !l.trim().is_empty()) else {
         return Decision::Other("inspect printed nothing".to_owned());
     };
-    match Json::parse(line) {
+    match serde_json::from_str::<Value>(line) {
         Ok(report) => match report.get("decision") {
             Some(decision) => Decision::from_inspect(decision),
             None => Decision::Other("inspect printed no decision".to_owned()),
@@ -790,212 +791,4 @@ fn inspect_reads_agree_with_the_proxy_reading_the_same_chunks() {
     let rows = compare(proxy, &cases);
     assert_agree(proxy, &rows, &[], started);
     drop(cases);
-}
-
-/// Just enough JSON for inspect's output (no dependency of this crate
-/// parses JSON).
-#[derive(Clone, Debug, PartialEq)]
-enum Json {
-    Null,
-    Bool(bool),
-    Number(String),
-    Str(String),
-    Array(Vec<Json>),
-    Object(Vec<(String, Json)>),
-}
-
-impl Json {
-    const MAX_DEPTH: usize = 32;
-
-    fn parse(text: &str) -> Result<Self, String> {
-        let mut parser = JsonParser {
-            bytes: text.as_bytes(),
-            at: 0,
-        };
-        let value = parser.value(0)?;
-        parser.skip_space();
-        if parser.at == parser.bytes.len() {
-            Ok(value)
-        } else {
-            Err(format!("trailing bytes at {}", parser.at))
-        }
-    }
-
-    fn get(&self, key: &str) -> Option<&Json> {
-        match self {
-            Self::Object(fields) => fields.iter().find(|(k, _)| k == key).map(|(_, v)| v),
-            _ => None,
-        }
-    }
-
-    fn as_str(&self) -> Option<&str> {
-        match self {
-            Self::Str(s) => Some(s),
-            _ => None,
-        }
-    }
-}
-
-struct JsonParser<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl JsonParser<'_> {
-    fn skip_space(&mut self) {
-        while self.bytes.get(self.at).is_some_and(u8::is_ascii_whitespace) {
-            self.at += 1;
-        }
-    }
-
-    fn eat(&mut self, byte: u8) -> Result<(), String> {
-        self.skip_space();
-        if self.bytes.get(self.at) == Some(&byte) {
-            self.at += 1;
-            Ok(())
-        } else {
-            Err(format!("expected {:?} at {}", char::from(byte), self.at))
-        }
-    }
-
-    fn value(&mut self, depth: usize) -> Result<Json, String> {
-        if depth > Json::MAX_DEPTH {
-            return Err("nested too deep".to_owned());
-        }
-        self.skip_space();
-        let rest = &self.bytes[self.at..];
-        for (word, value) in [
-            (&b"null"[..], Json::Null),
-            (b"true", Json::Bool(true)),
-            (b"false", Json::Bool(false)),
-        ] {
-            if rest.starts_with(word) {
-                self.at += word.len();
-                return Ok(value);
-            }
-        }
-        match rest.first() {
-            Some(b'"') => self.string().map(Json::Str),
-            Some(b'[') => {
-                self.at += 1;
-                let mut items = Vec::new();
-                self.skip_space();
-                if self.bytes.get(self.at) == Some(&b']') {
-                    self.at += 1;
-                    return Ok(Json::Array(items));
-                }
-                loop {
-                    items.push(self.value(depth + 1)?);
-                    self.skip_space();
-                    if self.bytes.get(self.at) == Some(&b',') {
-                        self.at += 1;
-                    } else {
-                        self.eat(b']')?;
-                        return Ok(Json::Array(items));
-                    }
-                }
-            }
-            Some(b'{') => {
-                self.at += 1;
-                let mut fields = Vec::new();
-                self.skip_space();
-                if self.bytes.get(self.at) == Some(&b'}') {
-                    self.at += 1;
-                    return Ok(Json::Object(fields));
-                }
-                loop {
-                    self.skip_space();
-                    let key = self.string()?;
-                    self.eat(b':')?;
-                    fields.push((key, self.value(depth + 1)?));
-                    self.skip_space();
-                    if self.bytes.get(self.at) == Some(&b',') {
-                        self.at += 1;
-                    } else {
-                        self.eat(b'}')?;
-                        return Ok(Json::Object(fields));
-                    }
-                }
-            }
-            Some(b'-' | b'0'..=b'9') => {
-                let start = self.at;
-                while self
-                    .bytes
-                    .get(self.at)
-                    .is_some_and(|b| b.is_ascii_digit() || b"+-.eE".contains(b))
-                {
-                    self.at += 1;
-                }
-                Ok(Json::Number(
-                    String::from_utf8_lossy(&self.bytes[start..self.at]).into_owned(),
-                ))
-            }
-            _ => Err(format!("unexpected input at {}", self.at)),
-        }
-    }
-
-    fn string(&mut self) -> Result<String, String> {
-        if self.bytes.get(self.at) != Some(&b'"') {
-            return Err(format!("expected a string at {}", self.at));
-        }
-        self.at += 1;
-        let mut out = Vec::new();
-        loop {
-            let Some(&byte) = self.bytes.get(self.at) else {
-                return Err("unterminated string".to_owned());
-            };
-            self.at += 1;
-            match byte {
-                b'"' => return Ok(String::from_utf8_lossy(&out).into_owned()),
-                b'\\' => {
-                    let Some(&escaped) = self.bytes.get(self.at) else {
-                        return Err("unterminated escape".to_owned());
-                    };
-                    self.at += 1;
-                    let c = match escaped {
-                        b'n' => '\n',
-                        b't' => '\t',
-                        b'r' => '\r',
-                        b'b' => '\u{8}',
-                        b'f' => '\u{c}',
-                        b'u' => {
-                            let hex = self
-                                .bytes
-                                .get(self.at..self.at + 4)
-                                .and_then(|h| std::str::from_utf8(h).ok())
-                                .and_then(|h| u32::from_str_radix(h, 16).ok())
-                                .ok_or("bad \\u escape")?;
-                            self.at += 4;
-                            char::from_u32(hex).unwrap_or('\u{fffd}')
-                        }
-                        other => char::from(other),
-                    };
-                    let mut buf = [0u8; 4];
-                    out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
-                }
-                other => out.push(other),
-            }
-        }
-    }
-}
-
-#[test]
-fn the_test_json_reader_reads_inspect_output() {
-    let line = r#"{"file":"a\"b.bin","len":517,"alpn":["h2","http/1.1"],"proxy":null,"decision":{"verdict":"routed","cluster":"alpha","reason":null,"fallback":"no_sni","ok":true}}"#;
-    let json = Json::parse(line).expect("parses");
-    assert_eq!(json.get("file").and_then(Json::as_str), Some("a\"b.bin"));
-    assert_eq!(json.get("len"), Some(&Json::Number("517".to_owned())));
-    let decision = json.get("decision").expect("decision");
-    assert_eq!(
-        Decision::from_inspect(decision),
-        Decision::Routed {
-            cluster: "alpha".to_owned(),
-            fallback: Some("no_sni".to_owned())
-        }
-    );
-    assert!(Json::parse("{\"a\":1} x").is_err());
-    assert!(Json::parse("{\"a\":").is_err());
-    assert_eq!(chunk_sizes(517, &[5, 100, 4000]), [5, 100, 412]);
-    assert_eq!(chunk_sizes(16_389, &[5, 100, 4000]), [5, 100, 4000, 12_284]);
-    assert_eq!(chunk_sizes(3, &[5]), [3]);
 }
