@@ -382,8 +382,8 @@ mod tests {
 
     #[test]
     fn a_file_log_appends_whole_lines() {
-        let path = std::env::temp_dir().join(format!("preread-access-{}.log", std::process::id()));
-        let _ = std::fs::remove_file(&path);
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("access.log");
         let target = AccessLogTarget::File(path.clone());
         for entry in [routed(), rejected()] {
             // Reopened each time: append mode keeps what is there.
@@ -391,7 +391,6 @@ mod tests {
             log.write(&entry);
         }
         let text = std::fs::read_to_string(&path).unwrap();
-        let _ = std::fs::remove_file(&path);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines,
@@ -405,9 +404,8 @@ mod tests {
 
     #[test]
     fn open_fails_cleanly_and_off_writes_nothing() {
-        let missing = std::env::temp_dir()
-            .join("preread-no-such-dir")
-            .join("access.log");
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let missing = dir.path().join("no-such-dir").join("access.log");
         assert!(AccessLog::open(&AccessLogTarget::File(missing), AccessLogFormat::Logfmt).is_err());
         let mut off = AccessLog::open(&AccessLogTarget::Off, AccessLogFormat::Logfmt).unwrap();
         off.write(&routed());
