@@ -270,7 +270,8 @@ impl ConfigState {
                     && config.sni_preread_max_bytes.is_some()
                     && config.front_timeout.is_some()
                     && config.back_timeout.is_some()
-                    && config.connect_timeout.is_some(),
+                    && config.connect_timeout.is_some()
+                    && config.reject_with.is_some(),
                 "listener {address} not resolved"
             );
             debug_assert!(
@@ -822,6 +823,7 @@ mod tests {
                 back_timeout: Some(30),
                 connect_timeout: Some(3),
                 active: Some(true),
+                reject_with: Some(proto::RejectWith::Alert as i32),
             })
         );
         let frontend = s.frontends().next();

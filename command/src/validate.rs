@@ -189,6 +189,19 @@ pub(crate) fn resolve_listener(
             DEFAULT_CONNECT_TIMEOUT_S,
         )?),
         active: config.active,
+        reject_with: match config.reject_with {
+            Some(with) if proto::RejectWith::try_from(with).is_err() => {
+                return Err(ValidationError::new(
+                    ErrorCode::InvalidValue,
+                    format!(
+                        "{what}: reject_with {with} is unknown: use alert (0), close (1) or \
+                         reset (2)"
+                    ),
+                ));
+            }
+            Some(with) => Some(with),
+            None => Some(proto::RejectWith::Alert as i32),
+        },
     };
     if resolved.server_first_timeout.is_some() && resolved.default_cluster.is_none() {
         return Err(ValidationError::new(
@@ -664,6 +677,27 @@ mod tests {
                 sni_preread_max_bytes: Some(5),
                 ..listener("127.0.0.1:1000")
             }),
+        );
+    }
+
+    #[test]
+    fn e003_unknown_reject_with_and_its_default() {
+        let mut s = base();
+        let m = refused(
+            &mut s,
+            &add_listener(proto::TcpListenerConfig {
+                reject_with: Some(7),
+                ..listener("127.0.0.1:1000")
+            }),
+            ErrorCode::InvalidValue,
+        );
+        assert!(m.contains("reject_with 7"), "{m}");
+        ok(&mut s, &add_listener(listener("127.0.0.1:1000")));
+        let address = "127.0.0.1:1000".parse().expect("address");
+        assert_eq!(
+            s.listener(&address).map(|l| l.reject_with()),
+            Some(proto::RejectWith::Alert),
+            "unset is the alert"
         );
     }
 

@@ -120,6 +120,7 @@ fn any_listener(cluster_ids: Vec<String>) -> impl Strategy<Value = proto::TcpLis
         small_option(&[0u32, 60]),
         small_option(&[1u32, 30]),
         small_option(&[0u32, 3]),
+        prop::option::weighted(0.3, prop::sample::select(vec![0i32, 1, 2])),
     )
         .prop_map(
             |(
@@ -132,6 +133,7 @@ fn any_listener(cluster_ids: Vec<String>) -> impl Strategy<Value = proto::TcpLis
                 front_timeout,
                 back_timeout,
                 connect_timeout,
+                reject_with,
             )| proto::TcpListenerConfig {
                 address,
                 expect_proxy,
@@ -143,6 +145,7 @@ fn any_listener(cluster_ids: Vec<String>) -> impl Strategy<Value = proto::TcpLis
                 back_timeout,
                 connect_timeout,
                 active: None,
+                reject_with,
             },
         )
 }
@@ -285,6 +288,14 @@ fn proxy_protocol_name(value: i32) -> &'static str {
     }
 }
 
+fn reject_with_name(value: i32) -> &'static str {
+    match proto::RejectWith::try_from(value).expect("generated") {
+        proto::RejectWith::Alert => "alert",
+        proto::RejectWith::Close => "close",
+        proto::RejectWith::Reset => "reset",
+    }
+}
+
 /// The config text and, for each request, the line of its table header.
 /// Requests must be adds, grouped clusters, listeners, frontends, backends.
 fn render_config(requests: &[proto::Request]) -> (String, Vec<usize>) {
@@ -329,6 +340,9 @@ fn render_config(requests: &[proto::Request]) -> (String, Vec<usize>) {
                 }
                 if let Some(default) = &l.default_cluster {
                     let _ = writeln!(text, "default_cluster = {}", toml_string(default));
+                }
+                if let Some(with) = l.reject_with {
+                    let _ = writeln!(text, "reject_with = \"{}\"", reject_with_name(with));
                 }
             }
             RequestType::AddTcpFrontend(f) => {

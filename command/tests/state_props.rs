@@ -79,6 +79,8 @@ fn listener_config() -> impl Strategy<Value = proto::TcpListenerConfig> {
                     back_timeout: None,
                     connect_timeout: None,
                     active,
+                    // Unset: the state resolves it to the default.
+                    reject_with: None,
                 }
             },
         )

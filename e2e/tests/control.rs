@@ -79,13 +79,16 @@ fn wait_logs(proxy: &ProxyProcess, outcome: &str, count: usize) -> Vec<BTreeMap<
     logs_with(proxy, outcome)
 }
 
-/// Checks one reject: the proxy closes the connection without a byte,
-/// `tcp.sni_preread.rejected.<reason>` goes up by one, and the access log
-/// gets a line `outcome=rejected:<reason>` for this listener.
+/// Checks one reject: the proxy sends nothing but the fatal alert of the
+/// reason (description `alert`, as a TLS 1.0 record: `15 03 01 00 02 02
+/// <code>`; none for a peer that does not speak TLS or has gone) and
+/// closes, `tcp.sni_preread.rejected.<reason>` goes up by one, and the
+/// access log gets a line `outcome=rejected:<reason>` for this listener.
 fn check_reject(
     proxy: &ProxyProcess,
     addr: SocketAddr,
     reason: &str,
+    alert: Option<u8>,
     received_closed: (Vec<u8>, bool),
 ) {
     let (received, closed) = received_closed;
@@ -94,8 +97,11 @@ fn check_reject(
         "{reason}: the proxy did not close the connection within {T:?} (got {} bytes)",
         received.len()
     );
-    assert!(
-        received.is_empty(),
+    let expected = alert.map_or_else(Vec::new, |code| {
+        vec![0x15, 0x03, 0x01, 0x00, 0x02, 0x02, code]
+    });
+    assert_eq!(
+        received, expected,
         "{reason}: the proxy answered {received:?} before closing"
     );
     let name = format!("tcp.sni_preread.rejected.{reason}");
@@ -240,28 +246,55 @@ fn every_reject_reason_is_seen_from_the_socket() {
         proxy.access_logs()
     );
 
-    let cases: [(&str, SocketAddr, Vec<u8>); 9] = [
-        ("not_tls", main, HTTP_GET.to_vec()),
-        ("malformed_record", main, vec![0x16, 0x03, 0x01, 0x00, 0x00]),
+    // With the alert a TLS server would send: decode_error (50) for an
+    // empty record, unexpected_message (10) for a first message that is no
+    // ClientHello, missing_extension (109) for a TLS 1.3 hello without a
+    // name, unrecognized_name (112), no_application_protocol (120), and
+    // record_overflow (22) for a 512-byte record cut at a 100-byte cap.
+    let cases: [(&str, SocketAddr, Vec<u8>, Option<u8>); 9] = [
+        ("not_tls", main, HTTP_GET.to_vec(), None),
+        (
+            "malformed_record",
+            main,
+            vec![0x16, 0x03, 0x01, 0x00, 0x00],
+            Some(50),
+        ),
         (
             "malformed_handshake",
             main,
             capture("gen_handshake_type_2.bin"),
+            Some(10),
         ),
-        ("no_sni", main, capture("openssl_noservername.bin")),
-        ("ech_outer_absent", main, capture("chromium_ip_literal.bin")),
-        ("sni_unmatched", main, capture("curl_http11.bin")),
-        ("alpn_unmatched", main, capture("curl_h2.bin")),
-        ("too_large", proxy.addr("small"), capture("curl_h2.bin")),
+        (
+            "no_sni",
+            main,
+            capture("openssl_noservername.bin"),
+            Some(109),
+        ),
+        (
+            "ech_outer_absent",
+            main,
+            capture("chromium_ip_literal.bin"),
+            Some(109),
+        ),
+        ("sni_unmatched", main, capture("curl_http11.bin"), Some(112)),
+        ("alpn_unmatched", main, capture("curl_h2.bin"), Some(120)),
+        (
+            "too_large",
+            proxy.addr("small"),
+            capture("curl_h2.bin"),
+            Some(22),
+        ),
         (
             "proxy_header_invalid",
             proxy.addr("pp"),
             capture("gen_n_proxy_v1_bad_protocol.bin"),
+            None,
         ),
     ];
-    for (reason, addr, bytes) in &cases {
+    for (reason, addr, bytes, alert) in &cases {
         let exchange = raw_exchange(*addr, bytes, T).expect("connect");
-        check_reject(&proxy, *addr, reason, exchange);
+        check_reject(&proxy, *addr, reason, *alert, exchange);
     }
 
     // fragmented: a partial hello, then nothing; closed at the 300 ms
@@ -271,7 +304,7 @@ fn every_reject_reason_is_seen_from_the_socket() {
     let exchange =
         raw_exchange(slow, &capture("gen_truncated_200_of_517.bin"), T).expect("connect");
     let elapsed = started.elapsed();
-    check_reject(&proxy, slow, "fragmented", exchange);
+    check_reject(&proxy, slow, "fragmented", None, exchange);
     assert!(
         elapsed >= Duration::from_millis(250),
         "fragmented decided after {elapsed:?}, before the 300 ms deadline"
@@ -282,7 +315,7 @@ fn every_reject_reason_is_seen_from_the_socket() {
     stream.write_all(&[0x16, 0x03, 0x01]).expect("write");
     stream.shutdown(Shutdown::Write).expect("shutdown");
     let exchange = client::read_to_close(&mut stream, T);
-    check_reject(&proxy, main, "front_closed", exchange);
+    check_reject(&proxy, main, "front_closed", None, exchange);
 
     // Each reason exactly once, nothing else; every session closed.
     let m = settle(&proxy, 0);

@@ -101,6 +101,29 @@ impl SniPrereadCore {
         self.learned.client_spoke
     }
 
+    /// The parser's fault, when the window can never become a ClientHello:
+    /// which rule it broke (for the alert a server would send).
+    pub fn fault(&self) -> Option<preread_parser::tls::TlsError> {
+        self.learned.fault
+    }
+
+    /// Whether a complete ClientHello offered TLS 1.3.
+    pub fn offers_tls13(&self) -> bool {
+        self.learned.offers_tls13
+    }
+
+    /// The record version of the client's first TLS record, once its
+    /// header arrived.
+    pub fn record_version(&self) -> Option<u16> {
+        self.learned.record_version
+    }
+
+    /// Where the client's TLS bytes start in the window: past the inbound
+    /// PROXY header once it is complete, else 0.
+    pub fn content_offset(&self) -> usize {
+        self.learned.preamble.map_or(0, |p| p.len)
+    }
+
     fn latch(&mut self, output: Output) -> Output {
         debug_assert!(self.decided.is_none(), "a decision is taken once");
         debug_assert!(output.is_terminal());

@@ -19,6 +19,9 @@ use crate::reject::{FallbackReason, RejectReason};
 use crate::routes::Lookup;
 use crate::sni::HostName;
 
+/// TLS 1.3 in `supported_versions`.
+const TLS13: u16 = 0x0304;
+
 /// What the core keeps of the windows it was fed, decided or not.
 #[derive(Debug, Default)]
 pub(crate) struct Learned {
@@ -31,6 +34,12 @@ pub(crate) struct Learned {
     /// (any byte without `expect_proxy`), or one that cannot be a header.
     /// Only ever goes from `false` to `true`, as the window only grows.
     pub client_spoke: bool,
+    /// Why the window can never become a ClientHello, once it cannot.
+    pub fault: Option<TlsError>,
+    /// A complete ClientHello offered TLS 1.3 in `supported_versions`.
+    pub offers_tls13: bool,
+    /// The record version of the first record, once its header is in.
+    pub record_version: Option<u16>,
 }
 
 /// A complete inbound PROXY header at the start of the window.
@@ -98,12 +107,25 @@ pub(crate) fn decide(
     }
     learned.client_spoke |= window.len() > seen.content_offset;
     let tls = window.get(seen.content_offset..).unwrap_or_default();
+    if let [_, major, minor, _, _, ..] = *tls {
+        learned.record_version = Some(u16::from_be_bytes([major, minor]));
+    }
     match parse_client_hello(tls, scratch) {
-        Ok(Parsed::Complete(hello)) => Some(route(config, &hello, seen, &mut learned.sni)),
+        Ok(Parsed::Complete(hello)) => {
+            learned.offers_tls13 = hello
+                .supported_versions
+                .is_some_and(|versions| versions.iter().any(|v| v == TLS13));
+            Some(route(config, &hello, seen, &mut learned.sni))
+        }
         Ok(Parsed::Incomplete(_)) => incomplete(config, window),
-        Err(TlsError::NotTls) => Some(refuse(config, RejectReason::NotTls, seen)),
-        Err(TlsError::MalformedRecord(_)) => Some(Output::Reject(RejectReason::MalformedRecord)),
-        Err(_) => Some(Output::Reject(RejectReason::MalformedHandshake)),
+        Err(error) => {
+            learned.fault = Some(error);
+            Some(match error {
+                TlsError::NotTls => refuse(config, RejectReason::NotTls, seen),
+                TlsError::MalformedRecord(_) => Output::Reject(RejectReason::MalformedRecord),
+                _ => Output::Reject(RejectReason::MalformedHandshake),
+            })
+        }
     }
 }
 

@@ -99,6 +99,11 @@ pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> V
                 problems,
             ),
             active: None,
+            reject_with: listener
+                .reject_with
+                .as_ref()
+                .and_then(|value| reject_with(value, problems))
+                .map(|with| with as i32),
         };
         listeners.push((position, RequestType::AddTcpListener(config)));
     }
@@ -217,6 +222,23 @@ fn load_balancing(
                      \"least_connections\" or \"power_of_two\" (or Sōzu's ROUND_ROBIN, RANDOM, \
                      LEAST_LOADED, POWER_OF_TWO)"
                 ),
+            );
+            return None;
+        }
+    };
+    Some(parsed)
+}
+
+fn reject_with(value: &Spanned<String>, problems: &mut Problems<'_>) -> Option<proto::RejectWith> {
+    let parsed = match value.get_ref().as_str() {
+        "alert" => proto::RejectWith::Alert,
+        "close" => proto::RejectWith::Close,
+        "reset" => proto::RejectWith::Reset,
+        other => {
+            problems.push(
+                value.span().start,
+                ErrorCode::InvalidValue,
+                format!("reject_with {other:?} is unknown: use \"alert\", \"close\" or \"reset\""),
             );
             return None;
         }

@@ -53,6 +53,7 @@ pub(super) struct RawListener {
     pub(super) front_timeout: Option<Spanned<i64>>,
     pub(super) back_timeout: Option<Spanned<i64>>,
     pub(super) connect_timeout: Option<Spanned<i64>>,
+    pub(super) reject_with: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]

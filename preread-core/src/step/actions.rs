@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use crate::output::{Output, Route};
 use crate::reject::RejectReason;
 
+use super::alert::Farewell;
+
 /// One of the step's two timers. The caller holds at most one of each per
 /// session and reports it with `Event::Timer` when it fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -119,6 +121,8 @@ pub struct Actions {
     pub left: Option<Left>,
     /// What comes next.
     pub next: Next,
+    /// With `Next::Close` of a reject: what the client's socket gets first.
+    pub farewell: Farewell,
     /// The core call this event made, if any.
     pub core: Option<CoreCall>,
 }
@@ -130,6 +134,7 @@ impl Actions {
             timers: TimerPlan::default(),
             left: None,
             next: Next::Read,
+            farewell: Farewell::Fin,
             core: None,
         }
     }

@@ -10,6 +10,8 @@ use crate::config::PrereadConfig;
 use crate::routes::ClusterId;
 use crate::window::effective_max_bytes;
 
+use super::alert::RejectWith;
+
 /// A listener as the preread step sees it. The worker keeps one per
 /// listener; `inspect` and the simulation build one from the same settings
 /// with [`PrereadListener::new`], so all three cap the same way.
@@ -19,6 +21,8 @@ pub struct PrereadListener {
     pub config: PrereadConfig,
     /// A frontend without SNI: every connection goes there unread.
     pub catch_all: Option<ClusterId>,
+    /// How a rejected client is told.
+    pub reject_with: RejectWith,
 }
 
 impl PrereadListener {
@@ -31,7 +35,11 @@ impl PrereadListener {
         catch_all: Option<ClusterId>,
     ) -> Self {
         config.max_bytes = effective_max_bytes(config.max_bytes, window_capacity);
-        Self { config, catch_all }
+        Self {
+            config,
+            catch_all,
+            reject_with: RejectWith::default(),
+        }
     }
 
     /// Sets the cap again after a settings change, with the same rule.

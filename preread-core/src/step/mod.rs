@@ -14,12 +14,15 @@
 //!   timers cancelled), whatever ends it;
 //! - what ends it: connect to a cluster, close silently, or close with a
 //!   reject reason; a catch-all listener connects at accept, unread;
+//! - what a rejected client is told ([`Farewell`]: the fatal alert a TLS
+//!   server would send, a bare close, or a reset, per [`RejectWith`]);
 //! - the PROXY handoff of the routed cluster ([`handoff`]).
 //!
 //! Must never: perform I/O, read a clock (`now` comes with every call),
 //! draw randomness, or act on an event after the stage ended.
 
 mod actions;
+mod alert;
 mod handoff;
 mod listener;
 
@@ -27,6 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use actions::{Actions, Close, CoreCall, Fed, Left, Next, StepTimer, TimerAction, TimerPlan};
+pub use alert::{Farewell, RejectWith};
 pub use handoff::{Handoff, ProxyMode, handoff};
 pub use listener::PrereadListener;
 
@@ -170,15 +174,20 @@ impl PrereadStep {
                 } else {
                     Close::Silent
                 };
-                return Actions {
+                let actions = Actions {
                     next: Next::Close(close),
                     ..self.abandon(now)
                 };
+                return self.with_farewell(listener, actions, &[]);
             }
         };
         let mut actions = self.on_output(&output, now);
         actions.core = Some(CoreCall { fed, output });
-        actions
+        let window = match event {
+            Event::Read { window, .. } => window,
+            Event::Timer(_) | Event::Idle => &[],
+        };
+        self.with_farewell(listener, actions, window)
     }
 
     /// Ends the preread stage for a reason of the caller's (the session is
@@ -226,6 +235,25 @@ impl PrereadStep {
     /// spoke) and its latched decision.
     pub fn core(&self) -> &SniPrereadCore {
         &self.core
+    }
+
+    /// A reject's farewell, by the listener's `reject_with`.
+    fn with_farewell(
+        &self,
+        listener: &PrereadListener,
+        mut actions: Actions,
+        window: &[u8],
+    ) -> Actions {
+        if let Next::Close(Close::Rejected(reason)) = actions.next {
+            actions.farewell = alert::farewell(
+                listener.reject_with,
+                reason,
+                &self.core,
+                window,
+                listener.cap(),
+            );
+        }
+        actions
     }
 
     fn feed(&mut self, listener: &PrereadListener, input: Input<'_>) -> Output {

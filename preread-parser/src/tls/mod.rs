@@ -11,6 +11,7 @@
 //! after the ClientHello's last record (they belong to the application and
 //! are forwarded untouched), or panic.
 
+mod alert;
 mod dedup;
 mod error;
 mod extensions;
@@ -19,6 +20,7 @@ mod record;
 
 use core::num::NonZeroUsize;
 
+pub use alert::{AlertDescription, FIRST_FLIGHT_VERSION};
 pub use error::{HandshakeFault, RecordFault, TlsError};
 pub use extensions::{AlpnProtocols, EchKind, SupportedVersions};
 

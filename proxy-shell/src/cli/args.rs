@@ -179,6 +179,17 @@ pub struct TcpListenerArgs {
     /// Seconds a backend connect may take.
     #[arg(long)]
     pub connect_timeout: Option<u32>,
+    /// How a rejected client is told: the fatal TLS alert a server would
+    /// send (the default), a bare close, or a reset.
+    #[arg(long, value_enum)]
+    pub reject_with: Option<RejectWithArg>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum RejectWithArg {
+    Alert,
+    Close,
+    Reset,
 }
 
 /// The config file's spellings (`round_robin`) are accepted too.

@@ -8,8 +8,8 @@ use command::proto::{self, request::RequestType};
 
 use super::args::{
     BackendAction, ClusterAction, Command, FrontendAction, FrontendArgs, ListenerAction,
-    LoadBalancingArg, MetricsAction, ProxyProtocolArg, StateAction, TcpFrontendAction,
-    TcpListenerAction, TcpListenerArgs,
+    LoadBalancingArg, MetricsAction, ProxyProtocolArg, RejectWithArg, StateAction,
+    TcpFrontendAction, TcpListenerAction, TcpListenerArgs,
 };
 
 fn request(request_type: RequestType) -> proto::Request {
@@ -30,6 +30,15 @@ fn listener_config(args: &TcpListenerArgs) -> proto::TcpListenerConfig {
         back_timeout: args.back_timeout,
         connect_timeout: args.connect_timeout,
         active: None,
+        reject_with: args.reject_with.map(|with| reject_with(with) as i32),
+    }
+}
+
+fn reject_with(arg: RejectWithArg) -> proto::RejectWith {
+    match arg {
+        RejectWithArg::Alert => proto::RejectWith::Alert,
+        RejectWithArg::Close => proto::RejectWith::Close,
+        RejectWithArg::Reset => proto::RejectWith::Reset,
     }
 }
 

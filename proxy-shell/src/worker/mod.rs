@@ -12,6 +12,7 @@ mod connect;
 mod ctx;
 mod drive;
 mod event_loop;
+mod farewell;
 pub mod io;
 pub mod lanes;
 pub mod listen;

@@ -4,8 +4,9 @@
 //! Owns: taking the window's buffer on the first readable event (an idle
 //! connection holds none), the capped read the step budgets, and performing
 //! the step's actions: its timers, the preread gauge and duration, the
-//! counters of routes, fallbacks and rejects, and the hand-over to the
-//! connect gate. Must never: decide anything the step decides (budget,
+//! counters of routes, fallbacks and rejects, a reject's farewell (the
+//! alert or the reset, `farewell.rs`), and the hand-over to the connect
+//! gate. Must never: decide anything the step decides (budget,
 //! timers, exit, route), consume the window, or contact a backend itself.
 
 use std::time::Instant;
@@ -15,6 +16,7 @@ use preread_core::step::{Actions, Close, Event, Next, StepTimer};
 
 use super::connect;
 use super::ctx::{Ctx, Drive};
+use super::farewell;
 use super::pool::Checkout;
 use super::session::Session;
 use super::vocabulary::{
@@ -104,6 +106,7 @@ pub(super) fn perform(
         Next::Close(Close::Silent) => Drive::End(Outcome::Silent),
         Next::Close(Close::Rejected(reason)) => {
             ctx.metrics.incr(rejected(reason));
+            farewell::say(&mut session.front, actions.farewell);
             Drive::End(Outcome::Rejected(reason))
         }
         Next::Connect(route) => {

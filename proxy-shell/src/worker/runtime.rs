@@ -20,7 +20,7 @@ use command::validate::{
 use preread_core::PrereadConfig;
 use preread_core::pattern::validate_sni_pattern;
 use preread_core::routes::{AlpnSet, ClusterId, RouteTable};
-use preread_core::step::PrereadListener;
+use preread_core::step::{PrereadListener, RejectWith};
 
 use super::backends::ClusterBackends;
 
@@ -111,6 +111,11 @@ impl Runtime {
             None => None,
         };
         preread.config.server_first_timeout = config.server_first_timeout.map(|v| ms(Some(v), 0));
+        preread.reject_with = match config.reject_with() {
+            proto::RejectWith::Alert => RejectWith::Alert,
+            proto::RejectWith::Close => RejectWith::Close,
+            proto::RejectWith::Reset => RejectWith::Reset,
+        };
         listener.front_timeout = secs(config.front_timeout, DEFAULT_FRONT_TIMEOUT_S);
         listener.back_timeout = secs(config.back_timeout, DEFAULT_BACK_TIMEOUT_S);
         listener.connect_timeout = secs(config.connect_timeout, DEFAULT_CONNECT_TIMEOUT_S);
