@@ -11,9 +11,11 @@
 use std::time::Instant;
 
 use preread_core::sni::HostName;
-use preread_core::step::{Actions, Close, Event, Next, PrereadListener, PrereadStep};
+use preread_core::step::{Close, Event, Farewell, Next, PrereadListener, PrereadStep};
 use preread_parser::proxy::{Command, ProxyHeader, ProxyParsed, parse_proxy_header};
-use preread_parser::tls::{ClientHello, Needed, Parsed, TlsError, parse_client_hello};
+use preread_parser::tls::{
+    AlertDescription, ClientHello, Needed, Parsed, TlsError, parse_client_hello,
+};
 use serde_json::{Map, Value, json};
 
 /// How `inspect` reads its inputs.
@@ -152,6 +154,7 @@ fn hello_fields(out: &mut Map<String, Value>, hello: &ClientHello<'_>, offset: u
 /// What the step ended with for one capture, and how much of it was read.
 struct Delivered {
     next: Next,
+    farewell: Farewell,
     read: usize,
 }
 
@@ -163,6 +166,7 @@ fn deliver(listener: &PrereadListener, bytes: &[u8], reads: &[usize]) -> Deliver
     let now = Instant::now();
     let (mut step, actions) = PrereadStep::accept(listener, now);
     let mut next = actions.next;
+    let mut farewell = Farewell::Fin;
     let mut window: Vec<u8> = Vec::new();
     let mut arrived = 0;
     let rest = bytes.len().saturating_sub(reads.iter().sum());
@@ -181,20 +185,26 @@ fn deliver(listener: &PrereadListener, bytes: &[u8], reads: &[usize]) -> Deliver
                 added: take,
                 eof: false,
             };
-            let Actions { next: after, .. } = step.handle(listener, event, now);
-            next = after;
+            let actions = step.handle(listener, event, now);
+            (next, farewell) = (actions.next, actions.farewell);
         }
     }
     Delivered {
         next,
+        farewell,
         read: window.len(),
     }
 }
 
-/// The `decision` object of doc/configure.md, plus `read`: how many bytes
-/// of the capture the step had when it decided.
+/// The `decision` object of doc/configure.md, plus `read` (how many bytes
+/// of the capture the step had when it decided) and `alert` (the alert a
+/// rejected client reads, by the listener's `reject_with`).
 fn decision(listener: &PrereadListener, bytes: &[u8], reads: &[usize]) -> Value {
-    let Delivered { next, read } = deliver(listener, bytes, reads);
+    let Delivered {
+        next,
+        farewell,
+        read,
+    } = deliver(listener, bytes, reads);
     let mut decision = match next {
         Next::Read | Next::Ignore | Next::Close(Close::Silent) => json!({
             "verdict": "need_more", "cluster": null, "reason": null, "fallback": null,
@@ -215,6 +225,12 @@ fn decision(listener: &PrereadListener, bytes: &[u8], reads: &[usize]) -> Value 
         }),
     };
     decision["read"] = json!(read);
+    decision["alert"] = match farewell {
+        Farewell::Alert(record) => {
+            json!(AlertDescription::from_code(record[6]).map(|a| a.as_str()))
+        }
+        Farewell::Fin | Farewell::Reset => Value::Null,
+    };
     decision
 }
 

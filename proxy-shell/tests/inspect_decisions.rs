@@ -165,3 +165,34 @@ fn an_unknown_listener_or_an_invalid_config_is_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("E201"));
 }
+
+#[test]
+fn a_rejected_capture_shows_the_alert_its_client_reads() {
+    let dir = root().join("testdata/clienthellos");
+    let files: Vec<PathBuf> = [
+        "gen_d_ext_len_too_long.bin",
+        "gen_handshake_type_2.bin",
+        "openssl_noservername.bin",
+        "gen_l_http_get.bin",
+        "curl_h2.bin",
+    ]
+    .iter()
+    .map(|f| dir.join(f))
+    .collect();
+    let alerts: Vec<Value> = decisions("127.0.0.1:8443", &files)
+        .iter()
+        .map(|d| d["alert"].clone())
+        .collect();
+    assert_eq!(
+        alerts,
+        [
+            Value::from("decode_error"),
+            Value::from("unexpected_message"),
+            Value::from("missing_extension"),
+            Value::Null,
+            Value::Null,
+        ],
+        "a lying length, no ClientHello, a TLS 1.3 hello without a name, \
+         plain HTTP, a routed hello"
+    );
+}

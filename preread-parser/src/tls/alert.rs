@@ -75,6 +75,11 @@ impl AlertDescription {
         }
     }
 
+    /// The description of a code on the wire, if it is one of these.
+    pub fn from_code(code: u8) -> Option<Self> {
+        Self::ALL.into_iter().find(|d| d.code() == code)
+    }
+
     /// The name RFC 8446 gives it.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -159,6 +164,13 @@ mod tests {
         let codes: HashSet<_> = AlertDescription::ALL.map(AlertDescription::code).into();
         let names: HashSet<_> = AlertDescription::ALL.map(AlertDescription::as_str).into();
         assert_eq!(codes.len(), 9);
+        for description in AlertDescription::ALL {
+            assert_eq!(
+                AlertDescription::from_code(description.code()),
+                Some(description)
+            );
+        }
+        assert_eq!(AlertDescription::from_code(0), None);
         assert_eq!(names.len(), 9);
         assert_eq!(
             AlertDescription::UnrecognizedName.record(FIRST_FLIGHT_VERSION),

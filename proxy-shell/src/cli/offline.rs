@@ -20,6 +20,7 @@ use serde_json::json;
 use super::client::config_path;
 use super::{EXIT_USAGE, Globals};
 use crate::inspect::{InspectOptions, decode_hex, inspect as inspect_one};
+use crate::worker::runtime::reject_with;
 
 pub(super) fn config_check(globals: &Globals) -> ExitCode {
     let path = config_path(globals);
@@ -130,11 +131,13 @@ fn listener_routes(config: &Path, wanted: Option<&str>) -> Result<(PrereadListen
         .listener(&address)
         .ok_or_else(|| format!("{} has no listener {address}", config.display()))?;
     let expect_proxy = listener.expect_proxy;
+    let config_listener = listener;
     let catch_all = state.catch_all(&address).map(Arc::from);
     let preread = state
         .preread_config(&address)
         .ok_or_else(|| format!("{} has no listener {address}", config.display()))?;
-    let listener = PrereadListener::new(preread, loaded.global.buffer_size, catch_all);
+    let mut listener = PrereadListener::new(preread, loaded.global.buffer_size, catch_all);
+    listener.reject_with = reject_with(config_listener.reject_with());
     Ok((listener, expect_proxy))
 }
 

@@ -60,6 +60,15 @@ pub struct Runtime {
     buffer_size: usize,
 }
 
+/// A listener's `reject_with` in the step's words.
+pub fn reject_with(with: proto::RejectWith) -> RejectWith {
+    match with {
+        proto::RejectWith::Alert => RejectWith::Alert,
+        proto::RejectWith::Close => RejectWith::Close,
+        proto::RejectWith::Reset => RejectWith::Reset,
+    }
+}
+
 fn parse(what: &str, address: &str) -> Result<SocketAddr, Refusal> {
     address
         .parse()
@@ -111,11 +120,7 @@ impl Runtime {
             None => None,
         };
         preread.config.server_first_timeout = config.server_first_timeout.map(|v| ms(Some(v), 0));
-        preread.reject_with = match config.reject_with() {
-            proto::RejectWith::Alert => RejectWith::Alert,
-            proto::RejectWith::Close => RejectWith::Close,
-            proto::RejectWith::Reset => RejectWith::Reset,
-        };
+        preread.reject_with = reject_with(config.reject_with());
         listener.front_timeout = secs(config.front_timeout, DEFAULT_FRONT_TIMEOUT_S);
         listener.back_timeout = secs(config.back_timeout, DEFAULT_BACK_TIMEOUT_S);
         listener.connect_timeout = secs(config.connect_timeout, DEFAULT_CONNECT_TIMEOUT_S);
