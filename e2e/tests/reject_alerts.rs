@@ -1,0 +1,600 @@
+//! Acceptance of the reject alerts (issue 19) with real TLS clients: what
+//! `openssl s_client` and `curl` print when the proxy refuses their
+//! ClientHello, compared with what curl prints against a real TLS server
+//! (`openssl s_server -servername_fatal`) that has no certificate for the
+//! name; the exact alert record of a lying length in a corpus capture; and
+//! the `reject_with = "close"` and `"reset"` listeners seen from a socket.
+//!
+//! `openssl` and `curl` must be on `PATH`: a missing one is installed with
+//! `apt-get` or the test fails saying so (never skipped). Certificates are
+//! made at run time. Loopback only; every wait is bounded; every process
+//! started here is killed by its PID on overrun or Drop. Run
+//! `cargo build -p proxy-shell --bin preread` first.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use e2e::certs::TestCa;
+use e2e::client;
+use e2e::proxy::{ConfigBuilder, ProxyProcess, free_addr};
+use e2e::testkit::{TempDir, capture, start, stderr_tail};
+
+/// The bound of a wait (a read, a metric, a server's start).
+const T: Duration = Duration::from_secs(5);
+/// The bound of one `openssl s_client` or `curl` run.
+const TOOL_T: Duration = Duration::from_secs(10);
+/// The bound of an `apt-get install` of a missing tool.
+const APT_T: Duration = Duration::from_secs(180);
+
+/// The name no frontend (and no certificate) has.
+const UNKNOWN: &str = "unknown.example.com";
+
+// ---------------------------------------------------------------------------
+// Tools and child processes
+// ---------------------------------------------------------------------------
+
+fn on_path(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(program))
+            .find(|candidate| candidate.is_file())
+    })
+}
+
+/// The path of `program`, installed from the Debian package `package` with
+/// `apt-get` when it is missing.
+///
+/// # Panics
+/// When it is missing and cannot be installed: the test fails, it is
+/// never skipped.
+fn require_tool(program: &str, package: &str) -> PathBuf {
+    static APT: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = APT.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(path) = on_path(program) {
+        return path;
+    }
+    let dir = TempDir::new("apt");
+    let mut report = String::new();
+    for args in [
+        &["update"][..],
+        &["install", "-y", "--no-install-recommends", package][..],
+    ] {
+        match run(Path::new("apt-get"), args, dir.path(), APT_T) {
+            Ok(out) => {
+                report.push_str(&format!(
+                    "apt-get {args:?}: {}\n{}",
+                    out.status,
+                    tail(&out.stderr, 5)
+                ));
+            }
+            Err(err) => report.push_str(&format!("apt-get {args:?}: {err}\n")),
+        }
+    }
+    on_path(program).unwrap_or_else(|| {
+        panic!(
+            "`{program}` is not on PATH and `apt-get install {package}` did not provide it; \
+             install {package} to run these tests:\n{report}"
+        )
+    })
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// What a finished child printed.
+#[derive(Debug)]
+struct Ran {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Ran {
+    fn both(&self) -> String {
+        format!(
+            "--- stdout ---\n{}--- stderr ---\n{}",
+            self.stdout, self.stderr
+        )
+    }
+}
+
+/// Waits for `child` at most `timeout`; past it, kills it (SIGKILL to its
+/// PID) and reaps it: `None`.
+fn wait_or_kill(child: &mut Child, timeout: Duration) -> io::Result<Option<ExitStatus>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Runs `program ARGS` with stdin `/dev/null` and its output in files of
+/// `dir` (no pipe to fill up), killed past `timeout`.
+fn run(program: &Path, args: &[&str], dir: &Path, timeout: Duration) -> Result<Ran, String> {
+    static NEXT: Mutex<usize> = Mutex::new(0);
+    let n = {
+        let mut next = NEXT.lock().unwrap_or_else(PoisonError::into_inner);
+        *next += 1;
+        *next
+    };
+    let out_path = dir.join(format!("run-{n}.out"));
+    let err_path = dir.join(format!("run-{n}.err"));
+    let create = |path: &Path| File::create(path).map_err(|e| format!("{}: {e}", path.display()));
+    let mut child = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(create(&out_path)?)
+        .stderr(create(&err_path)?)
+        .spawn()
+        .map_err(|e| format!("spawn {}: {e}", program.display()))?;
+    let status = wait_or_kill(&mut child, timeout)
+        .map_err(|e| format!("wait for {}: {e}", program.display()))?
+        .ok_or_else(|| {
+            format!(
+                "{} {args:?} did not finish within {timeout:?} (killed pid {})",
+                program.display(),
+                child.id()
+            )
+        })?;
+    let read = |path: &Path| {
+        String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
+    };
+    Ok(Ran {
+        status,
+        stdout: read(&out_path),
+        stderr: read(&err_path),
+    })
+}
+
+/// The first line of `text` that holds `needle` (ASCII case-insensitive),
+/// and in it the `:`-separated field that does: OpenSSL's reason string,
+/// e.g. `tlsv1 unrecognized name` of
+/// `error:0A000458:SSL routines::tlsv1 unrecognized name`.
+fn reason_field(text: &str, needle: &str) -> Option<(String, String)> {
+    let needle = needle.to_ascii_lowercase();
+    let line = text
+        .lines()
+        .find(|line| line.to_ascii_lowercase().contains(&needle))?;
+    let field = line
+        .split(':')
+        .find(|field| field.to_ascii_lowercase().contains(&needle))?;
+    Some((line.trim().to_owned(), field.trim().to_owned()))
+}
+
+/// The OpenSSL error code (`error:0A000458`) of a line.
+fn error_code(line: &str) -> Option<&str> {
+    let at = line.find("error:")?;
+    let code = line[at + "error:".len()..].split(':').next()?;
+    Some(&line[at..at + "error:".len() + code.len()])
+}
+
+/// `openssl s_server` on loopback, with a certificate for
+/// `default.example.com` and, for the SNI `other.example.com`, a second
+/// one; any other SNI gets a fatal `unrecognized_name` alert
+/// (`-servername_fatal`). Answers `GET /` with a status page (`-www`).
+/// Killed (SIGKILL to its PID) on Drop.
+struct OpensslServer {
+    child: Child,
+    /// Held open so the server never sees an EOF on its stdin.
+    _stdin: ChildStdin,
+    addr: SocketAddr,
+    dir: TempDir,
+}
+
+impl OpensslServer {
+    const OTHER: &'static str = "other.example.com";
+
+    fn start(openssl: &Path, ca: &TestCa) -> Self {
+        let dir = TempDir::new("s_server");
+        let write = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        };
+        let default = ca.server_cert(&["default.example.com"]);
+        let other = ca.server_cert(&[Self::OTHER]);
+        write("default.crt", &default.cert_pem);
+        write("default.key", &default.key_pem);
+        write("other.crt", &other.cert_pem);
+        write("other.key", &other.key_pem);
+        let mut last = String::new();
+        for _ in 0..3 {
+            let addr = free_addr();
+            match Self::attempt(openssl, dir.path(), addr) {
+                Ok((child, stdin)) => {
+                    return Self {
+                        child,
+                        _stdin: stdin,
+                        addr,
+                        dir,
+                    };
+                }
+                Err(err) => last = err,
+            }
+        }
+        panic!("openssl s_server did not start in 3 attempts; last:\n{last}");
+    }
+
+    /// Spawns the server and waits (at most [`T`]) for its `ACCEPT` line.
+    fn attempt(
+        openssl: &Path,
+        dir: &Path,
+        addr: SocketAddr,
+    ) -> Result<(Child, ChildStdin), String> {
+        let out_path = dir.join("s_server.out");
+        let err_path = dir.join("s_server.err");
+        let create =
+            |path: &Path| File::create(path).map_err(|e| format!("{}: {e}", path.display()));
+        let accept = addr.to_string();
+        let mut child = Command::new(openssl)
+            .args([
+                "s_server",
+                "-accept",
+                &accept,
+                "-cert",
+                "default.crt",
+                "-key",
+                "default.key",
+                "-servername",
+                Self::OTHER,
+                "-cert2",
+                "other.crt",
+                "-key2",
+                "other.key",
+                "-servername_fatal",
+                "-www",
+                "-ign_eof",
+            ])
+            .current_dir(dir)
+            .stdin(Stdio::piped())
+            .stdout(create(&out_path)?)
+            .stderr(create(&err_path)?)
+            .spawn()
+            .map_err(|e| format!("spawn {} s_server: {e}", openssl.display()))?;
+        let stdin = child.stdin.take().ok_or("no stdin pipe")?;
+        let read = |path: &Path| {
+            String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
+        };
+        let deadline = Instant::now() + T;
+        loop {
+            if read(&out_path).lines().any(|line| line.trim() == "ACCEPT") {
+                return Ok((child, stdin));
+            }
+            let exited = child.try_wait().map_err(|e| format!("wait: {e}"))?;
+            if exited.is_some() || Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "s_server on {addr}: {}; stdout:\n{}\nstderr:\n{}",
+                    exited.map_or_else(|| format!("no ACCEPT within {T:?}"), |s| s.to_string()),
+                    read(&out_path),
+                    read(&err_path)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for OpensslServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        if !matches!(wait_or_kill(&mut self.child, T), Ok(Some(_))) {
+            eprintln!(
+                "reject_alerts: s_server pid {} did not exit",
+                self.child.id()
+            );
+        }
+        if std::thread::panicking() {
+            let text =
+                std::fs::read_to_string(self.dir.path().join("s_server.err")).unwrap_or_default();
+            eprintln!("reject_alerts: s_server stderr:\n{}", tail(&text, 20));
+        }
+    }
+}
+
+/// How a raw read of the proxy's answer ended.
+#[derive(Debug)]
+enum End {
+    /// A clean FIN (`read` gave 0).
+    Eof,
+    /// `read` failed with this kind (a reset: `ConnectionReset`).
+    Error(io::ErrorKind),
+    /// Nothing more within [`T`], and no close.
+    Timeout,
+}
+
+/// Sends `bytes` as a client would (no half-close) and reads until the
+/// proxy ends the connection: what it sent, and how it ended.
+fn send_and_read(addr: SocketAddr, bytes: &[u8]) -> (Vec<u8>, End) {
+    let mut stream = client::connect(addr, T).unwrap_or_else(|e| panic!("{e}"));
+    stream
+        .write_all(bytes)
+        .unwrap_or_else(|e| panic!("write {} bytes to {addr}: {e}", bytes.len()));
+    let deadline = Instant::now() + T;
+    let mut received = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let Some(left) = deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+        else {
+            return (received, End::Timeout);
+        };
+        stream
+            .set_read_timeout(Some(left))
+            .expect("set_read_timeout");
+        match stream.read(&mut buf) {
+            Ok(0) => return (received, End::Eof),
+            Ok(n) => received.extend_from_slice(&buf[..n]),
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return (received, End::Timeout);
+            }
+            Err(err) => return (received, End::Error(err.kind())),
+        }
+    }
+}
+
+/// Waits until the proxy counted `n` rejects for `reason`.
+fn expect_rejected(proxy: &ProxyProcess, reason: &str, n: i64) {
+    let name = format!("tcp.sni_preread.rejected.{reason}");
+    proxy
+        .wait_metric(&name, |v| v == n, T)
+        .unwrap_or_else(|e| panic!("{e}\nstderr:\n{}", stderr_tail(proxy)));
+}
+
+/// One listener `main` whose only frontend is `a.example.com` with ALPN
+/// `h2` (no backend: nothing is ever routed).
+fn only_a_h2() -> ProxyProcess {
+    start(
+        &ConfigBuilder::new()
+            .listener("main", &[])
+            .frontend("alpha", "main", Some("a.example.com"), &["h2"])
+            .build(),
+    )
+}
+
+// ---------------------------------------------------------------------------
+// 1. openssl s_client reads the alert
+// ---------------------------------------------------------------------------
+
+#[test]
+fn openssl_s_client_prints_the_alert_of_the_refusal() {
+    let openssl = require_tool("openssl", "openssl");
+    let proxy = only_a_h2();
+    let connect = proxy.addr("main").to_string();
+    let dir = TempDir::new("s_client");
+    let cases: [(&str, &[&str], &str, &str); 2] = [
+        (
+            "sni_unmatched",
+            &["-servername", UNKNOWN],
+            "unrecognized name",
+            "alert number 112",
+        ),
+        (
+            "alpn_unmatched",
+            &["-servername", "a.example.com", "-alpn", "foo"],
+            "no application protocol",
+            "alert number 120",
+        ),
+    ];
+    for (reason, extra, phrase, number) in cases {
+        let mut args = vec!["s_client", "-connect", connect.as_str()];
+        args.extend_from_slice(extra);
+        let ran = run(&openssl, &args, dir.path(), TOOL_T).unwrap_or_else(|e| panic!("{e}"));
+        eprintln!("openssl {args:?} exited {}:\n{}", ran.status, ran.both());
+        assert!(
+            !ran.status.success(),
+            "{reason}: s_client succeeded:\n{}",
+            ran.both()
+        );
+        let (line, field) = reason_field(&ran.stderr, phrase).unwrap_or_else(|| {
+            panic!(
+                "{reason}: no {phrase:?} in s_client's stderr:\n{}",
+                ran.both()
+            )
+        });
+        // OpenSSL names a received alert `tlsv1 <name>` or `tlsv1 alert <name>`
+        // (`ssl/ssl_err.c`) and ends the line with its number.
+        assert!(
+            field.to_ascii_lowercase().starts_with("tlsv1 "),
+            "{reason}: {field:?} is not a received alert's reason string: {line}"
+        );
+        assert!(
+            line.to_ascii_lowercase().contains(number),
+            "{reason}: no {number:?} in {line:?}"
+        );
+        // The 7-byte alert record is all the handshake read.
+        assert!(
+            ran.stdout.contains("SSL handshake has read 7 bytes"),
+            "{reason}: s_client read more or less than one alert record:\n{}",
+            ran.both()
+        );
+        expect_rejected(&proxy, reason, 1);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 2. curl sees the same alert as from a real server without the name
+// ---------------------------------------------------------------------------
+
+#[test]
+fn curl_names_the_same_alert_as_against_openssl_s_server() {
+    let curl = require_tool("curl", "curl");
+    let openssl = require_tool("openssl", "openssl");
+    let ca = TestCa::new("reject_alerts CA");
+    let dir = TempDir::new("curl");
+    let ca_path = dir.path().join("ca.pem");
+    ca.write_pem(&ca_path).expect("write the CA");
+    let ca_arg = ca_path.display().to_string();
+    let curl_to = |host: &str, addr: SocketAddr| {
+        let resolve = format!("{host}:{}:127.0.0.1", addr.port());
+        let url = format!("https://{host}:{}/", addr.port());
+        let args = [
+            "--silent",
+            "--show-error",
+            "--max-time",
+            "5",
+            "--cacert",
+            ca_arg.as_str(),
+            "--resolve",
+            resolve.as_str(),
+            url.as_str(),
+        ];
+        let ran = run(&curl, &args, dir.path(), TOOL_T).unwrap_or_else(|e| panic!("{e}"));
+        eprintln!(
+            "curl {args:?} exited {}; stderr: {}",
+            ran.status,
+            ran.stderr.trim()
+        );
+        ran
+    };
+
+    let server = OpensslServer::start(&openssl, &ca);
+    // The control: the name it has is served (status page, exit 0), so its
+    // refusal below is about the name alone.
+    let served = curl_to(OpensslServer::OTHER, server.addr);
+    assert!(
+        served.status.success() && served.stdout.contains("s_server"),
+        "curl to s_server for {}:\n{}",
+        OpensslServer::OTHER,
+        served.both()
+    );
+    let real = curl_to(UNKNOWN, server.addr);
+    // On the wire: one fatal unrecognized_name alert, then EOF, from both
+    // (curl's own hello for www.b.example.com, a name neither has). The
+    // record version may differ: s_server writes 0x0303, the proxy follows
+    // the client's record version (0x0301 in this capture).
+    let hello = capture("curl_http11.bin");
+    let (from_server, server_end) = send_and_read(server.addr, &hello);
+    drop(server);
+
+    let proxy = only_a_h2();
+    let proxied = curl_to(UNKNOWN, proxy.addr("main"));
+    let (from_proxy, proxy_end) = send_and_read(proxy.addr("main"), &hello);
+    expect_rejected(&proxy, "sni_unmatched", 2);
+    eprintln!("s_server sent {from_server:02x?} then {server_end:?}");
+    eprintln!("the proxy sent {from_proxy:02x?} then {proxy_end:?}");
+    for (who, bytes, end) in [
+        ("s_server", &from_server, &server_end),
+        ("the proxy", &from_proxy, &proxy_end),
+    ] {
+        assert!(
+            bytes.len() == 7
+                && bytes[..2] == [0x15, 0x03]
+                && (0x01..=0x03).contains(&bytes[2])
+                && bytes[3..] == [0x00, 0x02, 0x02, 112],
+            "{who} sent {bytes:02x?}, not one fatal unrecognized_name alert record"
+        );
+        assert!(
+            matches!(end, End::Eof),
+            "{who}: {end:?} after the alert, not EOF"
+        );
+    }
+    assert_eq!(
+        from_proxy[2], 0x01,
+        "the proxy's record version is the client's"
+    );
+
+    let needle = "unrecognized name";
+    let (real_line, real_field) = reason_field(&real.stderr, needle)
+        .unwrap_or_else(|| panic!("curl to s_server: no {needle:?}:\n{}", real.both()));
+    let (proxied_line, proxied_field) = reason_field(&proxied.stderr, needle)
+        .unwrap_or_else(|| panic!("curl through the proxy: no {needle:?}:\n{}", proxied.both()));
+    assert_eq!(
+        proxied_field, real_field,
+        "the alert's name differs:\nproxy:    {proxied_line}\ns_server: {real_line}"
+    );
+    assert_eq!(
+        error_code(&proxied_line),
+        error_code(&real_line),
+        "the OpenSSL error code differs:\nproxy:    {proxied_line}\ns_server: {real_line}"
+    );
+    assert!(
+        error_code(&real_line).is_some(),
+        "no error code in {real_line:?}"
+    );
+    assert!(
+        !real.status.success(),
+        "curl to s_server succeeded:\n{}",
+        real.both()
+    );
+    assert_eq!(
+        proxied.status.code(),
+        real.status.code(),
+        "curl's exit code differs:\nproxy:    {proxied_line}\ns_server: {real_line}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 3. A lying length in a capture: decode_error, then EOF
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_lying_extensions_length_gets_decode_error_then_eof() {
+    let proxy = only_a_h2();
+    // curl_h2.bin with its extensions length +7: record and handshake
+    // lengths agree, only the extensions block claims more than it holds.
+    let (received, end) = send_and_read(proxy.addr("main"), &capture("gen_d_ext_len_too_long.bin"));
+    assert_eq!(
+        received,
+        [0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 50],
+        "not a decode_error alert record (then {end:?})"
+    );
+    assert!(
+        matches!(end, End::Eof),
+        "after the alert: {end:?}, not a clean EOF"
+    );
+    expect_rejected(&proxy, "malformed_handshake", 1);
+}
+
+// ---------------------------------------------------------------------------
+// 4. reject_with = "close" and "reset"
+// ---------------------------------------------------------------------------
+
+#[test]
+fn reject_with_close_sends_nothing_and_reset_resets() {
+    let proxy = start(
+        &ConfigBuilder::new()
+            .listener("close", &["reject_with = \"close\""])
+            .listener("reset", &["reject_with = \"reset\""])
+            .frontend("alpha", "close", Some("a.example.com"), &[])
+            .frontend("alpha", "reset", Some("a.example.com"), &[])
+            .build(),
+    );
+    // curl's hello for www.b.example.com: no frontend has that name.
+    let hello = capture("curl_http11.bin");
+
+    let (received, end) = send_and_read(proxy.addr("close"), &hello);
+    assert!(received.is_empty(), "close: the proxy sent {received:02x?}");
+    assert!(matches!(end, End::Eof), "close: {end:?}, not a clean EOF");
+    expect_rejected(&proxy, "sni_unmatched", 1);
+
+    let (received, end) = send_and_read(proxy.addr("reset"), &hello);
+    assert!(received.is_empty(), "reset: the proxy sent {received:02x?}");
+    assert!(
+        matches!(end, End::Error(io::ErrorKind::ConnectionReset)),
+        "reset: {end:?}, not ECONNRESET"
+    );
+    expect_rejected(&proxy, "sni_unmatched", 2);
+}
