@@ -39,3 +39,4 @@ pub mod certs;
 pub mod client;
 pub mod proxy;
 pub mod testkit;
+pub mod tools;

@@ -14,22 +14,20 @@
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::{Mutex, PoisonError};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use e2e::certs::TestCa;
 use e2e::client;
 use e2e::proxy::{ConfigBuilder, ProxyProcess, free_addr};
-use e2e::testkit::{TempDir, capture, start, stderr_tail};
+use e2e::testkit::{TempDir, capture, start, stderr_tail, tail};
+use e2e::tools::{require_tool, run, wait_or_kill};
 
 /// The bound of a wait (a read, a metric, a server's start).
 const T: Duration = Duration::from_secs(5);
 /// The bound of one `openssl s_client` or `curl` run.
 const TOOL_T: Duration = Duration::from_secs(10);
-/// The bound of an `apt-get install` of a missing tool.
-const APT_T: Duration = Duration::from_secs(180);
 
 /// The name no frontend (and no certificate) has.
 const UNKNOWN: &str = "unknown.example.com";
@@ -37,129 +35,6 @@ const UNKNOWN: &str = "unknown.example.com";
 // ---------------------------------------------------------------------------
 // Tools and child processes
 // ---------------------------------------------------------------------------
-
-fn on_path(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join(program))
-            .find(|candidate| candidate.is_file())
-    })
-}
-
-/// The path of `program`, installed from the Debian package `package` with
-/// `apt-get` when it is missing.
-///
-/// # Panics
-/// When it is missing and cannot be installed: the test fails, it is
-/// never skipped.
-fn require_tool(program: &str, package: &str) -> PathBuf {
-    static APT: Mutex<()> = Mutex::new(());
-    let _one_at_a_time = APT.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(path) = on_path(program) {
-        return path;
-    }
-    let dir = TempDir::new("apt");
-    let mut report = String::new();
-    for args in [
-        &["update"][..],
-        &["install", "-y", "--no-install-recommends", package][..],
-    ] {
-        match run(Path::new("apt-get"), args, dir.path(), APT_T) {
-            Ok(out) => {
-                report.push_str(&format!(
-                    "apt-get {args:?}: {}\n{}",
-                    out.status,
-                    tail(&out.stderr, 5)
-                ));
-            }
-            Err(err) => report.push_str(&format!("apt-get {args:?}: {err}\n")),
-        }
-    }
-    on_path(program).unwrap_or_else(|| {
-        panic!(
-            "`{program}` is not on PATH and `apt-get install {package}` did not provide it; \
-             install {package} to run these tests:\n{report}"
-        )
-    })
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// What a finished child printed.
-#[derive(Debug)]
-struct Ran {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl Ran {
-    fn both(&self) -> String {
-        format!(
-            "--- stdout ---\n{}--- stderr ---\n{}",
-            self.stdout, self.stderr
-        )
-    }
-}
-
-/// Waits for `child` at most `timeout`; past it, kills it (SIGKILL to its
-/// PID) and reaps it: `None`.
-fn wait_or_kill(child: &mut Child, timeout: Duration) -> io::Result<Option<ExitStatus>> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(Some(status));
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Ok(None);
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// Runs `program ARGS` with stdin `/dev/null` and its output in files of
-/// `dir` (no pipe to fill up), killed past `timeout`.
-fn run(program: &Path, args: &[&str], dir: &Path, timeout: Duration) -> Result<Ran, String> {
-    static NEXT: Mutex<usize> = Mutex::new(0);
-    let n = {
-        let mut next = NEXT.lock().unwrap_or_else(PoisonError::into_inner);
-        *next += 1;
-        *next
-    };
-    let out_path = dir.join(format!("run-{n}.out"));
-    let err_path = dir.join(format!("run-{n}.err"));
-    let create = |path: &Path| File::create(path).map_err(|e| format!("{}: {e}", path.display()));
-    let mut child = Command::new(program)
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(create(&out_path)?)
-        .stderr(create(&err_path)?)
-        .spawn()
-        .map_err(|e| format!("spawn {}: {e}", program.display()))?;
-    let status = wait_or_kill(&mut child, timeout)
-        .map_err(|e| format!("wait for {}: {e}", program.display()))?
-        .ok_or_else(|| {
-            format!(
-                "{} {args:?} did not finish within {timeout:?} (killed pid {})",
-                program.display(),
-                child.id()
-            )
-        })?;
-    let read = |path: &Path| {
-        String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
-    };
-    Ok(Ran {
-        status,
-        stdout: read(&out_path),
-        stderr: read(&err_path),
-    })
-}
 
 /// The first line of `text` that holds `needle` (ASCII case-insensitive),
 /// and in it the `:`-separated field that does: OpenSSL's reason string,

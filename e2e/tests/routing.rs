@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,7 @@ use e2e::client::{
 };
 use e2e::proxy::{ConfigBuilder, ProxyProcess};
 use e2e::testkit::{eventually, stderr_tail};
+use e2e::tools::{require_tool, run};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConnection, StreamOwned};
 
@@ -715,63 +716,24 @@ fn one_mebibyte_both_ways_and_half_close() {
 // 6. openssl s_client and curl
 // ---------------------------------------------------------------------------
 
-fn which(program: &str) -> Option<PathBuf> {
-    let paths = std::env::var_os("PATH")?;
-    std::env::split_paths(&paths)
-        .map(|dir| dir.join(program))
-        .find(|path| path.is_file())
-}
-
-/// Runs `program args` in `dir` with stdin closed, killed past `timeout`:
-/// (status, stdout, stderr).
+/// Runs `program args` in `dir`, killed past `timeout`: (status, stdout,
+/// stderr).
 fn run_bounded(
     program: &Path,
     args: &[String],
     dir: &Path,
     timeout: Duration,
 ) -> (ExitStatus, String, String) {
-    let name = program
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let out_path = dir.join(format!("{name}.out"));
-    let err_path = dir.join(format!("{name}.err"));
-    let out = std::fs::File::create(&out_path).expect("stdout file");
-    let err = std::fs::File::create(&err_path).expect("stderr file");
-    let mut child = Command::new(program)
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{name} {args:?} did not finish within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let read = |path: &Path| {
-        String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
-    };
-    (status, read(&out_path), read(&err_path))
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let ran = run(program, &args, dir, timeout).unwrap_or_else(|e| panic!("{e}"));
+    (ran.status, ran.stdout, ran.stderr)
 }
 
 #[test]
 fn openssl_s_client_and_curl_through_the_proxy() {
-    let openssl = which("openssl");
-    let curl = which("curl");
-    if openssl.is_none() && curl.is_none() {
-        eprintln!("skipped: neither openssl nor curl is installed");
-        return;
-    }
+    // Installed from Debian when missing: this test never skips.
+    let openssl = require_tool("openssl", "openssl");
+    let curl = require_tool("curl", "curl");
     // Server preference: http/1.1 first, so curl speaks HTTP/1.1 while
     // s_client, offering only h2, gets h2.
     let backend = TlsBackend::start(
@@ -791,56 +753,49 @@ fn openssl_s_client_and_curl_through_the_proxy() {
     let ca = ca_path.display().to_string();
     let mut routed = 0;
 
-    match &openssl {
-        None => eprintln!("skipped s_client: openssl is not installed"),
-        Some(openssl) => {
-            let args: Vec<String> = [
-                "s_client",
-                "-connect",
-                &addr.to_string(),
-                "-servername",
-                "a.example.com",
-                "-alpn",
-                "h2",
-                "-CAfile",
-                &ca,
-                "-verify_return_error",
-            ]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect();
-            let (status, out, err) =
-                run_bounded(openssl, &args, proxy.dir(), Duration::from_secs(15));
-            assert!(status.success(), "s_client: {status}\n{out}\n{err}");
-            assert!(out.contains("subject=CN = a.example.com"), "{out}");
-            assert!(out.contains("issuer=CN = preread e2e test CA"), "{out}");
-            assert!(out.contains("ALPN protocol: h2"), "{out}");
-            assert!(out.contains("Verify return code: 0 (ok)"), "{out}");
-            routed += 1;
-        }
+    {
+        let args: Vec<String> = [
+            "s_client",
+            "-connect",
+            &addr.to_string(),
+            "-servername",
+            "a.example.com",
+            "-alpn",
+            "h2",
+            "-CAfile",
+            &ca,
+            "-verify_return_error",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        let (status, out, err) = run_bounded(&openssl, &args, proxy.dir(), Duration::from_secs(15));
+        assert!(status.success(), "s_client: {status}\n{out}\n{err}");
+        assert!(out.contains("subject=CN = a.example.com"), "{out}");
+        assert!(out.contains("issuer=CN = preread e2e test CA"), "{out}");
+        assert!(out.contains("ALPN protocol: h2"), "{out}");
+        assert!(out.contains("Verify return code: 0 (ok)"), "{out}");
+        routed += 1;
     }
-    match &curl {
-        None => eprintln!("skipped curl: curl is not installed"),
-        Some(curl) => {
-            let port = addr.port();
-            let args: Vec<String> = vec![
-                "-sS".to_owned(),
-                "--max-time".to_owned(),
-                "10".to_owned(),
-                "--cacert".to_owned(),
-                ca.clone(),
-                "--resolve".to_owned(),
-                format!("a.example.com:{port}:127.0.0.1"),
-                format!("https://a.example.com:{port}/"),
-            ];
-            let (status, out, err) = run_bounded(curl, &args, proxy.dir(), Duration::from_secs(15));
-            assert!(status.success(), "curl: {status}\n{out}\n{err}");
-            assert_eq!(
-                out, "backend=www-0 alpn=http/1.1 sni=a.example.com\n",
-                "{err}"
-            );
-            routed += 1;
-        }
+    {
+        let port = addr.port();
+        let args: Vec<String> = vec![
+            "-sS".to_owned(),
+            "--max-time".to_owned(),
+            "10".to_owned(),
+            "--cacert".to_owned(),
+            ca.clone(),
+            "--resolve".to_owned(),
+            format!("a.example.com:{port}:127.0.0.1"),
+            format!("https://a.example.com:{port}/"),
+        ];
+        let (status, out, err) = run_bounded(&curl, &args, proxy.dir(), Duration::from_secs(15));
+        assert!(status.success(), "curl: {status}\n{out}\n{err}");
+        assert_eq!(
+            out, "backend=www-0 alpn=http/1.1 sni=a.example.com\n",
+            "{err}"
+        );
+        routed += 1;
     }
     proxy
         .wait_metric("tcp.sni_preread.routed", |v| v == routed, T)
