@@ -6,7 +6,7 @@
 //! stop, and joining the workers. Must never: start with a state the
 //! workers refused, or over another running proxy's command socket.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -56,7 +56,7 @@ pub fn run(globals: &Globals) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    serve(&global, state)
+    serve(&global, state, &config_path)
 }
 
 fn init_logging(log_level: &str) {
@@ -107,19 +107,22 @@ fn boot_state(global: &GlobalSettings, from_config: ConfigState) -> Result<Confi
 
 /// Binds the command socket, spawns and boots the workers, serves until a
 /// stop, joins the workers.
-fn serve(global: &GlobalSettings, state: ConfigState) -> ExitCode {
+fn serve(global: &GlobalSettings, state: ConfigState, config_path: &Path) -> ExitCode {
     let (replies_tx, replies_rx) = mpsc::channel();
-    let mut server =
-        match CommandServer::bind(ServerSettings::from_global(global), state, replies_rx) {
-            Ok(server) => server,
-            Err(error) => {
-                log::error!(
-                    "cannot open the command socket {}: {error}",
-                    global.command_socket.display()
-                );
-                return ExitCode::from(EXIT_FAILED);
-            }
-        };
+    let settings = ServerSettings {
+        config_path: Some(config_path.to_path_buf()),
+        ..ServerSettings::from_global(global)
+    };
+    let mut server = match CommandServer::bind(settings, state, replies_rx) {
+        Ok(server) => server,
+        Err(error) => {
+            log::error!(
+                "cannot open the command socket {}: {error}",
+                global.command_socket.display()
+            );
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
     let mut threads = Vec::new();
     let count = u32::try_from(global.worker_count.max(1)).unwrap_or(u32::MAX);
     for id in 0..count {
@@ -157,7 +160,9 @@ fn serve(global: &GlobalSettings, state: ConfigState) -> ExitCode {
         log::error!("cannot write the state file {}: {error}", path.display());
     }
     if let Err(error) = server.watch_signals() {
-        log::error!("cannot watch SIGINT/SIGTERM: {error}");
+        log::error!(
+            "cannot watch the signals (SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGQUIT): {error}"
+        );
         abort(&mut server, threads);
         return ExitCode::from(EXIT_FAILED);
     }

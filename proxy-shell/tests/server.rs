@@ -157,6 +157,7 @@ fn settings(dir: &Path) -> ServerSettings {
         order_timeout: BOUND,
         soft_stop_grace: Duration::from_millis(200),
         buffer_size: 16_384,
+        config_path: None,
         check_unbound: false,
     }
 }

@@ -8,7 +8,9 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
+use command::config::load_config_file;
 use command::diff::diff;
 use command::proto;
 use command::state::{Applied, ConfigState};
@@ -30,6 +32,20 @@ pub(super) enum Job {
     Change(proto::Request),
     /// Load a state file: apply the diff from the running state to it.
     Load(String),
+    /// Reload the config file (SIGHUP): apply the diff from the running
+    /// state to its declarations, as `preread reload` does.
+    Reload(PathBuf),
+}
+
+/// Where a job's steps came from: what its answer or log line says.
+#[derive(Debug)]
+enum Origin {
+    /// One request of a client.
+    Change,
+    /// A state file (`state load`).
+    Load(String),
+    /// The config file, on SIGHUP.
+    Reload(PathBuf),
 }
 
 #[derive(Debug)]
@@ -59,8 +75,7 @@ struct Failure {
 #[derive(Debug)]
 struct Running {
     client: Option<ClientRef>,
-    /// The state file of a load; `None` for a single change.
-    load: Option<String>,
+    origin: Origin,
     steps: VecDeque<proto::Request>,
     in_flight: Option<InFlight>,
     applied: usize,
@@ -69,10 +84,10 @@ struct Running {
 }
 
 impl Running {
-    fn new(client: Option<ClientRef>, load: Option<String>, steps: Vec<proto::Request>) -> Self {
+    fn new(client: Option<ClientRef>, origin: Origin, steps: Vec<proto::Request>) -> Self {
         Self {
             client,
-            load,
+            origin,
             steps: steps.into(),
             in_flight: None,
             applied: 0,
@@ -178,11 +193,30 @@ impl CommandServer {
     /// cannot be loaded).
     fn begin(&mut self, queued: Queued) -> Option<Running> {
         match queued.job {
-            Job::Change(request) => Some(Running::new(queued.client, None, vec![request])),
+            Job::Change(request) => {
+                Some(Running::new(queued.client, Origin::Change, vec![request]))
+            }
+            Job::Reload(path) => match load_config_file(&path) {
+                Ok(loaded) => {
+                    let steps = diff(&self.state, &loaded.state);
+                    Some(Running::new(queued.client, Origin::Reload(path), steps))
+                }
+                Err(problems) => {
+                    for problem in &problems {
+                        log::error!("reload: {}:{problem}", path.display());
+                    }
+                    log::error!(
+                        "reload of {} refused: {} problem(s); nothing changed",
+                        path.display(),
+                        problems.len()
+                    );
+                    None
+                }
+            },
             Job::Load(path) => match load_state_requests(&path) {
                 Ok((loaded, _)) => {
                     let steps = diff(&self.state, &loaded);
-                    Some(Running::new(queued.client, Some(path), steps))
+                    Some(Running::new(queued.client, Origin::Load(path), steps))
                 }
                 Err(error) => {
                     if let Some(who) = queued.client {
@@ -270,8 +304,12 @@ impl CommandServer {
         let save_note = save_error
             .map(|e| format!("; but the state file was not saved: {e}"))
             .unwrap_or_default();
-        let answer = match &run.load {
-            None => match run.failures.first() {
+        let answer = match &run.origin {
+            Origin::Reload(path) => {
+                log_reload(path, &run, &save_note);
+                return;
+            }
+            Origin::Change => match run.failures.first() {
                 Some(failed) => failure(failed.code, failed.message.clone()),
                 None if run.applied == 0 => {
                     ok("unchanged: the proxy already has this; nothing sent to the workers")
@@ -281,7 +319,7 @@ impl CommandServer {
                     self.workers.len()
                 )),
             },
-            Some(path) => {
+            Origin::Load(path) => {
                 let mut message = format!(
                     "state loaded from {path}: {} applied, {} unchanged, {} skipped{save_note}",
                     run.applied,
@@ -371,4 +409,25 @@ pub(super) fn newly_listening(before: &ConfigState, after: &ConfigState) -> Vec<
         .filter_map(|l| l.address.parse::<SocketAddr>().ok())
         .filter(|address| listening(after, address) && !listening(before, address))
         .collect()
+}
+
+/// The summary of a SIGHUP reload, as `preread reload` prints it: each
+/// skipped request with its code, then the counts.
+fn log_reload(path: &Path, run: &Running, save_note: &str) {
+    for failed in &run.failures {
+        log::warn!(
+            "reload of {}: skipped {}: {}: {}",
+            path.display(),
+            describe(&failed.request),
+            failed.code,
+            failed.message
+        );
+    }
+    log::info!(
+        "reload of {}: {} applied, {} unchanged, {} skipped{save_note}",
+        path.display(),
+        run.applied,
+        run.unchanged,
+        run.failures.len()
+    );
 }

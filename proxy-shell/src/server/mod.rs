@@ -18,6 +18,7 @@ mod clients;
 mod handlers;
 mod pending;
 mod responses;
+mod signals;
 mod socket;
 
 use std::collections::VecDeque;
@@ -32,7 +33,6 @@ use command::config::GlobalSettings;
 use command::proto;
 use command::state::ConfigState;
 use mio::{Events, Interest, Poll, Token, Waker};
-use signal_hook::consts::signal::{SIGINT, SIGTERM};
 use signal_hook_mio::v1_0::Signals;
 use slab::Slab;
 
@@ -87,6 +87,8 @@ pub struct ServerSettings {
     /// (`listen::ensure_unbound`). Off only for tests whose workers are
     /// stand-ins that bind nothing.
     pub check_unbound: bool,
+    /// The config file the proxy started from: what SIGHUP reloads.
+    pub config_path: Option<PathBuf>,
 }
 
 impl ServerSettings {
@@ -100,6 +102,7 @@ impl ServerSettings {
             soft_stop_grace: SOFT_STOP_GRACE,
             buffer_size: global.buffer_size,
             check_unbound: true,
+            config_path: None,
         }
     }
 }
@@ -151,6 +154,8 @@ enum Purpose {
     Stop(StopKind),
     /// A request replayed at boot.
     Boot,
+    /// Reopening the access log (SIGUSR1).
+    ReopenAccessLog,
 }
 
 /// The main thread's command server. See the module documentation.
@@ -235,16 +240,6 @@ impl CommandServer {
     /// Adds a worker: every later order goes to it too.
     pub fn add_worker(&mut self, handle: WorkerHandle) {
         self.workers.push(handle);
-    }
-
-    /// Stops on SIGINT/SIGTERM: the first one soft, a second one hard.
-    pub fn watch_signals(&mut self) -> io::Result<()> {
-        let mut signals = Signals::new([SIGINT, SIGTERM])?;
-        self.poll
-            .registry()
-            .register(&mut signals, SIGNALS, Interest::READABLE)?;
-        self.signals = Some(signals);
-        Ok(())
     }
 
     /// The desired state, as committed.
@@ -476,6 +471,10 @@ impl CommandServer {
                 None => log::info!("{kind:?} stop: every worker is done"),
             },
             Purpose::Boot => {}
+            Purpose::ReopenAccessLog => match gathered.first_failure() {
+                Some((_, code, message)) => log::warn!("access log reopen: {code}: {message}"),
+                None => log::info!("access log reopened by every worker"),
+            },
         }
     }
 
@@ -521,26 +520,6 @@ impl CommandServer {
             StopKind::Hard => (Order::HardStop, self.settings.order_timeout),
         };
         self.broadcast(order, Purpose::Stop(kind), None, timeout)
-    }
-
-    fn on_signals(&mut self) {
-        let received: Vec<i32> = match self.signals.as_mut() {
-            Some(signals) => signals.pending().collect(),
-            None => Vec::new(),
-        };
-        for signal in received {
-            match self.stopping {
-                None => {
-                    log::info!("signal {signal}: soft stop (send another to stop at once)");
-                    self.start_stop(StopKind::Soft);
-                }
-                Some(StopKind::Soft) => {
-                    log::warn!("signal {signal} during the soft stop: hard stop");
-                    self.start_stop(StopKind::Hard);
-                }
-                Some(StopKind::Hard) => {}
-            }
-        }
     }
 }
 

@@ -219,6 +219,23 @@ impl Worker {
                 self.ctx.metrics.gauge_set(BUFFERS_IN_USE, in_use);
                 Answer::Metrics(self.ctx.metrics.snapshot())
             }
+            Order::ReopenAccessLog => {
+                let settings = &self.ctx.settings;
+                match AccessLog::open(&settings.access_logs, settings.access_log_format) {
+                    Ok(log) => {
+                        self.ctx.access_log = log;
+                        Answer::Done
+                    }
+                    Err(e) => Answer::Refused {
+                        code: AnswerCode::WorkerRefused,
+                        message: format!(
+                            "worker {}: cannot reopen the access log {:?}: {e}; it keeps writing \
+                             to the file it had",
+                            self.ctx.id, settings.access_logs
+                        ),
+                    },
+                }
+            }
             Order::Status => Answer::Status {
                 sessions: self.sessions.len() as u64,
                 listeners: self.listeners.len() as u32,

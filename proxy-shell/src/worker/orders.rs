@@ -26,6 +26,9 @@ pub enum Order {
     Metrics,
     /// Report this worker's sessions and listeners.
     Status,
+    /// Open the access-log file again (after logrotate moved it away): new
+    /// lines go to a file at the configured path.
+    ReopenAccessLog,
     /// Stop accepting; finish the open sessions, then exit within `grace`.
     SoftStop { grace_ms: u64 },
     /// Close everything now and exit.
