@@ -11,6 +11,7 @@ pub mod answer_code;
 pub mod cli;
 pub mod inspect;
 pub mod metrics_http;
+pub mod notify;
 pub mod server;
 pub mod start;
 pub mod worker;

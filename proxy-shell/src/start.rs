@@ -178,12 +178,14 @@ fn serve(global: &GlobalSettings, state: ConfigState, config_path: &Path) -> Exi
         .listeners()
         .map(|l| l.address.as_str())
         .collect();
-    log::info!(
-        "preread ready: {} worker(s), listeners [{}], command socket {}",
+    let ready = format!(
+        "{} worker(s), listeners [{}], command socket {}",
         threads.len(),
         listeners.join(", "),
         server.socket_path().display()
     );
+    log::info!("preread ready: {ready}");
+    crate::notify::ready(&ready);
 
     let outcome = server.run();
     drop(server);

@@ -205,11 +205,13 @@ impl CommandServer {
                     for problem in &problems {
                         log::error!("reload: {}:{problem}", path.display());
                     }
-                    log::error!(
+                    let summary = format!(
                         "reload of {} refused: {} problem(s); nothing changed",
                         path.display(),
                         problems.len()
                     );
+                    log::error!("{summary}");
+                    crate::notify::ready(&summary);
                     None
                 }
             },
@@ -423,11 +425,13 @@ fn log_reload(path: &Path, run: &Running, save_note: &str) {
             failed.message
         );
     }
-    log::info!(
+    let summary = format!(
         "reload of {}: {} applied, {} unchanged, {} skipped{save_note}",
         path.display(),
         run.applied,
         run.unchanged,
         run.failures.len()
     );
+    log::info!("{summary}");
+    crate::notify::ready(&summary);
 }

@@ -299,6 +299,7 @@ impl CommandServer {
     /// worker answered.
     pub fn stop_workers(&mut self, kind: StopKind) -> bool {
         self.stopping = Some(kind);
+        crate::notify::stopping(&format!("{kind:?} stop"));
         let id = self.send_stop(kind);
         let gathered = self.wait_for(id);
         gathered.missing.is_empty()
@@ -488,6 +489,7 @@ impl CommandServer {
             _ => {}
         }
         self.stopping = Some(kind);
+        crate::notify::stopping(&format!("{kind:?} stop"));
         self.fail_queued_changes();
         if kind == StopKind::Hard {
             // Workers may exit on the hard stop without finishing the soft

@@ -67,6 +67,7 @@ impl CommandServer {
             return;
         };
         log::info!("SIGHUP: reloading {}", path.display());
+        crate::notify::reloading();
         self.enqueue(None, Job::Reload(path));
     }
 
