@@ -132,3 +132,41 @@ fn sigquit_stops_at_once_with_a_log_line() {
         stderr_tail(&proxy)
     );
 }
+
+#[test]
+fn sigterm_drains_open_sessions_for_soft_stop_grace_then_closes_them() {
+    let alpha = TlsBackend::start(BackendConfig::new("alpha-0", &["a.example.com"]));
+    let config = ConfigBuilder::new()
+        .global("soft_stop_grace = 1")
+        .listener("main", &[])
+        .frontend("alpha", "main", Some("a.example.com"), &[])
+        .backend("alpha", "alpha-0", alpha.addr())
+        .build();
+    let mut proxy = ProxyProcess::start(&config).expect("proxy ready");
+    // A session that stays open: its client sends a hello and waits.
+    let mut open = std::net::TcpStream::connect(proxy.addr("main")).expect("connect");
+    std::io::Write::write_all(&mut open, &e2e::testkit::capture("curl_h2.bin")).expect("hello");
+    proxy
+        .wait_metric("backend.connections", |v| v == 1, T)
+        .unwrap_or_else(|e| panic!("{e}\n{}", stderr_tail(&proxy)));
+    let started = std::time::Instant::now();
+    proxy.signal(libc::SIGTERM).expect("SIGTERM");
+    let status = proxy.wait_exit(T).expect("exits after the grace");
+    let took = started.elapsed();
+    assert!(status.success(), "{status}");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(4),
+        "the 1 s grace took {took:?}"
+    );
+    assert!(
+        proxy.stderr_text().contains("for at most 1000 ms"),
+        "{}",
+        stderr_tail(&proxy)
+    );
+    let shutdown = proxy
+        .access_logs()
+        .into_iter()
+        .filter(|l| l.get("outcome").map(String::as_str) == Some("refused:shutdown"))
+        .count();
+    assert_eq!(shutdown, 1, "{}", stderr_tail(&proxy));
+}

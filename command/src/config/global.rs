@@ -35,6 +35,8 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 pub const DEFAULT_SPLICE: bool = true;
 /// Default of `max_connection_attempts`.
 pub const DEFAULT_MAX_CONNECTION_ATTEMPTS: u32 = 3;
+/// Default of `soft_stop_grace`, in seconds.
+pub const DEFAULT_SOFT_STOP_GRACE_S: u32 = 30;
 
 /// The smallest accepted `buffer_size`: a buffer must at least hold a TLS
 /// record header.
@@ -94,6 +96,8 @@ pub struct GlobalSettings {
     pub splice: bool,
     /// Backends tried per connection before giving up, at least 1.
     pub max_connection_attempts: u32,
+    /// Seconds a soft stop lets open sessions finish.
+    pub soft_stop_grace_s: u32,
 }
 
 impl GlobalSettings {
@@ -131,6 +135,7 @@ impl Default for GlobalSettings {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             splice: DEFAULT_SPLICE,
             max_connection_attempts: DEFAULT_MAX_CONNECTION_ATTEMPTS,
+            soft_stop_grace_s: DEFAULT_SOFT_STOP_GRACE_S,
         }
     }
 }
@@ -235,6 +240,11 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
     if let Some(attempts) = &raw.max_connection_attempts {
         if let Some(attempts) = ranged::<u32>(attempts, "max_connection_attempts", 1, problems) {
             global.max_connection_attempts = attempts;
+        }
+    }
+    if let Some(grace) = &raw.soft_stop_grace {
+        if let Some(grace) = ranged::<u32>(grace, "soft_stop_grace", 0, problems) {
+            global.soft_stop_grace_s = grace;
         }
     }
     global

@@ -34,6 +34,7 @@ pub(super) struct RawConfig {
     pub(super) max_connections: Option<Spanned<i64>>,
     pub(super) splice: Option<Spanned<bool>>,
     pub(super) max_connection_attempts: Option<Spanned<i64>>,
+    pub(super) soft_stop_grace: Option<Spanned<i64>>,
     #[serde(default)]
     pub(super) listeners: Vec<Spanned<RawListener>>,
     #[serde(default)]

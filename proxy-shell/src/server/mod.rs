@@ -48,9 +48,6 @@ use pending::{Gathered, Pending};
 /// grace on top).
 pub const DEFAULT_ORDER_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long a soft stop lets open sessions finish.
-pub const SOFT_STOP_GRACE: Duration = Duration::from_secs(30);
-
 /// `error_code` of a FAILURE because a worker did not answer in time.
 pub const E_WORKER_TIMEOUT: &str = AnswerCode::WorkerTimeout.as_str();
 
@@ -99,7 +96,7 @@ impl ServerSettings {
             saved_state: global.saved_state.clone(),
             automatic_state_save: global.automatic_state_save,
             order_timeout: DEFAULT_ORDER_TIMEOUT,
-            soft_stop_grace: SOFT_STOP_GRACE,
+            soft_stop_grace: Duration::from_secs(u64::from(global.soft_stop_grace_s)),
             buffer_size: global.buffer_size,
             check_unbound: true,
             config_path: None,
