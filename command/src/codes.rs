@@ -331,8 +331,8 @@ impl ErrorCode {
                 "A cluster was added with an id that already exists with different settings. \
                  Adding an identical cluster again is accepted and changes nothing.",
                 "One cluster per id.",
-                "Remove the cluster (and what references it) and add it again, or let \
-                 `preread reload` do it from the edited config file.",
+                "Change its settings in place with `preread cluster update` (its frontends and \
+                 backends stay), or let `preread reload` do it from the edited config file.",
             ),
             Self::DuplicateBackendId => (
                 "backend id already in use",

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use crate::proto;
 use crate::proto::request::RequestType;
 use crate::state::{ConfigState, request};
-use crate::validate::ValidationError;
+use crate::validate::{ValidationError, is_relay};
 
 /// The config without its activation, to compare settings alone.
 fn settings(config: &proto::TcpListenerConfig) -> proto::TcpListenerConfig {
@@ -26,28 +26,47 @@ fn settings(config: &proto::TcpListenerConfig) -> proto::TcpListenerConfig {
 /// The requests that turn `current` into `desired`, in an order
 /// [`ConfigState::dispatch`] accepts one after the other:
 ///
-/// 1. remove the frontends and backends that go or change, and those of
-///    clusters that go or change;
+/// 1. remove the frontends and backends that go or change (a backend whose
+///    weight or backup flag alone changes is updated in step 5 instead), and
+///    those of clusters that go;
 /// 2. remove the listeners that go; detach (update without
-///    `default_cluster`) the listeners whose default cluster goes or changes;
-/// 3. remove the clusters that go or change, add the new and changed ones;
+///    `default_cluster`) the listeners whose default cluster goes;
+/// 3. remove the clusters that go, add the new ones, and update in place
+///    the ones whose settings changed (except those that become `relay`);
 /// 4. add the new listeners; update the changed ones (or just activate or
-///    deactivate them);
-/// 5. add the frontends and backends that are new, changed, or were removed
-///    in step 1 with their cluster.
+///    deactivate them); then update the clusters that become `relay`, once
+///    their listeners expect a PROXY header;
+/// 5. add the frontends and backends that are new or changed; update the
+///    backends whose weight or backup flag changed.
 ///
 /// A frontend is identified by `(address, sni, alpn)`, so one whose SNI or
 /// ALPN changed is removed under its old key before it is added under the
-/// new one. A cluster or backend cannot be updated in place: it is removed
-/// and added again, with what depends on it.
+/// new one. A cluster whose settings change is updated in place: its
+/// frontends never go missing, so no connection is misrouted meanwhile.
 #[must_use]
 pub fn diff(current: &ConfigState, desired: &ConfigState) -> Vec<proto::Request> {
     let dirty: BTreeSet<&str> = current
         .clusters
-        .iter()
-        .filter(|&(id, cluster)| desired.clusters.get(id) != Some(cluster))
-        .map(|(id, _)| id.as_str())
+        .keys()
+        .filter(|id| !desired.clusters.contains_key(*id))
+        .map(String::as_str)
         .collect();
+    // Present in both with other settings: updated in place.
+    let changed: Vec<&proto::Cluster> = desired
+        .clusters
+        .iter()
+        .filter(|&(id, cluster)| current.clusters.get(id).is_some_and(|c| c != cluster))
+        .map(|(_, cluster)| cluster)
+        .collect();
+    // Same backend (id, cluster, address), another weight or backup flag.
+    let backend_updated = |id: &str, backend: &proto::Backend| {
+        current.backends.get(id).is_some_and(|now| {
+            now != backend
+                && now.cluster_id == backend.cluster_id
+                && now.address == backend.address
+                && !dirty.contains(backend.cluster_id.as_str())
+        })
+    };
     let frontend_kept = |key, frontend: &proto::TcpFrontend| {
         current.frontends.get(key) == Some(frontend)
             && desired.frontends.get(key) == Some(frontend)
@@ -66,7 +85,11 @@ pub fn diff(current: &ConfigState, desired: &ConfigState) -> Vec<proto::Request>
         }
     }
     for (id, backend) in &current.backends {
-        if !backend_kept(id, backend) {
+        let updated = desired
+            .backends
+            .get(id)
+            .is_some_and(|wanted| backend_updated(id, wanted));
+        if !backend_kept(id, backend) && !updated {
             requests.push(request(RequestType::RemoveBackend(proto::BackendRef {
                 cluster_id: backend.cluster_id.clone(),
                 backend_id: backend.backend_id.clone(),
@@ -105,9 +128,12 @@ pub fn diff(current: &ConfigState, desired: &ConfigState) -> Vec<proto::Request>
         })));
     }
     for (id, cluster) in &desired.clusters {
-        if current.clusters.get(id) != Some(cluster) {
+        if !current.clusters.contains_key(id) {
             requests.push(request(RequestType::AddCluster(cluster.clone())));
         }
+    }
+    for cluster in changed.iter().filter(|c| !is_relay(c)) {
+        requests.push(request(RequestType::UpdateCluster((*cluster).clone())));
     }
 
     for (address, listener) in &desired.listeners {
@@ -130,13 +156,19 @@ pub fn diff(current: &ConfigState, desired: &ConfigState) -> Vec<proto::Request>
         }
     }
 
+    for cluster in changed.iter().filter(|c| is_relay(c)) {
+        requests.push(request(RequestType::UpdateCluster((*cluster).clone())));
+    }
+
     for (key, frontend) in &desired.frontends {
         if !frontend_kept(key, frontend) {
             requests.push(request(RequestType::AddTcpFrontend(frontend.clone())));
         }
     }
     for (id, backend) in &desired.backends {
-        if !backend_kept(id, backend) {
+        if backend_updated(id, backend) {
+            requests.push(request(RequestType::UpdateBackend(backend.clone())));
+        } else if !backend_kept(id, backend) {
             requests.push(request(RequestType::AddBackend(backend.clone())));
         }
     }
@@ -299,6 +331,8 @@ mod tests {
                 Some(RequestType::RemoveTcpFrontend(_)) => "remove_frontend",
                 Some(RequestType::AddBackend(_)) => "add_backend",
                 Some(RequestType::RemoveBackend(_)) => "remove_backend",
+                Some(RequestType::UpdateCluster(_)) => "update_cluster",
+                Some(RequestType::UpdateBackend(_)) => "update_backend",
                 _ => "other",
             })
             .collect()
@@ -336,10 +370,16 @@ mod tests {
     }
 
     #[test]
-    fn changed_cluster_is_re_added_with_its_dependents() {
-        let common = |proxy| {
+    fn changed_cluster_is_updated_in_place_and_its_routes_stay() {
+        let common = |proxy, lb| {
             vec![
-                cluster("a", proxy),
+                RequestType::AddCluster(proto::Cluster {
+                    load_balancing: lb as i32,
+                    ..match cluster("a", proxy) {
+                        RequestType::AddCluster(c) => c,
+                        _ => proto::Cluster::default(),
+                    }
+                }),
                 cluster("b", proto::ProxyProtocol::None),
                 listener(L, true, Some("a")),
                 RequestType::UpdateTcpListener(proto::TcpListenerConfig {
@@ -355,22 +395,39 @@ mod tests {
                 backend("b", "b-0", "127.0.0.1:9002"),
             ]
         };
-        let old = state(&common(proto::ProxyProtocol::None));
-        let new = state(&common(proto::ProxyProtocol::Relay));
-        let requests = converge(&old, &new);
-        assert_eq!(
-            kinds(&requests),
-            [
-                "remove_frontend",
-                "remove_backend",
-                "update_listener",
-                "remove_cluster",
-                "add_cluster",
-                "update_listener",
-                "add_frontend",
-                "add_backend"
-            ]
-        );
+        let none = proto::ProxyProtocol::None;
+        let old = state(&common(none, proto::LoadBalancing::RoundRobin));
+        for new in [
+            state(&common(
+                proto::ProxyProtocol::Relay,
+                proto::LoadBalancing::RoundRobin,
+            )),
+            state(&common(none, proto::LoadBalancing::LeastConnections)),
+        ] {
+            let requests = converge(&old, &new);
+            assert_eq!(kinds(&requests), ["update_cluster"], "{requests:?}");
+        }
+    }
+
+    #[test]
+    fn a_backend_whose_weight_changes_is_updated_and_one_that_moves_is_re_added() {
+        let with = |weight, address: &str| {
+            state(&[
+                cluster("a", proto::ProxyProtocol::None),
+                RequestType::AddBackend(proto::Backend {
+                    cluster_id: "a".into(),
+                    backend_id: "a-0".into(),
+                    address: address.into(),
+                    weight: Some(weight),
+                    backup: false,
+                }),
+            ])
+        };
+        let old = with(100, "127.0.0.1:9001");
+        let heavier = converge(&old, &with(300, "127.0.0.1:9001"));
+        assert_eq!(kinds(&heavier), ["update_backend"]);
+        let moved = converge(&old, &with(300, "127.0.0.1:9009"));
+        assert_eq!(kinds(&moved), ["remove_backend", "add_backend"]);
     }
 
     #[test]

@@ -120,6 +120,8 @@ impl ConfigState {
             RequestType::ActivateListener(at) => self.set_active(&at.address, true),
             RequestType::DeactivateListener(at) => self.set_active(&at.address, false),
             RequestType::AddCluster(cluster) => self.add_cluster(cluster),
+            RequestType::UpdateCluster(cluster) => self.update_cluster(cluster),
+            RequestType::UpdateBackend(backend) => self.update_backend(backend),
             RequestType::RemoveCluster(cluster) => self.remove_cluster(&cluster.cluster_id),
             RequestType::AddTcpFrontend(frontend) => self.add_frontend(frontend),
             RequestType::RemoveTcpFrontend(frontend) => self.remove_frontend(frontend),
@@ -472,9 +474,9 @@ impl ConfigState {
             Some(existing) => Err(ValidationError::new(
                 ErrorCode::ClusterConflict,
                 format!(
-                    "cluster `{}` already exists with other settings ({}): remove it and what \
-                     references it, then add it again (`preread reload` does this for a cluster \
-                     edited in the config file)",
+                    "cluster `{}` already exists with other settings ({}): change them in place \
+                     with `cluster update` (`preread reload` does this for a cluster edited in \
+                     the config file)",
                     cluster.cluster_id,
                     cluster_differences(existing, cluster)
                 ),
@@ -485,6 +487,53 @@ impl ConfigState {
                 Ok(Applied::Changed)
             }
         }
+    }
+
+    /// Changes an existing cluster's settings in place; its frontends,
+    /// backends and the listeners that name it stay.
+    fn update_cluster(&mut self, cluster: &proto::Cluster) -> Result<Applied, ValidationError> {
+        check_cluster(cluster)?;
+        let id = &cluster.cluster_id;
+        let Some(existing) = self.clusters.get(id) else {
+            return Err(ValidationError::new(
+                ErrorCode::NotFound,
+                format!("there is no cluster `{id}` to update: add it first (`cluster add`)"),
+            ));
+        };
+        if existing == cluster {
+            return Ok(Applied::Unchanged);
+        }
+        if is_relay(cluster) {
+            let by_frontend = self
+                .frontends
+                .iter()
+                .find(|(key, f)| {
+                    f.cluster_id == *id
+                        && self
+                            .listeners
+                            .get(&key.address)
+                            .is_some_and(|l| !l.config.expect_proxy)
+                })
+                .map(|(key, _)| key.to_string());
+            let by_default = self
+                .listeners
+                .iter()
+                .find(|(_, l)| {
+                    l.config.default_cluster.as_deref() == Some(id.as_str())
+                        && !l.config.expect_proxy
+                })
+                .map(|(address, _)| format!("the default_cluster of listener {address}"));
+            if let Some(user) = by_frontend.or(by_default) {
+                return Err(ValidationError::new(
+                    ErrorCode::RelayWithoutExpectProxy,
+                    format!(
+                        "cluster `{id}`: proxy_protocol relay replays the client's PROXY header,                          but {user} reaches it through a listener that expects none: set                          expect_proxy on that listener first, or keep send or none"
+                    ),
+                ));
+            }
+        }
+        self.clusters.insert(id.clone(), cluster.clone());
+        Ok(Applied::Changed)
     }
 
     fn remove_cluster(&mut self, id: &str) -> Result<Applied, ValidationError> {
@@ -709,6 +758,37 @@ impl ConfigState {
         }
     }
 
+    /// Changes an existing backend's weight or backup flag in place; its
+    /// address and cluster are its identity and stay.
+    fn update_backend(&mut self, backend: &proto::Backend) -> Result<Applied, ValidationError> {
+        let canonical = resolve_backend(backend)?;
+        let (id, cluster) = (&canonical.backend_id, &canonical.cluster_id);
+        let Some(existing) = self.backends.get(id).filter(|b| b.cluster_id == *cluster) else {
+            return Err(ValidationError::new(
+                ErrorCode::NotFound,
+                format!(
+                    "there is no backend `{id}` in cluster `{cluster}` to update: add it first \
+                     (`backend add`)"
+                ),
+            ));
+        };
+        if existing.address != canonical.address {
+            return Err(ValidationError::new(
+                ErrorCode::BackendConflict,
+                format!(
+                    "backend `{id}` of cluster `{cluster}` is {}, not {}: an update changes the \
+                     weight and the backup flag only; remove it and add it at its new address",
+                    existing.address, canonical.address
+                ),
+            ));
+        }
+        if *existing == canonical {
+            return Ok(Applied::Unchanged);
+        }
+        self.backends.insert(id.clone(), canonical);
+        Ok(Applied::Changed)
+    }
+
     fn remove_backend(&mut self, backend: &proto::BackendRef) -> Result<Applied, ValidationError> {
         let what = format!(
             "backend `{}` of cluster `{}`",
@@ -804,6 +884,90 @@ mod tests {
             }),
         );
         s
+    }
+
+    fn refused(state: &mut ConfigState, kind: RequestType) -> ErrorCode {
+        let before = state.clone();
+        let error = match state.dispatch(&request(kind)) {
+            Err(error) => error,
+            Ok(applied) => panic!("accepted: {applied:?}"),
+        };
+        assert_eq!(*state, before, "a refused request changed the state");
+        error.code
+    }
+
+    #[test]
+    fn a_cluster_is_updated_in_place_and_keeps_its_routes() {
+        let mut s = sample();
+        let frontends = s.frontends().count();
+        let update = |lb: proto::LoadBalancing, pp: proto::ProxyProtocol, id: &str| {
+            RequestType::UpdateCluster(proto::Cluster {
+                cluster_id: id.into(),
+                load_balancing: lb as i32,
+                proxy_protocol: pp as i32,
+                max_connections_per_ip: 7,
+            })
+        };
+        use proto::{LoadBalancing as Lb, ProxyProtocol as Pp};
+        changed(&mut s, update(Lb::LeastConnections, Pp::Send, "a"));
+        assert_eq!(s.frontends().count(), frontends, "the routes stay");
+        assert_eq!(
+            s.clusters
+                .get("a")
+                .map(|c| (c.load_balancing, c.max_connections_per_ip)),
+            Some((Lb::LeastConnections as i32, 7))
+        );
+        assert_eq!(
+            ok(&mut s, update(Lb::LeastConnections, Pp::Send, "a")),
+            Applied::Unchanged
+        );
+        assert_eq!(
+            refused(&mut s, update(Lb::Random, Pp::None, "nope")),
+            ErrorCode::NotFound
+        );
+        // Relay needs every listener that reaches it to expect a header.
+        assert_eq!(
+            refused(&mut s, update(Lb::Random, Pp::Relay, "a")),
+            ErrorCode::RelayWithoutExpectProxy,
+            "a frontend of a listener without expect_proxy"
+        );
+        assert_eq!(
+            refused(&mut s, update(Lb::Random, Pp::Relay, "fb")),
+            ErrorCode::RelayWithoutExpectProxy,
+            "the default_cluster of a listener without expect_proxy"
+        );
+    }
+
+    #[test]
+    fn a_backend_is_updated_in_place_but_never_moved() {
+        let mut s = sample();
+        let backend = |address: &str, weight| {
+            RequestType::UpdateBackend(proto::Backend {
+                cluster_id: "a".into(),
+                backend_id: "a-0".into(),
+                address: address.into(),
+                weight: Some(weight),
+                backup: true,
+            })
+        };
+        changed(&mut s, backend("127.0.0.1:9001", 250));
+        assert_eq!(
+            s.backends.get("a-0").map(|b| (b.weight, b.backup)),
+            Some((Some(250), true))
+        );
+        assert_eq!(
+            ok(&mut s, backend("127.0.0.1:9001", 250)),
+            Applied::Unchanged
+        );
+        assert_eq!(
+            refused(&mut s, backend("127.0.0.1:9002", 250)),
+            ErrorCode::BackendConflict
+        );
+        let mut elsewhere = backend("127.0.0.1:9001", 1);
+        if let RequestType::UpdateBackend(b) = &mut elsewhere {
+            b.cluster_id = "fb".into();
+        }
+        assert_eq!(refused(&mut s, elsewhere), ErrorCode::NotFound);
     }
 
     #[test]

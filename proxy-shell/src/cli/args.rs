@@ -135,6 +135,10 @@ pub enum ListenerAction {
 pub enum TcpListenerAction {
     /// Add and activate a TCP listener.
     Add(TcpListenerArgs),
+    /// Change a listener's settings in place (timeouts, caps, default
+    /// cluster, reject_with); its frontends and sessions stay. A flag left
+    /// out takes its default, as with `add`.
+    Update(TcpListenerArgs),
     /// Remove a listener (it must have no frontends left).
     Remove(AddressArg),
     /// Start accepting on a listener.
@@ -227,6 +231,22 @@ pub enum ClusterAction {
         #[arg(long, default_value_t = 0)]
         max_connections_per_ip: u32,
     },
+    /// Change a cluster's settings in place: its frontends and backends
+    /// stay. Every setting is replaced: a flag left out takes its default,
+    /// as with `add`.
+    Update {
+        /// Cluster id.
+        #[arg(short = 'i', long = "id")]
+        id: String,
+        #[arg(long, value_enum, default_value = "round-robin")]
+        load_balancing: LoadBalancingArg,
+        /// PROXY protocol towards the backends.
+        #[arg(long, value_enum, default_value = "none")]
+        proxy_protocol: ProxyProtocolArg,
+        /// Concurrent connections per client address; 0 = unlimited.
+        #[arg(long, default_value_t = 0)]
+        max_connections_per_ip: u32,
+    },
     /// Remove a cluster (it must have no frontends or backends left).
     Remove {
         /// Cluster id.
@@ -282,6 +302,24 @@ pub enum BackendAction {
         #[arg(long)]
         backend_id: String,
         /// ip:port
+        #[arg(short = 'a', long)]
+        address: String,
+        /// Relative weight for load balancing.
+        #[arg(long)]
+        weight: Option<u32>,
+        /// Use only when no primary backend is usable.
+        #[arg(long)]
+        backup: bool,
+    },
+    /// Change a backend's weight or backup flag in place (its address is
+    /// its identity: to move it, remove it and add it again).
+    Update {
+        /// Cluster id.
+        #[arg(short = 'i', long = "id")]
+        cluster: String,
+        #[arg(long)]
+        backend_id: String,
+        /// ip:port, as the backend was added
         #[arg(short = 'a', long)]
         address: String,
         /// Relative weight for load balancing.

@@ -93,6 +93,9 @@ pub fn for_command(command: &Command) -> Option<proto::Request> {
             ListenerAction::List => RequestType::ListListeners(proto::ListListeners {}),
             ListenerAction::Tcp { action } => match action {
                 TcpListenerAction::Add(args) => RequestType::AddTcpListener(listener_config(args)),
+                TcpListenerAction::Update(args) => {
+                    RequestType::UpdateTcpListener(listener_config(args))
+                }
                 TcpListenerAction::Remove(a) => RequestType::RemoveListener(address(&a.address)),
                 TcpListenerAction::Activate(a) => {
                     RequestType::ActivateListener(address(&a.address))
@@ -109,6 +112,17 @@ pub fn for_command(command: &Command) -> Option<proto::Request> {
                 proxy_protocol: pp,
                 max_connections_per_ip,
             } => RequestType::AddCluster(proto::Cluster {
+                cluster_id: id.clone(),
+                load_balancing: load_balancing(*lb).into(),
+                proxy_protocol: proxy_protocol(*pp).into(),
+                max_connections_per_ip: *max_connections_per_ip,
+            }),
+            ClusterAction::Update {
+                id,
+                load_balancing: lb,
+                proxy_protocol: pp,
+                max_connections_per_ip,
+            } => RequestType::UpdateCluster(proto::Cluster {
                 cluster_id: id.clone(),
                 load_balancing: load_balancing(*lb).into(),
                 proxy_protocol: proxy_protocol(*pp).into(),
@@ -134,6 +148,19 @@ pub fn for_command(command: &Command) -> Option<proto::Request> {
                 weight,
                 backup,
             } => RequestType::AddBackend(proto::Backend {
+                cluster_id: cluster.clone(),
+                backend_id: backend_id.clone(),
+                address: address.clone(),
+                weight: *weight,
+                backup: *backup,
+            }),
+            BackendAction::Update {
+                cluster,
+                backend_id,
+                address,
+                weight,
+                backup,
+            } => RequestType::UpdateBackend(proto::Backend {
                 cluster_id: cluster.clone(),
                 backend_id: backend_id.clone(),
                 address: address.clone(),

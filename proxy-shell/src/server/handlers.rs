@@ -78,6 +78,8 @@ impl CommandServer {
             | RequestType::AddTcpFrontend(_)
             | RequestType::RemoveTcpFrontend(_)
             | RequestType::AddBackend(_)
+            | RequestType::UpdateCluster(_)
+            | RequestType::UpdateBackend(_)
             | RequestType::RemoveBackend(_) => self.enqueue(Some(who), Job::Change(request)),
         }
     }

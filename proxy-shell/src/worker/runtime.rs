@@ -212,6 +212,22 @@ impl Runtime {
                     Applied::Routing
                 })
             }
+            RequestType::UpdateCluster(cluster) => {
+                let existing = self
+                    .clusters
+                    .get_mut(cluster.cluster_id.as_str())
+                    .ok_or_else(|| Refusal(format!("unknown cluster {:?}", cluster.cluster_id)))?;
+                existing.update_settings(cluster);
+                Ok(Applied::Routing)
+            }
+            RequestType::UpdateBackend(backend) => {
+                let cluster = self
+                    .clusters
+                    .get_mut(backend.cluster_id.as_str())
+                    .ok_or_else(|| Refusal(format!("unknown cluster {:?}", backend.cluster_id)))?;
+                cluster.add(backend);
+                Ok(Applied::Routing)
+            }
             RequestType::AddCluster(cluster) => {
                 match self.clusters.get_mut(cluster.cluster_id.as_str()) {
                     Some(existing) => existing.update_settings(cluster),
