@@ -41,6 +41,19 @@ fn sighup_reloads_the_config_file_and_a_broken_one_changes_nothing() {
         .backend("alpha", "alpha-0", alpha.addr());
     let mut proxy = ProxyProcess::start(&base.build()).expect("proxy ready");
     routed_to(&proxy, "a.example.com", "alpha-0");
+    let version = env!("CARGO_PKG_VERSION");
+    let status = |proxy: &ProxyProcess| {
+        let out = proxy.cli(&["status"]).expect("status");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let before = status(&proxy);
+    assert!(
+        before.contains(&format!(
+            ", pid {}, version {version}, generation 0",
+            proxy.pid()
+        )),
+        "{before}"
+    );
 
     let with_gamma = base
         .clone()
@@ -53,6 +66,11 @@ fn sighup_reloads_the_config_file_and_a_broken_one_changes_nothing() {
         .wait_stderr("3 applied, 0 unchanged, 0 skipped", T)
         .unwrap_or_else(|e| panic!("{e}\n{}", stderr_tail(&proxy)));
     assert!(proxy.exit_status().is_none(), "SIGHUP stopped the proxy");
+    let after = status(&proxy);
+    assert!(
+        after.contains(", generation 3"),
+        "three changes applied: {after}"
+    );
     routed_to(&proxy, "g.example.com", "gamma-0");
     routed_to(&proxy, "a.example.com", "alpha-0");
 

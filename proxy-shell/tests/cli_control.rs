@@ -209,6 +209,8 @@ fn socket_subcommands_send_their_request_and_print_the_answer() {
             workers: 2,
             listeners: 1,
             sessions: 7,
+            // An older proxy that does not say who it is.
+            ..Default::default()
         })))],
         Some(RequestType::AddCluster(_)) => vec![
             proto::Response {

@@ -175,13 +175,25 @@ pub fn success_text(response: &proto::Response) -> String {
         .as_ref()
         .and_then(|c| c.content_type.as_ref());
     match content {
-        Some(ContentType::Status(s)) => format!(
-            "uptime {:.1}s, {} worker(s), {} listener(s), {} session(s)\n",
-            s.uptime_ms as f64 / 1000.0,
-            s.workers,
-            s.listeners,
-            s.sessions
-        ),
+        Some(ContentType::Status(s)) => {
+            // A proxy that says who it is (every one since pid and version
+            // were added) gets them printed after the counts.
+            let who = if s.pid == 0 {
+                String::new()
+            } else {
+                format!(
+                    ", pid {}, version {}, generation {}",
+                    s.pid, s.version, s.generation
+                )
+            };
+            format!(
+                "uptime {:.1}s, {} worker(s), {} listener(s), {} session(s){who}\n",
+                s.uptime_ms as f64 / 1000.0,
+                s.workers,
+                s.listeners,
+                s.sessions
+            )
+        }
         Some(ContentType::Listeners(list)) => listeners_text(list),
         Some(ContentType::Clusters(list)) => clusters_text(list),
         Some(ContentType::Frontends(list)) => frontends_text(list),

@@ -257,6 +257,7 @@ impl CommandServer {
             None => {
                 self.state = in_flight.after;
                 self.state.check_invariants();
+                self.generation += 1;
                 run.applied += 1;
             }
             Some((_, code, message)) => {

@@ -109,6 +109,7 @@ impl CommandServer {
                 self.started.elapsed(),
                 self.workers.len(),
                 &self.state,
+                self.generation,
                 &gathered.answers,
             ),
             Query::Metrics => responses::metrics(&gathered.answers),

@@ -176,6 +176,9 @@ pub struct CommandServer {
     state: ConfigState,
     changes: Changes,
     started: Instant,
+    /// State changes committed since the start (the routing generation
+    /// `status` reports).
+    generation: u64,
     stopping: Option<StopKind>,
 }
 
@@ -225,6 +228,7 @@ impl CommandServer {
             state,
             changes: Changes::default(),
             started: Instant::now(),
+            generation: 0,
             stopping: None,
         })
     }

@@ -90,6 +90,7 @@ pub(crate) fn status(
     uptime: Duration,
     workers: usize,
     state: &ConfigState,
+    generation: u64,
     answers: &[(u32, Answer)],
 ) -> ContentType {
     let sessions = answers
@@ -104,6 +105,9 @@ pub(crate) fn status(
         workers: u32::try_from(workers).unwrap_or(u32::MAX),
         listeners: u32::try_from(state.listeners().len()).unwrap_or(u32::MAX),
         sessions,
+        pid: std::process::id(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        generation,
     })
 }
 
