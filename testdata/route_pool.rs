@@ -2,11 +2,11 @@
 //! `(pattern, ALPN list, cluster)` rows, an empty list meaning "any
 //! protocol, or none".
 //!
-//! Owns: [`POOL`], the frontends the simulation (`sim/src/listener.rs`) and
+//! Owns: `POOL`, the frontends the simulation (`sim/src/listener.rs`) and
 //! the core fuzz target (`fuzz/src/checks_core.rs`) draw their route tables
-//! from; [`CORPUS`], the frontends that route every name of the captured
+//! from; `CORPUS`, the frontends that route every name of the captured
 //! corpus (`testdata/clienthellos`), which the core's tests, its decision
-//! bench and that bench's callgrind example use; and [`SHAPES`], the fixed
+//! bench and that bench's callgrind example use; and `SHAPES`, the fixed
 //! part of that bench's generated tables (its fillers are generated in
 //! `preread-core/benches/tables/mod.rs`).
 //! `testdata/corpus-routes.toml` routes the same names through the same

@@ -5,7 +5,7 @@
 //! the command socket for `QueryMetrics`, like any client, so the metrics it
 //! serves are exactly those of `preread metrics get`. Must never: block a
 //! worker or the command server, or accept a request larger than
-//! [`MAX_REQUEST`] bytes or slower than [`IO_TIMEOUT`].
+//! `MAX_REQUEST` bytes or slower than `IO_TIMEOUT`.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -3,7 +3,7 @@
 //! drives it: accumulate-and-cap reads, the whole window fed after each,
 //! timers and closes on a simulated clock.
 //!
-//! Owns: the scenario generator ([`scenario`]: from one `u64` seed, a
+//! Owns: the scenario generator ([`scenario`](mod@scenario): from one `u64` seed, a
 //! listener, a client byte stream and a timeline; directed scenarios that
 //! produce each reject and fallback reason by construction), the driver
 //! ([`driver`]: the worker model and the invariants checked at every step)
