@@ -108,22 +108,18 @@ pub(super) fn alert(
     }
 }
 
-/// A window still incomplete at the cap: `record_overflow` when the record
-/// being read would end past the cap, else `internal_error` (the hello
-/// needs more records than the cap holds). No alert while not even one
-/// record header arrived: the peer has not shown it speaks TLS.
+/// A window still incomplete at the cap: `record_overflow` when a record
+/// announces an end past the cap, else `internal_error` (the hello needs
+/// more records than the cap holds). No alert while not even one record
+/// header arrived: the peer has not shown it speaks TLS.
 fn too_large(seen: &Seen, window: &[u8], cap: usize) -> Option<AlertDescription> {
     seen.record_version?;
     let mut offset = seen.content_offset;
     while let Some(header) = window.get(offset..offset + RECORD_HEADER_LEN) {
         let end =
             offset + RECORD_HEADER_LEN + usize::from(u16::from_be_bytes([header[3], header[4]]));
-        if end > window.len() {
-            return Some(if end > cap {
-                AlertDescription::RecordOverflow
-            } else {
-                AlertDescription::InternalError
-            });
+        if end > cap {
+            return Some(AlertDescription::RecordOverflow);
         }
         offset = end;
     }
