@@ -1,13 +1,22 @@
-//! Invariants of the routing core (`preread_core::SniPrereadCore`) under a
-//! data-derived sequence of inputs and a data-derived listener config.
+//! Invariants of the routing core (`preread_core::SniPrereadCore`) as the
+//! shell runs it: through the shipped preread step
+//! (`preread_core::step::PrereadStep`), under a data-derived listener config
+//! and a data-derived sequence of events (reads within the step's budget,
+//! timers that fire on time or early, the front idle timeout, closes).
 //!
 //! Owns: [`check_core`], which panics when an invariant breaks. Included
 //! with `#[path]` by `preread-core/tests/fuzz_replay.rs`, so it may use
 //! `preread_core`, `preread_parser` (a dependency of the core) and
 //! `arbitrary` (a dev-dependency there), and nothing of `checks_parser`.
+//! Must never: model the core or the step a second time (the house rule:
+//! call shipped code). Every expected value comes from shipped code: the
+//! core itself (a twin fed the same inputs, a fresh core on the same window,
+//! one shot on the whole stream), the parsers, `HostName::normalize` and the
+//! route table's lookup; what is checked are the documented properties of
+//! those answers (`LIFECYCLE.md` §2-§10), never a second verdict.
 //!
 //! Input layout: the whole input is the client's byte stream; the control
-//! bytes (config and the input sequence) are its last [`CONTROL_LEN`] bytes
+//! bytes (config and the event sequence) are its last [`CONTROL_LEN`] bytes
 //! read backwards. A raw ClientHello therefore makes a useful seed: its
 //! first bytes stay a well-formed record while mutations of its tail (mostly
 //! opaque extension data) steer the config and the chunking.
@@ -18,18 +27,22 @@ use std::time::{Duration, Instant};
 
 use arbitrary::Unstructured;
 use preread_core::pattern::validate_sni_pattern;
-use preread_core::routes::{AlpnSet, ClusterId, Lookup, RouteTable};
+use preread_core::routes::{AlpnSet, Lookup, RouteTable};
 use preread_core::sni::HostName;
+use preread_core::step::{
+    Actions, Close, Event, Farewell, Fed, Next, PrereadListener, PrereadStep, StepTimer,
+    TimerAction, TimerPlan,
+};
 use preread_core::{
     AlpnOffer, FallbackReason, Input, Output, PrereadConfig, RejectReason, Route, SniPrereadCore,
 };
 use preread_parser::proxy::{ProxyParsed, parse_proxy_header};
 use preread_parser::tls::{Parsed, TlsError, parse_client_hello};
 
-/// How many bytes at the end of the input steer the config and the inputs.
+/// How many bytes at the end of the input steer the config and the events.
 pub const CONTROL_LEN: usize = 64;
 
-/// At most this many steered inputs before the closing ones.
+/// At most this many steered events before the closing ones.
 const MAX_STEPS: usize = 24;
 
 /// The pool the route table is drawn from: `(pattern, alpn, cluster)`, an
@@ -40,6 +53,13 @@ const MAX_STEPS: usize = 24;
 const ROUTES: &[(&str, &[&str], &str)] = crate::route_pool::POOL;
 
 const DEFAULT_CLUSTER: &str = "default";
+
+/// The window's buffer. Every drawn cap fits in it, so the listener's
+/// effective cap (`PrereadListener::new`) is the drawn one.
+const WINDOW_CAPACITY: usize = 4096;
+
+/// How much later than the last event the probes after the exit come.
+const LATER: Duration = Duration::from_secs(3600);
 
 fn config(u: &mut Unstructured<'_>, data: &[u8]) -> PrereadConfig {
     // Control bytes of zero (a ClientHello's padding, an exhausted input)
@@ -88,7 +108,7 @@ fn config(u: &mut Unstructured<'_>, data: &[u8]) -> PrereadConfig {
     config
 }
 
-/// How far the clock moves before the next input: mostly not at all.
+/// How far the clock moves before the next event: mostly not at all.
 fn time_step(u: &mut Unstructured<'_>) -> Duration {
     match u.int_in_range(0..=15u8).unwrap_or(0) {
         0..=10 => Duration::ZERO,
@@ -98,16 +118,50 @@ fn time_step(u: &mut Unstructured<'_>) -> Duration {
     }
 }
 
-/// Drives one [`SniPrereadCore`] over a data-derived sequence of inputs and
-/// checks, after every input: the first terminal output is returned
-/// unchanged for every later input; the deadline is armed once (by the
-/// first `Bytes`, or by a server-first timeout that waits for the PROXY
-/// header) and never moves; `client_spoke` follows the PROXY header; `NeedMore` carries `core.deadline()`; a Routed
-/// output without fallback has `hello_end` within the window; and the output
-/// is exactly what a model built from the parsers and the route table says
-/// (so Malformed*, ProxyHeaderInvalid, TooLarge, Fragmented and FrontClosed
-/// are never Routed, and only the four fallback shapes reach the default
-/// cluster). Returns the decision, so a replay can tell what it exercised.
+/// Drives one [`PrereadStep`] (and so one [`SniPrereadCore`]) over a
+/// data-derived sequence of events, performing its actions as the worker
+/// does, and checks after every event:
+///
+/// - the step: the window never passes the cap and a read never adds more
+///   than `read_budget`; a timer is armed only when the caller does not
+///   hold it and cancelled only when it does; while reading, the caller
+///   holds the preread timer at the core's deadline and the server-first
+///   timer until the client spoke or it fired; each event feeds the core
+///   what §10 of `LIFECYCLE.md` says; `left` comes exactly once, with every
+///   timer cancelled, a duration sample only for a client that spoke, and
+///   the exit `Next` the core's decision calls for; a farewell only for a
+///   reject; after the exit every event (and `abandon`) answers
+///   `Next::Ignore` with no core call, and the core's decision, deadline
+///   and `client_spoke` do not move;
+/// - the core, each call: a twin core fed what the step says it fed
+///   answers the same (and a re-fed unchanged window changes nothing); the
+///   deadline is armed once, at `now + timeout` (far in the future when
+///   that overflows), by the first `Bytes` or by a server-first timeout
+///   waiting for a PROXY header, and never moves; `NeedMore` carries it;
+///   a terminal answer is latched, and replayed by the twin for every later
+///   input; a fresh core fed the same window at the same `now` answers the
+///   same and learns the same, except where §8 routes at once a client
+///   still silent when its PROXY header completes after a server-first
+///   timeout (and there it must); a terminal answer equals the one-shot
+///   answer on the whole capped stream (and, unless `TooLarge`, on the
+///   whole uncapped one);
+/// - the answer against the shipped parsers and lookup: each reason only
+///   on the evidence that defines it (`ProxyHeaderInvalid` only when the
+///   PROXY parser errs, `NotTls` / `MalformedRecord` / `MalformedHandshake`
+///   only when the TLS parser says so, `TooLarge` only at the cap while
+///   the parsers say incomplete, `NeedMore` only below it, `NoSni`,
+///   `EchOuterAbsent`, `SniUnmatched`, `AlpnUnmatched` only on a complete
+///   hello whose name and lookup say so); a matched route carries the
+///   lookup's cluster, pattern and protocol and a `hello_end` within the
+///   window; a fallback goes to the default cluster, and a reason with a
+///   fallback is never refused when one is set; a `Timeout` routes only a
+///   silent client, past its PROXY header, and a silent client's timeout
+///   with that header in always does; `client_spoke`, `sni`,
+///   `proxy_source`, `fault` and `content_offset` are what the parsers
+///   read in the window.
+///
+/// Returns the decision, so a replay can tell what it exercised: the exit's
+/// route or reject reason, `FrontClosed` standing for a silent close.
 pub fn check_core(data: &[u8]) -> Output {
     let base = Instant::now();
     let control: Vec<u8> = data[data.len().saturating_sub(CONTROL_LEN)..]
@@ -116,348 +170,1051 @@ pub fn check_core(data: &[u8]) -> Output {
         .copied()
         .collect();
     let mut u = Unstructured::new(&control);
-    let config = config(&mut u, data);
-    let mut run = Run {
-        config: &config,
-        core: SniPrereadCore::new(),
-        latched: None,
-        spoke: false,
-        preamble: None,
-        server_first_due: false,
-        window_len: 0,
-        scratch: Vec::new(),
-    };
-    let mut elapsed = Duration::ZERO;
-    let mut end: usize = 0;
+    let listener = PrereadListener::new(config(&mut u, data), WINDOW_CAPACITY, None);
+    let mut run = Run::accept(&listener, data, base);
     for _ in 0..MAX_STEPS {
         if u.is_empty() {
             break;
         }
-        elapsed += time_step(&mut u);
-        let now = base + elapsed;
+        run.now += time_step(&mut u);
         match u.int_in_range(0..=31u8).unwrap_or(0) {
-            0..=26 => {
+            kind @ 0..=26 => {
                 let grow = match u.int_in_range(0..=3u8).unwrap_or(0) {
                     0 => u.int_in_range(1..=16).unwrap_or(1),
                     1 => u.int_in_range(1..=512).unwrap_or(1),
                     2 => 0,
                     _ => data.len(),
                 };
-                end = end.saturating_add(grow).min(data.len());
-                run.feed(Input::Bytes {
-                    buf: &data[..end],
-                    now,
-                });
+                // Now and then the client's FIN comes with its last bytes.
+                run.read(grow, kind == 26);
             }
-            27..=30 => run.feed(Input::Timeout { now }),
-            _ => run.feed(Input::FrontClosed),
+            27 | 28 => run.fire(Fire::Due),
+            29 => run.fire(Fire::Early),
+            30 => run.handle(Event::Idle),
+            // A reset: the read fails.
+            _ => run.close(),
         }
     }
-    // Close the run: the whole stream, then the deadline's timer, which
-    // must decide; then the latch must hold against every kind of input.
-    let now = base + elapsed;
-    run.feed(Input::Bytes { buf: data, now });
-    if run.latched.is_none() {
-        let deadline = run.core.deadline().expect("Bytes armed the deadline");
-        run.feed(Input::Timeout { now: deadline });
+    run.finish()
+}
+
+/// Which held timer an event fires.
+#[derive(Debug, Clone, Copy)]
+enum Fire {
+    /// The one due first, at its time (the clock moves to it if earlier).
+    Due,
+    /// The preread timer if held (else the server-first one), now: a stale
+    /// or early wake-up.
+    Early,
+}
+
+/// The timers the caller holds, and when each fires.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Held {
+    preread: Option<Instant>,
+    server_first: Option<Instant>,
+}
+
+impl Held {
+    fn slot(&mut self, timer: StepTimer) -> &mut Option<Instant> {
+        match timer {
+            StepTimer::Preread => &mut self.preread,
+            StepTimer::ServerFirst => &mut self.server_first,
+        }
     }
-    assert!(
-        run.latched.is_some(),
-        "no decision after a timeout at the deadline"
-    );
-    let later = base + elapsed + Duration::from_secs(3600);
-    run.feed(Input::Bytes {
-        buf: data,
-        now: later,
-    });
-    run.feed(Input::Timeout { now: later });
-    run.feed(Input::FrontClosed);
-    run.feed(Input::Bytes {
-        buf: &[],
-        now: base,
-    });
-    run.latched.expect("decided")
+
+    /// The preread timer if held, else the server-first one.
+    fn preread_first(&self) -> Option<(StepTimer, Instant)> {
+        let preread = self.preread.map(|at| (StepTimer::Preread, at));
+        preread.or(self.server_first.map(|at| (StepTimer::ServerFirst, at)))
+    }
+
+    /// The held timer due first; on a tie the server-first one, armed
+    /// first (at accept).
+    fn first_due(&self) -> Option<(StepTimer, Instant)> {
+        let server_first = self.server_first.map(|at| (StepTimer::ServerFirst, at));
+        let preread = self.preread.map(|at| (StepTimer::Preread, at));
+        match (server_first, preread) {
+            (Some(s), Some(p)) => Some(if p.1 < s.1 { p } else { s }),
+            (s, p) => s.or(p),
+        }
+    }
+}
+
+/// The step's state when it left preread, which nothing may change after.
+#[derive(Debug)]
+struct Exit {
+    next: Next,
+    decision: Option<Output>,
+    deadline: Option<Instant>,
+    client_spoke: bool,
+    preread_time: Option<Duration>,
+}
+
+struct Run<'a> {
+    listener: &'a PrereadListener,
+    config: &'a PrereadConfig,
+    data: &'a [u8],
+    base: Instant,
+    now: Instant,
+    step: PrereadStep,
+    /// Fed every input the step's core is fed, and more: the latch probes
+    /// and unchanged windows again.
+    twin: SniPrereadCore,
+    /// The window is `data[..len]`.
+    len: usize,
+    held: Held,
+    server_first_fired: bool,
+    first_byte_at: Option<Instant>,
+    /// The deadline of the first `NeedMore`: every later one is the same.
+    need_more: Option<Instant>,
+    /// The length of the last window the core looked at (fed before its
+    /// deadline).
+    looked_at: usize,
+    /// A `Timeout` came while the client was silent and its PROXY header
+    /// incomplete: the core waits for the header to route (§8).
+    server_first_waited: bool,
+    exit: Option<Exit>,
+    /// A fresh core on the whole stream as the cap lets it arrive.
+    one_shot: Output,
+    /// A fresh core on the whole stream, past the cap.
+    one_shot_uncapped: Output,
+}
+
+impl<'a> Run<'a> {
+    fn accept(listener: &'a PrereadListener, data: &'a [u8], base: Instant) -> Self {
+        let config = &listener.config;
+        let one_shot =
+            |buf| SniPrereadCore::new().handle_input(config, Input::Bytes { buf, now: base });
+        let (step, actions) = PrereadStep::accept(listener, base);
+        assert!(step.is_reading(), "a listener without a catch-all prereads");
+        let server_first = config.server_first_timeout.map(|wait| base + wait);
+        let timers = TimerPlan {
+            preread: TimerAction::Keep,
+            server_first: server_first.map_or(TimerAction::Keep, TimerAction::Arm),
+        };
+        assert_eq!(actions.timers, timers, "the accept's timers");
+        assert_eq!(actions.next, Next::Read, "the accept");
+        assert_eq!((actions.left, &actions.core), (None, &None), "the accept");
+        Self {
+            listener,
+            config,
+            data,
+            base,
+            now: base,
+            step,
+            twin: SniPrereadCore::new(),
+            len: 0,
+            held: Held {
+                preread: None,
+                server_first,
+            },
+            server_first_fired: false,
+            first_byte_at: None,
+            need_more: None,
+            looked_at: 0,
+            server_first_waited: false,
+            exit: None,
+            one_shot: one_shot(&data[..data.len().min(listener.cap())]),
+            one_shot_uncapped: one_shot(data),
+        }
+    }
+
+    /// A read of up to `grow` more bytes of the stream, within the step's
+    /// budget; with `fin`, the client's FIN comes with the last byte.
+    fn read(&mut self, grow: usize, fin: bool) {
+        let data = self.data;
+        let cap = self.listener.cap();
+        let budget = self.step.read_budget(self.listener, self.len);
+        if self.step.is_reading() {
+            assert!(
+                budget > 0 && self.len + budget <= cap,
+                "a budget of {budget} for a window of {} under the cap {cap}",
+                self.len
+            );
+        } else {
+            assert_eq!(budget, 0, "a read budget after the exit");
+        }
+        let added = grow.min(budget).min(data.len() - self.len);
+        self.len += added;
+        let eof = fin && self.len == data.len();
+        let window = &data[..self.len];
+        self.handle(Event::Read { window, added, eof });
+        if eof && added > 0 {
+            // The caller sees the EOF again on its next read.
+            self.handle(Event::Read {
+                window,
+                added: 0,
+                eof: true,
+            });
+        }
+        if added == 0 && !eof {
+            self.refeed_twin();
+        }
+    }
+
+    /// The client closes (or the read fails) with nothing more read.
+    fn close(&mut self) {
+        let window = &self.data[..self.len];
+        self.handle(Event::Read {
+            window,
+            added: 0,
+            eof: true,
+        });
+    }
+
+    /// One held timer fires; with none held, the front idle timeout does.
+    fn fire(&mut self, how: Fire) {
+        let timer = match how {
+            Fire::Due => self.held.first_due(),
+            Fire::Early => self.held.preread_first(),
+        };
+        let Some((timer, at)) = timer else {
+            return self.handle(Event::Idle);
+        };
+        if let Fire::Due = how {
+            self.now = self.now.max(at);
+        }
+        self.handle(Event::Timer(timer));
+    }
+
+    /// Hands one event to the step, checks the core call it made (if any)
+    /// and performs its actions.
+    fn handle(&mut self, event: Event<'_>) {
+        let now = self.now;
+        let spoke_before = self.step.core().client_spoke();
+        let deadline_before = self.step.core().deadline();
+        if self.exit.is_none() {
+            match event {
+                Event::Timer(timer) => {
+                    // The caller holds a timer that fired no more.
+                    *self.held.slot(timer) = None;
+                    self.server_first_fired |= timer == StepTimer::ServerFirst;
+                }
+                Event::Read { added, .. } if added > 0 => {
+                    self.first_byte_at.get_or_insert(now);
+                }
+                Event::Read { .. } | Event::Idle => {}
+            }
+        }
+        let actions = self.step.handle(self.listener, event, now);
+        if let Some(exit) = &self.exit {
+            self.check_ignored(&actions, exit, &format!("{event:?}"));
+            return;
+        }
+        // §10: what each event feeds the core.
+        let fed = match event {
+            Event::Read { added, .. } if added > 0 => Some(Fed::Bytes(self.len)),
+            Event::Read { eof: true, .. } => Some(Fed::FrontClosed),
+            Event::Read { .. } | Event::Idle => None,
+            Event::Timer(_) => Some(Fed::Timeout),
+        };
+        assert_eq!(
+            actions.core.as_ref().map(|call| call.fed),
+            fed,
+            "{event:?} fed the core {:?}",
+            actions.core
+        );
+        if let Some(call) = &actions.core {
+            let input = match call.fed {
+                Fed::Bytes(_) => Input::Bytes {
+                    buf: &self.data[..self.len],
+                    now,
+                },
+                Fed::Timeout => Input::Timeout { now },
+                Fed::FrontClosed => Input::FrontClosed,
+            };
+            self.check_call(input, &call.output, spoke_before, deadline_before);
+        }
+        self.perform(&actions, &event);
+    }
+
+    /// An event after the exit: nothing to do, nothing moves.
+    fn check_ignored(&self, actions: &Actions, exit: &Exit, what: &str) {
+        let got = (&actions.next, actions.timers, actions.left, &actions.core);
+        let ignored = (&Next::Ignore, TimerPlan::default(), None, &None);
+        assert_eq!(got, ignored, "{what} after the exit ({exit:?})");
+        assert_eq!(actions.farewell, Farewell::Fin, "{what} after the exit");
+        let core = self.step.core();
+        let now = (core.decision(), core.deadline(), core.client_spoke());
+        let then = (exit.decision.as_ref(), exit.deadline, exit.client_spoke);
+        assert_eq!(now, then, "{what} after the exit moved the core");
+        assert_eq!(self.step.preread_time(), exit.preread_time, "{what}");
+        assert!(!self.step.is_reading(), "{what} after the exit");
+        assert_eq!(self.step.read_budget(self.listener, self.len), 0, "{what}");
+    }
+
+    /// The step's core and the twin are in the same state.
+    fn same_state(&self, what: &str) {
+        let (core, twin) = (self.step.core(), &self.twin);
+        let state = (core.decision(), core.deadline(), learned(core));
+        let twins = (twin.decision(), twin.deadline(), learned(twin));
+        assert_eq!(state, twins, "the twin, {what}");
+    }
+
+    /// A read that added nothing made no core call; the twin gets the
+    /// unchanged window again, before the deadline: nothing changes.
+    fn refeed_twin(&mut self) {
+        let (Some(deadline), None) = (self.twin.deadline(), self.twin.decision()) else {
+            return;
+        };
+        if self.len == 0 || self.now >= deadline {
+            return;
+        }
+        let buf = &self.data[..self.len];
+        let again = self
+            .twin
+            .handle_input(self.config, Input::Bytes { buf, now: self.now });
+        assert_eq!(
+            again,
+            Output::NeedMore { deadline },
+            "the same {}-byte window again, before the deadline",
+            buf.len()
+        );
+        self.same_state("after the same window again");
+    }
+
+    /// One core call of the step, made while undecided.
+    fn check_call(
+        &mut self,
+        input: Input<'_>,
+        output: &Output,
+        spoke_before: bool,
+        deadline_before: Option<Instant>,
+    ) {
+        let config = self.config;
+        let now = self.now;
+        let twin = self.twin.handle_input(config, input);
+        assert_eq!(
+            &twin, output,
+            "a twin core fed {input:?} answers differently"
+        );
+        self.same_state(&format!("after {input:?}"));
+        let core = self.step.core();
+        if let Some(before) = deadline_before {
+            assert_eq!(
+                core.deadline(),
+                Some(before),
+                "the deadline moved on {input:?}"
+            );
+        } else {
+            // Armed by the first Bytes, or by a server-first timeout that
+            // waits for the PROXY header (§4, §8).
+            let arms = match input {
+                Input::Bytes { .. } => true,
+                Input::Timeout { .. } => self.waits_for_header(spoke_before),
+                Input::FrontClosed => false,
+            };
+            let armed = core.deadline();
+            assert_eq!(armed.is_some(), arms, "{input:?} armed {armed:?}");
+            match (armed, now.checked_add(config.timeout)) {
+                (None, _) => {}
+                (Some(armed), Some(want)) => assert_eq!(armed, want, "not now + timeout"),
+                (Some(armed), None) => assert!(
+                    armed >= now + Duration::from_secs(24 * 3600),
+                    "a timeout past Instant's range armed {armed:?}, not far in the future"
+                ),
+            }
+        }
+        match output {
+            Output::NeedMore { deadline } => {
+                assert_eq!(Some(*deadline), core.deadline(), "NeedMore's deadline");
+                assert!(now < *deadline, "NeedMore at or after its deadline");
+                assert_eq!(core.decision(), None, "NeedMore from a decided core");
+                let first = *self.need_more.get_or_insert(*deadline);
+                assert_eq!(first, *deadline, "NeedMore's deadline moved");
+            }
+            terminal => assert_eq!(core.decision(), Some(terminal), "not latched"),
+        }
+        match output {
+            Output::Routed(route) if route.fallback.is_some() => {
+                assert_eq!(&*route.cluster, DEFAULT_CLUSTER, "a fallback elsewhere");
+                assert!(config.default_cluster.is_some());
+            }
+            Output::Reject(reason) => assert!(
+                reason.fallback().is_none() || config.default_cluster.is_none(),
+                "{reason} refused although a default cluster is set"
+            ),
+            Output::Routed(_) | Output::NeedMore { .. } => {}
+        }
+        match input {
+            Input::FrontClosed => assert_eq!(
+                output,
+                &Output::Reject(RejectReason::FrontClosed),
+                "a close before the decision"
+            ),
+            Input::Timeout { .. } => self.check_timeout(output, spoke_before),
+            Input::Bytes { buf, .. } => self.check_bytes(buf, output),
+        }
+        let spoke = self.step.core().client_spoke();
+        assert!(spoke || !spoke_before, "client_spoke went back to false");
+        let looked_at = &self.data[..self.looked_at];
+        assert_eq!(
+            spoke,
+            client_spoke(config, looked_at),
+            "client_spoke with {} bytes looked at, the PROXY parser says {:?}",
+            looked_at.len(),
+            config.expect_proxy.then(|| parse_proxy_header(looked_at))
+        );
+    }
+
+    /// The client is silent and its PROXY header not complete yet: a
+    /// server-first timeout has to wait for the header (§8).
+    fn waits_for_header(&self, spoke_before: bool) -> bool {
+        self.silent(spoke_before) && proxy_header(self.config, &self.data[..self.len]).is_none()
+    }
+
+    /// The listener sends a client that has not spoken to the default
+    /// cluster on a timeout.
+    fn silent(&self, spoke_before: bool) -> bool {
+        !spoke_before
+            && self.config.server_first_timeout.is_some()
+            && self.config.default_cluster.is_some()
+    }
+
+    /// A `Timeout` routes only a silent client, past its complete PROXY
+    /// header; otherwise it waits only before the deadline.
+    fn check_timeout(&mut self, output: &Output, spoke_before: bool) {
+        let window = &self.data[..self.len];
+        let header = proxy_header(self.config, window);
+        let routable = self.silent(spoke_before) && header.is_some();
+        let deadline = self.step.core().deadline();
+        match (output, header) {
+            (Output::Routed(route), Some((offset, source))) if routable => {
+                assert_eq!(**route, server_first_route(offset, source));
+                assert_eq!(window.len(), offset, "server-first with client bytes");
+            }
+            (Output::NeedMore { .. }, _) => assert!(
+                !routable,
+                "a silent client's timeout (header {header:?}) did not route"
+            ),
+            (Output::Reject(RejectReason::Fragmented), _) => {
+                assert!(!routable, "a silent client's timeout was Fragmented");
+                assert!(
+                    deadline.is_none_or(|d| self.now >= d),
+                    "a Timeout before the deadline {deadline:?} was Fragmented"
+                );
+            }
+            (other, _) => panic!(
+                "a Timeout (client spoke: {spoke_before}, header {header:?}) answered {other:?}"
+            ),
+        }
+        if self.waits_for_header(spoke_before) {
+            self.server_first_waited = true;
+        }
+    }
+
+    /// `Bytes`: late ones are `Fragmented`; on time, the answer is a fresh
+    /// core's and the whole stream's, and the parsers explain it.
+    fn check_bytes(&mut self, buf: &[u8], output: &Output) {
+        let config = self.config;
+        let core = self.step.core();
+        let deadline = core.deadline().expect("Bytes armed the deadline");
+        if self.now >= deadline {
+            assert_eq!(
+                output,
+                &Output::Reject(RejectReason::Fragmented),
+                "Bytes at or after the deadline"
+            );
+            return;
+        }
+        self.looked_at = buf.len();
+        assert!(
+            buf.len() <= self.listener.cap(),
+            "the window passed the cap"
+        );
+        let mut fresh = SniPrereadCore::new();
+        let alone = fresh.handle_input(config, Input::Bytes { buf, now: self.now });
+        // §8: the header completed after a server-first timeout that waited
+        // for it, and the client is still silent: the core routes at once.
+        let late_header = self.server_first_waited && !core.client_spoke() && !alone.is_terminal();
+        if late_header {
+            if let Some((offset, source)) = proxy_header(config, buf) {
+                let want = Output::Routed(Arc::new(server_first_route(offset, source)));
+                assert_eq!(
+                    output, &want,
+                    "the PROXY header completed after the server-first timeout, the client silent"
+                );
+            }
+        } else {
+            let same = match (&alone, output) {
+                (Output::NeedMore { .. }, Output::NeedMore { .. }) => true,
+                (a, b) => a == b,
+            };
+            assert!(same, "a fresh core answers {alone:?} for the same window");
+            assert_eq!(
+                learned(&fresh),
+                learned(core),
+                "a fresh core learns otherwise"
+            );
+            if output.is_terminal() {
+                assert_eq!(
+                    output,
+                    &self.one_shot,
+                    "the {}-byte window decided differently from the whole capped stream",
+                    buf.len()
+                );
+                if *output != Output::Reject(RejectReason::TooLarge) {
+                    assert_eq!(
+                        output,
+                        &self.one_shot_uncapped,
+                        "the {}-byte window decided differently from the whole stream",
+                        buf.len()
+                    );
+                }
+            }
+        }
+        let reading = Reading::of(config, buf);
+        let got = (core.sni().copied(), core.proxy_source(), core.fault());
+        let read = (reading.sni(), reading.source(), reading.fault());
+        assert_eq!(
+            got, read,
+            "(sni, source, fault), the parsers read {reading:?}"
+        );
+        assert_eq!(core.content_offset(), reading.offset(), "{reading:?}");
+        explain(config, buf, &reading, output, late_header);
+    }
+
+    /// Performs the step's actions as the worker does and checks them
+    /// against what the caller holds and what the core answered.
+    fn perform(&mut self, actions: &Actions, event: &Event<'_>) {
+        let output = actions.core.as_ref().map(|call| &call.output);
+        for timer in [StepTimer::Preread, StepTimer::ServerFirst] {
+            let slot = self.held.slot(timer);
+            match actions.timers.get(timer) {
+                TimerAction::Keep => {}
+                TimerAction::Arm(at) => {
+                    assert!(slot.is_none(), "{event:?} armed the {timer:?} timer held");
+                    *slot = Some(at);
+                    assert_eq!(timer, StepTimer::Preread, "the server-first timer re-armed");
+                    assert!(
+                        matches!(output, Some(Output::NeedMore { deadline }) if *deadline == at),
+                        "the preread timer armed at {at:?}, the core answered {output:?}"
+                    );
+                }
+                TimerAction::Cancel => assert!(
+                    slot.take().is_some(),
+                    "{event:?} cancelled the {timer:?} timer, not held"
+                ),
+            }
+        }
+        let core = self.step.core();
+        let spoke = core.client_spoke();
+        let reading = self.step.is_reading();
+        if !matches!(actions.next, Next::Close(Close::Rejected(_))) {
+            assert_eq!(actions.farewell, Farewell::Fin, "a farewell to {event:?}");
+        }
+        assert_eq!(
+            actions.left.is_some(),
+            !reading,
+            "left {:?} on {event:?}, still reading: {reading}",
+            actions.left
+        );
+        match &actions.next {
+            Next::Read => {
+                assert!(reading, "read on after the exit");
+                assert!(self.len < self.listener.cap(), "undecided at the cap");
+                assert!(
+                    output.is_none_or(|o| !o.is_terminal()),
+                    "read on after {output:?}"
+                );
+                assert_eq!(
+                    self.held.preread,
+                    core.deadline(),
+                    "reading: the preread timer held, at the core's deadline"
+                );
+                let server_first = self.config.server_first_timeout.is_some()
+                    && !self.server_first_fired
+                    && !spoke;
+                assert_eq!(
+                    self.held.server_first.is_some(),
+                    server_first,
+                    "reading: the server-first timer held until the client spoke (spoke: {spoke})"
+                );
+            }
+            Next::Connect(route) => assert_eq!(
+                output,
+                Some(&Output::Routed(route.clone())),
+                "connect without the core's route"
+            ),
+            Next::Close(Close::Silent) => {
+                assert!(!spoke, "a silent close of a client that spoke");
+                assert!(
+                    matches!(event, Event::Idle) && output.is_none()
+                        || output == Some(&Output::Reject(RejectReason::FrontClosed)),
+                    "a silent close on {event:?}, the core answered {output:?}"
+                );
+            }
+            Next::Close(Close::Rejected(reason)) => {
+                if let Event::Idle = event {
+                    assert!(
+                        spoke && *reason == RejectReason::Fragmented,
+                        "idle: {reason}"
+                    );
+                } else {
+                    assert_eq!(output, Some(&Output::Reject(*reason)), "closed as {reason}");
+                    assert!(
+                        *reason != RejectReason::FrontClosed || spoke,
+                        "a health check's close counted"
+                    );
+                }
+            }
+            Next::Ignore => panic!("{event:?} ignored before the exit"),
+        }
+        let Some(left) = actions.left else {
+            return;
+        };
+        assert_eq!(self.held, Held::default(), "the exit left a timer held");
+        let since = self.first_byte_at.unwrap_or(self.base);
+        let time = self.now.saturating_duration_since(since);
+        assert_eq!(left.sample, spoke.then_some(time), "the duration sample");
+        assert!(
+            !spoke || self.first_byte_at.is_some(),
+            "spoke without a byte"
+        );
+        assert_eq!(self.step.preread_time(), Some(time), "preread_time");
+        self.exit = Some(Exit {
+            next: actions.next.clone(),
+            decision: core.decision().cloned(),
+            deadline: core.deadline(),
+            client_spoke: spoke,
+            preread_time: self.step.preread_time(),
+        });
+    }
+
+    /// The rest of the stream, then the held timers, each at its time, must
+    /// end the preread; then every later event is ignored and the core's
+    /// latch holds.
+    fn finish(mut self) -> Output {
+        while self.step.is_reading() && self.len < self.data.len() {
+            self.read(usize::MAX, false);
+        }
+        while self.step.is_reading() {
+            let Some((timer, _)) = self.held.first_due() else {
+                break;
+            };
+            self.fire(Fire::Due);
+            assert!(
+                timer == StepTimer::ServerFirst || !self.step.is_reading(),
+                "no decision after the preread timer fired at the deadline"
+            );
+        }
+        if self.step.is_reading() {
+            assert_eq!(
+                self.len, 0,
+                "bytes arrived, yet no decision and no timer held"
+            );
+            self.handle(Event::Idle);
+        }
+        self.probe_after_exit();
+        self.probe_latch();
+        match &self.exit.as_ref().expect("the step left preread").next {
+            Next::Connect(route) => Output::Routed(route.clone()),
+            Next::Close(Close::Rejected(reason)) => Output::Reject(*reason),
+            Next::Close(Close::Silent) => Output::Reject(RejectReason::FrontClosed),
+            other @ (Next::Read | Next::Ignore) => panic!("exited with {other:?}"),
+        }
+    }
+
+    /// Every kind of event after the exit, at several times, and `abandon`.
+    fn probe_after_exit(&mut self) {
+        let (data, window) = (self.data, &self.data[..self.len]);
+        let now = self.now;
+        let later = now + LATER;
+        let probes = [
+            (
+                Event::Read {
+                    window: data,
+                    added: data.len(),
+                    eof: false,
+                },
+                now,
+            ),
+            (
+                Event::Read {
+                    window,
+                    added: window.len(),
+                    eof: true,
+                },
+                later,
+            ),
+            (
+                Event::Read {
+                    window: &[],
+                    added: 0,
+                    eof: true,
+                },
+                self.base,
+            ),
+            (Event::Timer(StepTimer::Preread), later),
+            (Event::Timer(StepTimer::ServerFirst), self.base),
+            (Event::Timer(StepTimer::Preread), now),
+            (Event::Idle, later),
+        ];
+        for (event, at) in probes {
+            self.now = at;
+            self.handle(event);
+        }
+        self.now = now;
+        let actions = self.step.abandon(later);
+        let exit = self.exit.as_ref().expect("the step left preread");
+        self.check_ignored(&actions, exit, "abandon");
+    }
+
+    /// The twin, decided, replays its decision for every kind of input.
+    fn probe_latch(&mut self) {
+        let Some(decision) = self.twin.decision().cloned() else {
+            return;
+        };
+        let (deadline, spoke) = (self.twin.deadline(), self.twin.client_spoke());
+        let later = self.now + LATER;
+        for input in [
+            Input::Bytes {
+                buf: self.data,
+                now: self.now,
+            },
+            Input::Bytes {
+                buf: self.data,
+                now: later,
+            },
+            Input::Timeout { now: later },
+            Input::FrontClosed,
+            Input::Bytes {
+                buf: &[],
+                now: self.base,
+            },
+            Input::Timeout { now: self.base },
+        ] {
+            let again = self.twin.handle_input(self.config, input);
+            assert_eq!(again, decision, "{input:?} after the decision changed it");
+            assert_eq!(self.twin.decision(), Some(&decision));
+            assert_eq!(
+                self.twin.deadline(),
+                deadline,
+                "{input:?} moved the deadline"
+            );
+            assert_eq!(
+                self.twin.client_spoke(),
+                spoke,
+                "{input:?} moved client_spoke"
+            );
+        }
+    }
+}
+
+/// What a core learned of the windows it was fed, whatever it answered.
+fn learned(core: &SniPrereadCore) -> impl PartialEq + std::fmt::Debug + '_ {
+    (
+        core.client_spoke(),
+        core.sni(),
+        core.proxy_source(),
+        core.fault(),
+        core.offers_tls13(),
+        core.record_version(),
+        core.content_offset(),
+    )
+}
+
+/// The complete PROXY header's length and source, `(0, None)` without
+/// `expect_proxy`; `None` while it is not complete (or invalid).
+fn proxy_header(config: &PrereadConfig, window: &[u8]) -> Option<(usize, Option<SocketAddr>)> {
+    if !config.expect_proxy {
+        return Some((0, None));
+    }
+    match parse_proxy_header(window) {
+        Ok(ProxyParsed::Complete(header)) => Some((header.len(), header.source())),
+        Ok(ProxyParsed::Incomplete(_)) | Err(_) => None,
+    }
+}
+
+/// `client_spoke`, as the PROXY parser reads the window: a byte past a
+/// complete header, or bytes that cannot be one; without `expect_proxy`,
+/// any byte.
+fn client_spoke(config: &PrereadConfig, window: &[u8]) -> bool {
+    if !config.expect_proxy {
+        return !window.is_empty();
+    }
+    match parse_proxy_header(window) {
+        Ok(ProxyParsed::Complete(header)) => window.len() > header.len(),
+        Ok(ProxyParsed::Incomplete(_)) => false,
+        Err(_) => true,
+    }
+}
+
+/// The server-first fallback past a PROXY header of `offset` bytes.
+fn server_first_route(offset: usize, source: Option<SocketAddr>) -> Route {
+    Route {
+        content_offset: offset,
+        proxy_source: source,
+        ..Route::unread(
+            Arc::from(DEFAULT_CLUSTER),
+            Some(FallbackReason::ServerFirst),
+        )
+    }
+}
+
+/// What the shipped parsers read in a window: the PROXY header (with
+/// `expect_proxy`), then the TLS records after it.
+#[derive(Debug)]
+struct Reading {
+    proxy: Proxy,
+    /// `None` while the PROXY header is incomplete or invalid.
+    tls: Option<Tls>,
 }
 
 #[derive(Debug)]
-struct Run<'c> {
-    config: &'c PrereadConfig,
-    core: SniPrereadCore,
-    latched: Option<Output>,
-    /// The model of `client_spoke`: a byte past a complete PROXY header (any
-    /// byte without `expect_proxy`), or one that cannot be a header.
-    spoke: bool,
-    /// The complete PROXY header's length and source.
-    preamble: Option<(usize, Option<SocketAddr>)>,
-    /// A server-first timeout came before the PROXY header was complete.
-    server_first_due: bool,
-    /// Length of the window of the latest `Bytes`.
-    window_len: usize,
-    scratch: Vec<u8>,
+enum Proxy {
+    NotExpected,
+    Invalid,
+    Incomplete,
+    Complete {
+        len: usize,
+        source: Option<SocketAddr>,
+    },
 }
 
-impl Run<'_> {
-    fn feed(&mut self, input: Input<'_>) {
-        let deadline_before = self.core.deadline();
-        let out = self.core.handle_input(self.config, input);
-        assert!(
-            deadline_before.is_none() || self.core.deadline() == deadline_before,
-            "the deadline moved from {deadline_before:?} to {:?} on {input:?}",
-            self.core.deadline()
-        );
-        if let Some(first) = &self.latched {
-            assert_eq!(
-                &out, first,
-                "{input:?} after the terminal output changed it"
-            );
-            assert_eq!(self.core.decision(), Some(first));
-            assert_eq!(self.core.client_spoke(), self.spoke);
-            return;
-        }
-        let waits_for_header = !self.spoke
-            && self.config.expect_proxy
-            && self.preamble.is_none()
-            && self.config.server_first_timeout.is_some()
-            && self.config.default_cluster.is_some();
-        match input {
-            Input::Bytes { buf, now } => {
-                if deadline_before.is_none() {
-                    let armed = self
-                        .core
-                        .deadline()
-                        .expect("the first Bytes arms the deadline");
-                    match now.checked_add(self.config.timeout) {
-                        Some(want) => assert_eq!(armed, want, "deadline is now + timeout"),
-                        None => assert!(armed >= now, "far-future deadline before now"),
-                    }
-                }
-                self.window_len = buf.len();
-            }
-            Input::Timeout { now } if waits_for_header && deadline_before.is_none() => {
-                let armed = self
-                    .core
-                    .deadline()
-                    .expect("a server-first timeout before the PROXY header arms the deadline");
-                match now.checked_add(self.config.timeout) {
-                    Some(want) => assert_eq!(armed, want, "deadline is now + timeout"),
-                    None => assert!(armed >= now, "far-future deadline before now"),
-                }
-            }
-            Input::Timeout { .. } | Input::FrontClosed => assert_eq!(
-                self.core.deadline(),
-                deadline_before,
-                "only Bytes (or a server-first timeout waiting for the PROXY header) arms the deadline"
-            ),
-        }
+#[derive(Debug)]
+enum Tls {
+    Incomplete,
+    Refused(TlsError),
+    /// Boxed: a `HostName` is 256 bytes.
+    Hello(Box<Hello>),
+}
 
-        match &out {
-            Output::NeedMore { deadline } => {
-                assert_eq!(
-                    Some(*deadline),
-                    self.core.deadline(),
-                    "NeedMore carries the armed deadline"
-                );
-                assert_eq!(self.core.decision(), None);
-            }
-            terminal => {
-                assert_eq!(
-                    self.core.decision(),
-                    Some(terminal),
-                    "the decision is latched"
-                );
-                self.latched = Some(terminal.clone());
-            }
-        }
-        match &out {
-            Output::Routed(route) => {
-                match route.fallback {
-                    None => {
-                        let end = route.hello_end.expect("a matched route parsed a hello");
-                        assert!(
-                            route.content_offset < end && end <= self.window_len,
-                            "hello_end {end} outside the window of {} bytes",
-                            self.window_len
-                        );
-                        assert!(route.sni.is_some() && route.matched_sni.is_some());
-                    }
-                    Some(_) => assert_eq!(
-                        route.cluster.as_ref(),
-                        DEFAULT_CLUSTER,
-                        "a fallback goes to the default cluster"
-                    ),
-                }
-                if let Some(end) = route.hello_end {
-                    assert!(end <= self.window_len);
-                }
-            }
-            Output::Reject(reason) => assert!(
-                reason.fallback().is_none() || self.config.default_cluster.is_none(),
-                "{reason} refused although a default cluster is configured"
-            ),
-            Output::NeedMore { .. } => {}
-        }
-        let want = self.model(input);
-        assert_eq!(out, want, "the core disagrees with the model on {input:?}");
-        assert_eq!(
-            self.core.client_spoke(),
-            self.spoke,
-            "client_spoke after {input:?}"
-        );
-    }
+/// A complete ClientHello, as far as the route needs it.
+#[derive(Debug)]
+struct Hello {
+    /// In the window: past the PROXY header.
+    end: usize,
+    /// The `host_name`, normalized (`Some(None)`: it does not normalize).
+    name: Option<Option<HostName>>,
+    ech: bool,
+    alpn: Option<AlpnOffer>,
+}
 
-    /// What the core learns of a window it parses: the PROXY header, and
-    /// whether the client spoke.
-    fn learn(&mut self, buf: &[u8]) {
-        if !self.config.expect_proxy {
-            self.spoke |= !buf.is_empty();
-            return;
-        }
-        match parse_proxy_header(buf) {
-            Ok(ProxyParsed::Complete(header)) => {
-                self.preamble = Some((header.len(), header.source()));
-                self.spoke |= buf.len() > header.len();
+impl Reading {
+    fn of(config: &PrereadConfig, window: &[u8]) -> Self {
+        let proxy = if config.expect_proxy {
+            match parse_proxy_header(window) {
+                Ok(ProxyParsed::Complete(header)) => Proxy::Complete {
+                    len: header.len(),
+                    source: header.source(),
+                },
+                Ok(ProxyParsed::Incomplete(_)) => Proxy::Incomplete,
+                Err(_) => Proxy::Invalid,
             }
-            Ok(ProxyParsed::Incomplete(_)) => {}
-            Err(_) => self.spoke = true,
-        }
-    }
-
-    /// The server-first fallback, past the PROXY header when one is
-    /// expected; `None` while that header is incomplete.
-    fn server_first_route(&self, cluster: &ClusterId) -> Option<Output> {
-        let mut route = Route::unread(cluster.clone(), Some(FallbackReason::ServerFirst));
-        if self.config.expect_proxy {
-            let (len, source) = self.preamble?;
-            route.content_offset = len;
-            route.proxy_source = source;
-        }
-        Some(Output::Routed(Arc::new(route)))
-    }
-
-    /// What the core must answer to `input` while undecided, from the
-    /// documented contract: the parsers' verdicts, the byte cap, the
-    /// deadline, the route table and the default cluster.
-    fn model(&mut self, input: Input<'_>) -> Output {
-        let config = self.config;
-        match input {
-            Input::FrontClosed => Output::Reject(RejectReason::FrontClosed),
-            Input::Timeout { now } => {
-                if !self.spoke
-                    && config.server_first_timeout.is_some()
-                    && let Some(cluster) = &config.default_cluster
-                {
-                    if let Some(route) = self.server_first_route(cluster) {
-                        return route;
-                    }
-                    self.server_first_due = true;
-                }
-                match self.core.deadline() {
-                    Some(deadline) if now < deadline => Output::NeedMore { deadline },
-                    _ => Output::Reject(RejectReason::Fragmented),
-                }
-            }
-            Input::Bytes { buf, now } => {
-                let deadline = self.core.deadline().expect("armed");
-                if now >= deadline {
-                    return Output::Reject(RejectReason::Fragmented);
-                }
-                if buf.is_empty() {
-                    return Output::NeedMore { deadline };
-                }
-                self.learn(buf);
-                let out = self.model_window(buf, deadline);
-                if out == (Output::NeedMore { deadline })
-                    && self.server_first_due
-                    && !self.spoke
-                    && let Some(cluster) = &config.default_cluster
-                    && let Some(route) = self.server_first_route(cluster)
-                {
-                    return route;
-                }
-                out
-            }
-        }
-    }
-
-    /// The verdict on one window from the parsers and the route table alone.
-    fn model_window(&mut self, buf: &[u8], deadline: Instant) -> Output {
-        let config = self.config;
-        let incomplete = if buf.len() >= config.max_bytes {
-            Output::Reject(RejectReason::TooLarge)
         } else {
-            Output::NeedMore { deadline }
+            Proxy::NotExpected
         };
-        let mut base = Route {
-            cluster: Arc::from(DEFAULT_CLUSTER),
-            content_offset: 0,
-            hello_end: None,
-            proxy_source: None,
-            sni: None,
-            alpn: None,
-            matched_sni: None,
-            matched_alpn: None,
-            fallback: None,
+        let offset = match proxy {
+            Proxy::NotExpected => 0,
+            Proxy::Complete { len, .. } => len,
+            Proxy::Invalid | Proxy::Incomplete => return Self { proxy, tls: None },
         };
-        if config.expect_proxy {
-            match parse_proxy_header(buf) {
-                Ok(ProxyParsed::Complete(header)) => {
-                    base.content_offset = header.len();
-                    base.proxy_source = header.source();
-                }
-                Ok(ProxyParsed::Incomplete(_)) => return incomplete,
-                Err(_) => return Output::Reject(RejectReason::ProxyHeaderInvalid),
-            }
-        }
-        let hello = match parse_client_hello(&buf[base.content_offset..], &mut self.scratch) {
-            Ok(Parsed::Complete(hello)) => hello,
-            Ok(Parsed::Incomplete(_)) => return incomplete,
-            Err(TlsError::NotTls) => return refuse(config, RejectReason::NotTls, base),
-            Err(TlsError::MalformedRecord(_)) => {
-                return Output::Reject(RejectReason::MalformedRecord);
-            }
-            Err(_) => return Output::Reject(RejectReason::MalformedHandshake),
-        };
-        base.hello_end = Some(base.content_offset + hello.end);
-        base.alpn = hello.alpn.map(AlpnOffer::from);
-        let Some(raw) = hello.server_name else {
-            let reason = if hello.ech.is_some() {
-                RejectReason::EchOuterAbsent
-            } else {
-                RejectReason::NoSni
-            };
-            return refuse(config, reason, base);
-        };
-        let Some(sni) = HostName::normalize(raw) else {
-            return Output::Reject(RejectReason::MalformedHandshake);
-        };
-        base.sni = Some(sni);
-        let offer = hello.alpn.into_iter().flatten();
-        match config.routes.lookup(sni.as_bytes(), offer) {
-            Lookup::Matched {
-                cluster,
-                pattern,
-                protocol,
-            } => Output::Routed(std::sync::Arc::new(Route {
-                cluster: ClusterId::clone(cluster),
-                matched_sni: Some(pattern.clone()),
-                matched_alpn: protocol.map(Box::from),
-                ..base
+        let mut scratch = Vec::new();
+        let tls = match parse_client_hello(&window[offset..], &mut scratch) {
+            Ok(Parsed::Incomplete(_)) => Tls::Incomplete,
+            Ok(Parsed::Complete(hello)) => Tls::Hello(Box::new(Hello {
+                end: offset + hello.end,
+                name: hello.server_name.map(HostName::normalize),
+                ech: hello.ech.is_some(),
+                alpn: hello.alpn.map(AlpnOffer::from),
             })),
-            Lookup::SniUnmatched => refuse(config, RejectReason::SniUnmatched, base),
-            Lookup::AlpnUnmatched { .. } => Output::Reject(RejectReason::AlpnUnmatched),
+            Err(e) => Tls::Refused(e),
+        };
+        Self {
+            proxy,
+            tls: Some(tls),
         }
+    }
+
+    fn offset(&self) -> usize {
+        match self.proxy {
+            Proxy::Complete { len, .. } => len,
+            Proxy::NotExpected | Proxy::Invalid | Proxy::Incomplete => 0,
+        }
+    }
+
+    fn source(&self) -> Option<SocketAddr> {
+        match self.proxy {
+            Proxy::Complete { source, .. } => source,
+            Proxy::NotExpected | Proxy::Invalid | Proxy::Incomplete => None,
+        }
+    }
+
+    /// The TLS parser's error, when it refused the window.
+    fn fault(&self) -> Option<TlsError> {
+        match self.tls {
+            Some(Tls::Refused(error)) => Some(error),
+            _ => None,
+        }
+    }
+
+    fn incomplete(&self) -> bool {
+        matches!(self.proxy, Proxy::Incomplete) || matches!(self.tls, Some(Tls::Incomplete))
+    }
+
+    fn hello(&self) -> Option<&Hello> {
+        match &self.tls {
+            Some(Tls::Hello(hello)) => Some(hello),
+            _ => None,
+        }
+    }
+
+    /// The normalized name of a complete hello.
+    fn sni(&self) -> Option<HostName> {
+        self.hello().and_then(|hello| hello.name.flatten())
+    }
+
+    /// The route table's answer for the hello's name and offer.
+    fn lookup<'t>(&self, config: &'t PrereadConfig) -> Option<Lookup<'t>> {
+        let hello = self.hello()?;
+        let sni = hello.name.flatten()?;
+        let offer = hello.alpn.iter().flat_map(AlpnOffer::iter);
+        Some(config.routes.lookup(sni.as_bytes(), offer))
     }
 }
 
-/// The model's refusal: the default cluster for the four fallback shapes
-/// when configured, a reject otherwise.
-fn refuse(config: &PrereadConfig, reason: RejectReason, base: Route) -> Output {
-    match (reason.fallback(), &config.default_cluster) {
-        (Some(fallback), Some(cluster)) => Output::Routed(std::sync::Arc::new(Route {
-            cluster: cluster.clone(),
-            fallback: Some(fallback),
-            ..base
-        })),
-        _ => Output::Reject(reason),
+/// Whether what the parsers read in the window is the evidence that
+/// defines `reason`.
+fn evidence(
+    config: &PrereadConfig,
+    window: &[u8],
+    reading: &Reading,
+    reason: RejectReason,
+) -> bool {
+    let at_cap = window.len() >= config.max_bytes;
+    let hello = reading.hello();
+    match reason {
+        RejectReason::ProxyHeaderInvalid => {
+            config.expect_proxy && matches!(reading.proxy, Proxy::Invalid)
+        }
+        RejectReason::TooLarge => at_cap && reading.incomplete(),
+        RejectReason::NotTls => matches!(reading.tls, Some(Tls::Refused(TlsError::NotTls))),
+        RejectReason::MalformedRecord => {
+            matches!(
+                reading.tls,
+                Some(Tls::Refused(TlsError::MalformedRecord(_)))
+            )
+        }
+        RejectReason::MalformedHandshake => {
+            matches!(
+                reading.tls,
+                Some(Tls::Refused(TlsError::MalformedHandshake(_)))
+            ) || hello.is_some_and(|h| matches!(h.name, Some(None)))
+        }
+        RejectReason::NoSni => hello.is_some_and(|h| h.name.is_none() && !h.ech),
+        RejectReason::EchOuterAbsent => hello.is_some_and(|h| h.name.is_none() && h.ech),
+        RejectReason::SniUnmatched => {
+            matches!(reading.lookup(config), Some(Lookup::SniUnmatched))
+        }
+        RejectReason::AlpnUnmatched => {
+            matches!(reading.lookup(config), Some(Lookup::AlpnUnmatched { .. }))
+        }
+        // Never the answer to on-time bytes.
+        RejectReason::Fragmented | RejectReason::FrontClosed => false,
+    }
+}
+
+/// The reason a fallback stands for.
+fn refused_as(fallback: FallbackReason) -> Option<RejectReason> {
+    let reason = match fallback {
+        FallbackReason::NotTls => RejectReason::NotTls,
+        FallbackReason::NoSni => RejectReason::NoSni,
+        FallbackReason::SniUnmatched => RejectReason::SniUnmatched,
+        FallbackReason::EchOuterAbsent => RejectReason::EchOuterAbsent,
+        FallbackReason::ServerFirst => return None,
+    };
+    assert_eq!(
+        reason.fallback(),
+        Some(fallback),
+        "{reason} falls back as {fallback}"
+    );
+    Some(reason)
+}
+
+/// The core's answer to on-time `Bytes` of `window`, against what the
+/// parsers and the route table read there. `late_header`: the server-first
+/// wait for the PROXY header is over with this window (§8).
+fn explain(
+    config: &PrereadConfig,
+    window: &[u8],
+    reading: &Reading,
+    output: &Output,
+    late_header: bool,
+) {
+    let what = || {
+        format!(
+            "{output:?} for a {}-byte window read as {reading:?}",
+            window.len()
+        )
+    };
+    match output {
+        Output::NeedMore { .. } => assert!(
+            reading.incomplete() && window.len() < config.max_bytes,
+            "{}",
+            what()
+        ),
+        Output::Reject(reason) => {
+            assert!(evidence(config, window, reading, *reason), "{}", what());
+        }
+        Output::Routed(route) => {
+            let (offset, source) = (reading.offset(), reading.source());
+            assert_eq!(route.content_offset, offset, "{}", what());
+            assert_eq!(route.proxy_source, source, "{}", what());
+            let hello = reading.hello();
+            if let Some(end) = route.hello_end {
+                assert!(
+                    offset < end && end <= window.len() && hello.is_some_and(|h| h.end == end),
+                    "hello_end outside the window: {}",
+                    what()
+                );
+            }
+            let Some(fallback) = route.fallback else {
+                // Matched: by the lookup, on the hello's name and offer.
+                let hello = hello.unwrap_or_else(|| panic!("matched without a hello: {}", what()));
+                let Some(Lookup::Matched {
+                    cluster,
+                    pattern,
+                    protocol,
+                }) = reading.lookup(config)
+                else {
+                    panic!("routed, the lookup says otherwise: {}", what());
+                };
+                assert_eq!(&route.cluster, cluster, "{}", what());
+                assert_eq!(route.matched_sni.as_ref(), Some(pattern), "{}", what());
+                assert_eq!(route.matched_alpn.as_deref(), protocol, "{}", what());
+                assert_eq!(route.sni, reading.sni(), "{}", what());
+                assert_eq!(route.alpn, hello.alpn, "{}", what());
+                assert_eq!(route.hello_end, Some(hello.end), "{}", what());
+                return;
+            };
+            let Some(reason) = refused_as(fallback) else {
+                assert!(late_header, "server-first on bytes, no wait: {}", what());
+                assert!(
+                    !matches!(reading.proxy, Proxy::Incomplete | Proxy::Invalid)
+                        && window.len() == offset,
+                    "{}",
+                    what()
+                );
+                assert_eq!(**route, server_first_route(offset, source), "{}", what());
+                return;
+            };
+            assert!(evidence(config, window, reading, reason), "{}", what());
+            let want = Route {
+                content_offset: offset,
+                proxy_source: source,
+                hello_end: hello.map(|h| h.end),
+                sni: reading.sni(),
+                alpn: hello.and_then(|h| h.alpn.clone()),
+                ..Route::unread(Arc::from(DEFAULT_CLUSTER), Some(fallback))
+            };
+            assert_eq!(
+                **route,
+                want,
+                "a fallback carries what was read: {}",
+                what()
+            );
+        }
     }
 }
