@@ -119,6 +119,13 @@ fn sigusr1_reopens_the_access_log_and_loses_no_line() {
     // logrotate: rename, then SIGUSR1 (its `postrotate`).
     std::fs::rename(&log, &rotated).expect("rename the log");
     routed_to(&proxy, "a.example.com", "alpha-0");
+    // The line is written when the proxy closes the session, a moment
+    // after the client is done: the renamed file (still open) gets it.
+    assert!(
+        eventually(T, || lines_of(&rotated).len() == 2),
+        "{:?}",
+        lines_of(&rotated)
+    );
     proxy.signal(libc::SIGUSR1).expect("SIGUSR1");
     proxy
         .wait_stderr("access log reopened by every worker", T)
