@@ -290,4 +290,6 @@ impl PrereadStep {
 }
 
 #[cfg(test)]
+mod test_hello;
+#[cfg(test)]
 mod tests;

@@ -8,7 +8,7 @@ use preread_parser::proxy::write_v2;
 
 use super::{
     Actions, Close, CoreCall, Event, Fed, Left, Next, PrereadListener, PrereadStep, StepTimer,
-    TimerAction, TimerPlan,
+    TimerAction, TimerPlan, test_hello,
 };
 use crate::config::PrereadConfig;
 use crate::output::Output;
@@ -19,29 +19,8 @@ use crate::routes::{AlpnSet, RouteTable};
 const TIMEOUT: Duration = Duration::from_millis(5_000);
 const SERVER_FIRST: Duration = Duration::from_millis(300);
 
-/// A well-formed single-record ClientHello naming `sni`.
 fn hello(sni: &str) -> Vec<u8> {
-    let name = sni.as_bytes();
-    let mut server_name = ((name.len() + 3) as u16).to_be_bytes().to_vec();
-    server_name.push(0);
-    server_name.extend_from_slice(&(name.len() as u16).to_be_bytes());
-    server_name.extend_from_slice(name);
-    let mut extensions = vec![0, 0];
-    extensions.extend_from_slice(&(server_name.len() as u16).to_be_bytes());
-    extensions.extend(server_name);
-    let mut body = vec![3, 3];
-    body.extend_from_slice(&[7; 32]);
-    body.push(0);
-    body.extend_from_slice(&[0, 2, 0x13, 0x01, 1, 0]);
-    body.extend_from_slice(&(extensions.len() as u16).to_be_bytes());
-    body.extend(extensions);
-    let mut handshake = vec![1];
-    handshake.extend_from_slice(&(body.len() as u32).to_be_bytes()[1..]);
-    handshake.extend(body);
-    let mut record = vec![22, 3, 1];
-    record.extend_from_slice(&(handshake.len() as u16).to_be_bytes());
-    record.extend(handshake);
-    record
+    test_hello::hello(sni, None)
 }
 
 fn config() -> PrereadConfig {

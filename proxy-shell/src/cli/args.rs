@@ -218,35 +218,11 @@ pub enum ProxyProtocolArg {
 #[derive(Debug, Subcommand)]
 pub enum ClusterAction {
     /// Add a cluster.
-    Add {
-        /// Cluster id.
-        #[arg(short = 'i', long = "id")]
-        id: String,
-        #[arg(long, value_enum, default_value = "round-robin")]
-        load_balancing: LoadBalancingArg,
-        /// PROXY protocol towards the backends.
-        #[arg(long, value_enum, default_value = "none")]
-        proxy_protocol: ProxyProtocolArg,
-        /// Concurrent connections per client address; 0 = unlimited.
-        #[arg(long, default_value_t = 0)]
-        max_connections_per_ip: u32,
-    },
+    Add(ClusterArgs),
     /// Change a cluster's settings in place: its frontends and backends
     /// stay. Every setting is replaced: a flag left out takes its default,
     /// as with `add`.
-    Update {
-        /// Cluster id.
-        #[arg(short = 'i', long = "id")]
-        id: String,
-        #[arg(long, value_enum, default_value = "round-robin")]
-        load_balancing: LoadBalancingArg,
-        /// PROXY protocol towards the backends.
-        #[arg(long, value_enum, default_value = "none")]
-        proxy_protocol: ProxyProtocolArg,
-        /// Concurrent connections per client address; 0 = unlimited.
-        #[arg(long, default_value_t = 0)]
-        max_connections_per_ip: u32,
-    },
+    Update(ClusterArgs),
     /// Remove a cluster (it must have no frontends or backends left).
     Remove {
         /// Cluster id.
@@ -255,6 +231,22 @@ pub enum ClusterAction {
     },
     /// List the clusters with their backends.
     List,
+}
+
+/// A cluster's settings, as `cluster add` and `cluster update` take them.
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    /// Cluster id.
+    #[arg(short = 'i', long = "id")]
+    pub id: String,
+    #[arg(long, value_enum, default_value = "round-robin")]
+    pub load_balancing: LoadBalancingArg,
+    /// PROXY protocol towards the backends.
+    #[arg(long, value_enum, default_value = "none")]
+    pub proxy_protocol: ProxyProtocolArg,
+    /// Concurrent connections per client address; 0 = unlimited.
+    #[arg(long, default_value_t = 0)]
+    pub max_connections_per_ip: u32,
 }
 
 #[derive(Debug, Subcommand)]
@@ -295,40 +287,10 @@ pub struct FrontendArgs {
 #[derive(Debug, Subcommand)]
 pub enum BackendAction {
     /// Add a backend to a cluster.
-    Add {
-        /// Cluster id.
-        #[arg(short = 'i', long = "id")]
-        cluster: String,
-        #[arg(long)]
-        backend_id: String,
-        /// ip:port
-        #[arg(short = 'a', long)]
-        address: String,
-        /// Relative weight for load balancing.
-        #[arg(long)]
-        weight: Option<u32>,
-        /// Use only when no primary backend is usable.
-        #[arg(long)]
-        backup: bool,
-    },
+    Add(BackendArgs),
     /// Change a backend's weight or backup flag in place (its address is
     /// its identity: to move it, remove it and add it again).
-    Update {
-        /// Cluster id.
-        #[arg(short = 'i', long = "id")]
-        cluster: String,
-        #[arg(long)]
-        backend_id: String,
-        /// ip:port, as the backend was added
-        #[arg(short = 'a', long)]
-        address: String,
-        /// Relative weight for load balancing.
-        #[arg(long)]
-        weight: Option<u32>,
-        /// Use only when no primary backend is usable.
-        #[arg(long)]
-        backup: bool,
-    },
+    Update(BackendArgs),
     /// Remove a backend.
     Remove {
         /// Cluster id.
@@ -340,6 +302,25 @@ pub enum BackendAction {
         #[arg(short = 'a', long)]
         address: String,
     },
+}
+
+/// A backend, as `backend add` and `backend update` take it.
+#[derive(Debug, Args)]
+pub struct BackendArgs {
+    /// Cluster id.
+    #[arg(short = 'i', long = "id")]
+    pub cluster: String,
+    #[arg(long)]
+    pub backend_id: String,
+    /// ip:port
+    #[arg(short = 'a', long)]
+    pub address: String,
+    /// Relative weight for load balancing.
+    #[arg(long)]
+    pub weight: Option<u32>,
+    /// Use only when no primary backend is usable.
+    #[arg(long)]
+    pub backup: bool,
 }
 
 #[derive(Debug, Subcommand)]

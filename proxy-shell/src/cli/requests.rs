@@ -7,8 +7,8 @@
 use command::proto::{self, request::RequestType};
 
 use super::args::{
-    BackendAction, ClusterAction, Command, FrontendAction, FrontendArgs, ListenerAction,
-    LoadBalancingArg, MetricsAction, ProxyProtocolArg, RejectWithArg, StateAction,
+    BackendAction, BackendArgs, ClusterAction, ClusterArgs, Command, FrontendAction, FrontendArgs,
+    ListenerAction, LoadBalancingArg, MetricsAction, ProxyProtocolArg, RejectWithArg, StateAction,
     TcpFrontendAction, TcpListenerAction, TcpListenerArgs,
 };
 
@@ -39,6 +39,25 @@ fn reject_with(arg: RejectWithArg) -> proto::RejectWith {
         RejectWithArg::Alert => proto::RejectWith::Alert,
         RejectWithArg::Close => proto::RejectWith::Close,
         RejectWithArg::Reset => proto::RejectWith::Reset,
+    }
+}
+
+fn cluster(args: &ClusterArgs) -> proto::Cluster {
+    proto::Cluster {
+        cluster_id: args.id.clone(),
+        load_balancing: load_balancing(args.load_balancing).into(),
+        proxy_protocol: proxy_protocol(args.proxy_protocol).into(),
+        max_connections_per_ip: args.max_connections_per_ip,
+    }
+}
+
+fn backend(args: &BackendArgs) -> proto::Backend {
+    proto::Backend {
+        cluster_id: args.cluster.clone(),
+        backend_id: args.backend_id.clone(),
+        address: args.address.clone(),
+        weight: args.weight,
+        backup: args.backup,
     }
 }
 
@@ -106,28 +125,8 @@ pub fn for_command(command: &Command) -> Option<proto::Request> {
             },
         },
         Command::Cluster { action } => match action {
-            ClusterAction::Add {
-                id,
-                load_balancing: lb,
-                proxy_protocol: pp,
-                max_connections_per_ip,
-            } => RequestType::AddCluster(proto::Cluster {
-                cluster_id: id.clone(),
-                load_balancing: load_balancing(*lb).into(),
-                proxy_protocol: proxy_protocol(*pp).into(),
-                max_connections_per_ip: *max_connections_per_ip,
-            }),
-            ClusterAction::Update {
-                id,
-                load_balancing: lb,
-                proxy_protocol: pp,
-                max_connections_per_ip,
-            } => RequestType::UpdateCluster(proto::Cluster {
-                cluster_id: id.clone(),
-                load_balancing: load_balancing(*lb).into(),
-                proxy_protocol: proxy_protocol(*pp).into(),
-                max_connections_per_ip: *max_connections_per_ip,
-            }),
+            ClusterAction::Add(args) => RequestType::AddCluster(cluster(args)),
+            ClusterAction::Update(args) => RequestType::UpdateCluster(cluster(args)),
             ClusterAction::Remove { id } => RequestType::RemoveCluster(proto::ClusterRef {
                 cluster_id: id.clone(),
             }),
@@ -141,32 +140,8 @@ pub fn for_command(command: &Command) -> Option<proto::Request> {
             },
         },
         Command::Backend { action } => match action {
-            BackendAction::Add {
-                cluster,
-                backend_id,
-                address,
-                weight,
-                backup,
-            } => RequestType::AddBackend(proto::Backend {
-                cluster_id: cluster.clone(),
-                backend_id: backend_id.clone(),
-                address: address.clone(),
-                weight: *weight,
-                backup: *backup,
-            }),
-            BackendAction::Update {
-                cluster,
-                backend_id,
-                address,
-                weight,
-                backup,
-            } => RequestType::UpdateBackend(proto::Backend {
-                cluster_id: cluster.clone(),
-                backend_id: backend_id.clone(),
-                address: address.clone(),
-                weight: *weight,
-                backup: *backup,
-            }),
+            BackendAction::Add(args) => RequestType::AddBackend(backend(args)),
+            BackendAction::Update(args) => RequestType::UpdateBackend(backend(args)),
             BackendAction::Remove {
                 cluster,
                 backend_id,
