@@ -349,19 +349,30 @@ pub fn read_tls_to_close(stream: &mut TlsStream, timeout: Duration) -> (Vec<u8>,
     (out, false)
 }
 
-/// Reads a TCP stream until the peer closes (FIN or reset: `true`) or
-/// `timeout` passes (`false`).
-pub fn read_to_close(stream: &mut TcpStream, timeout: Duration) -> (Vec<u8>, bool) {
+/// How a raw read of a peer ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// A clean FIN (`read` gave 0).
+    Eof,
+    /// `read` failed with this kind (a reset: `ConnectionReset`).
+    Error(io::ErrorKind),
+    /// Nothing more within the timeout, and no close (or [`MAX_READ`]).
+    Timeout,
+}
+
+/// Reads a TCP stream until the peer closes or `timeout` passes: what it
+/// sent, and how it ended.
+pub fn read_until_end(stream: &mut TcpStream, timeout: Duration) -> (Vec<u8>, End) {
     let deadline = Instant::now() + timeout;
     let mut out = Vec::new();
     let mut buf = [0u8; 16 * 1024];
     while out.len() < MAX_READ {
         let Some(left) = remaining(deadline) else {
-            return (out, false);
+            return (out, End::Timeout);
         };
         let _ = stream.set_read_timeout(Some(left));
         match stream.read(&mut buf) {
-            Ok(0) => return (out, true),
+            Ok(0) => return (out, End::Eof),
             Ok(n) => out.extend_from_slice(&buf[..n]),
             Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
             Err(err)
@@ -370,13 +381,19 @@ pub fn read_to_close(stream: &mut TcpStream, timeout: Duration) -> (Vec<u8>, boo
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                 ) =>
             {
-                return (out, false);
+                return (out, End::Timeout);
             }
-            // Reset, aborted: the peer closed.
-            Err(_) => return (out, true),
+            Err(err) => return (out, End::Error(err.kind())),
         }
     }
-    (out, false)
+    (out, End::Timeout)
+}
+
+/// Reads a TCP stream until the peer closes (FIN or reset: `true`) or
+/// `timeout` passes (`false`).
+pub fn read_to_close(stream: &mut TcpStream, timeout: Duration) -> (Vec<u8>, bool) {
+    let (out, end) = read_until_end(stream, timeout);
+    (out, end != End::Timeout)
 }
 
 /// Connects, sends `bytes` (a captured ClientHello, garbage, ...) without

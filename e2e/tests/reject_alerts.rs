@@ -12,14 +12,14 @@
 //! `cargo build -p proxy-shell --bin preread` first.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use e2e::certs::TestCa;
-use e2e::client;
+use e2e::client::{self, End};
 use e2e::proxy::{ConfigBuilder, ProxyProcess, free_addr};
 use e2e::testkit::{TempDir, capture, start, stderr_tail, tail};
 use e2e::tools::{require_tool, run, wait_or_kill};
@@ -182,17 +182,6 @@ impl Drop for OpensslServer {
     }
 }
 
-/// How a raw read of the proxy's answer ended.
-#[derive(Debug)]
-enum End {
-    /// A clean FIN (`read` gave 0).
-    Eof,
-    /// `read` failed with this kind (a reset: `ConnectionReset`).
-    Error(io::ErrorKind),
-    /// Nothing more within [`T`], and no close.
-    Timeout,
-}
-
 /// Sends `bytes` as a client would (no half-close) and reads until the
 /// proxy ends the connection: what it sent, and how it ended.
 fn send_and_read(addr: SocketAddr, bytes: &[u8]) -> (Vec<u8>, End) {
@@ -200,34 +189,7 @@ fn send_and_read(addr: SocketAddr, bytes: &[u8]) -> (Vec<u8>, End) {
     stream
         .write_all(bytes)
         .unwrap_or_else(|e| panic!("write {} bytes to {addr}: {e}", bytes.len()));
-    let deadline = Instant::now() + T;
-    let mut received = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        let Some(left) = deadline
-            .checked_duration_since(Instant::now())
-            .filter(|d| !d.is_zero())
-        else {
-            return (received, End::Timeout);
-        };
-        stream
-            .set_read_timeout(Some(left))
-            .expect("set_read_timeout");
-        match stream.read(&mut buf) {
-            Ok(0) => return (received, End::Eof),
-            Ok(n) => received.extend_from_slice(&buf[..n]),
-            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-            Err(err)
-                if matches!(
-                    err.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return (received, End::Timeout);
-            }
-            Err(err) => return (received, End::Error(err.kind())),
-        }
-    }
+    client::read_until_end(&mut stream, T)
 }
 
 /// Waits until the proxy counted `n` rejects for `reason`.
