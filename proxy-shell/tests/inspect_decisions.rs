@@ -2,14 +2,14 @@
 //! core takes under `testdata/corpus-routes.toml`, for every capture, on
 //! the plain listener, the PROXY listener and the default-cluster listener.
 
+mod common;
+
 use std::path::PathBuf;
+
+use common::{decisions, root};
 use std::process::Command;
 
 use serde_json::Value;
-
-fn root() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-}
 
 fn manifest() -> Vec<Value> {
     let text = std::fs::read_to_string(root().join("testdata/clienthellos/manifest.jsonl"))
@@ -17,25 +17,6 @@ fn manifest() -> Vec<Value> {
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).expect("manifest line"))
-        .collect()
-}
-
-fn decisions(listener: &str, files: &[PathBuf]) -> Vec<Value> {
-    let out = Command::new(env!("CARGO_BIN_EXE_preread"))
-        .args(["inspect", "-c"])
-        .arg(root().join("testdata/corpus-routes.toml"))
-        .args(["--listener", listener])
-        .args(files)
-        .output()
-        .expect("run preread");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("JSON line")["decision"].clone())
         .collect()
 }
 

@@ -16,9 +16,10 @@
 #[path = "../../testdata/route_pool.rs"]
 mod route_pool;
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 
 use command::config::load_config_file;
@@ -28,12 +29,10 @@ use preread_core::routes::{AlpnSet, Lookup, RouteTable};
 use route_pool::RouteSpec;
 use serde_json::Value;
 
+use common::{decisions, root};
+
 /// The plain listener of `corpus-routes.toml`.
 const PLAIN_LISTENER: &str = "127.0.0.1:8443";
-
-fn root() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-}
 
 fn routes_file() -> PathBuf {
     root().join("testdata/corpus-routes.toml")
@@ -111,26 +110,9 @@ fn file_frontends() -> Vec<(String, Vec<String>)> {
 
 /// The decisions of the real `preread inspect` on the plain listener.
 fn inspect(captures: &[Capture]) -> Vec<Value> {
-    let out = Command::new(env!("CARGO_BIN_EXE_preread"))
-        .args(["inspect", "-c"])
-        .arg(routes_file())
-        .args(["--listener", PLAIN_LISTENER])
-        .args(
-            captures
-                .iter()
-                .map(|c| root().join("testdata/clienthellos").join(&c.file)),
-        )
-        .output()
-        .expect("run preread");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("JSON line")["decision"].clone())
-        .collect()
+    let dir = root().join("testdata/clienthellos");
+    let files: Vec<PathBuf> = captures.iter().map(|c| dir.join(&c.file)).collect();
+    decisions(PLAIN_LISTENER, &files)
 }
 
 #[test]
