@@ -5,10 +5,9 @@
 mod common;
 
 use std::path::PathBuf;
-
-use common::{decisions, root};
 use std::process::Command;
 
+use common::{decisions, root};
 use serde_json::Value;
 
 fn manifest() -> Vec<Value> {
