@@ -610,7 +610,9 @@ impl ProxyProcess {
         loop {
             if let Some(status) = proxy.try_wait()? {
                 let stderr = proxy.stderr_text();
-                if stderr.contains("in use") {
+                // A bind that failed ("in use"), or the command server's
+                // check that a new address is free ("already bound").
+                if stderr.contains("in use") || stderr.contains("already bound") {
                     return Ok(Attempt::PortTaken(stderr));
                 }
                 return Err(format!(
