@@ -2,7 +2,7 @@
 //! their application to the running state.
 //!
 //! Owns: [`diff`] (also the state→requests generator, as the diff from the
-//! empty state), [`apply_reload`] and [`ReloadReport`]. Must never: emit a
+//! empty state); [`crate::generation::plan`] applies it. Must never: emit a
 //! request that `dispatch` would refuse in order, when both states are
 //! valid; leave an old route in place while its replacement is added (every
 //! removal comes before every addition).
@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use crate::proto;
 use crate::proto::request::RequestType;
 use crate::state::{ConfigState, request};
-use crate::validate::{ValidationError, is_relay};
+use crate::validate::is_relay;
 
 /// The config without its activation, to compare settings alone.
 fn settings(config: &proto::TcpListenerConfig) -> proto::TcpListenerConfig {
@@ -175,84 +175,13 @@ pub fn diff(current: &ConfigState, desired: &ConfigState) -> Vec<proto::Request>
     requests
 }
 
-/// What a reload did. `E` is why a request was skipped: the validator's
-/// error, or what the sender reports (the proxy's own answer, whose code
-/// may be none of the validation codes).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ReloadReport<E = ValidationError> {
-    /// Accepted by the state and the workers, and recorded, in order.
-    pub applied: Vec<proto::Request>,
-    /// Refused by the state (validated on a scratch copy) or by the workers,
-    /// with why; the next reload tries them again.
-    pub skipped: Vec<(proto::Request, E)>,
-}
-
-impl<E> Default for ReloadReport<E> {
-    fn default() -> Self {
-        Self {
-            applied: Vec::new(),
-            skipped: Vec::new(),
-        }
-    }
-}
-
-impl<E> ReloadReport<E> {
-    /// Whether every request of the diff was applied.
-    #[must_use]
-    pub fn is_complete(&self) -> bool {
-        self.skipped.is_empty()
-    }
-}
-
-/// Applies `diff(current, desired)` request by request: each is validated
-/// with `dispatch` on a scratch copy of `current`, then handed to `send`
-/// (the workers), and recorded in `current` only when both accepted it.
-///
-/// A refused request is skipped and reported with its error, and the rest
-/// still applies; requests that depended on it are refused in turn and
-/// reported too. Nothing is remembered across reloads: the next one
-/// recomputes the diff from `current`, so it retries what was skipped.
-pub fn apply_reload<E: From<ValidationError>>(
-    current: &mut ConfigState,
-    desired: &ConfigState,
-    mut send: impl FnMut(&proto::Request) -> Result<(), E>,
-) -> ReloadReport<E> {
-    let mut report = ReloadReport::default();
-    let mut scratch = current.clone();
-    for request in diff(current, desired) {
-        if let Err(error) = scratch.dispatch(&request) {
-            // A refusal leaves `scratch` as it was: still equal to `current`.
-            report.skipped.push((request, error.into()));
-            continue;
-        }
-        if let Err(error) = send(&request) {
-            scratch.clone_from(current);
-            report.skipped.push((request, error));
-            continue;
-        }
-        match current.dispatch(&request) {
-            Ok(_) => report.applied.push(request),
-            Err(error) => {
-                // `scratch` equalled `current` and accepted it: unreachable
-                // unless `dispatch` is not deterministic.
-                debug_assert!(
-                    false,
-                    "scratch and current disagree on {request:?}: {error}"
-                );
-                scratch.clone_from(current);
-                report.skipped.push((request, error.into()));
-            }
-        }
-    }
-    debug_assert!(scratch == *current, "scratch copy drifted");
-    report
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::codes::ErrorCode;
+    use crate::generation::plan;
     use crate::state::Applied;
+    use crate::validate::ValidationError;
 
     fn state(requests: &[RequestType]) -> ConfigState {
         let mut s = ConfigState::default();
@@ -475,7 +404,7 @@ mod tests {
     }
 
     #[test]
-    fn reload_skips_what_the_workers_refuse_and_retries_it_next_time() {
+    fn reload_skips_what_a_check_refuses_and_retries_it_next_time() {
         let desired = state(&[
             cluster("a", proto::ProxyProtocol::None),
             listener(L, false, None),
@@ -483,25 +412,34 @@ mod tests {
             frontend("a", L, Some("a.example.com"), &[]),
             frontend("a", "127.0.0.1:9443", Some("a.example.com"), &[]),
         ]);
-        let mut current = ConfigState::default();
-        // A worker cannot bind 9443 this time.
-        let report = apply_reload(&mut current, &desired, |r| match &r.request_type {
-            Some(RequestType::AddTcpListener(l)) if l.address.ends_with(":9443") => Err(
-                ValidationError::new(ErrorCode::InvalidAddress, "worker 0: address in use"),
-            ),
-            _ => Ok(()),
+        let current = ConfigState::default();
+        // The port 9443 is taken this time.
+        let planned = plan(&current, diff(&current, &desired), |r, _| {
+            match &r.request_type {
+                Some(RequestType::AddTcpListener(l)) if l.address.ends_with(":9443") => Err(
+                    ValidationError::new(ErrorCode::InvalidAddress, "127.0.0.1:9443 is in use"),
+                ),
+                _ => Ok(()),
+            }
         });
-        current.check_invariants();
-        assert_eq!(report.applied.len(), 3);
-        let codes: Vec<_> = report.skipped.iter().map(|(_, e)| e.code).collect();
+        planned.after.check_invariants();
+        assert_eq!(planned.generation.len(), 3);
+        let codes: Vec<_> = planned.skipped.iter().map(|(_, e)| e.code).collect();
         assert_eq!(
             codes,
             [ErrorCode::InvalidAddress, ErrorCode::UnknownListener]
         );
-        assert!(!report.is_complete());
-        let report: ReloadReport = apply_reload(&mut current, &desired, |_| Ok(()));
-        assert!(report.is_complete());
-        assert_eq!(report.applied.len(), 2);
-        assert_eq!(current, desired);
+        // The skipped listener was taken back out of the planned state.
+        assert!(
+            planned
+                .after
+                .listener(&"127.0.0.1:9443".parse().expect("addr"))
+                .is_none()
+        );
+        let current = planned.after;
+        let planned = plan::<ValidationError>(&current, diff(&current, &desired), |_, _| Ok(()));
+        assert!(planned.skipped.is_empty());
+        assert_eq!(planned.generation.len(), 2);
+        assert_eq!(planned.after, desired);
     }
 }

@@ -135,7 +135,9 @@ impl ConfigState {
             | RequestType::SaveState(_)
             | RequestType::LoadState(_)
             | RequestType::SoftStop(_)
-            | RequestType::HardStop(_) => Err(ValidationError::new(
+            | RequestType::HardStop(_)
+            | RequestType::ApplyChanges(_)
+            | RequestType::Upgrade(_) => Err(ValidationError::new(
                 ErrorCode::UnsupportedRequest,
                 "this request does not change the routing state: the command server answers \
                  it, the state does not apply it",

@@ -1,5 +1,6 @@
-//! Properties of `ConfigState`, `generate_requests`, `diff` and
-//! `apply_reload` over random request sequences.
+//! Properties of `ConfigState`, `generate_requests`, `diff`, the inverses
+//! of `dispatch_undoable` and generations `plan`ned from a reload, over
+//! random request sequences.
 //!
 //! States are built by dispatching random requests over a small universe of
 //! addresses, ids, patterns and protocols (so that conflicts, references
@@ -10,10 +11,12 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use command::codes::ErrorCode;
-use command::diff::{ReloadReport, apply_reload, diff};
+use command::diff::diff;
+use command::generation::{Planned, plan};
 use command::proto;
 use command::proto::request::RequestType;
 use command::state::{Applied, ConfigState};
+use command::undo::Change;
 use command::validate::ValidationError;
 use preread_core::pattern::validate_sni_pattern;
 use preread_core::routes::{AlpnSet, Lookup};
@@ -151,6 +154,11 @@ fn request() -> impl Strategy<Value = proto::Request> {
         8 => frontend().prop_map(RequestType::AddTcpFrontend),
         2 => frontend().prop_map(RequestType::RemoveTcpFrontend),
         4 => backend().prop_map(RequestType::AddBackend),
+        2 => backend().prop_map(RequestType::UpdateBackend),
+        2 => add_cluster().prop_map(|kind| match kind {
+            RequestType::AddCluster(cluster) => RequestType::UpdateCluster(cluster),
+            other => other,
+        }),
         1 => backend().prop_map(|b| RequestType::RemoveBackend(proto::BackendRef {
             cluster_id: b.cluster_id,
             backend_id: b.backend_id,
@@ -233,10 +241,13 @@ fn tcp_frontend(cluster: &str, address: &str, sni: &str, alpn: &[&str]) -> proto
     }
 }
 
-fn reload_ok(current: &mut ConfigState, desired: &ConfigState) -> ReloadReport {
-    let report: ReloadReport = apply_reload(current, desired, |_| Ok(()));
-    current.check_invariants();
-    report
+/// A reload as the command server runs it, with workers that accept the
+/// generation: planned on the running state, which becomes the plan's.
+fn reload_ok(current: &mut ConfigState, desired: &ConfigState) -> Planned<ValidationError> {
+    let planned = plan(current, diff(current, desired), |_, _| Ok(()));
+    planned.after.check_invariants();
+    *current = planned.after.clone();
+    planned
 }
 
 fn addr(text: &str) -> SocketAddr {
@@ -259,7 +270,7 @@ proptest! {
     }
 
     /// (b) `diff(a, b)` applied to `a` is accepted request by request and
-    /// gives `b`; so does `apply_reload` with workers that accept all.
+    /// gives `b`; so does the generation planned from it.
     #[test]
     fn diff_turns_a_into_b(a in a_state(), b in a_state()) {
         let mut state = a.clone();
@@ -269,9 +280,53 @@ proptest! {
 
         let mut current = a.clone();
         let report = reload_ok(&mut current, &b);
-        prop_assert!(report.is_complete(), "{:?}", report.skipped);
-        prop_assert_eq!(report.applied, diff(&a, &b));
+        prop_assert!(report.skipped.is_empty(), "{:?}", report.skipped);
+        prop_assert_eq!(report.generation.steps, diff(&a, &b));
         prop_assert_eq!(&current, &b);
+    }
+
+    /// (e) The inverse of every accepted change is accepted on the state
+    /// the change produced, as a change, and gives back an equal state.
+    #[test]
+    fn every_change_has_an_exact_inverse(state in a_state(), requests in proptest::collection::vec(request(), 1..40)) {
+        let mut state = state;
+        for request in requests {
+            let before = state.clone();
+            match state.dispatch_undoable(&request) {
+                Err(_) => prop_assert_eq!(&state, &before),
+                Ok(Change::Unchanged) => prop_assert_eq!(&state, &before),
+                Ok(Change::Changed { undo }) => {
+                    let mut undone = state.clone();
+                    prop_assert_eq!(undone.dispatch(&undo), Ok(Applied::Changed), "undo of {:?}", request);
+                    undone.check_invariants();
+                    prop_assert_eq!(&undone, &before, "undo {:?} of {:?}", undo, request);
+                }
+            }
+        }
+    }
+
+    /// (f) A generation's inverse, applied after it, is accepted step by
+    /// step and gives back the state it started from; a check that refuses
+    /// a change leaves no trace of it in the plan.
+    #[test]
+    fn a_generation_and_its_inverse_cancel_out(a in a_state(), b in a_state(), refuse in 0..8_usize) {
+        let mut seen = 0;
+        let planned: Planned<ValidationError> = plan(&a, diff(&a, &b), |_, _| {
+            seen += 1;
+            if seen % 8 == refuse {
+                Err(ValidationError::new(ErrorCode::InUse, "refused by the test's check"))
+            } else {
+                Ok(())
+            }
+        });
+        planned.after.check_invariants();
+        let mut replayed = a.clone();
+        apply_all(&mut replayed, &planned.generation.steps);
+        prop_assert_eq!(&replayed, &planned.after, "the plan's state is its steps");
+        let mut back = planned.after.clone();
+        apply_all(&mut back, &planned.generation.inverse().steps);
+        prop_assert_eq!(&back, &a);
+        prop_assert_eq!(planned.generation.inverse().inverse(), planned.generation);
     }
 
     /// (c) A frontend whose SNI or ALPN changes: after the reload its old
@@ -300,7 +355,7 @@ proptest! {
         let mut current = with(&old.0, &old.1);
         let desired = with(&new.0, &new.1);
         let report = reload_ok(&mut current, &desired);
-        prop_assert!(report.is_complete());
+        prop_assert!(report.skipped.is_empty());
         prop_assert_eq!(&current, &desired);
 
         let mut table = current.route_table(&addr(at)).expect("the listener").clone();
@@ -344,14 +399,15 @@ proptest! {
         dispatch(&mut current, RequestType::AddTcpFrontend(runtime.clone()));
 
         let drop_runtime = req(RequestType::RemoveTcpFrontend(runtime.clone()));
-        let report = apply_reload(&mut current, &desired, |request| {
+        let report = plan(&current, diff(&current, &desired), |request, _| {
             if *request == drop_runtime {
-                Err(ValidationError::new(ErrorCode::InUse, "worker 0: frontend busy"))
+                Err(ValidationError::new(ErrorCode::InUse, "frontend busy"))
             } else {
                 Ok(())
             }
         });
-        current.check_invariants();
+        report.after.check_invariants();
+        current = report.after.clone();
         let skipped: Vec<(Option<RequestType>, ErrorCode)> =
             report.skipped.iter().map(|(r, e)| (r.request_type.clone(), e.code)).collect();
         prop_assert_eq!(skipped, vec![
@@ -368,15 +424,15 @@ proptest! {
         // The operator removes the runtime frontend: the cause is fixed.
         dispatch(&mut current, RequestType::RemoveTcpFrontend(runtime));
         let report = reload_ok(&mut current, &desired);
-        prop_assert!(report.is_complete(), "{:?}", report.skipped);
-        prop_assert_eq!(report.applied, vec![req(RequestType::AddTcpFrontend(wanted))]);
+        prop_assert!(report.skipped.is_empty(), "{:?}", report.skipped);
+        prop_assert_eq!(report.generation.steps, vec![req(RequestType::AddTcpFrontend(wanted))]);
         prop_assert_eq!(&current, &desired);
         let table = current.route_table(&addr(at)).expect("the listener");
         let h2 = table.lookup(b"clash.example.com", [&b"h2"[..]]);
         prop_assert!(matches!(h2, Lookup::Matched { cluster, .. } if &**cluster == "cfg-a"), "{h2:?}");
         let http1 = table.lookup(b"clash.example.com", [&b"http/1.1"[..]]);
         prop_assert!(matches!(http1, Lookup::AlpnUnmatched { .. }), "{http1:?}");
-        prop_assert!(reload_ok(&mut current, &desired).applied.is_empty());
+        prop_assert!(reload_ok(&mut current, &desired).generation.is_empty());
     }
 
     /// With workers that accept everything, a reload resolves the same clash
@@ -393,8 +449,8 @@ proptest! {
         dispatch(&mut current, RequestType::AddTcpFrontend(tcp_frontend("cfg-b", at, "clash.example.com", &["h2"])));
         dispatch(&mut desired, RequestType::AddTcpFrontend(tcp_frontend("cfg-a", at, "clash.example.com", &["h2", "http/1.1"])));
         let report = reload_ok(&mut current, &desired);
-        prop_assert!(report.is_complete());
-        prop_assert_eq!(report.applied.len(), 2);
+        prop_assert!(report.skipped.is_empty());
+        prop_assert_eq!(report.generation.len(), 2);
         prop_assert_eq!(&current, &desired);
     }
 }

@@ -68,8 +68,8 @@ fn sighup_reloads_the_config_file_and_a_broken_one_changes_nothing() {
     assert!(proxy.exit_status().is_none(), "SIGHUP stopped the proxy");
     let after = status(&proxy);
     assert!(
-        after.contains(", generation 3"),
-        "three changes applied: {after}"
+        after.contains(", generation 1"),
+        "three changes applied as one generation: {after}"
     );
     routed_to(&proxy, "g.example.com", "gamma-0");
     routed_to(&proxy, "a.example.com", "alpha-0");

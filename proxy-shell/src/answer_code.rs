@@ -29,16 +29,20 @@ pub enum AnswerCode {
     Stopping,
     /// The CLI got no answer: the socket failed or closed mid-request.
     NoAnswer,
+    /// An upgrade's new process did not take over (it exited, refused the
+    /// handover or timed out); the running process keeps serving.
+    UpgradeFailed,
 }
 
 impl AnswerCode {
     /// The proxy's own codes, for tests and listings.
-    pub const OWN: [Self; 5] = [
+    pub const OWN: [Self; 6] = [
         Self::WorkerRefused,
         Self::WorkerTimeout,
         Self::Permission,
         Self::Stopping,
         Self::NoAnswer,
+        Self::UpgradeFailed,
     ];
 
     /// The stable spelling on the wire and in the CLI's output.
@@ -50,6 +54,7 @@ impl AnswerCode {
             Self::Permission => "E_PERMISSION",
             Self::Stopping => "E_STOPPING",
             Self::NoAnswer => "E_NO_ANSWER",
+            Self::UpgradeFailed => "E_UPGRADE_FAILED",
         }
     }
 }

@@ -9,9 +9,11 @@
 
 pub mod answer_code;
 pub mod cli;
+pub mod handover;
 pub mod inspect;
 pub mod metrics_http;
 pub mod notify;
 pub mod server;
 pub mod start;
+pub mod takeover;
 pub mod worker;

@@ -5,7 +5,8 @@
 //! bound and the command socket answers, `RELOADING=1` (with the monotonic
 //! time systemd 253 and later want) as a SIGHUP reload starts and `READY=1`
 //! when it is done, `STOPPING=1` when a stop starts, each with a `STATUS=`
-//! line an operator sees in `systemctl status`. Must never: fail or block
+//! line an operator sees in `systemctl status`; and `MAINPID=` when an
+//! upgrade hands the service to a new process. Must never: fail or block
 //! the proxy: without `NOTIFY_SOCKET` nothing is sent, and a failed send is
 //! logged at debug level only.
 
@@ -31,6 +32,12 @@ pub fn reloading() {
             send(&[NotifyState::Reloading]);
         }
     }
+}
+
+/// An upgrade's successor, `pid`, is now the service's main process
+/// (accepted from the old main process under `NotifyAccess=main`).
+pub fn main_pid(pid: u32) {
+    send(&[NotifyState::MainPid(pid)]);
 }
 
 /// A stop starts.

@@ -1,10 +1,12 @@
 //! `preread start`: runs the proxy in the foreground.
 //!
 //! Owns: the boot sequence: config, logging, the boot state (a valid saved
-//! state file wins over the config's declarations), the command socket, the
-//! workers, replaying the state on them, then the command server until a
-//! stop, and joining the workers. Must never: start with a state the
-//! workers refused, or over another running proxy's command socket.
+//! state file wins over the config's declarations; an upgrade's handover
+//! wins over both), the command socket, the workers, replaying the state on
+//! them, then the command server until a stop, and joining the workers.
+//! Must never: start with a state the workers refused, or over another
+//! running proxy's command socket (a successor moves its own over it only
+//! once it serves).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -18,7 +20,9 @@ use command::state_file::{load_state_requests, save_state};
 use command::validate::check_cap_fits_buffer;
 
 use crate::cli::{EXIT_FAILED, EXIT_USAGE, Globals};
+use crate::handover::Inherited;
 use crate::server::{CommandServer, ServerSettings, StopKind};
+use crate::takeover::{self, Successor};
 use crate::worker::{self, WorkerSettings};
 
 /// How long `start` waits for the worker threads to end after they
@@ -49,6 +53,23 @@ pub fn run(globals: &Globals) -> ExitCode {
         global.command_socket.clone_from(socket);
     }
     init_logging(&global.log_level);
+    let mut inherited = Inherited::default();
+    match inherited.control() {
+        Err(error) => {
+            log::error!("cannot take the upgrade's control socket: {error}; not starting");
+            return ExitCode::from(EXIT_FAILED);
+        }
+        Ok(Some(control)) => {
+            return match Successor::receive(control, inherited, &global) {
+                Ok(successor) => {
+                    let state = successor.state.clone();
+                    serve(&global, state, &config_path, Some(successor))
+                }
+                Err(_) => ExitCode::from(EXIT_FAILED),
+            };
+        }
+        Ok(None) => {}
+    }
     let state = match boot_state(&global, loaded.state) {
         Ok(state) => state,
         Err(message) => {
@@ -56,7 +77,7 @@ pub fn run(globals: &Globals) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    serve(&global, state, &config_path)
+    serve(&global, state, &config_path, None)
 }
 
 fn init_logging(log_level: &str) {
@@ -106,40 +127,62 @@ fn boot_state(global: &GlobalSettings, from_config: ConfigState) -> Result<Confi
 }
 
 /// Binds the command socket, spawns and boots the workers, serves until a
-/// stop, joins the workers.
-fn serve(global: &GlobalSettings, state: ConfigState, config_path: &Path) -> ExitCode {
+/// stop, joins the workers. An upgrade's `successor` adopts the inherited
+/// sockets, and takes the command socket path only once it serves.
+fn serve(
+    global: &GlobalSettings,
+    state: ConfigState,
+    config_path: &Path,
+    mut successor: Option<Successor>,
+) -> ExitCode {
     let (replies_tx, replies_rx) = mpsc::channel();
     let settings = ServerSettings {
         config_path: Some(config_path.to_path_buf()),
         ..ServerSettings::from_global(global)
     };
-    let mut server = match CommandServer::bind(settings, state, replies_rx) {
+    let bound = match &successor {
+        Some(s) => CommandServer::bind_successor(settings, state, replies_rx, s.generation),
+        None => CommandServer::bind(settings, state, replies_rx),
+    };
+    let mut server = match bound {
         Ok(server) => server,
         Err(error) => {
-            log::error!(
+            let why = format!(
                 "cannot open the command socket {}: {error}",
                 global.command_socket.display()
             );
+            log::error!("{why}");
+            if let Some(s) = &mut successor {
+                takeover::refuse(&mut s.control, &why);
+            }
             return ExitCode::from(EXIT_FAILED);
         }
     };
     let mut threads = Vec::new();
     let count = u32::try_from(global.worker_count.max(1)).unwrap_or(u32::MAX);
+    let mut hands = match &mut successor {
+        Some(s) => {
+            server.adopt(s.sockets.iter().map(|(address, _)| *address));
+            Successor::deal(std::mem::take(&mut s.sockets), count as usize)
+        }
+        None => Vec::new(),
+    }
+    .into_iter();
     for id in 0..count {
         match worker::spawn(
             id,
             WorkerSettings::from_global(global),
             replies_tx.clone(),
             server.waker(),
+            hands.next().unwrap_or_default(),
         ) {
             Ok((handle, thread)) => {
                 server.add_worker(handle);
                 threads.push(thread);
             }
             Err(error) => {
-                log::error!("cannot start worker {id}: {error}");
-                abort(&mut server, threads);
-                return ExitCode::from(EXIT_FAILED);
+                let why = format!("cannot start worker {id}: {error}");
+                return fail(&mut server, threads, successor.as_mut(), &why);
             }
         }
     }
@@ -148,10 +191,20 @@ fn serve(global: &GlobalSettings, state: ConfigState, config_path: &Path) -> Exi
     match server.boot() {
         Ok(sent) => log::debug!("boot: {sent} request(s) applied by every worker"),
         Err(error) => {
-            log::error!("{error}; stopping");
-            abort(&mut server, threads);
-            return ExitCode::from(EXIT_FAILED);
+            let why = format!("{error}");
+            return fail(&mut server, threads, successor.as_mut(), &why);
         }
+    }
+    if let Some(s) = &mut successor {
+        if let Err(error) = server.take_socket_path() {
+            let why = format!(
+                "cannot move the command socket over {}: {error}",
+                global.command_socket.display()
+            );
+            return fail(&mut server, threads, Some(s), &why);
+        }
+        takeover::ready(&mut s.control);
+        crate::notify::main_pid(std::process::id());
     }
     if global.automatic_state_save
         && let Some(path) = &global.saved_state
@@ -166,12 +219,16 @@ fn serve(global: &GlobalSettings, state: ConfigState, config_path: &Path) -> Exi
         abort(&mut server, threads);
         return ExitCode::from(EXIT_FAILED);
     }
-    if let Some(address) = global.metrics_address
-        && let Err(error) = crate::metrics_http::spawn(address, server.socket_path().to_path_buf())
-    {
-        log::error!("cannot serve metrics on {address}: {error}");
-        abort(&mut server, threads);
-        return ExitCode::from(EXIT_FAILED);
+    if let Some(address) = global.metrics_address {
+        let socket = server.socket_path().to_path_buf();
+        if successor.is_some() {
+            // The old process holds the address until it exits.
+            spawn_metrics_once_free(address, socket, global.soft_stop_grace_s);
+        } else if let Err(error) = crate::metrics_http::spawn(address, socket) {
+            log::error!("cannot serve metrics on {address}: {error}");
+            abort(&mut server, threads);
+            return ExitCode::from(EXIT_FAILED);
+        }
     }
     let listeners: Vec<&str> = server
         .state()
@@ -199,6 +256,45 @@ fn serve(global: &GlobalSettings, state: ConfigState, config_path: &Path) -> Exi
             log::error!("the command server failed: {error}");
             ExitCode::from(EXIT_FAILED)
         }
+    }
+}
+
+/// A start that cannot go on: an upgrade's old process hears why, the
+/// workers started so far stop.
+fn fail(
+    server: &mut CommandServer,
+    threads: Vec<JoinHandle<()>>,
+    successor: Option<&mut Successor>,
+    why: &str,
+) -> ExitCode {
+    log::error!("{why}; stopping");
+    if let Some(s) = successor {
+        takeover::refuse(&mut s.control, why);
+    }
+    abort(server, threads);
+    ExitCode::from(EXIT_FAILED)
+}
+
+/// Serves metrics on `address` once the upgrade's old process left it:
+/// retries the bind until the old process's soft stop is surely over.
+fn spawn_metrics_once_free(address: std::net::SocketAddr, socket: PathBuf, grace_s: u32) {
+    let until = Instant::now() + Duration::from_secs(u64::from(grace_s) + 30);
+    let spawned = std::thread::Builder::new()
+        .name("preread-metrics-wait".to_owned())
+        .spawn(move || {
+            loop {
+                match crate::metrics_http::spawn(address, socket.clone()) {
+                    Ok(()) => return,
+                    Err(error) if Instant::now() >= until => {
+                        log::error!("cannot serve metrics on {address}: {error}");
+                        return;
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(200)),
+                }
+            }
+        });
+    if let Err(error) = spawned {
+        log::error!("cannot serve metrics on {address}: {error}");
     }
 }
 

@@ -99,15 +99,18 @@ fn spawn_fake(
                     thread::sleep(*delay);
                     Answer::Done
                 }
-                (Script::RefuseListener(refused), Order::Apply(request)) => {
-                    match &request.request_type {
-                        Some(RequestType::AddTcpListener(l)) if &l.address == refused => {
-                            Answer::Refused {
-                                code: FAKE_BIND,
-                                message: format!("cannot bind {refused}: address in use"),
-                            }
+                (Script::RefuseListener(refused), Order::Apply(generation)) => {
+                    let binds = generation.steps.iter().any(|request| {
+                        matches!(&request.request_type,
+                            Some(RequestType::AddTcpListener(l)) if &l.address == refused)
+                    });
+                    if binds {
+                        Answer::Refused {
+                            code: FAKE_BIND,
+                            message: format!("cannot bind {refused}: address in use"),
                         }
-                        _ => Answer::Done,
+                    } else {
+                        Answer::Done
                     }
                 }
                 (_, Order::Status) => Answer::Status {
@@ -159,6 +162,8 @@ fn settings(dir: &Path) -> ServerSettings {
         buffer_size: 16_384,
         config_path: None,
         check_unbound: false,
+        exe: None,
+        argv: Vec::new(),
     }
 }
 
@@ -376,13 +381,20 @@ fn listings(h: &Harness) -> (ContentType, ContentType, ContentType) {
     )
 }
 
+/// The changes of every generation a worker was given, in order.
 fn applies(log: &[Order]) -> Vec<RequestType> {
     log.iter()
-        .filter_map(|o| match o {
-            Order::Apply(r) => r.request_type.clone(),
-            _ => None,
+        .flat_map(|o| match o {
+            Order::Apply(generation) => generation.steps.clone(),
+            _ => Vec::new(),
         })
+        .filter_map(|r| r.request_type)
         .collect()
+}
+
+/// How many generations a worker was given.
+fn generations(log: &[Order]) -> usize {
+    log.iter().filter(|o| matches!(o, Order::Apply(_))).count()
 }
 
 fn state_of(requests: &[RequestType]) -> ConfigState {
@@ -534,6 +546,103 @@ fn a_worker_refusal_is_rolled_back_on_the_others() {
     );
 }
 
+fn batch(kinds: Vec<RequestType>) -> RequestType {
+    RequestType::ApplyChanges(proto::ChangeBatch {
+        requests: kinds
+            .into_iter()
+            .map(|kind| proto::Request {
+                request_type: Some(kind),
+            })
+            .collect(),
+    })
+}
+
+fn batch_report(response: proto::Response) -> proto::BatchReport {
+    match content(response) {
+        ContentType::Batch(report) => report,
+        other => panic!("not a batch report: {other:?}"),
+    }
+}
+
+#[test]
+fn a_batch_is_one_generation_and_lists_what_it_skipped() {
+    let h = Harness::start("batch", &[Script::Done, Script::Done]);
+    let mut client = h.client();
+    let response = ask(
+        &mut client,
+        batch(vec![
+            cluster("alpha"),
+            listener(ADDR),
+            frontend("nowhere", ADDR, "x.example.com"),
+            frontend("alpha", ADDR, "a.example.com"),
+            cluster("alpha"),
+        ]),
+    );
+    assert_ok(&response);
+    let report = batch_report(response);
+    assert_eq!(report.applied.len(), 3, "{report:?}");
+    assert_eq!(report.unchanged, 1);
+    assert_eq!(report.skipped.len(), 1);
+    assert_eq!(report.skipped[0].error_code, "E302", "{report:?}");
+    for worker in 0..2 {
+        let log = h.log(worker);
+        assert_eq!(generations(&log), 1, "worker {worker}: one generation");
+        assert_eq!(applies(&log).len(), 3);
+    }
+    assert_eq!(
+        h.stop(),
+        state_of(&[
+            cluster("alpha"),
+            listener(ADDR),
+            frontend("alpha", ADDR, "a.example.com")
+        ])
+    );
+}
+
+#[test]
+fn a_refused_batch_is_rolled_back_as_one_generation() {
+    let h = Harness::start(
+        "batch-refused",
+        &[Script::Done, Script::RefuseListener(ADDR.to_owned())],
+    );
+    let mut client = h.client();
+    let response = ask(
+        &mut client,
+        batch(vec![
+            cluster("alpha"),
+            listener(ADDR),
+            frontend("alpha", ADDR, "a.example.com"),
+        ]),
+    );
+    assert_ok(&response);
+    let report = batch_report(response);
+    assert!(report.applied.is_empty(), "{report:?}");
+    let codes: Vec<&str> = report
+        .skipped
+        .iter()
+        .map(|s| s.error_code.as_str())
+        .collect();
+    assert_eq!(codes, [FAKE_BIND.as_str(); 3]);
+    // Worker 0 applied it, then got its inverse as one generation, last
+    // change first; worker 1 refused it and got nothing more.
+    let log = h.wait_orders(0, 2);
+    assert_eq!(generations(&log), 2);
+    let undone: Vec<RequestType> = applies(&log).into_iter().skip(3).collect();
+    assert!(
+        matches!(
+            undone.as_slice(),
+            [
+                RequestType::RemoveTcpFrontend(_),
+                RequestType::RemoveListener(_),
+                RequestType::RemoveCluster(_)
+            ]
+        ),
+        "{undone:?}"
+    );
+    assert_eq!(generations(&h.log(1)), 1);
+    assert_eq!(h.stop(), ConfigState::default());
+}
+
 #[test]
 fn a_worker_that_never_answers_times_out() {
     let dir = temp_dir("timeout");
@@ -623,6 +732,7 @@ fn save_and_load_state_round_trip() {
     assert_ok(&ask(&mut client, RequestType::RemoveTcpFrontend(f)));
     assert_ne!(listings(&h), full);
     let sent_before = applies(&h.log(0)).len();
+    let generations_before = generations(&h.log(1));
     let response = ask(
         &mut client,
         RequestType::LoadState(proto::LoadState {
@@ -633,6 +743,11 @@ fn save_and_load_state_round_trip() {
     assert!(response.message.contains("2 applied"), "{response:?}");
     assert_eq!(listings(&h), full);
     assert_eq!(applies(&h.log(1)).len(), sent_before + 2);
+    assert_eq!(
+        generations(&h.log(1)),
+        generations_before + 1,
+        "the load is one generation"
+    );
 
     // A corrupt file: FAILURE naming the line, nothing changed.
     let corrupt = h.dir.path().join("corrupt.json");
@@ -886,6 +1001,7 @@ fn boot_replays_the_state_and_a_refusal_fails_it() {
             .map(|s| s.order.clone())
             .collect();
         assert_eq!(applies(&log), wanted);
+        assert_eq!(generations(&log), 1, "the boot is one generation");
     }
     assert!(server.stop_workers(StopKind::Hard));
     drop(server);

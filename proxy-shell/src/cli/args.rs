@@ -104,6 +104,18 @@ pub enum Command {
     },
     /// Diff the config file against the running state and apply only the difference.
     Reload,
+    /// Replace the running proxy by a new process of a (new) binary, with no
+    /// connection refused: it hands over its listening sockets and its state.
+    Upgrade {
+        /// The binary to start (default: the file at the running proxy's own
+        /// path, where a package upgrade put the new version).
+        #[arg(long)]
+        binary: Option<PathBuf>,
+        /// Seconds the new process has to take over, else it is killed and
+        /// the running proxy keeps serving.
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=3600))]
+        within: u32,
+    },
 }
 
 impl Command {

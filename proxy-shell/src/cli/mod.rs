@@ -57,6 +57,18 @@ pub fn run(cli: Cli) -> ExitCode {
         ),
         Command::Reload => reload::run(&globals),
         Command::Start => crate::start::run(&globals),
+        Command::Upgrade { within, .. } => {
+            // The answer comes once the new process took over (or failed to).
+            let wait = (u64::from(*within) + 10) * 1000;
+            let globals = Globals {
+                timeout: globals.timeout.max(wait),
+                ..globals.clone()
+            };
+            match requests::for_command(&cli.command) {
+                Some(request) => client::send_and_print(&globals, &request),
+                None => ExitCode::from(EXIT_USAGE),
+            }
+        }
         other => match requests::for_command(other) {
             Some(request) => client::send_and_print(&globals, &request),
             None => {

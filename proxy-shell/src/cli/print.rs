@@ -198,6 +198,7 @@ pub fn success_text(response: &proto::Response) -> String {
         Some(ContentType::Clusters(list)) => clusters_text(list),
         Some(ContentType::Frontends(list)) => frontends_text(list),
         Some(ContentType::Metrics(report)) => metrics_text(report),
+        Some(ContentType::Batch(_)) => format!("{}\n", response.message),
         None if response.message.is_empty() => "ok\n".to_owned(),
         None => format!("{}\n", response.message),
     }

@@ -1,48 +1,24 @@
 //! `preread reload`: diff the config file against the running state and
-//! apply only the difference.
+//! apply only the difference, as one routing generation.
 //!
 //! Owns: rebuilding the running state from the proxy's listings, and
-//! sending the diff request by request. A request the proxy refuses is
-//! skipped and reported, and never counted as applied, so the next reload
-//! tries it again. Must never: send a request the local validation refused.
+//! sending the diff as one `apply_changes` batch. The proxy validates each
+//! change on its own state, skips the refused ones and applies the others
+//! together; the skipped ones are reported, never counted as applied, so
+//! the next reload tries them again. Must never: report as applied a change
+//! the proxy did not list as applied.
 
-use std::fmt;
 use std::process::ExitCode;
 
 use command::channel::BlockingChannel;
 use command::config::load_config_file;
-use command::diff::apply_reload;
+use command::diff::diff;
 use command::proto::{self, request::RequestType, response_content::ContentType};
 use command::state::ConfigState;
-use command::validate::ValidationError;
 
 use super::client::{config_path, is_failure, open, socket_path};
 use super::{EXIT_FAILED, EXIT_USAGE, Globals};
 use crate::answer_code::AnswerCode;
-
-/// Why a request was skipped, with the code as the validator or the proxy
-/// gave it: a worker's refusal stays `E_WORKER_REFUSED`, not a validation
-/// code it is not.
-#[derive(Debug)]
-struct Refusal {
-    code: String,
-    message: String,
-}
-
-impl From<ValidationError> for Refusal {
-    fn from(error: ValidationError) -> Self {
-        Self {
-            code: error.code.as_str().to_owned(),
-            message: error.message,
-        }
-    }
-}
-
-impl fmt::Display for Refusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.code, self.message)
-    }
-}
 
 fn ask(channel: &mut BlockingChannel, request_type: RequestType) -> Result<ContentType, String> {
     let request = proto::Request {
@@ -146,26 +122,41 @@ pub(super) fn run(globals: &Globals) -> ExitCode {
             return ExitCode::from(EXIT_FAILED);
         }
     };
-    let mut current = match running_state(&mut channel) {
+    let current = match running_state(&mut channel) {
         Ok(state) => state,
         Err(message) => {
             eprintln!("preread reload: {message}");
             return ExitCode::from(EXIT_FAILED);
         }
     };
-    let report = apply_reload(&mut current, &desired, |request| {
-        let response = channel.request(request, |_| {}).map_err(|e| Refusal {
-            code: AnswerCode::NoAnswer.as_str().to_owned(),
-            message: format!("the proxy did not answer: {e}"),
-        })?;
-        if is_failure(&response) {
-            return Err(Refusal {
-                code: response.error_code,
-                message: response.message,
-            });
+    let requests = diff(&current, &desired);
+    let batch = wrap(RequestType::ApplyChanges(proto::ChangeBatch { requests }));
+    let report = match channel.request(&batch, |_| {}) {
+        Err(e) => {
+            eprintln!(
+                "preread reload: {}: the proxy did not answer: {e}",
+                AnswerCode::NoAnswer
+            );
+            return ExitCode::from(EXIT_FAILED);
         }
-        Ok(())
-    });
+        Ok(response) if is_failure(&response) => {
+            eprintln!(
+                "preread reload: {}: {}",
+                response.error_code, response.message
+            );
+            return ExitCode::from(EXIT_FAILED);
+        }
+        Ok(response) => match response.content.and_then(|c| c.content_type) {
+            Some(ContentType::Batch(report)) => report,
+            _ => {
+                eprintln!(
+                    "preread reload: the proxy answered without a report: is it older than this \
+                     preread? (`preread status` shows its version)"
+                );
+                return ExitCode::from(EXIT_FAILED);
+            }
+        },
+    };
     for request in &report.applied {
         if globals.json {
             println!("{}", serde_json::json!({ "applied": request }));
@@ -173,14 +164,20 @@ pub(super) fn run(globals: &Globals) -> ExitCode {
             println!("applied {}", describe(request));
         }
     }
-    for (request, error) in &report.skipped {
+    for skipped in &report.skipped {
+        let request = skipped.request.clone().unwrap_or_default();
         if globals.json {
             println!(
                 "{}",
-                serde_json::json!({ "skipped": request, "code": error.code, "message": error.message })
+                serde_json::json!({ "skipped": request, "code": skipped.error_code, "message": skipped.message })
             );
         } else {
-            eprintln!("skipped {}: {error}", describe(request));
+            eprintln!(
+                "skipped {}: {}: {}",
+                describe(&request),
+                skipped.error_code,
+                skipped.message
+            );
         }
     }
     if !globals.json {

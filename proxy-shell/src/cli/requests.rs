@@ -106,6 +106,13 @@ pub fn for_command(command: &Command) -> Option<proto::Request> {
             return None;
         }
         Command::Status => RequestType::Status(proto::Status {}),
+        Command::Upgrade { binary, within } => RequestType::Upgrade(proto::Upgrade {
+            binary: binary
+                .as_ref()
+                .map(|b| b.display().to_string())
+                .unwrap_or_default(),
+            timeout: *within,
+        }),
         Command::Shutdown { hard: false } => RequestType::SoftStop(proto::SoftStop {}),
         Command::Shutdown { hard: true } => RequestType::HardStop(proto::HardStop {}),
         Command::Listener { action } => match action {

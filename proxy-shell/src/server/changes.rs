@@ -1,25 +1,29 @@
-//! State changes: validate on a copy, apply on every worker, commit, save;
-//! or roll back on the workers that applied it.
+//! State changes: plan them on a copy of the state as one routing
+//! generation, apply it on every worker, commit, save; or roll it back on
+//! the workers that applied it.
 //!
-//! Owns: the queue of state-changing jobs (one request, or the steps of a
-//! state load), run one at a time in arrival order, and the answer of each.
-//! Must never: commit a step before every worker applied it; leave a step
-//! applied on some workers when another refused it.
+//! Owns: the queue of state-changing jobs (one request, a batch of
+//! `preread reload`, a state load, a SIGHUP reload), run one at a time in
+//! arrival order, each as one generation, and the answer of each. Must
+//! never: commit a generation before every worker applied it; leave a
+//! generation applied on some workers when another refused it.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use command::config::load_config_file;
 use command::diff::diff;
-use command::proto;
-use command::state::{Applied, ConfigState};
+use command::generation::{Planned, plan};
+use command::proto::{self, request::RequestType, response_content::ContentType};
+use command::state::ConfigState;
 use command::state_file::{load_state_requests, save_state};
-use command::validate::check_cap_fits_buffer;
+use command::validate::{ValidationError, check_cap_fits_buffer};
 
 use super::clients::ClientRef;
 use super::pending::Gathered;
-use super::responses::{failure, ok};
+use super::responses::{failure, ok, ok_with};
 use super::{CommandServer, Purpose, describe};
 use crate::answer_code::AnswerCode;
 use crate::worker::listen::ensure_unbound;
@@ -30,6 +34,9 @@ use crate::worker::orders::{Order, OrderId};
 pub(super) enum Job {
     /// One add/update/remove/activate/deactivate request.
     Change(proto::Request),
+    /// The changes of `preread reload`: the refused ones are skipped, the
+    /// others applied together.
+    Batch(Vec<proto::Request>),
     /// Load a state file: apply the diff from the running state to it.
     Load(String),
     /// Reload the config file (SIGHUP): apply the diff from the running
@@ -37,11 +44,13 @@ pub(super) enum Job {
     Reload(PathBuf),
 }
 
-/// Where a job's steps came from: what its answer or log line says.
+/// Where a job's changes came from: what its answer or log line says.
 #[derive(Debug)]
 enum Origin {
     /// One request of a client.
     Change,
+    /// A batch of a client (`preread reload`).
+    Batch,
     /// A state file (`state load`).
     Load(String),
     /// The config file, on SIGHUP.
@@ -54,47 +63,39 @@ struct Queued {
     job: Job,
 }
 
-/// A step sent to the workers, awaiting their answers.
-#[derive(Debug)]
-struct InFlight {
-    order: OrderId,
-    request: proto::Request,
-    /// The state once the step is committed.
-    after: ConfigState,
-}
-
-/// A step that did not apply.
-#[derive(Debug)]
+/// Why a request of a job was not applied.
+#[derive(Debug, Clone)]
 struct Failure {
-    request: proto::Request,
     code: AnswerCode,
     message: String,
 }
 
-/// The job being run.
+impl From<ValidationError> for Failure {
+    fn from(error: ValidationError) -> Self {
+        Self {
+            code: error.code.into(),
+            message: error.message,
+        }
+    }
+}
+
+/// The job whose generation the workers are applying.
 #[derive(Debug)]
 struct Running {
     client: Option<ClientRef>,
     origin: Origin,
-    steps: VecDeque<proto::Request>,
-    in_flight: Option<InFlight>,
-    applied: usize,
-    unchanged: usize,
-    failures: Vec<Failure>,
+    order: OrderId,
+    planned: Planned<Failure>,
 }
 
-impl Running {
-    fn new(client: Option<ClientRef>, origin: Origin, steps: Vec<proto::Request>) -> Self {
-        Self {
-            client,
-            origin,
-            steps: steps.into(),
-            in_flight: None,
-            applied: 0,
-            unchanged: 0,
-            failures: Vec::new(),
-        }
-    }
+/// A job's end, for its answer.
+#[derive(Debug)]
+struct Outcome {
+    client: Option<ClientRef>,
+    origin: Origin,
+    planned: Planned<Failure>,
+    /// Why the workers did not apply the generation (it is not committed).
+    refused: Option<Failure>,
 }
 
 /// The state-change queue and the running job.
@@ -102,6 +103,13 @@ impl Running {
 pub(super) struct Changes {
     queue: VecDeque<Queued>,
     running: Option<Running>,
+}
+
+impl Changes {
+    /// Whether a job runs or waits.
+    pub(super) fn is_busy(&self) -> bool {
+        self.running.is_some() || !self.queue.is_empty()
+    }
 }
 
 impl CommandServer {
@@ -121,86 +129,69 @@ impl CommandServer {
         self.advance();
     }
 
-    /// Runs jobs and steps until one waits for the workers or none is left.
+    /// Starts queued jobs until one waits for the workers or none is left.
     fn advance(&mut self) {
-        loop {
-            let mut run = match self.changes.running.take() {
-                Some(run) => run,
-                None => {
-                    let Some(next) = self.changes.queue.pop_front() else {
-                        return;
-                    };
-                    match self.begin(next) {
-                        Some(run) => run,
-                        None => continue,
-                    }
-                }
-            };
-            if run.in_flight.is_some() {
-                self.changes.running = Some(run);
+        while self.changes.running.is_none() {
+            let Some(next) = self.changes.queue.pop_front() else {
                 return;
-            }
-            let Some(request) = run.steps.pop_front() else {
-                self.finish(run);
+            };
+            let Some((origin, requests)) = self.begin(&next) else {
                 continue;
             };
-            let mut after = self.state.clone();
-            let checked = check_cap_fits_buffer(&request, self.settings.buffer_size)
-                .and_then(|()| after.dispatch(&request));
-            match checked {
-                Err(error) => run.failures.push(Failure {
-                    request,
-                    code: error.code.into(),
-                    message: error.message,
-                }),
-                Ok(Applied::Unchanged) => run.unchanged += 1,
-                Ok(Applied::Changed) if let Err(message) = self.check_unbound(&after) => {
-                    run.failures.push(Failure {
-                        request,
+            let planned = self.plan(requests);
+            if planned.generation.is_empty() {
+                self.finish(Outcome {
+                    client: next.client,
+                    origin,
+                    planned,
+                    refused: None,
+                });
+                continue;
+            }
+            let generation = Arc::new(planned.generation.clone());
+            let timeout = self.settings.order_timeout;
+            let order = self.broadcast(Order::Apply(generation), Purpose::Step, None, timeout);
+            self.changes.running = Some(Running {
+                client: next.client,
+                origin,
+                order,
+                planned,
+            });
+        }
+    }
+
+    /// The job's requests as one generation on the committed state: each
+    /// is validated, its cap checked against the buffers, and a listener
+    /// it opens checked free; the refused ones are skipped.
+    fn plan(&self, requests: Vec<proto::Request>) -> Planned<Failure> {
+        let buffer_size = self.settings.buffer_size;
+        let check_unbound = self.settings.check_unbound;
+        let committed = &self.state;
+        plan(committed, requests, |request, after| {
+            check_cap_fits_buffer(request, buffer_size).map_err(Failure::from)?;
+            match opened_by(request) {
+                Some(address) if check_unbound && opens(committed, after, address) => {
+                    ensure_unbound(address).map_err(|e| Failure {
                         code: AnswerCode::WorkerRefused,
-                        message,
-                    });
+                        message: format!("cannot listen on {address}: {e}; skipped"),
+                    })
                 }
-                Ok(Applied::Changed) => {
-                    let timeout = self.settings.order_timeout;
-                    let order =
-                        self.broadcast(Order::Apply(request.clone()), Purpose::Step, None, timeout);
-                    run.in_flight = Some(InFlight {
-                        order,
-                        request,
-                        after,
-                    });
-                }
+                _ => Ok(()),
             }
-            self.changes.running = Some(run);
-        }
+        })
     }
 
-    /// Whether the addresses `after` listens on and the running state does
-    /// not are free; the message names the first that is not.
-    fn check_unbound(&self, after: &ConfigState) -> Result<(), String> {
-        if !self.settings.check_unbound {
-            return Ok(());
-        }
-        for address in newly_listening(&self.state, after) {
-            ensure_unbound(address)
-                .map_err(|e| format!("cannot listen on {address}: {e}; nothing changed"))?;
-        }
-        Ok(())
-    }
-
-    /// Starts a job; `None` when it is answered already (a state file that
-    /// cannot be loaded).
-    fn begin(&mut self, queued: Queued) -> Option<Running> {
-        match queued.job {
-            Job::Change(request) => {
-                Some(Running::new(queued.client, Origin::Change, vec![request]))
-            }
-            Job::Reload(path) => match load_config_file(&path) {
-                Ok(loaded) => {
-                    let steps = diff(&self.state, &loaded.state);
-                    Some(Running::new(queued.client, Origin::Reload(path), steps))
-                }
+    /// The requests of a job; `None` when it is answered already (a file
+    /// that cannot be read).
+    fn begin(&mut self, queued: &Queued) -> Option<(Origin, Vec<proto::Request>)> {
+        match &queued.job {
+            Job::Change(request) => Some((Origin::Change, vec![request.clone()])),
+            Job::Batch(requests) => Some((Origin::Batch, requests.clone())),
+            Job::Reload(path) => match load_config_file(path) {
+                Ok(loaded) => Some((
+                    Origin::Reload(path.clone()),
+                    diff(&self.state, &loaded.state),
+                )),
                 Err(problems) => {
                     for problem in &problems {
                         log::error!("reload: {}:{problem}", path.display());
@@ -215,11 +206,8 @@ impl CommandServer {
                     None
                 }
             },
-            Job::Load(path) => match load_state_requests(&path) {
-                Ok((loaded, _)) => {
-                    let steps = diff(&self.state, &loaded);
-                    Some(Running::new(queued.client, Origin::Load(path), steps))
-                }
+            Job::Load(path) => match load_state_requests(path) {
+                Ok((loaded, _)) => Some((Origin::Load(path.clone()), diff(&self.state, &loaded))),
                 Err(error) => {
                     if let Some(who) = queued.client {
                         let answer = failure(
@@ -234,35 +222,29 @@ impl CommandServer {
         }
     }
 
-    /// Every worker answered the running step (or some did not in time):
-    /// commit it, or roll it back on the workers that may have applied it.
+    /// Every worker answered the running generation (or some did not in
+    /// time): commit it, or roll it back on the workers that may have
+    /// applied it.
     pub(super) fn step_done(&mut self, gathered: &Gathered<Purpose>) {
-        let Some(mut run) = self.changes.running.take() else {
-            log::error!(
-                "answers to step {} with no state change running",
-                gathered.id
-            );
-            return;
-        };
-        let in_flight = match run.in_flight.take() {
-            Some(in_flight) if in_flight.order == gathered.id => in_flight,
+        let run = match self.changes.running.take() {
+            Some(run) if run.order == gathered.id => run,
             other => {
-                log::error!("answers to step {} not in flight", gathered.id);
-                run.in_flight = other;
-                self.changes.running = Some(run);
+                log::error!("answers to generation {} not in flight", gathered.id);
+                self.changes.running = other;
                 return;
             }
         };
-        match gathered.first_failure() {
+        let refused = match gathered.first_failure() {
             None => {
-                self.state = in_flight.after;
+                self.state = run.planned.after.clone();
                 self.state.check_invariants();
                 self.generation += 1;
-                run.applied += 1;
+                None
             }
             Some((_, code, message)) => {
-                // Every worker but those that refused may hold the change (a
-                // late one applies it before the inverse: orders are FIFO).
+                // Every worker but those that refused may hold the
+                // generation (a late one applies it before the inverse:
+                // orders are FIFO); one that refused took it back itself.
                 let refused = gathered.refused_by();
                 let undo_on: Vec<u32> = self
                     .worker_ids()
@@ -270,51 +252,57 @@ impl CommandServer {
                     .filter(|id| !refused.contains(id))
                     .collect();
                 log::warn!(
-                    "{}: {code}: {message}; undoing it on worker(s) {undo_on:?}",
-                    describe(&in_flight.request)
+                    "generation of {} change(s): {code}: {message}; undoing it on worker(s) \
+                     {undo_on:?}",
+                    run.planned.generation.len()
                 );
                 if !undo_on.is_empty() {
+                    let inverse = Arc::new(run.planned.generation.inverse());
+                    let purpose = Purpose::Rollback {
+                        changes: inverse.len(),
+                    };
                     let timeout = self.settings.order_timeout;
-                    for inverse in diff(&in_flight.after, &self.state) {
-                        let purpose = Purpose::Rollback {
-                            request: describe(&inverse),
-                        };
-                        self.broadcast(Order::Apply(inverse), purpose, Some(&undo_on), timeout);
-                    }
+                    self.broadcast(Order::Apply(inverse), purpose, Some(&undo_on), timeout);
                 }
-                run.failures.push(Failure {
-                    request: in_flight.request,
+                Some(Failure {
                     code,
                     message: if undo_on.is_empty() {
                         format!("{message}; nothing changed")
                     } else {
                         format!("{message}; undone on worker(s) {undo_on:?}, nothing changed")
                     },
-                });
+                })
             }
-        }
-        self.changes.running = Some(run);
+        };
+        self.finish(Outcome {
+            client: run.client,
+            origin: run.origin,
+            planned: run.planned,
+            refused,
+        });
         self.advance();
     }
 
     /// Saves the state if the job changed it, and answers the job.
-    fn finish(&mut self, run: Running) {
-        let save_error = if run.applied > 0 {
+    fn finish(&mut self, outcome: Outcome) {
+        let applied = outcome.applied().len();
+        let save_note = if applied > 0 {
             self.autosave()
+                .map(|e| format!("; but the state file was not saved: {e}"))
+                .unwrap_or_default()
         } else {
-            None
+            String::new()
         };
-        let save_note = save_error
-            .map(|e| format!("; but the state file was not saved: {e}"))
-            .unwrap_or_default();
-        let answer = match &run.origin {
+        let skipped = outcome.skipped();
+        let unchanged = outcome.planned.unchanged;
+        let answer = match &outcome.origin {
             Origin::Reload(path) => {
-                log_reload(path, &run, &save_note);
+                log_reload(path, applied, unchanged, &skipped, &save_note);
                 return;
             }
-            Origin::Change => match run.failures.first() {
-                Some(failed) => failure(failed.code, failed.message.clone()),
-                None if run.applied == 0 => {
+            Origin::Change => match skipped.first() {
+                Some((_, failed)) => failure(failed.code, failed.message.clone()),
+                None if applied == 0 => {
                     ok("unchanged: the proxy already has this; nothing sent to the workers")
                 }
                 None => ok(format!(
@@ -322,28 +310,47 @@ impl CommandServer {
                     self.workers.len()
                 )),
             },
+            Origin::Batch => {
+                let report = proto::BatchReport {
+                    applied: outcome.applied().to_vec(),
+                    unchanged: u32::try_from(unchanged).unwrap_or(u32::MAX),
+                    skipped: skipped
+                        .iter()
+                        .map(|(request, failed)| proto::SkippedRequest {
+                            request: Some(request.clone()),
+                            error_code: failed.code.as_str().to_owned(),
+                            message: failed.message.clone(),
+                        })
+                        .collect(),
+                };
+                let mut answer = ok_with(ContentType::Batch(report));
+                answer.message = format!(
+                    "{applied} applied, {unchanged} unchanged, {} skipped{save_note}",
+                    skipped.len()
+                );
+                answer
+            }
             Origin::Load(path) => {
                 let mut message = format!(
-                    "state loaded from {path}: {} applied, {} unchanged, {} skipped{save_note}",
-                    run.applied,
-                    run.unchanged,
-                    run.failures.len()
+                    "state loaded from {path}: {applied} applied, {unchanged} unchanged, {} \
+                     skipped{save_note}",
+                    skipped.len()
                 );
-                for failed in &run.failures {
+                for (request, failed) in &skipped {
                     message.push_str(&format!(
                         "\n  skipped {}: {}: {}",
-                        describe(&failed.request),
+                        describe(request),
                         failed.code,
                         failed.message
                     ));
                 }
-                match run.failures.first() {
-                    Some(failed) => failure(failed.code, message),
+                match skipped.first() {
+                    Some((_, failed)) => failure(failed.code, message),
                     None => ok(message),
                 }
             }
         };
-        if let Some(who) = run.client {
+        if let Some(who) = outcome.client {
             self.respond(who, &answer);
         }
     }
@@ -383,12 +390,40 @@ impl CommandServer {
             let answer = failure(
                 AnswerCode::Stopping,
                 format!(
-                    "the proxy stopped before this finished ({} step(s) applied)",
-                    run.applied
+                    "the proxy stopped before the workers applied this generation of {} \
+                     change(s)",
+                    run.planned.generation.len()
                 ),
             );
             self.respond(who, &answer);
         }
+    }
+}
+
+impl Outcome {
+    /// The changes committed: the generation, unless the workers refused it.
+    fn applied(&self) -> &[proto::Request] {
+        match self.refused {
+            Some(_) => &[],
+            None => &self.planned.generation.steps,
+        }
+    }
+
+    /// Every request not applied, with why, in order: those the plan
+    /// skipped, then, if the workers refused the generation, each of its
+    /// changes.
+    fn skipped(&self) -> Vec<(proto::Request, Failure)> {
+        let mut skipped = self.planned.skipped.clone();
+        if let Some(refused) = &self.refused {
+            skipped.extend(
+                self.planned
+                    .generation
+                    .steps
+                    .iter()
+                    .map(|step| (step.clone(), refused.clone())),
+            );
+        }
+        skipped
     }
 }
 
@@ -414,24 +449,51 @@ pub(super) fn newly_listening(before: &ConfigState, after: &ConfigState) -> Vec<
         .collect()
 }
 
+/// The address at which `request` may start listening.
+fn opened_by(request: &proto::Request) -> Option<SocketAddr> {
+    let address = match request.request_type.as_ref()? {
+        RequestType::AddTcpListener(config) | RequestType::UpdateTcpListener(config) => {
+            &config.address
+        }
+        RequestType::ActivateListener(at) => &at.address,
+        _ => return None,
+    };
+    address.parse().ok()
+}
+
+/// Whether `after` listens at `address` and the committed state does not:
+/// the workers are about to bind it.
+fn opens(committed: &ConfigState, after: &ConfigState, address: SocketAddr) -> bool {
+    let listening = |state: &ConfigState| {
+        state
+            .listener(&address)
+            .is_some_and(|l| l.active != Some(false))
+    };
+    listening(after) && !listening(committed)
+}
+
 /// The summary of a SIGHUP reload, as `preread reload` prints it: each
 /// skipped request with its code, then the counts.
-fn log_reload(path: &Path, run: &Running, save_note: &str) {
-    for failed in &run.failures {
+fn log_reload(
+    path: &Path,
+    applied: usize,
+    unchanged: usize,
+    skipped: &[(proto::Request, Failure)],
+    save_note: &str,
+) {
+    for (request, failed) in skipped {
         log::warn!(
             "reload of {}: skipped {}: {}: {}",
             path.display(),
-            describe(&failed.request),
+            describe(request),
             failed.code,
             failed.message
         );
     }
     let summary = format!(
-        "reload of {}: {} applied, {} unchanged, {} skipped{save_note}",
+        "reload of {}: {applied} applied, {unchanged} unchanged, {} skipped{save_note}",
         path.display(),
-        run.applied,
-        run.unchanged,
-        run.failures.len()
+        skipped.len()
     );
     log::info!("{summary}");
     crate::notify::ready(&summary);

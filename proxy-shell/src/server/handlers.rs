@@ -81,6 +81,14 @@ impl CommandServer {
             | RequestType::UpdateCluster(_)
             | RequestType::UpdateBackend(_)
             | RequestType::RemoveBackend(_) => self.enqueue(Some(who), Job::Change(request)),
+            RequestType::ApplyChanges(batch) => {
+                let requests = batch.requests.clone();
+                self.enqueue(Some(who), Job::Batch(requests));
+            }
+            RequestType::Upgrade(upgrade) => {
+                let upgrade = upgrade.clone();
+                self.upgrade(who, upgrade);
+            }
         }
     }
 

@@ -20,18 +20,22 @@ mod pending;
 mod responses;
 mod signals;
 mod socket;
+mod upgrade;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
 use std::io;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use command::config::GlobalSettings;
+use command::generation::plan;
 use command::proto;
 use command::state::ConfigState;
+use command::validate::ValidationError;
 use mio::{Events, Interest, Poll, Token, Waker};
 use signal_hook_mio::v1_0::Signals;
 use slab::Slab;
@@ -86,6 +90,12 @@ pub struct ServerSettings {
     pub check_unbound: bool,
     /// The config file the proxy started from: what SIGHUP reloads.
     pub config_path: Option<PathBuf>,
+    /// The binary an upgrade starts by default: this process's own, as its
+    /// path was at start (a package upgrade replaces the file there).
+    pub exe: Option<PathBuf>,
+    /// The arguments this process was started with, given to the
+    /// successor of an upgrade.
+    pub argv: Vec<std::ffi::OsString>,
 }
 
 impl ServerSettings {
@@ -100,6 +110,8 @@ impl ServerSettings {
             buffer_size: global.buffer_size,
             check_unbound: true,
             config_path: None,
+            exe: std::env::current_exe().ok(),
+            argv: std::env::args_os().skip(1).collect(),
         }
     }
 }
@@ -145,8 +157,8 @@ enum Purpose {
     Query { client: ClientRef, query: Query },
     /// The step of the running state change.
     Step,
-    /// Undoing a refused step on the workers that applied it.
-    Rollback { request: String },
+    /// Undoing a refused generation on the workers that applied it.
+    Rollback { changes: usize },
     /// A soft or hard stop.
     Stop(StopKind),
     /// A request replayed at boot.
@@ -180,6 +192,8 @@ pub struct CommandServer {
     /// `status` reports).
     generation: u64,
     stopping: Option<StopKind>,
+    /// Addresses the workers listen on with inherited sockets.
+    adopted: BTreeSet<SocketAddr>,
 }
 
 impl fmt::Debug for CommandServer {
@@ -230,7 +244,45 @@ impl CommandServer {
             started: Instant::now(),
             generation: 0,
             stopping: None,
+            adopted: BTreeSet::new(),
         })
+    }
+
+    /// Like [`bind`](Self::bind), for an upgrade's successor: the command
+    /// socket is created beside `socket_path` (a live proxy answers
+    /// there), and moved over it by
+    /// [`take_socket_path`](Self::take_socket_path) once the successor
+    /// serves.
+    pub fn bind_successor(
+        settings: ServerSettings,
+        state: ConfigState,
+        replies: Receiver<Reply>,
+        generation: u64,
+    ) -> io::Result<Self> {
+        let beside = ServerSettings {
+            socket_path: socket::successor_path(&settings.socket_path),
+            ..settings.clone()
+        };
+        let mut server = Self::bind(beside, state, replies)?;
+        server.settings.socket_path = settings.socket_path;
+        server.generation = generation;
+        Ok(server)
+    }
+
+    /// Moves the command socket over its configured path (see
+    /// [`bind_successor`](Self::bind_successor)); a no-op when it is there.
+    pub fn take_socket_path(&mut self) -> io::Result<()> {
+        if self.socket.path() == self.settings.socket_path {
+            return Ok(());
+        }
+        let path = self.settings.socket_path.clone();
+        self.socket.move_over(&path)
+    }
+
+    /// Addresses whose listening sockets the workers inherited (an
+    /// upgrade): [`boot`](Self::boot) does not check that they are free.
+    pub fn adopt(&mut self, addresses: impl IntoIterator<Item = SocketAddr>) {
+        self.adopted.extend(addresses);
     }
 
     /// The waker workers wake after each answer.
@@ -258,13 +310,15 @@ impl CommandServer {
         self.workers.iter().map(|w| w.id).collect()
     }
 
-    /// Replays the state on the workers, request by request, each applied
-    /// by every worker before the next. Returns how many requests were
-    /// sent. The first refusal (or missing answer) stops the boot.
+    /// Replays the state on the workers as one generation. Returns how
+    /// many requests it holds. A refusal (or a missing answer) fails the
+    /// boot.
     pub fn boot(&mut self) -> Result<usize, BootError> {
         let requests = self.state.generate_requests();
+        let count = requests.len();
         if self.settings.check_unbound {
-            for address in changes::newly_listening(&ConfigState::default(), &self.state) {
+            let fresh = changes::newly_listening(&ConfigState::default(), &self.state);
+            for address in fresh.into_iter().filter(|a| !self.adopted.contains(a)) {
                 if let Err(e) = ensure_unbound(address) {
                     return Err(BootError {
                         request: format!("listen on {address}"),
@@ -275,24 +329,34 @@ impl CommandServer {
                 }
             }
         }
-        for request in &requests {
-            let id = self.broadcast(
-                Order::Apply(request.clone()),
-                Purpose::Boot,
-                None,
-                self.settings.order_timeout,
-            );
-            let gathered = self.wait_for(id);
-            if let Some((worker, code, message)) = gathered.first_failure() {
-                return Err(BootError {
-                    request: describe(request),
-                    worker,
-                    code,
-                    message,
-                });
-            }
+        let planned = plan::<ValidationError>(&ConfigState::default(), requests, |_, _| Ok(()));
+        if let Some((request, error)) = planned.skipped.first() {
+            return Err(BootError {
+                request: describe(request),
+                worker: 0,
+                code: error.code.into(),
+                message: error.message.clone(),
+            });
         }
-        Ok(requests.len())
+        if planned.generation.is_empty() {
+            return Ok(0);
+        }
+        let id = self.broadcast(
+            Order::Apply(Arc::new(planned.generation)),
+            Purpose::Boot,
+            None,
+            self.settings.order_timeout,
+        );
+        let gathered = self.wait_for(id);
+        if let Some((worker, code, message)) = gathered.first_failure() {
+            return Err(BootError {
+                request: format!("the state's {count} request(s)"),
+                worker,
+                code,
+                message,
+            });
+        }
+        Ok(count)
     }
 
     /// Stops the workers and waits (bounded) for their answers, outside of
@@ -458,11 +522,11 @@ impl CommandServer {
                 self.respond(client, &response);
             }
             Purpose::Step => self.step_done(&gathered),
-            Purpose::Rollback { ref request } => {
+            Purpose::Rollback { changes } => {
                 if let Some((_, code, message)) = gathered.first_failure() {
                     log::error!(
-                        "undoing {request}: {code}: {message}; that worker's routing may \
-                         differ from the state until the proxy restarts"
+                        "undoing a generation of {changes} change(s): {code}: {message}; that \
+                         worker's routing may differ from the state until the proxy restarts"
                     );
                 }
             }
@@ -483,6 +547,15 @@ impl CommandServer {
     /// Orders a stop, unless one as strong is already under way. Returns
     /// what to tell the client.
     fn start_stop(&mut self, kind: StopKind) -> String {
+        if self.stopping.is_none() || kind == StopKind::Hard {
+            crate::notify::stopping(&format!("{kind:?} stop"));
+        }
+        self.start_stop_quietly(kind)
+    }
+
+    /// [`start_stop`](Self::start_stop) without telling systemd: after an
+    /// upgrade the service goes on in the successor.
+    fn start_stop_quietly(&mut self, kind: StopKind) -> String {
         match (self.stopping, kind) {
             (Some(StopKind::Hard), _) | (Some(StopKind::Soft), StopKind::Soft) => {
                 return "already stopping".to_owned();
@@ -490,7 +563,6 @@ impl CommandServer {
             _ => {}
         }
         self.stopping = Some(kind);
-        crate::notify::stopping(&format!("{kind:?} stop"));
         self.fail_queued_changes();
         if kind == StopKind::Hard {
             // Workers may exit on the hard stop without finishing the soft

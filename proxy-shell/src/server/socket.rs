@@ -33,6 +33,23 @@ impl SocketFile {
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Moves the socket file over `path` (an upgrade's successor taking the
+    /// command socket path of the process it replaces): one `rename`, so a
+    /// client connecting meanwhile reaches one of the two, never neither.
+    pub(crate) fn move_over(&mut self, path: &Path) -> io::Result<()> {
+        fs::rename(&self.path, path)?;
+        self.path = path.to_owned();
+        Ok(())
+    }
+}
+
+/// Where an upgrade's successor binds its command socket until it takes
+/// over `path`: beside it, named after the process.
+pub(crate) fn successor_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".upgrade-{}", std::process::id()));
+    path.with_file_name(name)
 }
 
 impl Drop for SocketFile {
@@ -198,5 +215,28 @@ mod tests {
         fs::write(&sock, b"not ours").expect("write");
         drop(guard2);
         assert_eq!(fs::read(&sock).expect("kept"), b"not ours");
+    }
+
+    #[test]
+    fn a_successor_moves_its_socket_over_the_live_one() {
+        let dir = tempfile::Builder::new()
+            .prefix("preread-socket-")
+            .tempdir()
+            .expect("temp dir");
+        let path = dir.path().join("cmd.sock");
+        let (_old_listener, old) = bind_command_socket(&path).expect("old");
+        let beside = successor_path(&path);
+        let (new_listener, mut new) = bind_command_socket(&beside).expect("successor");
+        new.move_over(&path).expect("rename");
+        assert!(!beside.exists());
+        // A client of the path reaches the successor.
+        let _client = UnixStream::connect(&path).expect("connect");
+        let accepted = new_listener.accept();
+        assert!(accepted.is_ok(), "{accepted:?}");
+        // The old process leaving does not remove the successor's file.
+        drop(old);
+        assert!(path.exists());
+        drop(new);
+        assert!(!path.exists());
     }
 }

@@ -10,8 +10,10 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
+use command::generation::Generation;
 use log::{error, info};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
@@ -29,7 +31,7 @@ use super::metrics::Metrics;
 use super::orders::{Answer, Order, OrderId, WorkerInbox};
 use super::pipe_pool::{MAX_IDLE_PIPES, PipePool};
 use super::pool::BufferPool;
-use super::runtime::{Applied, Runtime};
+use super::runtime::Runtime;
 use super::session::Session;
 use super::settings::WorkerSettings;
 use super::timer::fired;
@@ -51,7 +53,12 @@ pub(super) struct Worker {
     ctx: Ctx,
     sessions: Slab<Session>,
     listeners: Slab<(SocketAddr, TcpListener)>,
-    listener_keys: HashMap<SocketAddr, usize>,
+    /// The slab keys of the sockets listening at each address: one, or
+    /// several inherited from an upgrade whose predecessor ran more workers.
+    listener_keys: HashMap<SocketAddr, Vec<usize>>,
+    /// Sockets an upgrade handed over, not yet listened on: taken instead
+    /// of a bind when the state opens their address.
+    inherited: HashMap<SocketAddr, Vec<std::net::TcpListener>>,
     inbox: WorkerInbox,
     stopping: Option<Stopping>,
     /// The soft stop order, answered only once the sessions drained (or the
@@ -67,7 +74,12 @@ impl Worker {
         poll: Poll,
         settings: WorkerSettings,
         inbox: WorkerInbox,
+        inherited: Vec<(SocketAddr, std::net::TcpListener)>,
     ) -> io::Result<Self> {
+        let mut by_address: HashMap<SocketAddr, Vec<std::net::TcpListener>> = HashMap::new();
+        for (address, listener) in inherited {
+            by_address.entry(address).or_default().push(listener);
+        }
         let access_log = AccessLog::open(&settings.access_logs, settings.access_log_format)
             .map_err(|e| {
                 io::Error::new(
@@ -97,6 +109,7 @@ impl Worker {
             sessions: Slab::new(),
             listeners: Slab::new(),
             listener_keys: HashMap::new(),
+            inherited: by_address,
             inbox,
             stopping: None,
             stop_order: None,
@@ -213,7 +226,7 @@ impl Worker {
 
     fn handle_order(&mut self, id: OrderId, order: Order) {
         let answer = match order {
-            Order::Apply(request) => self.apply(&request),
+            Order::Apply(generation) => self.apply(&generation),
             Order::Metrics => {
                 let in_use = self.ctx.pool.in_use() as i64;
                 self.ctx.metrics.gauge_set(BUFFERS_IN_USE, in_use);
@@ -236,9 +249,10 @@ impl Worker {
                     },
                 }
             }
+            Order::ExportListeners => self.export_listeners(),
             Order::Status => Answer::Status {
                 sessions: self.sessions.len() as u64,
-                listeners: self.listeners.len() as u32,
+                listeners: self.listener_keys.len() as u32,
             },
             Order::SoftStop { grace_ms } => {
                 self.close_listeners();
@@ -261,53 +275,114 @@ impl Worker {
         self.inbox.answer(id, answer);
     }
 
-    fn apply(&mut self, request: &command::proto::Request) -> Answer {
-        match self.ctx.runtime.apply(request) {
-            Err(refusal) => Answer::Refused {
-                code: AnswerCode::WorkerRefused,
-                message: refusal.0,
-            },
-            Ok(Applied::Routing) => Answer::Done,
-            Ok(Applied::Close(address)) => {
-                self.close_listener(address);
-                Answer::Done
-            }
-            Ok(Applied::Open(address)) => match self.open_listener(address) {
-                Ok(()) => Answer::Done,
-                Err(e) => {
-                    self.ctx.runtime.undo_open(request, address);
-                    Answer::Refused {
-                        code: AnswerCode::WorkerRefused,
-                        message: format!("worker {}: cannot listen on {address}: {e}", self.ctx.id),
-                    }
-                }
-            },
+    /// Applies a whole generation within this one order, so no event is
+    /// handled with part of it: the routing first, then the listening
+    /// sockets it opens, then those it closes. A socket that cannot be
+    /// opened takes everything back.
+    fn apply(&mut self, generation: &Generation) -> Answer {
+        let refused = |message: String| Answer::Refused {
+            code: AnswerCode::WorkerRefused,
+            message,
+        };
+        if let Err(refusal) = self.ctx.runtime.apply_generation(generation) {
+            return refused(format!("worker {}: {}", self.ctx.id, refusal.0));
         }
+        let to_open: Vec<SocketAddr> = self
+            .ctx
+            .runtime
+            .listening()
+            .filter(|address| !self.listener_keys.contains_key(address))
+            .collect();
+        for (index, &address) in to_open.iter().enumerate() {
+            if let Err(e) = self.open_listener(address) {
+                for &opened in &to_open[..index] {
+                    self.close_listener(opened);
+                }
+                self.ctx.runtime.undo_generation(generation);
+                return refused(format!(
+                    "worker {}: cannot listen on {address}: {e}; the generation was taken back",
+                    self.ctx.id
+                ));
+            }
+        }
+        let to_close: Vec<SocketAddr> = self
+            .listener_keys
+            .keys()
+            .filter(|address| !self.ctx.runtime.listens(address))
+            .copied()
+            .collect();
+        for address in to_close {
+            self.close_listener(address);
+        }
+        Answer::Done
     }
 
+    /// Listens at `address`: on the sockets an upgrade handed over for it,
+    /// or on a new `SO_REUSEPORT` socket.
     fn open_listener(&mut self, address: SocketAddr) -> io::Result<()> {
         if self.stopping.is_some() || self.listener_keys.contains_key(&address) {
             return Ok(());
         }
-        let mut listener = bind_reuseport(address)?;
-        let entry = self.listeners.vacant_entry();
-        self.poll.registry().register(
-            &mut listener,
-            Token(LISTENER_BASE + entry.key()),
-            Interest::READABLE,
-        )?;
-        self.listener_keys.insert(address, entry.key());
-        entry.insert((address, listener));
-        info!("worker {}: listening on {address}", self.ctx.id);
+        let sockets = match self.inherited.remove(&address) {
+            Some(inherited) => inherited.into_iter().map(TcpListener::from_std).collect(),
+            None => vec![bind_reuseport(address)?],
+        };
+        let how = if sockets.len() == 1 { "" } else { "s" };
+        let count = sockets.len();
+        let mut keys = Vec::with_capacity(sockets.len());
+        for mut listener in sockets {
+            let entry = self.listeners.vacant_entry();
+            let registered = self.poll.registry().register(
+                &mut listener,
+                Token(LISTENER_BASE + entry.key()),
+                Interest::READABLE,
+            );
+            if let Err(e) = registered {
+                for key in keys {
+                    let (_, mut opened): (SocketAddr, TcpListener) = self.listeners.remove(key);
+                    let _ = self.poll.registry().deregister(&mut opened);
+                }
+                return Err(e);
+            }
+            keys.push(entry.key());
+            entry.insert((address, listener));
+        }
+        self.listener_keys.insert(address, keys);
+        info!(
+            "worker {}: listening on {address} ({count} socket{how})",
+            self.ctx.id
+        );
         Ok(())
     }
 
     fn close_listener(&mut self, address: SocketAddr) {
-        if let Some(key) = self.listener_keys.remove(&address) {
-            let (_, mut listener) = self.listeners.remove(key);
-            let _ = self.poll.registry().deregister(&mut listener);
+        if let Some(keys) = self.listener_keys.remove(&address) {
+            for key in keys {
+                let (_, mut listener) = self.listeners.remove(key);
+                let _ = self.poll.registry().deregister(&mut listener);
+            }
             info!("worker {}: stopped listening on {address}", self.ctx.id);
         }
+    }
+
+    /// Duplicates of every listening socket, for an upgrade's successor.
+    fn export_listeners(&self) -> Answer {
+        let mut exported = Vec::with_capacity(self.listeners.len());
+        for (_, (address, listener)) in &self.listeners {
+            match listener.as_fd().try_clone_to_owned() {
+                Ok(fd) => exported.push((*address, fd)),
+                Err(e) => {
+                    return Answer::Refused {
+                        code: AnswerCode::WorkerRefused,
+                        message: format!(
+                            "worker {}: cannot duplicate the socket listening on {address}: {e}",
+                            self.ctx.id
+                        ),
+                    };
+                }
+            }
+        }
+        Answer::Listeners(std::sync::Arc::new(exported))
     }
 
     fn close_listeners(&mut self) {

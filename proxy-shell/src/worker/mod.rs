@@ -32,6 +32,7 @@ mod tokens;
 pub mod vocabulary;
 
 use std::io as stdio;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::mpsc::{self, Sender};
 use std::thread::JoinHandle;
@@ -43,12 +44,15 @@ pub use settings::WorkerSettings;
 use tokens::WAKER_TOKEN;
 
 /// Starts worker `id` on its own thread. It answers every order on
-/// `replies` and wakes `main_waker` after each answer.
+/// `replies` and wakes `main_waker` after each answer. `inherited` are
+/// listening sockets an upgrade handed over: the worker accepts on them
+/// when the state says to listen at their address, instead of binding.
 pub fn spawn(
     id: u32,
     settings: WorkerSettings,
     replies: Sender<Reply>,
     main_waker: Arc<Waker>,
+    inherited: Vec<(SocketAddr, std::net::TcpListener)>,
 ) -> stdio::Result<(WorkerHandle, JoinHandle<()>)> {
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
@@ -59,7 +63,7 @@ pub fn spawn(
         replies,
         main_waker,
     };
-    let mut worker = event_loop::Worker::new(id, poll, settings, inbox)?;
+    let mut worker = event_loop::Worker::new(id, poll, settings, inbox, inherited)?;
     let thread = std::thread::Builder::new()
         .name(format!("preread-worker-{id}"))
         .spawn(move || worker.run())?;

@@ -5,9 +5,12 @@
 //! exactly once, on the reply channel, then wakes the main thread. Must
 //! never: carry anything the worker could block on.
 
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender};
 
+use command::generation::Generation;
 use command::proto;
 
 use crate::answer_code::AnswerCode;
@@ -19,13 +22,18 @@ pub type OrderId = u64;
 /// An order from the main thread.
 #[derive(Debug, Clone)]
 pub enum Order {
-    /// Apply a state change the main thread's `ConfigState` already
-    /// accepted (listeners, clusters, frontends, backends).
-    Apply(proto::Request),
+    /// Apply a routing generation the main thread's `ConfigState` already
+    /// accepted (listeners, clusters, frontends, backends), all of it
+    /// between two events, or none of it. Shared: every worker gets the
+    /// same one.
+    Apply(Arc<Generation>),
     /// Report this worker's metrics.
     Metrics,
     /// Report this worker's sessions and listeners.
     Status,
+    /// Hand copies (duplicates) of the listening sockets to the main
+    /// thread, for an upgrade's successor. The worker keeps accepting.
+    ExportListeners,
     /// Open the access-log file again (after logrotate moved it away): new
     /// lines go to a file at the configured path.
     ReopenAccessLog,
@@ -46,6 +54,8 @@ pub enum Answer {
     Metrics(proto::WorkerMetrics),
     /// The worker's live figures.
     Status { sessions: u64, listeners: u32 },
+    /// Duplicates of the worker's listening sockets, by address.
+    Listeners(Arc<Vec<(SocketAddr, OwnedFd)>>),
 }
 
 /// One answer, tagged with the worker and the order it answers.

@@ -1,17 +1,19 @@
 //! A worker's own copy of the routing state: listeners with their preread
 //! config and routes, clusters with their backends.
 //!
-//! Owns: applying the requests the main thread already validated, one at a
-//! time and incrementally (a frontend change is one route-table insert or
-//! remove, never a rebuild). Must never: validate policy (the main thread's
-//! `ConfigState` is the judge) or touch a socket; binding is the event
-//! loop's job, told through [`Applied`].
+//! Owns: applying the routing generations the main thread already
+//! validated, change by change and incrementally (a frontend change is one
+//! route-table insert or remove, never a rebuild), and walking a generation
+//! back through its inverses when one of its changes cannot apply. Must
+//! never: validate policy (the main thread's `ConfigState` is the judge) or
+//! touch a socket; binding what the listeners say is the event loop's job.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use command::generation::Generation;
 use command::proto::{self, request::RequestType};
 use command::validate::{
     DEFAULT_BACK_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_FRONT_TIMEOUT_S,
@@ -35,17 +37,6 @@ pub struct ListenerRuntime {
     pub front_timeout: Duration,
     pub back_timeout: Duration,
     pub connect_timeout: Duration,
-}
-
-/// What the event loop must do after a request was applied.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Applied {
-    /// Nothing on the socket side.
-    Routing,
-    /// Open (bind and register) the listener at this address.
-    Open(SocketAddr),
-    /// Close the listener at this address (established sessions stay).
-    Close(SocketAddr),
 }
 
 /// Why a request could not be applied here; the main thread rolls back.
@@ -99,11 +90,17 @@ impl Runtime {
             .ok_or_else(|| Refusal(format!("unknown cluster {id:?}")))
     }
 
+    /// Sets the listener's settings from `config`; changes nothing when it
+    /// refuses (an unknown default cluster).
     fn configure(
         &self,
         listener: &mut ListenerRuntime,
         config: &proto::TcpListenerConfig,
     ) -> Result<(), Refusal> {
+        let default_cluster = match &config.default_cluster {
+            Some(id) => Some(self.cluster_id(id)?),
+            None => None,
+        };
         let ms =
             |v: Option<u32>, default: u32| Duration::from_millis(u64::from(v.unwrap_or(default)));
         let secs =
@@ -115,10 +112,7 @@ impl Runtime {
         preread.set_cap(configured as usize, self.buffer_size);
         preread.config.timeout = ms(config.sni_preread_timeout, DEFAULT_SNI_PREREAD_TIMEOUT_MS);
         preread.config.expect_proxy = config.expect_proxy;
-        preread.config.default_cluster = match &config.default_cluster {
-            Some(id) => Some(self.cluster_id(id)?),
-            None => None,
-        };
+        preread.config.default_cluster = default_cluster;
         preread.config.server_first_timeout = config.server_first_timeout.map(|v| ms(Some(v), 0));
         preread.reject_with = reject_with(config.reject_with());
         listener.front_timeout = secs(config.front_timeout, DEFAULT_FRONT_TIMEOUT_S);
@@ -134,8 +128,59 @@ impl Runtime {
             .ok_or_else(|| Refusal(format!("no listener {address} in this worker")))
     }
 
-    /// Applies one request; the caller acts on the returned [`Applied`].
-    pub fn apply(&mut self, request: &proto::Request) -> Result<Applied, Refusal> {
+    /// Applies every change of `generation`, or none: when one is
+    /// refused, the ones before it are undone, last first.
+    pub fn apply_generation(&mut self, generation: &Generation) -> Result<(), Refusal> {
+        for (index, step) in generation.steps.iter().enumerate() {
+            if let Err(refusal) = self.apply(step) {
+                self.undo_first(generation, index);
+                return Err(Refusal(format!(
+                    "change {} of {}: {}; the generation was taken back",
+                    index + 1,
+                    generation.len(),
+                    refusal.0
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes back a generation this runtime applied in full (its sockets
+    /// could not be opened).
+    pub fn undo_generation(&mut self, generation: &Generation) {
+        self.undo_first(generation, generation.len());
+    }
+
+    /// Undoes the first `applied` changes of `generation`, last first.
+    fn undo_first(&mut self, generation: &Generation, applied: usize) {
+        for undo in generation.undo.iter().take(applied).rev() {
+            if let Err(refusal) = self.apply(undo) {
+                // The inverses are exact (the command crate's property
+                // tests): this is a bug, and the operator must hear of it.
+                log::error!(
+                    "undoing a change was refused: {}; this worker may route differently \
+                     from the state until the proxy restarts",
+                    refusal.0
+                );
+            }
+        }
+    }
+
+    /// Whether the listener at `address` should be open.
+    pub fn listens(&self, address: &SocketAddr) -> bool {
+        self.listeners.get(address).is_some_and(|l| l.active)
+    }
+
+    /// The addresses whose listeners should be open.
+    pub fn listening(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        self.listeners
+            .values()
+            .filter(|l| l.active)
+            .map(|l| l.address)
+    }
+
+    /// Applies one change.
+    fn apply(&mut self, request: &proto::Request) -> Result<(), Refusal> {
         let Some(request_type) = &request.request_type else {
             return Err(Refusal("empty request".into()));
         };
@@ -143,7 +188,7 @@ impl Runtime {
             RequestType::AddTcpListener(config) => {
                 let address = parse("listener", &config.address)?;
                 if self.listeners.contains_key(&address) {
-                    return Ok(Applied::Routing);
+                    return Ok(());
                 }
                 let mut listener = ListenerRuntime {
                     address,
@@ -158,13 +203,8 @@ impl Runtime {
                     connect_timeout: Duration::ZERO,
                 };
                 self.configure(&mut listener, config)?;
-                let open = listener.active;
                 self.listeners.insert(address, listener);
-                Ok(if open {
-                    Applied::Open(address)
-                } else {
-                    Applied::Routing
-                })
+                Ok(())
             }
             RequestType::UpdateTcpListener(config) => {
                 let address = parse("listener", &config.address)?;
@@ -172,45 +212,28 @@ impl Runtime {
                     .listeners
                     .remove(&address)
                     .ok_or_else(|| Refusal(format!("no listener {address} in this worker")))?;
+                // `configure` changes nothing when it refuses.
                 let configured = self.configure(&mut listener, config);
-                let was_active = listener.active;
-                listener.active = config.active.unwrap_or(was_active);
-                let now_active = listener.active;
+                if configured.is_ok() {
+                    listener.active = config.active.unwrap_or(listener.active);
+                }
                 self.listeners.insert(address, listener);
-                configured?;
-                Ok(match (was_active, now_active) {
-                    (false, true) => Applied::Open(address),
-                    (true, false) => Applied::Close(address),
-                    _ => Applied::Routing,
-                })
+                configured
             }
             RequestType::RemoveListener(a) => {
                 let address = parse("listener", &a.address)?;
                 match self.listeners.remove(&address) {
-                    Some(listener) if listener.active => Ok(Applied::Close(address)),
-                    Some(_) => Ok(Applied::Routing),
+                    Some(_) => Ok(()),
                     None => Err(Refusal(format!("no listener {address} in this worker"))),
                 }
             }
             RequestType::ActivateListener(a) => {
-                let listener = self.listener_mut(&a.address)?;
-                let open = !listener.active;
-                listener.active = true;
-                Ok(if open {
-                    Applied::Open(listener.address)
-                } else {
-                    Applied::Routing
-                })
+                self.listener_mut(&a.address)?.active = true;
+                Ok(())
             }
             RequestType::DeactivateListener(a) => {
-                let listener = self.listener_mut(&a.address)?;
-                let close = listener.active;
-                listener.active = false;
-                Ok(if close {
-                    Applied::Close(listener.address)
-                } else {
-                    Applied::Routing
-                })
+                self.listener_mut(&a.address)?.active = false;
+                Ok(())
             }
             RequestType::UpdateCluster(cluster) => {
                 let existing = self
@@ -218,7 +241,7 @@ impl Runtime {
                     .get_mut(cluster.cluster_id.as_str())
                     .ok_or_else(|| Refusal(format!("unknown cluster {:?}", cluster.cluster_id)))?;
                 existing.update_settings(cluster);
-                Ok(Applied::Routing)
+                Ok(())
             }
             RequestType::UpdateBackend(backend) => {
                 let cluster = self
@@ -226,7 +249,7 @@ impl Runtime {
                     .get_mut(backend.cluster_id.as_str())
                     .ok_or_else(|| Refusal(format!("unknown cluster {:?}", backend.cluster_id)))?;
                 cluster.add(backend);
-                Ok(Applied::Routing)
+                Ok(())
             }
             RequestType::AddCluster(cluster) => {
                 match self.clusters.get_mut(cluster.cluster_id.as_str()) {
@@ -236,11 +259,11 @@ impl Runtime {
                         self.clusters.insert(id, ClusterBackends::new(cluster));
                     }
                 }
-                Ok(Applied::Routing)
+                Ok(())
             }
             RequestType::RemoveCluster(c) => {
                 self.clusters.remove(c.cluster_id.as_str());
-                Ok(Applied::Routing)
+                Ok(())
             }
             RequestType::AddTcpFrontend(frontend) => self.frontend(frontend, true),
             RequestType::RemoveTcpFrontend(frontend) => self.frontend(frontend, false),
@@ -250,34 +273,24 @@ impl Runtime {
                     .get_mut(backend.cluster_id.as_str())
                     .ok_or_else(|| Refusal(format!("unknown cluster {:?}", backend.cluster_id)))?;
                 cluster.add(backend);
-                Ok(Applied::Routing)
+                Ok(())
             }
             RequestType::RemoveBackend(backend) => {
                 if let Some(cluster) = self.clusters.get_mut(backend.cluster_id.as_str()) {
                     cluster.remove(&backend.backend_id);
                 }
-                Ok(Applied::Routing)
+                Ok(())
             }
             _ => Err(Refusal("not a state change".into())),
         }
     }
 
-    /// Takes back the activation of a listener whose socket could not be
-    /// opened, so this worker matches what the main thread will keep.
-    pub fn undo_open(&mut self, request: &proto::Request, address: SocketAddr) {
-        if matches!(request.request_type, Some(RequestType::AddTcpListener(_))) {
-            self.listeners.remove(&address);
-        } else if let Some(listener) = self.listeners.get_mut(&address) {
-            listener.active = false;
-        }
-    }
-
-    fn frontend(&mut self, frontend: &proto::TcpFrontend, add: bool) -> Result<Applied, Refusal> {
+    fn frontend(&mut self, frontend: &proto::TcpFrontend, add: bool) -> Result<(), Refusal> {
         let cluster = self.cluster_id(&frontend.cluster_id);
         let listener = self.listener_mut(&frontend.address)?;
         let Some(sni) = &frontend.sni else {
             listener.preread.catch_all = if add { Some(cluster?) } else { None };
-            return Ok(Applied::Routing);
+            return Ok(());
         };
         let pattern = validate_sni_pattern(sni).map_err(|e| Refusal(e.to_string()))?;
         let alpn = alpn_set(&frontend.alpn)?;
@@ -291,6 +304,6 @@ impl Runtime {
         } else {
             listener.preread.config.routes.remove(&pattern, &alpn);
         }
-        Ok(Applied::Routing)
+        Ok(())
     }
 }

@@ -1,0 +1,124 @@
+//! The inverse of an accepted state change: the one request that takes the
+//! state back to what it was before it.
+//!
+//! Owns: [`ConfigState::dispatch_undoable`]. A worker that cannot finish a
+//! routing generation walks back through these inverses, and the command
+//! server rolls a refused generation back with them, so neither needs a
+//! copy of the state nor a diff of two whole states. Must never: return an
+//! inverse that `dispatch` would refuse on the state the change produced,
+//! or one that does not give back an equal state (the property tests in
+//! `tests/state_props.rs` check both).
+
+use crate::codes::ErrorCode;
+use crate::proto::request::RequestType;
+use crate::proto::{self, BackendRef, ClusterRef, ListenerAddress};
+use crate::state::{self, Applied, ConfigState};
+use crate::validate::{ValidationError, parse_address, resolve_backend, resolve_frontend};
+
+/// What an accepted request did, with the way back when it changed the
+/// state.
+#[derive(Debug, Clone, PartialEq)]
+#[must_use]
+pub enum Change {
+    /// The state changed; dispatching `undo` on it restores the state as it
+    /// was before.
+    Changed { undo: proto::Request },
+    /// The state already held this: nothing to undo, nothing to forward.
+    Unchanged,
+}
+
+impl ConfigState {
+    /// [`dispatch`](Self::dispatch), returning the inverse of the change.
+    ///
+    /// The inverse is read off the state before the change: the object the
+    /// request replaces or removes comes back as it was (a removed listener
+    /// had no frontend, a removed cluster no user, so one request restores
+    /// each).
+    pub fn dispatch_undoable(
+        &mut self,
+        request: &proto::Request,
+    ) -> Result<Change, ValidationError> {
+        let undo = self.inverse_before(request);
+        match self.dispatch(request)? {
+            Applied::Unchanged => Ok(Change::Unchanged),
+            Applied::Changed => match undo {
+                Some(undo) => Ok(Change::Changed { undo }),
+                None => {
+                    debug_assert!(false, "no inverse for an accepted change: {request:?}");
+                    Err(ValidationError::new(
+                        ErrorCode::UnsupportedRequest,
+                        "this change has no inverse, so it cannot join a routing generation",
+                    ))
+                }
+            },
+        }
+    }
+
+    /// The request that undoes `request` if `dispatch` accepts it as a
+    /// change; `None` when it would not (refused or unchanged).
+    fn inverse_before(&self, request: &proto::Request) -> Option<proto::Request> {
+        let address_of = |text: &str| parse_address("listener", text).ok();
+        let inverse = match request.request_type.as_ref()? {
+            RequestType::AddTcpListener(config) => RequestType::RemoveListener(ListenerAddress {
+                address: address_of(&config.address)?.to_string(),
+            }),
+            RequestType::UpdateTcpListener(config) => {
+                let old = self.listeners.get(&address_of(&config.address)?)?;
+                RequestType::UpdateTcpListener(old.config.clone())
+            }
+            RequestType::RemoveListener(at) => {
+                let old = self.listeners.get(&address_of(&at.address)?)?;
+                RequestType::AddTcpListener(old.config.clone())
+            }
+            RequestType::ActivateListener(at) => RequestType::DeactivateListener(ListenerAddress {
+                address: address_of(&at.address)?.to_string(),
+            }),
+            RequestType::DeactivateListener(at) => RequestType::ActivateListener(ListenerAddress {
+                address: address_of(&at.address)?.to_string(),
+            }),
+            RequestType::AddCluster(cluster) => RequestType::RemoveCluster(ClusterRef {
+                cluster_id: cluster.cluster_id.clone(),
+            }),
+            RequestType::UpdateCluster(cluster) => {
+                RequestType::UpdateCluster(self.clusters.get(&cluster.cluster_id)?.clone())
+            }
+            RequestType::RemoveCluster(cluster) => {
+                RequestType::AddCluster(self.clusters.get(&cluster.cluster_id)?.clone())
+            }
+            RequestType::AddTcpFrontend(frontend) => {
+                let (_, canonical) = resolve_frontend(frontend).ok()?;
+                RequestType::RemoveTcpFrontend(canonical)
+            }
+            RequestType::RemoveTcpFrontend(frontend) => {
+                let (key, _) = resolve_frontend(frontend).ok()?;
+                RequestType::AddTcpFrontend(self.frontends.get(&key)?.clone())
+            }
+            RequestType::AddBackend(backend) => {
+                let canonical = resolve_backend(backend).ok()?;
+                RequestType::RemoveBackend(BackendRef {
+                    cluster_id: canonical.cluster_id,
+                    backend_id: canonical.backend_id,
+                    address: canonical.address,
+                })
+            }
+            RequestType::UpdateBackend(backend) => {
+                RequestType::UpdateBackend(self.backends.get(&backend.backend_id)?.clone())
+            }
+            RequestType::RemoveBackend(backend) => {
+                RequestType::AddBackend(self.backends.get(&backend.backend_id)?.clone())
+            }
+            RequestType::Status(_)
+            | RequestType::ListListeners(_)
+            | RequestType::ListClusters(_)
+            | RequestType::ListFrontends(_)
+            | RequestType::QueryMetrics(_)
+            | RequestType::SaveState(_)
+            | RequestType::LoadState(_)
+            | RequestType::SoftStop(_)
+            | RequestType::HardStop(_)
+            | RequestType::ApplyChanges(_)
+            | RequestType::Upgrade(_) => return None,
+        };
+        Some(state::request(inverse))
+    }
+}

@@ -1,0 +1,204 @@
+//! `preread upgrade`, on the side of the running process: start the
+//! successor, hand it the listening sockets and the state, and step aside
+//! only once it serves.
+//!
+//! Owns: the old process's half of the handover: duplicating the workers'
+//! listening sockets, starting the new binary with them inherited, sending
+//! the state, waiting (bounded) for its verdict, and then the soft stop that
+//! drains this process's sessions while the successor accepts. Must never:
+//! stop accepting before the successor said it serves; leave a failed
+//! successor running; tell systemd the service stops (it does not: only
+//! its main process changes).
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use command::proto;
+
+use super::clients::ClientRef;
+use super::responses::{failure, ok};
+use super::{CommandServer, Purpose, StopKind};
+use crate::answer_code::AnswerCode;
+use crate::handover::{self, UPGRADE_FD_ENV, Verdict};
+use crate::worker::orders::{Answer, Order};
+
+/// How long the successor has to take over when the request names no
+/// timeout.
+const DEFAULT_TAKEOVER: Duration = Duration::from_secs(30);
+
+/// How long a successor that failed gets to exit before it is killed.
+const REAP_WAIT: Duration = Duration::from_secs(2);
+
+impl CommandServer {
+    /// Serves an upgrade request of `who`. While it runs (at most its
+    /// timeout) the command socket answers nothing else; the workers keep
+    /// serving.
+    pub(super) fn upgrade(&mut self, who: ClientRef, request: proto::Upgrade) {
+        match self.hand_over(&request) {
+            Ok(pid) => {
+                let own = std::process::id();
+                let grace = self.settings.soft_stop_grace.as_secs();
+                log::info!(
+                    "upgrade: pid {pid} serves the listeners and the command socket; pid {own} \
+                     stops accepting and drains its sessions for up to {grace} s"
+                );
+                crate::notify::main_pid(pid);
+                let answer = ok(format!(
+                    "upgraded: pid {pid} took over; pid {own} drains its sessions for up to \
+                     {grace} s, then exits"
+                ));
+                self.respond(who, &answer);
+                self.start_stop_quietly(StopKind::Soft);
+            }
+            Err(why) => {
+                log::error!("upgrade failed: {why}; this process keeps serving");
+                let answer = failure(
+                    AnswerCode::UpgradeFailed,
+                    format!("{why}; pid {} keeps serving", std::process::id()),
+                );
+                self.respond(who, &answer);
+            }
+        }
+    }
+
+    /// Starts the successor and hands over; its pid once it serves.
+    fn hand_over(&mut self, request: &proto::Upgrade) -> Result<u32, String> {
+        if self.stopping.is_some() {
+            return Err("the proxy is stopping".to_owned());
+        }
+        if self.changes.is_busy() {
+            return Err("a state change is being applied: retry once it is done".to_owned());
+        }
+        let binary = if request.binary.is_empty() {
+            self.settings
+                .exe
+                .clone()
+                .ok_or("this process does not know its own binary: give --binary PATH".to_owned())?
+        } else {
+            PathBuf::from(&request.binary)
+        };
+        let takeover = match request.timeout {
+            0 => DEFAULT_TAKEOVER,
+            secs => Duration::from_secs(u64::from(secs)),
+        };
+        let sockets = self.export_listeners()?;
+        let (mut ours, theirs) =
+            UnixStream::pair().map_err(|e| format!("cannot open the control socket: {e}"))?;
+        for fd in sockets.iter().map(|(_, fd)| fd) {
+            handover::inheritable(fd)
+                .map_err(|e| format!("cannot pass a listening socket on: {e}"))?;
+        }
+        handover::inheritable(&theirs)
+            .map_err(|e| format!("cannot pass the control socket on: {e}"))?;
+        let handover = proto::Handover {
+            state: self.state.generate_requests(),
+            listeners: sockets
+                .iter()
+                .map(|(address, fd)| proto::InheritedListener {
+                    address: address.to_string(),
+                    fd: fd.as_raw_fd(),
+                })
+                .collect(),
+            generation: self.generation,
+        };
+        let child = Command::new(&binary)
+            .args(&self.settings.argv)
+            .env(UPGRADE_FD_ENV, theirs.as_raw_fd().to_string())
+            .stdin(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+        // The successor holds its own copies now; ours must go, or its exit
+        // would not close the control socket.
+        drop(theirs);
+        drop(sockets);
+        let shown = binary.display().to_string();
+        log::info!(
+            "upgrade: started {shown} as pid {}, handing over {} socket(s) and {} request(s)",
+            child.id(),
+            handover.listeners.len(),
+            handover.state.len()
+        );
+        let verdict = ours
+            .set_write_timeout(Some(takeover))
+            .and_then(|()| handover::send_handover(&mut ours, &handover))
+            .and_then(|()| handover::read_verdict(&ours, takeover));
+        settle(child, &shown, verdict)
+    }
+
+    /// Duplicates of every worker's listening sockets.
+    fn export_listeners(&mut self) -> Result<Vec<(SocketAddr, OwnedFd)>, String> {
+        let timeout = self.settings.order_timeout;
+        let id = self.broadcast(Order::ExportListeners, Purpose::Boot, None, timeout);
+        let gathered = self.wait_for(id);
+        if let Some((_, code, message)) = gathered.first_failure() {
+            return Err(format!("{code}: {message}"));
+        }
+        let mut sockets = Vec::new();
+        for (worker, answer) in &gathered.answers {
+            let Answer::Listeners(exported) = answer else {
+                return Err(format!("worker {worker} answered something else"));
+            };
+            for (address, fd) in exported.iter() {
+                let copy = fd
+                    .try_clone()
+                    .map_err(|e| format!("cannot duplicate a socket of {address}: {e}"))?;
+                sockets.push((*address, copy));
+            }
+        }
+        Ok(sockets)
+    }
+}
+
+/// What the successor's verdict (or silence) means, reaping it when it
+/// failed.
+fn settle(
+    mut child: Child,
+    binary: &str,
+    verdict: io::Result<Option<Verdict>>,
+) -> Result<u32, String> {
+    let pid = child.id();
+    let failed = match verdict {
+        Ok(Some(Verdict::Ready { pid: told })) if told == pid => return Ok(pid),
+        Ok(Some(Verdict::Ready { pid: told })) => {
+            format!("{binary} (pid {pid}) claims to be pid {told}")
+        }
+        Ok(Some(Verdict::Refused(why))) => format!("{binary} (pid {pid}) refused: {why}"),
+        Ok(None) => format!("{binary} (pid {pid}) ended the handover without a verdict"),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            format!("{binary} (pid {pid}) did not take over in time")
+        }
+        Err(e) => format!("{binary} (pid {pid}): the handover failed: {e}"),
+    };
+    let ended = reap(&mut child, Instant::now() + REAP_WAIT);
+    Err(match ended {
+        Some(status) => format!("{failed}; it exited ({status})"),
+        None => format!("{failed}; it was killed"),
+    })
+}
+
+/// Waits until `until` for the child to exit, then kills it. Its status
+/// when it exited by itself.
+fn reap(child: &mut Child, until: Instant) -> Option<ExitStatus> {
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+            _ => break,
+        }
+    }
+    if let Err(e) = child.kill() {
+        log::warn!("upgrade: cannot kill pid {}: {e}", child.id());
+    }
+    let _ = child.wait();
+    None
+}
