@@ -477,6 +477,9 @@ pub struct ProxyProcess {
     addrs: BTreeMap<String, SocketAddr>,
     listeners: Vec<SocketAddr>,
     env: Vec<(String, String)>,
+    /// Processes that took over through `preread upgrade`: not children of
+    /// the test, so stopped by pid on Drop.
+    successors: Vec<u32>,
 }
 
 impl fmt::Debug for ProxyProcess {
@@ -605,6 +608,7 @@ impl ProxyProcess {
             addrs,
             listeners,
             env: options.env.clone(),
+            successors: Vec::new(),
         };
         let deadline = Instant::now() + options.ready_timeout;
         loop {
@@ -893,8 +897,54 @@ impl ProxyProcess {
     }
 }
 
+impl ProxyProcess {
+    /// Runs `preread upgrade ARGS` (bounded by `timeout`). When it
+    /// succeeds, the new process (the pid `status` reports) is recorded, so
+    /// Drop stops it too.
+    pub fn upgrade(&mut self, args: &[&str], timeout: Duration) -> Result<Output, String> {
+        let socket = self.socket.display().to_string();
+        let mut all = vec!["--socket", socket.as_str(), "upgrade"];
+        all.extend_from_slice(args);
+        let out = run_preread_env(&all, self.dir.path(), timeout, &self.env)?;
+        if out.status.success() {
+            let pid = self.serving_pid()?;
+            self.successors.push(pid);
+        }
+        Ok(out)
+    }
+
+    /// The pid of the process answering on the command socket.
+    pub fn serving_pid(&self) -> Result<u32, String> {
+        let response = self.send(RequestType::Status(proto::Status {}))?;
+        match response.content.and_then(|c| c.content_type) {
+            Some(proto::response_content::ContentType::Status(status)) => Ok(status.pid),
+            other => Err(format!("status answered {other:?}")),
+        }
+    }
+
+    /// Whether process `pid`, not a child of the test, is still a running
+    /// preread.
+    pub fn is_running(pid: u32) -> bool {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+            String::from_utf8_lossy(&cmdline).contains("preread")
+                && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|stat| stat.split_whitespace().nth(2) == Some("Z"))
+        })
+    }
+}
+
 impl Drop for ProxyProcess {
     fn drop(&mut self) {
+        for &pid in &self.successors {
+            if Self::is_running(pid)
+                && let Ok(raw) = i32::try_from(pid)
+            {
+                // SAFETY: kill(2) has no memory-safety preconditions; the
+                // pid was just seen running a preread (the one this test
+                // upgraded to), so it names that process.
+                unsafe { libc::kill(raw, libc::SIGKILL) };
+            }
+        }
         if let Some(mut child) = self.child.take() {
             if self.exit.is_none() && matches!(child.try_wait(), Ok(None)) {
                 let _ = child.kill();

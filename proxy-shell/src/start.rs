@@ -35,6 +35,14 @@ pub fn run(globals: &Globals) -> ExitCode {
         .config
         .clone()
         .unwrap_or_else(|| PathBuf::from("preread.toml"));
+    let mut inherited = Inherited::default();
+    let control = match inherited.control() {
+        Ok(control) => control,
+        Err(error) => {
+            eprintln!("preread: cannot take the upgrade's control socket: {error}; not starting");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
     let loaded = match load_config_file(&config_path) {
         Ok(loaded) => loaded,
         Err(problems) => {
@@ -45,6 +53,23 @@ pub fn run(globals: &Globals) -> ExitCode {
             for problem in &problems {
                 eprintln!("{}:{problem}", config_path.display());
             }
+            if let Some(mut control) = control {
+                // Read what the old process sends before answering: a
+                // socket closed with unread data resets, and the old
+                // process would lose the verdict.
+                let _ = crate::handover::read_handover(&mut control);
+                let first = problems
+                    .first()
+                    .map(ToString::to_string)
+                    .unwrap_or_default();
+                let why = format!(
+                    "{} is not a valid config ({} problem(s); the first: {first})",
+                    config_path.display(),
+                    problems.len()
+                );
+                takeover::refuse(&mut control, &why);
+                return ExitCode::from(EXIT_FAILED);
+            }
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -53,22 +78,14 @@ pub fn run(globals: &Globals) -> ExitCode {
         global.command_socket.clone_from(socket);
     }
     init_logging(&global.log_level);
-    let mut inherited = Inherited::default();
-    match inherited.control() {
-        Err(error) => {
-            log::error!("cannot take the upgrade's control socket: {error}; not starting");
-            return ExitCode::from(EXIT_FAILED);
-        }
-        Ok(Some(control)) => {
-            return match Successor::receive(control, inherited, &global) {
-                Ok(successor) => {
-                    let state = successor.state.clone();
-                    serve(&global, state, &config_path, Some(successor))
-                }
-                Err(_) => ExitCode::from(EXIT_FAILED),
-            };
-        }
-        Ok(None) => {}
+    if let Some(control) = control {
+        return match Successor::receive(control, inherited, &global) {
+            Ok(successor) => {
+                let state = successor.state.clone();
+                serve(&global, state, &config_path, Some(successor))
+            }
+            Err(_) => ExitCode::from(EXIT_FAILED),
+        };
     }
     let state = match boot_state(&global, loaded.state) {
         Ok(state) => state,
@@ -195,13 +212,14 @@ fn serve(
             return fail(&mut server, threads, successor.as_mut(), &why);
         }
     }
-    if let Some(s) = &mut successor {
+    let upgraded = successor.is_some();
+    if let Some(mut s) = successor.take() {
         if let Err(error) = server.take_socket_path() {
             let why = format!(
                 "cannot move the command socket over {}: {error}",
                 global.command_socket.display()
             );
-            return fail(&mut server, threads, Some(s), &why);
+            return fail(&mut server, threads, Some(&mut s), &why);
         }
         takeover::ready(&mut s.control);
         crate::notify::main_pid(std::process::id());
@@ -221,7 +239,7 @@ fn serve(
     }
     if let Some(address) = global.metrics_address {
         let socket = server.socket_path().to_path_buf();
-        if successor.is_some() {
+        if upgraded {
             // The old process holds the address until it exits.
             spawn_metrics_once_free(address, socket, global.soft_stop_grace_s);
         } else if let Err(error) = crate::metrics_http::spawn(address, socket) {

@@ -123,10 +123,16 @@ impl CommandServer {
             handover.listeners.len(),
             handover.state.len()
         );
-        let verdict = ours
+        let sent = ours
             .set_write_timeout(Some(takeover))
-            .and_then(|()| handover::send_handover(&mut ours, &handover))
-            .and_then(|()| handover::read_verdict(&ours, takeover));
+            .and_then(|()| handover::send_handover(&mut ours, &handover));
+        // A successor that refused early may have answered before it read
+        // the handover: its verdict says more than the failed send.
+        let verdict = match (handover::read_verdict(&ours, takeover), sent) {
+            (Ok(Some(verdict)), _) => Ok(Some(verdict)),
+            (_, Err(e)) => Err(e),
+            (read, Ok(())) => read,
+        };
         settle(child, &shown, verdict)
     }
 

@@ -323,9 +323,12 @@ impl Worker {
         if self.stopping.is_some() || self.listener_keys.contains_key(&address) {
             return Ok(());
         }
-        let sockets = match self.inherited.remove(&address) {
-            Some(inherited) => inherited.into_iter().map(TcpListener::from_std).collect(),
-            None => vec![bind_reuseport(address)?],
+        let (sockets, from) = match self.inherited.remove(&address) {
+            Some(inherited) => (
+                inherited.into_iter().map(TcpListener::from_std).collect(),
+                "inherited ",
+            ),
+            None => (vec![bind_reuseport(address)?], ""),
         };
         let how = if sockets.len() == 1 { "" } else { "s" };
         let count = sockets.len();
@@ -349,7 +352,7 @@ impl Worker {
         }
         self.listener_keys.insert(address, keys);
         info!(
-            "worker {}: listening on {address} ({count} socket{how})",
+            "worker {}: listening on {address} ({count} {from}socket{how})",
             self.ctx.id
         );
         Ok(())

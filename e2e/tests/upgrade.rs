@@ -1,0 +1,405 @@
+//! `preread upgrade`: the running proxy starts a new process of the
+//! binary, hands it the listening sockets and the state, and drains its own
+//! sessions once the new one serves.
+//!
+//! - A TLS session opened before the upgrade keeps echoing through it and
+//!   closes normally, while clients connect in a loop: none is refused or
+//!   reset, the command socket answers with a new pid, and the old process
+//!   exits once its session closed.
+//! - A binary that exits at once (`/bin/false`), or one that never answers
+//!   in time, leaves the old process serving; `upgrade` exits 1 and says
+//!   why.
+//!
+//! Loopback only; every loop is bounded; the successor is stopped by pid.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use e2e::backend::{BackendConfig, TlsBackend};
+use e2e::client::{TlsStream, half_close, read_line, read_tls_to_close, tls_client, tls_request};
+use e2e::proxy::{ConfigBuilder, ProxyProcess};
+use e2e::testkit::{eventually, stderr_tail};
+
+const T: Duration = Duration::from_secs(10);
+const CLIENTS: usize = 4;
+/// The load's bound, whatever happens to the upgrade.
+const LOAD_BOUND: Duration = Duration::from_secs(60);
+
+fn config(alpha: &TlsBackend) -> String {
+    ConfigBuilder::new()
+        .global("worker_count = 2")
+        .global("soft_stop_grace = 20")
+        .global("metrics_address = \"${addr:metrics}\"")
+        .listener("main", &[])
+        .frontend("alpha", "main", Some("a.example.com"), &[])
+        .backend("alpha", "alpha-0", alpha.addr())
+        .build()
+}
+
+/// `GET /metrics` on `address`: the body of a 200 answer.
+fn scrape(address: std::net::SocketAddr) -> Result<String, String> {
+    let mut stream =
+        std::net::TcpStream::connect_timeout(&address, T).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(T))
+        .map_err(|e| e.to_string())?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: preread\r\n\r\n")
+        .map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut answer).map_err(|e| e.to_string())?;
+    match answer.split_once("\r\n\r\n") {
+        Some((head, body))
+            if head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200") =>
+        {
+            Ok(body.to_owned())
+        }
+        _ => Err(format!("not a 200 answer: {answer:.200}")),
+    }
+}
+
+/// The inodes of the IPv4 sockets listening on `port` (/proc/net/tcp): the
+/// kernel sockets themselves, whichever process holds them.
+fn listening_inodes(port: u16) -> std::collections::BTreeSet<u64> {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let local_port = fields.get(1)?.rsplit(':').next()?;
+            let listening = fields.get(3) == Some(&"0A");
+            (listening && u16::from_str_radix(local_port, 16).ok()? == port)
+                .then(|| fields.get(9)?.parse().ok())?
+        })
+        .collect()
+}
+
+/// One line written on the open session comes back.
+fn echo(session: &mut TlsStream, round: usize) {
+    let message = format!("round {round}\n");
+    session.write_all(message.as_bytes()).expect("write");
+    session.flush().expect("flush");
+    assert_eq!(read_line(session).expect("echo"), message.trim_end());
+}
+
+#[test]
+fn a_session_and_continuous_load_survive_an_upgrade() {
+    let alpha = TlsBackend::start(BackendConfig::new(
+        "alpha-0",
+        &["a.example.com", "b.example.com"],
+    ));
+    let mut proxy = ProxyProcess::start(&config(&alpha)).expect("proxy ready");
+    let main = proxy.addr("main");
+    let old_pid = proxy.pid();
+    let metrics = proxy.addr("metrics");
+    assert!(scrape(metrics).is_ok_and(|body| body.contains("preread_")));
+    let sockets = listening_inodes(main.port());
+    assert_eq!(sockets.len(), 2, "one socket per worker");
+    // A frontend added at runtime, not in the config: the successor gets
+    // the running state, not the file.
+    let added = proxy
+        .cli(&[
+            "frontend",
+            "tcp",
+            "add",
+            "-i",
+            "alpha",
+            "-a",
+            &main.to_string(),
+            "--sni",
+            "b.example.com",
+        ])
+        .expect("frontend add");
+    assert!(
+        added.status.success(),
+        "{}",
+        String::from_utf8_lossy(&added.stderr)
+    );
+
+    let mut session = tls_client(main, "a.example.com", &[]).expect("handshake");
+    session.write_all(b"first\n").expect("write");
+    assert_eq!(
+        read_line(&mut session).expect("first line"),
+        "backend=alpha-0 alpn=- sni=a.example.com"
+    );
+    echo(&mut session, 0);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let routed = Arc::new(AtomicUsize::new(0));
+    let failures = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (stop, routed, failures) = (
+                Arc::clone(&stop),
+                Arc::clone(&routed),
+                Arc::clone(&failures),
+            );
+            thread::spawn(move || {
+                let until = Instant::now() + LOAD_BOUND;
+                while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+                    match tls_request(main, "a.example.com", &[], None) {
+                        Ok(outcome) if outcome.backend() == Some("alpha-0") => {
+                            routed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(outcome) => failures
+                            .lock()
+                            .expect("failures")
+                            .push(format!("misrouted: {}", outcome.line)),
+                        Err(e) => failures.lock().expect("failures").push(e),
+                    }
+                }
+            })
+        })
+        .collect();
+    // Load before, during and after the upgrade.
+    assert!(eventually(T, || routed.load(Ordering::Relaxed) >= 50));
+    let out = proxy
+        .upgrade(&[], Duration::from_secs(60))
+        .expect("upgrade ran");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "upgrade failed: {stdout}{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        stderr_tail(&proxy)
+    );
+    assert!(stdout.contains("upgraded: pid"), "{stdout}");
+    let new_pid = proxy.serving_pid().expect("status answers");
+    assert_ne!(new_pid, old_pid, "status reports the new process");
+    let at_upgrade = routed.load(Ordering::Relaxed);
+    assert!(eventually(T, || routed.load(Ordering::Relaxed) >= at_upgrade + 100));
+
+    // The old session still echoes, served by the draining old process.
+    for round in 1..4 {
+        echo(&mut session, round);
+    }
+    assert!(
+        proxy.exit_status().is_none(),
+        "the old process left its session"
+    );
+    half_close(&mut session).expect("half close");
+    let (rest, clean) = read_tls_to_close(&mut session, T);
+    assert_eq!(rest, b"bye\n");
+    assert!(clean, "the session closed normally");
+    // Its last session gone, the old process exits well within the grace.
+    let status = proxy.wait_exit(T).expect("the old process exits");
+    assert!(status.success(), "{status}");
+    // The successor accepts on the very sockets the old process had: none
+    // was closed, so no connection queued in one was lost.
+    assert_eq!(listening_inodes(main.port()), sockets);
+
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.join().expect("client thread");
+    }
+    let failures = failures.lock().expect("failures").clone();
+    eprintln!(
+        "upgrade under load: {} routed ({at_upgrade} before the upgrade), {} failed",
+        routed.load(Ordering::Relaxed),
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {} connections failed across the upgrade: {:?}\n{}",
+        failures.len(),
+        routed.load(Ordering::Relaxed) + failures.len(),
+        &failures[..failures.len().min(5)],
+        stderr_tail(&proxy)
+    );
+    // The successor serves alone, and answers on the command socket.
+    let outcome = tls_request(main, "a.example.com", &[], None).expect("after the old exit");
+    assert_eq!(outcome.backend(), Some("alpha-0"));
+    assert!(ProxyProcess::is_running(new_pid));
+    let status = proxy.cli(&["status"]).expect("status");
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains(&format!("pid {new_pid}")), "{text}");
+    assert!(
+        text.contains("generation 1"),
+        "the generation carries over: {text}"
+    );
+    let outcome = tls_request(main, "b.example.com", &[], None).expect("runtime frontend");
+    assert_eq!(outcome.backend(), Some("alpha-0"));
+    // The metrics endpoint moved over once the old process let it go.
+    assert!(
+        eventually(T, || scrape(metrics)
+            .is_ok_and(|body| body.contains("preread_"))),
+        "no scrape from the successor: {}",
+        stderr_tail(&proxy)
+    );
+    let stopped = proxy.cli(&["shutdown"]).expect("shutdown");
+    assert!(stopped.status.success());
+    assert!(eventually(T, || !ProxyProcess::is_running(new_pid)));
+}
+
+/// Upgrades in a row, each new process upgraded in turn, under load from
+/// twice as many clients: no connection fails.
+#[test]
+fn upgrades_in_a_row_fail_no_connection() {
+    const UPGRADES: usize = 3;
+    let alpha = TlsBackend::start(BackendConfig::new("alpha-0", &["a.example.com"]));
+    let mut proxy = ProxyProcess::start(&config(&alpha)).expect("proxy ready");
+    let main = proxy.addr("main");
+    let stop = Arc::new(AtomicBool::new(false));
+    let routed = Arc::new(AtomicUsize::new(0));
+    let failures = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let clients: Vec<_> = (0..2 * CLIENTS)
+        .map(|_| {
+            let (stop, routed, failures) = (
+                Arc::clone(&stop),
+                Arc::clone(&routed),
+                Arc::clone(&failures),
+            );
+            thread::spawn(move || {
+                let until = Instant::now() + LOAD_BOUND;
+                while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+                    match tls_request(main, "a.example.com", &[], None) {
+                        Ok(outcome) if outcome.backend() == Some("alpha-0") => {
+                            routed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(outcome) => failures
+                            .lock()
+                            .expect("failures")
+                            .push(format!("misrouted: {}", outcome.line)),
+                        Err(e) => failures.lock().expect("failures").push(e),
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut pids = vec![proxy.pid()];
+    for _ in 0..UPGRADES {
+        let before = routed.load(Ordering::Relaxed);
+        assert!(eventually(T, || routed.load(Ordering::Relaxed) >= before + 50));
+        let out = proxy
+            .upgrade(&[], Duration::from_secs(60))
+            .expect("upgrade ran");
+        assert!(
+            out.status.success(),
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            stderr_tail(&proxy)
+        );
+        let pid = proxy.serving_pid().expect("status");
+        assert!(!pids.contains(&pid), "a new pid each time");
+        pids.push(pid);
+    }
+    let before = routed.load(Ordering::Relaxed);
+    assert!(eventually(T, || routed.load(Ordering::Relaxed) >= before + 50));
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.join().expect("client thread");
+    }
+    let failures = failures.lock().expect("failures").clone();
+    eprintln!(
+        "{UPGRADES} upgrades under load: {} routed, {} failed",
+        routed.load(Ordering::Relaxed),
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} connections failed: {:?}\n{}",
+        failures.len(),
+        &failures[..failures.len().min(5)],
+        stderr_tail(&proxy)
+    );
+    // Every process but the last has drained and gone.
+    assert!(proxy.wait_exit(T).is_ok_and(|s| s.success()));
+    let (last, older) = pids.split_last().expect("pids");
+    assert!(eventually(T, || older
+        .iter()
+        .all(|&p| !ProxyProcess::is_running(p))));
+    assert!(ProxyProcess::is_running(*last));
+}
+
+#[test]
+fn a_binary_that_exits_leaves_the_old_process_serving() {
+    let alpha = TlsBackend::start(BackendConfig::new("alpha-0", &["a.example.com"]));
+    let mut proxy = ProxyProcess::start(&config(&alpha)).expect("proxy ready");
+    let main = proxy.addr("main");
+    let out = proxy
+        .upgrade(&["--binary", "/bin/false"], Duration::from_secs(30))
+        .expect("upgrade ran");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("E_UPGRADE_FAILED"), "{stderr}");
+    assert!(stderr.contains("/bin/false"), "{stderr}");
+    assert!(stderr.contains("exit status: 1"), "{stderr}");
+    assert!(stderr.contains("keeps serving"), "{stderr}");
+    assert_eq!(proxy.serving_pid().expect("status"), proxy.pid());
+    let outcome = tls_request(main, "a.example.com", &[], None).expect("still routes");
+    assert_eq!(outcome.backend(), Some("alpha-0"));
+    assert!(proxy.exit_status().is_none());
+}
+
+#[test]
+fn a_binary_that_never_takes_over_is_killed_at_the_deadline() {
+    let alpha = TlsBackend::start(BackendConfig::new("alpha-0", &["a.example.com"]));
+    let mut proxy = ProxyProcess::start(&config(&alpha)).expect("proxy ready");
+    let main = proxy.addr("main");
+    let script = proxy.dir().join("hangs.sh");
+    std::fs::write(&script, "#!/bin/sh\nexec sleep 30\n").expect("write script");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let script = script.display().to_string();
+    let started = Instant::now();
+    let out = proxy
+        .upgrade(
+            &["--binary", &script, "--within", "1"],
+            Duration::from_secs(30),
+        )
+        .expect("upgrade ran");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("did not take over in time"), "{stderr}");
+    assert!(stderr.contains("killed"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+    let outcome = tls_request(main, "a.example.com", &[], None).expect("still routes");
+    assert_eq!(outcome.backend(), Some("alpha-0"));
+    assert_eq!(proxy.serving_pid().expect("status"), proxy.pid());
+}
+
+#[test]
+fn a_successor_that_refuses_the_state_leaves_the_old_process_serving() {
+    let alpha = TlsBackend::start(BackendConfig::new("alpha-0", &["a.example.com"]));
+    let with_cap = |cap: &str| {
+        ConfigBuilder::new()
+            .listener("main", &[cap])
+            .frontend("alpha", "main", Some("a.example.com"), &[])
+            .backend("alpha", "alpha-0", alpha.addr())
+    };
+    let mut proxy =
+        ProxyProcess::start(&with_cap("sni_preread_max_bytes = 16384").build()).expect("ready");
+    let main = proxy.addr("main");
+    // The operator shrinks the buffers below the running listener's cap
+    // (the file itself is valid): the new process reads that config, so it
+    // cannot carry the running state.
+    let shrunk = with_cap("sni_preread_max_bytes = 4096")
+        .global("buffer_size = 8192")
+        .build();
+    proxy.write_config(&shrunk).expect("write config");
+    let out = proxy
+        .upgrade(&[], Duration::from_secs(30))
+        .expect("upgrade ran");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("refused"), "{stderr}");
+    assert!(stderr.contains("does not fit"), "{stderr}");
+    assert_eq!(proxy.serving_pid().expect("status"), proxy.pid());
+    let outcome = tls_request(main, "a.example.com", &[], None).expect("still routes");
+    assert_eq!(outcome.backend(), Some("alpha-0"));
+
+    // A config the new process cannot load at all: refused with why.
+    std::fs::write(proxy.config_path(), "[[listeners]\n").expect("write broken config");
+    let out = proxy
+        .upgrade(&[], Duration::from_secs(30))
+        .expect("upgrade ran");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("is not a valid config"), "{stderr}");
+    let outcome = tls_request(main, "a.example.com", &[], None).expect("still routes");
+    assert_eq!(outcome.backend(), Some("alpha-0"));
+}
