@@ -146,3 +146,51 @@ fn the_proxy_notifies_ready_reloading_and_stopping() {
     let status = proxy.wait_exit(T).expect("exits");
     assert!(status.success(), "{status}");
 }
+
+/// An upgrade under a notify socket: the old process names the new one
+/// the main process (`MAINPID=`), the new one says it too with `READY=1`,
+/// and the old one never says `STOPPING=1` (the service goes on).
+#[test]
+fn an_upgrade_hands_the_main_pid_over_without_stopping() {
+    let dir = TempDir::new("notify-upgrade");
+    let path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&path).expect("bind the notify socket");
+    socket
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .expect("timeout");
+    let config = ConfigBuilder::new().listener("main", &[]).build();
+    let options = StartOptions::default().env("NOTIFY_SOCKET", &path.display().to_string());
+    let mut proxy = ProxyProcess::start_with(&config, &options).expect("proxy ready");
+    let mut seen = Vec::new();
+    assert!(until(&socket, "READY=1", &mut seen), "no READY=1: {seen:?}");
+    seen.clear();
+    let out = proxy
+        .upgrade(&[], Duration::from_secs(60))
+        .expect("upgrade ran");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let new_pid = proxy.serving_pid().expect("status");
+    let main_pid = format!("MAINPID={new_pid}");
+    assert!(
+        until(&socket, "READY=1", &mut seen),
+        "no READY=1 from the new process: {seen:?}"
+    );
+    let old_exit = proxy.wait_exit(T).expect("the old process exits");
+    assert!(old_exit.success(), "{old_exit}");
+    // Whatever is still queued (the read times out after 100 ms).
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = socket.recv(&mut buf) {
+        seen.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    let naming = seen.iter().filter(|m| m.contains(&main_pid)).count();
+    assert_eq!(naming, 2, "both processes name the new main pid: {seen:?}");
+    assert!(
+        !seen.iter().any(|m| m.contains("STOPPING=1")),
+        "the old process told systemd the service stops: {seen:?}"
+    );
+    let stopped = proxy.cli(&["shutdown"]).expect("shutdown");
+    assert!(stopped.status.success());
+}

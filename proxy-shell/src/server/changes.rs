@@ -173,7 +173,7 @@ impl CommandServer {
                 Some(address) if check_unbound && opens(committed, after, address) => {
                     ensure_unbound(address).map_err(|e| Failure {
                         code: AnswerCode::WorkerRefused,
-                        message: format!("cannot listen on {address}: {e}; skipped"),
+                        message: format!("cannot listen on {address}: {e}; nothing changed"),
                     })
                 }
                 _ => Ok(()),

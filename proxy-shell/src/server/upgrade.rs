@@ -168,27 +168,29 @@ fn settle(
     verdict: io::Result<Option<Verdict>>,
 ) -> Result<u32, String> {
     let pid = child.id();
+    let who = format!("{binary} (pid {pid})");
     let failed = match verdict {
         Ok(Some(Verdict::Ready { pid: told })) if told == pid => return Ok(pid),
-        Ok(Some(Verdict::Ready { pid: told })) => {
-            format!("{binary} (pid {pid}) claims to be pid {told}")
-        }
-        Ok(Some(Verdict::Refused(why))) => format!("{binary} (pid {pid}) refused: {why}"),
-        Ok(None) => format!("{binary} (pid {pid}) ended the handover without a verdict"),
+        Ok(Some(Verdict::Ready { pid: told })) => format!("it claims to be pid {told}"),
+        Ok(Some(Verdict::Refused(why))) => format!("it refused the handover: {why}"),
         Err(e)
             if matches!(
                 e.kind(),
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
             ) =>
         {
-            format!("{binary} (pid {pid}) did not take over in time")
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("{who} did not take over in time; it was killed"));
         }
-        Err(e) => format!("{binary} (pid {pid}): the handover failed: {e}"),
+        // No verdict: why the handover broke matters less than how the
+        // successor ended, if it did.
+        Ok(None) => "it closed the handover without a verdict".to_owned(),
+        Err(e) => format!("the handover failed ({e})"),
     };
-    let ended = reap(&mut child, Instant::now() + REAP_WAIT);
-    Err(match ended {
-        Some(status) => format!("{failed}; it exited ({status})"),
-        None => format!("{failed}; it was killed"),
+    Err(match reap(&mut child, Instant::now() + REAP_WAIT) {
+        Some(status) => format!("{who} exited before taking over ({status}): {failed}"),
+        None => format!("{who}: {failed}; it was killed"),
     })
 }
 
