@@ -334,12 +334,19 @@ impl ConfigBuilder {
     /// A frontend of `cluster` on the listener named `listener`, with an
     /// SNI pattern (None: catch-all) and an ALPN list (empty: any).
     #[must_use]
-    pub fn frontend(
+    pub fn frontend(self, cluster: &str, listener: &str, sni: Option<&str>, alpn: &[&str]) -> Self {
+        self.frontend_with(cluster, listener, sni, alpn, &[])
+    }
+
+    /// A frontend with raw extra fields such as `tags = { team = "web" }`.
+    #[must_use]
+    pub fn frontend_with(
         mut self,
         cluster: &str,
         listener: &str,
         sni: Option<&str>,
         alpn: &[&str],
+        extra: &[&str],
     ) -> Self {
         let mut fields = vec![format!("address = \"${{addr:{listener}}}\"")];
         if let Some(sni) = sni {
@@ -349,6 +356,7 @@ impl ConfigBuilder {
             let list: Vec<String> = alpn.iter().map(|p| toml_str(p)).collect();
             fields.push(format!("alpn = [{}]", list.join(", ")));
         }
+        fields.extend(extra.iter().map(|field| (*field).to_owned()));
         self.cluster_mut(cluster)
             .frontends
             .push(format!("{{ {} }}", fields.join(", ")));

@@ -3,11 +3,13 @@
 //! `preread reload` and half by SIGHUP. The changes alternate between a
 //! cluster's `load_balancing`, a backend's `weight`, a cluster's
 //! `proxy_protocol` (`none` ↔ `send`: the backends read and drop a PROXY
-//! header) and an unrelated frontend added or removed. Each becomes an
-//! in-place update (or one frontend request), so no frontend is ever
-//! missing: no connection fails, none reaches a backend of another
-//! cluster, none falls back or is refused, and the final running state
-//! equals the file (a last reload has nothing to do).
+//! header), an unrelated frontend added or removed, and the tags of the
+//! busy frontend `a.example.com` (which the diff removes and adds again
+//! under the same key). Settings become in-place updates, and each reload
+//! is one routing generation, so no frontend is ever missing, not even the
+//! one removed and re-added: no connection fails, none reaches a backend
+//! of another cluster, none falls back or is refused, and the final
+//! running state equals the file (a last reload has nothing to do).
 //!
 //! Loopback only; the clients stop after the changes (and at most after a
 //! bound); the proxy and the backends are stopped on Drop.
@@ -35,6 +37,7 @@ struct Knobs {
     heavy: bool,
     send: bool,
     extra: bool,
+    team: bool,
 }
 
 fn config(knobs: Knobs, alpha: [&TlsBackend; 2], beta: &TlsBackend) -> String {
@@ -55,7 +58,17 @@ fn config(knobs: Knobs, alpha: [&TlsBackend; 2], beta: &TlsBackend) -> String {
                 &format!("proxy_protocol = \"{pp}\""),
             ],
         )
-        .frontend("alpha", "main", Some("a.example.com"), &[])
+        .frontend_with(
+            "alpha",
+            "main",
+            Some("a.example.com"),
+            &[],
+            &[if knobs.team {
+                "tags = { team = \"web\" }"
+            } else {
+                "tags = { team = \"edge\" }"
+            }],
+        )
         .backend("alpha", "alpha-0", alpha[0].addr())
         .backend_with(
             "alpha",
@@ -138,11 +151,12 @@ fn fifty_reloads_under_load_fail_misroute_and_drop_nothing() {
 
     let mut by_signal = 0;
     for change in 0..CHANGES {
-        match change % 4 {
+        match change % 5 {
             0 => knobs.random = !knobs.random,
             1 => knobs.heavy = !knobs.heavy,
             2 => knobs.send = !knobs.send,
-            _ => knobs.extra = !knobs.extra,
+            3 => knobs.extra = !knobs.extra,
+            _ => knobs.team = !knobs.team,
         }
         proxy
             .write_config(&config(knobs, [&alpha[0], &alpha[1]], &beta))
