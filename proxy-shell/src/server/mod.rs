@@ -163,6 +163,8 @@ enum Purpose {
     Stop(StopKind),
     /// A request replayed at boot.
     Boot,
+    /// Duplicates of the listening sockets, for an upgrade's successor.
+    Export,
     /// Reopening the access log (SIGUSR1).
     ReopenAccessLog,
 }
@@ -536,7 +538,8 @@ impl CommandServer {
                 }
                 None => log::info!("{kind:?} stop: every worker is done"),
             },
-            Purpose::Boot => {}
+            // `wait_for` takes these itself; one that reaches here is stale.
+            Purpose::Boot | Purpose::Export => {}
             Purpose::ReopenAccessLog => match gathered.first_failure() {
                 Some((_, code, message)) => log::warn!("access log reopen: {code}: {message}"),
                 None => log::info!("access log reopened by every worker"),

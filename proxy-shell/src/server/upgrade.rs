@@ -139,7 +139,7 @@ impl CommandServer {
     /// Duplicates of every worker's listening sockets.
     fn export_listeners(&mut self) -> Result<Vec<(SocketAddr, OwnedFd)>, String> {
         let timeout = self.settings.order_timeout;
-        let id = self.broadcast(Order::ExportListeners, Purpose::Boot, None, timeout);
+        let id = self.broadcast(Order::ExportListeners, Purpose::Export, None, timeout);
         let gathered = self.wait_for(id);
         if let Some((_, code, message)) = gathered.first_failure() {
             return Err(format!("{code}: {message}"));
