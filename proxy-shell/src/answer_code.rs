@@ -32,17 +32,21 @@ pub enum AnswerCode {
     /// An upgrade's new process did not take over (it exited, refused the
     /// handover or timed out); the running process keeps serving.
     UpgradeFailed,
+    /// A batch (`apply_changes`) over the proxy's cap on requests, or whose
+    /// parts disagree on what they are.
+    BadBatch,
 }
 
 impl AnswerCode {
     /// The proxy's own codes, for tests and listings.
-    pub const OWN: [Self; 6] = [
+    pub const OWN: [Self; 7] = [
         Self::WorkerRefused,
         Self::WorkerTimeout,
         Self::Permission,
         Self::Stopping,
         Self::NoAnswer,
         Self::UpgradeFailed,
+        Self::BadBatch,
     ];
 
     /// The stable spelling on the wire and in the CLI's output.
@@ -55,6 +59,7 @@ impl AnswerCode {
             Self::Stopping => "E_STOPPING",
             Self::NoAnswer => "E_NO_ANSWER",
             Self::UpgradeFailed => "E_UPGRADE_FAILED",
+            Self::BadBatch => "E_BAD_BATCH",
         }
     }
 }

@@ -554,6 +554,7 @@ fn batch(kinds: Vec<RequestType>) -> RequestType {
                 request_type: Some(kind),
             })
             .collect(),
+        ..Default::default()
     })
 }
 
@@ -597,6 +598,53 @@ fn a_batch_is_one_generation_and_lists_what_it_skipped() {
             frontend("alpha", ADDR, "a.example.com")
         ])
     );
+}
+
+fn part(kinds: Vec<RequestType>, declarations: bool, more: bool) -> RequestType {
+    let RequestType::ApplyChanges(mut batch) = batch(kinds) else {
+        unreachable!()
+    };
+    batch.declarations = declarations;
+    batch.more = more;
+    RequestType::ApplyChanges(batch)
+}
+
+#[test]
+fn declarations_in_parts_apply_their_diff_as_one_generation() {
+    let h = Harness::start("declarations", &[Script::Done, Script::Done]);
+    let mut client = h.client();
+    for kind in setup() {
+        assert_ok(&ask(&mut client, kind));
+    }
+    let before = generations(&h.log(0));
+    // The wanted state: the setup, without its backend, plus a cluster; in
+    // three parts.
+    let mut wanted: Vec<RequestType> = setup()
+        .into_iter()
+        .filter(|k| !matches!(k, RequestType::AddBackend(_)))
+        .collect();
+    wanted.push(cluster("beta"));
+    let (first, rest) = wanted.split_at(2);
+    let (second, third) = rest.split_at(1);
+    let answer = ask(&mut client, part(first.to_vec(), true, true));
+    assert_ok(&answer);
+    assert!(answer.message.contains("2 request(s) so far"), "{answer:?}");
+    assert_ok(&ask(&mut client, part(second.to_vec(), true, true)));
+    let report = batch_report(ask(&mut client, part(third.to_vec(), true, false)));
+    assert_eq!(report.applied_total, 2, "{report:?}");
+    assert!(matches!(
+        report.applied[0].request_type,
+        Some(RequestType::RemoveBackend(_))
+    ));
+    assert_eq!(generations(&h.log(0)), before + 1, "one generation");
+
+    // Parts that disagree: refused, and the next batch starts afresh.
+    assert_ok(&ask(&mut client, part(vec![cluster("x")], true, true)));
+    let refused = ask(&mut client, part(vec![cluster("y")], false, false));
+    assert_failure(&refused, AnswerCode::BadBatch.as_str());
+    let report = batch_report(ask(&mut client, part(wanted.clone(), true, false)));
+    assert_eq!(report.applied_total, 0, "{report:?}");
+    assert_eq!(h.stop(), state_of(&wanted));
 }
 
 #[test]

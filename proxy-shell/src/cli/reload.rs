@@ -1,40 +1,29 @@
-//! `preread reload`: diff the config file against the running state and
-//! apply only the difference, as one routing generation.
+//! `preread reload`: apply the difference between the config file and the
+//! running state, as one routing generation.
 //!
-//! Owns: rebuilding the running state from the proxy's listings, and
-//! sending the diff as one `apply_changes` batch. The proxy validates each
-//! change on its own state, skips the refused ones and applies the others
-//! together; the skipped ones are reported, never counted as applied, so
-//! the next reload tries them again. Must never: report as applied a change
+//! Owns: sending the config's declarations to the proxy in bounded parts
+//! (one `apply_changes` batch marked as declarations, however large the
+//! config), and printing the proxy's report. The proxy computes the diff
+//! from its own running state, validates each change, skips the refused
+//! ones and applies the others together; the skipped ones are reported,
+//! never counted as applied, so the next reload tries them again. Must
+//! never: send a part over [`PART_BYTES`], or report as applied a change
 //! the proxy did not list as applied.
 
 use std::process::ExitCode;
 
 use command::channel::BlockingChannel;
 use command::config::load_config_file;
-use command::diff::diff;
 use command::proto::{self, request::RequestType, response_content::ContentType};
-use command::state::ConfigState;
+use prost::Message;
 
 use super::client::{config_path, is_failure, open, socket_path};
 use super::{EXIT_FAILED, EXIT_USAGE, Globals};
 use crate::answer_code::AnswerCode;
 
-fn ask(channel: &mut BlockingChannel, request_type: RequestType) -> Result<ContentType, String> {
-    let request = proto::Request {
-        request_type: Some(request_type),
-    };
-    let response = channel
-        .request(&request, |_| {})
-        .map_err(|e| e.to_string())?;
-    if is_failure(&response) {
-        return Err(response.message);
-    }
-    response
-        .content
-        .and_then(|c| c.content_type)
-        .ok_or_else(|| "the proxy answered a listing without content".to_owned())
-}
+/// The most bytes of requests one part carries: well under the command
+/// channel's frame limit.
+pub(super) const PART_BYTES: usize = 512 << 10;
 
 fn wrap(request_type: RequestType) -> proto::Request {
     proto::Request {
@@ -42,72 +31,71 @@ fn wrap(request_type: RequestType) -> proto::Request {
     }
 }
 
-/// The running state, rebuilt from the proxy's own listings: the same
-/// requests a state file would hold, replayed into an empty state.
-fn running_state(channel: &mut BlockingChannel) -> Result<ConfigState, String> {
-    let ContentType::Clusters(clusters) =
-        ask(channel, RequestType::ListClusters(proto::ListClusters {}))?
-    else {
-        return Err("unexpected answer to list clusters".to_owned());
-    };
-    let ContentType::Listeners(listeners) =
-        ask(channel, RequestType::ListListeners(proto::ListListeners {}))?
-    else {
-        return Err("unexpected answer to list listeners".to_owned());
-    };
-    let ContentType::Frontends(frontends) =
-        ask(channel, RequestType::ListFrontends(proto::ListFrontends {}))?
-    else {
-        return Err("unexpected answer to list frontends".to_owned());
-    };
-    let mut requests = Vec::new();
-    for entry in &clusters.clusters {
-        requests.extend(
-            entry
-                .cluster
-                .clone()
-                .map(|c| wrap(RequestType::AddCluster(c))),
-        );
-    }
-    for entry in &listeners.listeners {
-        if let Some(mut config) = entry.config.clone() {
-            config.active = Some(entry.active);
-            requests.push(wrap(RequestType::AddTcpListener(config)));
-        }
-    }
-    requests.extend(
-        frontends
-            .frontends
-            .iter()
-            .cloned()
-            .map(|f| wrap(RequestType::AddTcpFrontend(f))),
-    );
-    for entry in &clusters.clusters {
-        requests.extend(
-            entry
-                .backends
-                .iter()
-                .cloned()
-                .map(|b| wrap(RequestType::AddBackend(b))),
-        );
-    }
-    let mut state = ConfigState::default();
-    for request in &requests {
-        let _ = state.dispatch(request).map_err(|e| {
-            format!("the running state does not replay ({e}); was it changed meanwhile?")
-        })?;
-    }
-    Ok(state)
-}
-
 fn describe(request: &proto::Request) -> String {
     serde_json::to_string(request).unwrap_or_else(|_| format!("{request:?}"))
 }
 
+/// `requests` cut into parts of at most [`PART_BYTES`] encoded bytes each
+/// (a single larger request makes a part alone); at least one part.
+fn parts(requests: Vec<proto::Request>) -> Vec<Vec<proto::Request>> {
+    let mut parts = vec![Vec::new()];
+    let mut bytes = 0;
+    for request in requests {
+        let len = request.encoded_len();
+        if bytes + len > PART_BYTES && parts.last().is_some_and(|p| !p.is_empty()) {
+            parts.push(Vec::new());
+            bytes = 0;
+        }
+        bytes += len;
+        if let Some(part) = parts.last_mut() {
+            part.push(request);
+        }
+    }
+    parts
+}
+
+/// Sends the declarations part by part; the report the last part gets.
+fn send(
+    channel: &mut BlockingChannel,
+    requests: Vec<proto::Request>,
+) -> Result<proto::BatchReport, String> {
+    let parts = parts(requests);
+    let count = parts.len();
+    for (index, requests) in parts.into_iter().enumerate() {
+        let more = index + 1 < count;
+        let batch = wrap(RequestType::ApplyChanges(proto::ChangeBatch {
+            requests,
+            declarations: true,
+            more,
+        }));
+        let response = channel.request(&batch, |_| {}).map_err(|e| {
+            format!(
+                "{}: the proxy did not answer part {} of {count}: {e}",
+                AnswerCode::NoAnswer,
+                index + 1
+            )
+        })?;
+        if is_failure(&response) {
+            return Err(format!("{}: {}", response.error_code, response.message));
+        }
+        if !more {
+            return match response.content.and_then(|c| c.content_type) {
+                Some(ContentType::Batch(report)) => Ok(report),
+                _ => Err(
+                    "the proxy answered without a report: is it older than this \
+                          preread? (`preread status` shows its version)"
+                        .to_owned(),
+                ),
+            };
+        }
+    }
+    Err("no part was sent".to_owned())
+}
+
 pub(super) fn run(globals: &Globals) -> ExitCode {
     let path = config_path(globals);
-    let desired = match load_config_file(&path) {
-        Ok(loaded) => loaded.state,
+    let loaded = match load_config_file(&path) {
+        Ok(loaded) => loaded,
         Err(problems) => {
             for problem in problems {
                 eprintln!("{}:{problem}", path.display());
@@ -122,47 +110,32 @@ pub(super) fn run(globals: &Globals) -> ExitCode {
             return ExitCode::from(EXIT_FAILED);
         }
     };
-    let current = match running_state(&mut channel) {
-        Ok(state) => state,
+    let report = match send(&mut channel, loaded.requests().cloned().collect()) {
+        Ok(report) => report,
         Err(message) => {
             eprintln!("preread reload: {message}");
             return ExitCode::from(EXIT_FAILED);
         }
     };
-    let requests = diff(&current, &desired);
-    let batch = wrap(RequestType::ApplyChanges(proto::ChangeBatch { requests }));
-    let report = match channel.request(&batch, |_| {}) {
-        Err(e) => {
-            eprintln!(
-                "preread reload: {}: the proxy did not answer: {e}",
-                AnswerCode::NoAnswer
-            );
-            return ExitCode::from(EXIT_FAILED);
-        }
-        Ok(response) if is_failure(&response) => {
-            eprintln!(
-                "preread reload: {}: {}",
-                response.error_code, response.message
-            );
-            return ExitCode::from(EXIT_FAILED);
-        }
-        Ok(response) => match response.content.and_then(|c| c.content_type) {
-            Some(ContentType::Batch(report)) => report,
-            _ => {
-                eprintln!(
-                    "preread reload: the proxy answered without a report: is it older than this \
-                     preread? (`preread status` shows its version)"
-                );
-                return ExitCode::from(EXIT_FAILED);
-            }
-        },
-    };
+    print(globals, &report);
+    if report.skipped_total == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FAILED)
+    }
+}
+
+fn print(globals: &Globals, report: &proto::BatchReport) {
     for request in &report.applied {
         if globals.json {
             println!("{}", serde_json::json!({ "applied": request }));
         } else {
             println!("applied {}", describe(request));
         }
+    }
+    let unlisted = (report.applied_total as usize).saturating_sub(report.applied.len());
+    if unlisted > 0 && !globals.json {
+        println!("… and {unlisted} more applied");
     }
     for skipped in &report.skipped {
         let request = skipped.request.clone().unwrap_or_default();
@@ -180,16 +153,44 @@ pub(super) fn run(globals: &Globals) -> ExitCode {
             );
         }
     }
+    let unlisted = (report.skipped_total as usize).saturating_sub(report.skipped.len());
+    if unlisted > 0 && !globals.json {
+        eprintln!("… and {unlisted} more skipped");
+    }
     if !globals.json {
         println!(
             "{} applied, {} skipped",
-            report.applied.len(),
-            report.skipped.len()
+            report.applied_total, report.skipped_total
         );
     }
-    if report.skipped.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(EXIT_FAILED)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(id: String) -> proto::Request {
+        wrap(RequestType::AddCluster(proto::Cluster {
+            cluster_id: id,
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn parts_are_bounded_ordered_and_complete() {
+        assert_eq!(parts(Vec::new()).len(), 1, "an empty config is one part");
+        let requests: Vec<proto::Request> = (0..60_000).map(|i| cluster(format!("c{i}"))).collect();
+        let split = parts(requests.clone());
+        assert!(split.len() > 1);
+        for part in &split {
+            let bytes: usize = part.iter().map(Message::encoded_len).sum();
+            assert!(bytes <= PART_BYTES, "{bytes}");
+        }
+        assert_eq!(split.concat(), requests);
+        // A request larger than a part travels alone.
+        let huge = cluster("x".repeat(PART_BYTES + 1));
+        let split = parts(vec![cluster("a".into()), huge.clone(), cluster("b".into())]);
+        assert_eq!(split.len(), 3);
+        assert_eq!(split[1], vec![huge]);
     }
 }

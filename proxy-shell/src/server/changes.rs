@@ -8,7 +8,7 @@
 //! never: commit a generation before every worker applied it; leave a
 //! generation applied on some workers when another refused it.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -34,9 +34,12 @@ use crate::worker::orders::{Order, OrderId};
 pub(super) enum Job {
     /// One add/update/remove/activate/deactivate request.
     Change(proto::Request),
-    /// The changes of `preread reload`: the refused ones are skipped, the
-    /// others applied together.
+    /// A batch of changes: the refused ones are skipped, the others
+    /// applied together.
     Batch(Vec<proto::Request>),
+    /// The declarations of `preread reload`: the diff from the running
+    /// state to them is applied as a batch.
+    Declarations(Vec<proto::Request>),
     /// Load a state file: apply the diff from the running state to it.
     Load(String),
     /// Reload the config file (SIGHUP): apply the diff from the running
@@ -98,11 +101,27 @@ struct Outcome {
     refused: Option<Failure>,
 }
 
+/// The most requests one batch may hold, all its parts together: a config
+/// of a million routes, with room to spare.
+pub(super) const MAX_BATCH_REQUESTS: usize = 2_000_000;
+
+/// The most entries each list of a `BatchReport` holds.
+const REPORT_LIST_CAP: usize = 1_000;
+
+/// The parts of a batch received so far from one client.
+#[derive(Debug, Default)]
+struct Parts {
+    requests: Vec<proto::Request>,
+    declarations: bool,
+}
+
 /// The state-change queue and the running job.
 #[derive(Debug, Default)]
 pub(super) struct Changes {
     queue: VecDeque<Queued>,
     running: Option<Running>,
+    /// Batches whose last part has not come yet, by client.
+    parts: HashMap<ClientRef, Parts>,
 }
 
 impl Changes {
@@ -110,9 +129,56 @@ impl Changes {
     pub(super) fn is_busy(&self) -> bool {
         self.running.is_some() || !self.queue.is_empty()
     }
+
+    /// A client left: the parts it sent will not be completed.
+    pub(super) fn forget_parts(&mut self, who: ClientRef) {
+        self.parts.remove(&who);
+    }
 }
 
 impl CommandServer {
+    /// Takes one part of a batch of `who`: answers it at once when more
+    /// follow, queues the whole batch with its last part.
+    pub(super) fn batch_part(&mut self, who: ClientRef, batch: proto::ChangeBatch) {
+        let parts = self.changes.parts.entry(who).or_insert_with(|| Parts {
+            requests: Vec::new(),
+            declarations: batch.declarations,
+        });
+        let problem = if parts.declarations != batch.declarations {
+            Some("the parts of one batch disagree on `declarations`".to_owned())
+        } else if parts.requests.len() + batch.requests.len() > MAX_BATCH_REQUESTS {
+            Some(format!(
+                "a batch holds at most {MAX_BATCH_REQUESTS} requests, all its parts together"
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            self.changes.parts.remove(&who);
+            let answer = failure(AnswerCode::BadBatch, format!("{problem}; nothing changed"));
+            self.respond(who, &answer);
+            return;
+        }
+        parts.requests.extend(batch.requests);
+        if batch.more {
+            let answer = ok(format!(
+                "part received: {} request(s) so far",
+                parts.requests.len()
+            ));
+            self.respond(who, &answer);
+            return;
+        }
+        let Some(parts) = self.changes.parts.remove(&who) else {
+            return;
+        };
+        let job = if parts.declarations {
+            Job::Declarations(parts.requests)
+        } else {
+            Job::Batch(parts.requests)
+        };
+        self.enqueue(Some(who), job);
+    }
+
     /// Queues a state-changing job of `client` (which waits for its
     /// answer) and runs what can run.
     pub(super) fn enqueue(&mut self, client: Option<ClientRef>, job: Job) {
@@ -187,6 +253,27 @@ impl CommandServer {
         match &queued.job {
             Job::Change(request) => Some((Origin::Change, vec![request.clone()])),
             Job::Batch(requests) => Some((Origin::Batch, requests.clone())),
+            Job::Declarations(requests) => {
+                let mut desired = ConfigState::default();
+                for (index, request) in requests.iter().enumerate() {
+                    if let Err(error) = desired.dispatch(request) {
+                        if let Some(who) = queued.client {
+                            let answer = failure(
+                                error.code.into(),
+                                format!(
+                                    "declaration {} of {} is refused: {}; nothing changed",
+                                    index + 1,
+                                    requests.len(),
+                                    error.message
+                                ),
+                            );
+                            self.respond(who, &answer);
+                        }
+                        return None;
+                    }
+                }
+                Some((Origin::Batch, diff(&self.state, &desired)))
+            }
             Job::Reload(path) => match load_config_file(path) {
                 Ok(loaded) => Some((
                     Origin::Reload(path.clone()),
@@ -311,11 +398,16 @@ impl CommandServer {
                 )),
             },
             Origin::Batch => {
+                let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+                let listed = outcome.applied().iter().take(REPORT_LIST_CAP);
                 let report = proto::BatchReport {
-                    applied: outcome.applied().to_vec(),
-                    unchanged: u32::try_from(unchanged).unwrap_or(u32::MAX),
+                    applied: listed.cloned().collect(),
+                    applied_total: count(applied),
+                    unchanged: count(unchanged),
+                    skipped_total: count(skipped.len()),
                     skipped: skipped
                         .iter()
+                        .take(REPORT_LIST_CAP)
                         .map(|(request, failed)| proto::SkippedRequest {
                             request: Some(request.clone()),
                             error_code: failed.code.as_str().to_owned(),

@@ -23,7 +23,7 @@ const DISCARD_ON_CLOSE: usize = 1 << 16;
 
 /// One client, as the jobs waiting for it know it: its slab key and a
 /// serial, so an answer never reaches a later client of the same key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) struct ClientRef {
     key: usize,
     serial: u64,
@@ -244,6 +244,7 @@ impl CommandServer {
             return;
         }
         let mut client = self.clients.remove(who.key);
+        self.changes.forget_parts(who);
         let _ = self.poll.registry().deregister(&mut client.channel);
         discard_input(client.channel.get_ref());
     }

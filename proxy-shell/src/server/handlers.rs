@@ -82,8 +82,8 @@ impl CommandServer {
             | RequestType::UpdateBackend(_)
             | RequestType::RemoveBackend(_) => self.enqueue(Some(who), Job::Change(request)),
             RequestType::ApplyChanges(batch) => {
-                let requests = batch.requests.clone();
-                self.enqueue(Some(who), Job::Batch(requests));
+                let batch = batch.clone();
+                self.batch_part(who, batch);
             }
             RequestType::Upgrade(upgrade) => {
                 let upgrade = upgrade.clone();
