@@ -4,8 +4,9 @@
 //! Owns: [`AnswerCode`]: the validation codes of doc/configure.md, and the
 //! codes of the proxy itself (a worker refused or did not answer, the
 //! caller may not command the proxy, the proxy is stopping, the CLI got no
-//! answer), with their stable spellings. Must never: spell a code anywhere
-//! else, or give two codes one spelling.
+//! answer, the command socket serves its most clients), with their stable
+//! spellings. Must never: spell a code anywhere else, or give two codes one
+//! spelling.
 
 use std::fmt;
 
@@ -29,16 +30,20 @@ pub enum AnswerCode {
     Stopping,
     /// The CLI got no answer: the socket failed or closed mid-request.
     NoAnswer,
+    /// The command socket already serves the most clients it serves at
+    /// once.
+    Busy,
 }
 
 impl AnswerCode {
     /// The proxy's own codes, for tests and listings.
-    pub const OWN: [Self; 5] = [
+    pub const OWN: [Self; 6] = [
         Self::WorkerRefused,
         Self::WorkerTimeout,
         Self::Permission,
         Self::Stopping,
         Self::NoAnswer,
+        Self::Busy,
     ];
 
     /// The stable spelling on the wire and in the CLI's output.
@@ -50,6 +55,7 @@ impl AnswerCode {
             Self::Permission => "E_PERMISSION",
             Self::Stopping => "E_STOPPING",
             Self::NoAnswer => "E_NO_ANSWER",
+            Self::Busy => "E_BUSY",
         }
     }
 }

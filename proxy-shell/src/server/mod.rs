@@ -41,6 +41,7 @@ use crate::worker::listen::ensure_unbound;
 use crate::worker::orders::{Answer, Order, OrderId, Reply, WorkerHandle};
 use changes::Changes;
 use clients::{Client, ClientRef};
+pub use clients::{MAX_COMMAND_CLIENTS, MAX_QUEUED_ANSWER_BYTES};
 use handlers::Query;
 use pending::{Gathered, Pending};
 
@@ -86,6 +87,9 @@ pub struct ServerSettings {
     pub check_unbound: bool,
     /// The config file the proxy started from: what SIGHUP reloads.
     pub config_path: Option<PathBuf>,
+    /// How long the server waits on one command client
+    /// (`command_client_timeout`, see `clients`).
+    pub client_timeout: Duration,
 }
 
 impl ServerSettings {
@@ -100,6 +104,7 @@ impl ServerSettings {
             buffer_size: global.buffer_size,
             check_unbound: true,
             config_path: None,
+            client_timeout: Duration::from_secs(u64::from(global.command_client_timeout_s)),
         }
     }
 }
@@ -165,6 +170,8 @@ pub struct CommandServer {
     signals: Option<Signals>,
     own_euid: u32,
     clients: Slab<Client>,
+    /// New clients are refused for the cap: logged once per episode.
+    clients_full: bool,
     next_serial: u64,
     /// Clients that may have requests to take (freed, or just accepted).
     woken: VecDeque<ClientRef>,
@@ -219,6 +226,7 @@ impl CommandServer {
             signals: None,
             own_euid: socket::own_euid(),
             clients: Slab::new(),
+            clients_full: false,
             next_serial: 0,
             woken: VecDeque::new(),
             workers: Vec::new(),
@@ -318,10 +326,12 @@ impl CommandServer {
                 self.finish_clients(&mut events);
                 return Ok(kind);
             }
-            let timeout = self
-                .pending
-                .next_deadline()
-                .map(|d| d.saturating_duration_since(Instant::now()));
+            let now = Instant::now();
+            let timeout = [self.pending.next_deadline(), self.expire_clients(now)]
+                .into_iter()
+                .flatten()
+                .min()
+                .map(|d| d.saturating_duration_since(now));
             match self.poll.poll(&mut events, timeout) {
                 Ok(()) => {}
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
