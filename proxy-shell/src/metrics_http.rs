@@ -7,9 +7,11 @@
 //! 503 at once). Each connection has [`REQUEST_DEADLINE`] from its accept
 //! to the end of its answer: reading the head, asking the command socket
 //! and writing the answer all take from that one budget, and a connection
-//! whose budget ran out while it waited is closed untouched. So one slow
-//! client holds one server thread for at most the deadline, and a scrape
-//! queued behind any number of them is served within about one deadline.
+//! whose budget ran out while it waited is closed untouched. Of it, the
+//! head has [`HEAD_DEADLINE`]: a client still sending its head then is
+//! closed, so a dripping client holds a serving thread for at most that,
+//! and a scrape queued behind as many of them as there are threads and
+//! places in the queue still has most of its budget when it is served.
 //! It asks the command socket for `QueryMetrics`, like any client, so the
 //! metrics it serves are exactly those of `preread metrics get`.
 //!
@@ -41,6 +43,16 @@ pub const MAX_SCRAPES_IN_FLIGHT: usize = 4;
 /// From a connection's accept to the end of its answer.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 
+/// From a connection's accept to the end of its request head, which a
+/// scraper sends at once: a client still sending it by then is closed, so
+/// it holds a serving thread for this long at most. A head that came in
+/// whole while the connection waited for a thread is still served.
+pub const HEAD_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The shortest wait of a read: bytes already received are taken even
+/// once the head's deadline has passed.
+const MIN_READ_WAIT: Duration = Duration::from_millis(1);
+
 /// Accepted connections waiting for a serving thread.
 pub const MAX_WAITING: usize = 16;
 
@@ -50,14 +62,22 @@ const MAX_REQUEST: usize = 8 * 1024;
 /// Header lines parsed before answering 431.
 const MAX_HEADERS: usize = 64;
 
+/// After an answer, how long unread input is still drained (at most
+/// `DISCARD_ON_CLOSE` bytes), so the close is not a reset that destroys the
+/// answer before the client reads it (a 431 leaves much unread).
+const LINGER: Duration = Duration::from_millis(200);
+
+/// Bytes of unread input drained after an answer.
+const DISCARD_ON_CLOSE: usize = 64 * 1024;
+
 /// Of the deadline, kept for writing the answer after the command socket's
 /// query (a 503 if the query ran out of time).
 const ANSWER_RESERVE: Duration = Duration::from_millis(250);
 
-/// An accepted connection and the end of its budget.
+/// An accepted connection and when it was accepted.
 struct Accepted {
     stream: TcpStream,
-    deadline: Instant,
+    accepted: Instant,
 }
 
 /// Binds `address` and serves scrapes on threads of their own.
@@ -91,7 +111,7 @@ fn accept_loop(listener: &TcpListener, queue: &SyncSender<Accepted>) {
         };
         let accepted = Accepted {
             stream,
-            deadline: Instant::now() + REQUEST_DEADLINE,
+            accepted: Instant::now(),
         };
         match queue.try_send(accepted) {
             Ok(()) => {}
@@ -118,14 +138,14 @@ fn serve_queue(waiting: &Mutex<Receiver<Accepted>>, command_socket: &Path) {
             Ok(receiver) => receiver.recv(),
             Err(_) => return,
         };
-        let Ok(Accepted { stream, deadline }) = next else {
+        let Ok(Accepted { stream, accepted }) = next else {
             return;
         };
-        if Instant::now() >= deadline {
+        if accepted.elapsed() >= REQUEST_DEADLINE {
             log::debug!("metrics scrape dropped: its {REQUEST_DEADLINE:?} passed while it waited");
             continue;
         }
-        if let Err(e) = serve(stream, deadline, command_socket) {
+        if let Err(e) = serve(stream, accepted, command_socket) {
             log::debug!("metrics scrape failed: {e}");
         }
     }
@@ -171,12 +191,22 @@ fn parse_head(bytes: &[u8]) -> Head {
     }
 }
 
-/// Reads until the head is whole, malformed or over [`MAX_REQUEST`].
+/// Reads until the head is whole, malformed or over [`MAX_REQUEST`]. Once
+/// `deadline` has passed, one last read takes what is already waiting.
 fn read_head(stream: &mut TcpStream, deadline: Instant) -> io::Result<Head> {
     let mut head = Vec::with_capacity(512);
-    let mut chunk = [0u8; 1024];
+    let mut chunk = [0u8; MAX_REQUEST];
+    let mut last = false;
     loop {
-        stream.set_read_timeout(Some(left(deadline)?))?;
+        if last {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the request head took over {HEAD_DEADLINE:?}"),
+            ));
+        }
+        let wait = deadline.saturating_duration_since(Instant::now());
+        last = wait.is_zero();
+        stream.set_read_timeout(Some(wait.max(MIN_READ_WAIT)))?;
         let n = match stream.read(&mut chunk) {
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
             Ok(n) => n,
@@ -200,7 +230,7 @@ fn response_bytes(status: &str, body: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// Writes the whole answer before the deadline.
+/// Writes the whole answer before the deadline, then closes gracefully.
 fn answer(stream: &mut TcpStream, deadline: Instant, status: &str, body: &str) -> io::Result<()> {
     let bytes = response_bytes(status, body);
     let mut rest = bytes.as_slice();
@@ -213,11 +243,35 @@ fn answer(stream: &mut TcpStream, deadline: Instant, status: &str, body: &str) -
             Err(e) => return Err(e),
         }
     }
+    linger(stream, deadline.min(Instant::now() + LINGER));
     Ok(())
 }
 
-fn serve(mut stream: TcpStream, deadline: Instant, command_socket: &Path) -> io::Result<()> {
-    let (method, path) = match read_head(&mut stream, deadline)? {
+/// Sends the FIN, then reads and drops what the client still sends until
+/// it closes, `until`, or [`DISCARD_ON_CLOSE`] bytes.
+fn linger(stream: &mut TcpStream, until: Instant) {
+    if stream.shutdown(std::net::Shutdown::Write).is_err() {
+        return;
+    }
+    let mut sink = [0u8; 4096];
+    let mut drained = 0;
+    while drained < DISCARD_ON_CLOSE {
+        let Ok(wait) = left(until) else {
+            return;
+        };
+        if stream.set_read_timeout(Some(wait)).is_err() {
+            return;
+        }
+        match stream.read(&mut sink) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => drained += n,
+        }
+    }
+}
+
+fn serve(mut stream: TcpStream, accepted: Instant, command_socket: &Path) -> io::Result<()> {
+    let deadline = accepted + REQUEST_DEADLINE;
+    let (method, path) = match read_head(&mut stream, accepted + HEAD_DEADLINE)? {
         Head::Complete { method, path } => (method, path),
         Head::TooManyHeaders => {
             return answer(
