@@ -46,6 +46,12 @@ error_codes! {
     StateFileVersion = "E011",
     /// The saved state file could not be read or written.
     StateFileIo = "E012",
+    /// The saved state file's trailer is missing or does not match what
+    /// precedes it: the file was cut short, altered or damaged.
+    StateFileIntegrity = "E013",
+    /// The saved state file holds no routing while the config declares
+    /// some, and `empty_saved_state` does not say which one to boot from.
+    StateFileEmpty = "E014",
     /// An address that is not `ip:port` with a non-zero port.
     InvalidAddress = "E101",
     /// `sni_preread_max_bytes` below the 5 bytes of a TLS record header.
@@ -162,27 +168,63 @@ impl ErrorCode {
             ),
             Self::StateFileCorrupt => (
                 "the saved state file is corrupt",
-                "A line of the saved state file is not a valid JSON request, or replaying it \
-                 was refused. The state file is written atomically, so this usually means it \
-                 was edited by hand or truncated by another tool.",
-                "One JSON request per line, as written by `preread state save`.",
-                "Restore the file from a backup, fix the line the message names, or delete \
-                 the file to rebuild the state from the config file.",
+                "The saved state file does not start with a preread header, or a line of it is \
+                 not a valid JSON request. Its trailer matched (a mismatch is E013), so the \
+                 file is as it was written: it was built or edited by another tool.",
+                "A header line, one JSON request per line and the trailer, as written by \
+                 `preread state save`.",
+                "Restore the file from a backup, or fix the line the message names and reseal \
+                 the file with `preread state seal -f FILE`, or delete it to rebuild the state \
+                 from the config file.",
             ),
             Self::StateFileVersion => (
                 "the saved state file has an incompatible version",
                 "The saved state file was written by a preread version whose format this one \
-                 cannot read.",
-                "State files written by this version of preread.",
-                "Delete the file to rebuild the state from the config file, or run the preread \
-                 version that wrote it and re-save with this one.",
+                 cannot read. Version 1 files, written before the integrity trailer (E013) \
+                 existed, are refused too: a version 1 file cut at a line boundary cannot be \
+                 told from a whole one.",
+                "State files of the version this preread writes (its header line says which).",
+                "For a version 1 file: check that it holds every route it should, then convert \
+                 it with `preread state seal -f FILE`, which replays it and rewrites it with a \
+                 trailer. For another version: run the preread version that wrote it, or delete \
+                 the file to rebuild the state from the config file.",
             ),
             Self::StateFileIo => (
                 "the saved state file could not be read or written",
                 "Opening, reading, writing, syncing or renaming the state file failed (missing \
-                 directory, permissions, full disk).",
-                "A path in a writable directory for saving, a readable file for loading.",
-                "Check the path, its directory and its permissions, and the free space.",
+                 directory, permissions, full disk), or the path names something that is not a \
+                 regular file (a FIFO, a device, a directory), or a file over the 64 MiB cap. \
+                 Only regular files are read, so a FIFO or a device cannot hold up the proxy.",
+                "A path in a writable directory for saving, a readable regular file of at most \
+                 64 MiB for loading.",
+                "Check the path, its directory and its permissions, and the free space; give \
+                 the path of a regular file.",
+            ),
+            Self::StateFileIntegrity => (
+                "the saved state file is incomplete or altered",
+                "A state file ends with a trailer line that holds the number of requests before \
+                 it and their CRC-32. The trailer is missing (the file was cut short, even at a \
+                 line boundary), or the count or the checksum do not match (lines were lost, \
+                 added or edited). Nothing of the file is applied: a partial state would boot \
+                 with routes missing.",
+                "A state file as `preread state save` or `automatic_state_save` writes it, \
+                 trailer included: `{\"preread_state_end\":{\"requests\":N,\"crc32\":\"…\"}}`.",
+                "Restore the file from a backup, or delete it to boot from the config file. If \
+                 the file was edited by hand on purpose, check it and reseal it with `preread \
+                 state seal -f FILE`.",
+            ),
+            Self::StateFileEmpty => (
+                "the saved state file is empty but the config declares routing",
+                "The saved state file is valid but holds no listener, cluster, frontend or \
+                 backend, while the config file declares some. Booting from it would silently \
+                 drop every declaration of the config; booting from the config would silently \
+                 undo the change that emptied the state. preread does neither unless \
+                 `empty_saved_state` says which.",
+                "empty_saved_state = \"refuse\" (the default: do not start), \"use_config\" \
+                 (boot from the config's declarations) or \"keep_empty\" (boot with no \
+                 routing).",
+                "Set empty_saved_state to \"use_config\" or \"keep_empty\", or delete the \
+                 state file to boot from the config.",
             ),
             Self::InvalidAddress => (
                 "invalid socket address",
@@ -434,6 +476,8 @@ mod tests {
             (ErrorCode::StateFileCorrupt, "E010"),
             (ErrorCode::StateFileVersion, "E011"),
             (ErrorCode::StateFileIo, "E012"),
+            (ErrorCode::StateFileIntegrity, "E013"),
+            (ErrorCode::StateFileEmpty, "E014"),
             (ErrorCode::InvalidAddress, "E101"),
             (ErrorCode::PrereadMaxBytesTooSmall, "E102"),
             (ErrorCode::InvalidTimeout, "E103"),

@@ -1176,6 +1176,8 @@ mod tests {
             ErrorCode::StateFileCorrupt,
             ErrorCode::StateFileVersion,
             ErrorCode::StateFileIo,
+            ErrorCode::StateFileIntegrity,
+            ErrorCode::StateFileEmpty,
         ]
         .into();
         let source = include_str!("validate.rs");

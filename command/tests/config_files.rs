@@ -9,14 +9,14 @@ use std::path::{Path, PathBuf};
 
 use command::codes::ErrorCode;
 use command::config::{
-    AccessLogFormat, AccessLogTarget, ConfigProblem, GlobalSettings, Location, check_config,
-    check_config_file, load_config, load_config_file,
+    AccessLogFormat, AccessLogTarget, ConfigProblem, EmptySavedState, GlobalSettings, Location,
+    check_config, check_config_file, load_config, load_config_file,
 };
 use command::proto;
 use command::proto::request::RequestType;
 use command::state::ConfigState;
 use command::state_file::{
-    StateFileError, load_state, load_state_requests, parse_state, render_state, save_state,
+    StateFileError, load_state, load_state_requests, parse_state, render_state, save_state, seal,
 };
 
 fn repo_root() -> PathBuf {
@@ -168,6 +168,8 @@ fn defaults_apply_to_an_empty_config() {
     assert_eq!(global.access_log_format, AccessLogFormat::Logfmt);
     assert_eq!(global.saved_state, None);
     assert!(!global.automatic_state_save);
+    assert_eq!(global.empty_saved_state, EmptySavedState::Refuse);
+    assert_eq!(global.command_client_timeout_s, 10);
 }
 
 #[test]
@@ -186,6 +188,8 @@ fn global_settings_are_typed() {
         max_connections = 7
         splice = false
         max_connection_attempts = 1
+        empty_saved_state = "use_config"
+        command_client_timeout = 2
         "#,
     )
     .unwrap_or_else(|p| panic!("{}", show(&p)));
@@ -209,6 +213,15 @@ fn global_settings_are_typed() {
     );
     assert!(!g.splice);
     assert_eq!(g.max_connection_attempts, 1);
+    assert_eq!(g.empty_saved_state, EmptySavedState::UseConfig);
+    assert_eq!(g.command_client_timeout_s, 2);
+    assert_eq!(
+        load_config(r#"empty_saved_state = "keep_empty""#)
+            .unwrap()
+            .global
+            .empty_saved_state,
+        EmptySavedState::KeepEmpty
+    );
     assert_eq!(
         load_config(r#"access_logs = "off""#)
             .unwrap()
@@ -326,6 +339,8 @@ const BROKEN: &[(&str, &[ErrorCode])] = {
                 InvalidValue,
                 InvalidValue,
                 InvalidAddress,
+                InvalidValue,
+                InvalidValue,
                 InvalidValue,
                 InvalidValue,
                 InvalidValue,
@@ -533,8 +548,9 @@ fn state_round_trips_through_a_file() {
     assert_eq!(requests, state.generate_requests());
 
     let text = fs::read_to_string(&path).unwrap();
-    assert!(text.starts_with("{\"preread_state\":1}\n"), "{text}");
-    assert_eq!(text.lines().count(), 1 + state.generate_requests().len());
+    assert!(text.starts_with("{\"preread_state\":2}\n"), "{text}");
+    // The header, the requests, the trailer.
+    assert_eq!(text.lines().count(), 2 + state.generate_requests().len());
     assert!(text.ends_with('\n'));
     // Only the target is left in the directory.
     assert_eq!(scratch.entries(), BTreeSet::from(["state.json".to_owned()]));
@@ -575,31 +591,45 @@ fn damaged_state_files_are_refused_at_the_line() {
     let lines: Vec<&str> = full.lines().collect();
     assert!(lines.len() > 4);
 
-    // Cut in the middle of the fourth line.
+    // Cut in the middle of the fourth line, or at its end: the trailer is
+    // gone either way.
     let cut = lines[..3].join("\n").len() + 1 + lines[3].len() / 2;
     let (line, code, _) = invalid(&full[..cut]);
-    assert_eq!((line, code), (4, ErrorCode::StateFileCorrupt));
-
-    // Cut right before the final newline: the last line is whole JSON but
-    // the file is still short.
-    let (line, code, shown) = invalid(&full[..full.len() - 1]);
-    assert_eq!((line, code), (lines.len(), ErrorCode::StateFileCorrupt));
+    assert_eq!((line, code), (4, ErrorCode::StateFileIntegrity));
+    let (line, code, shown) = invalid(&(lines[..4].join("\n") + "\n"));
+    assert_eq!((line, code), (5, ErrorCode::StateFileIntegrity));
     assert!(shown.contains("cut short"), "{shown}");
 
-    // A corrupt JSON line.
-    let mut corrupt: Vec<String> = lines.iter().map(|l| (*l).to_owned()).collect();
+    // Cut right before the final newline: the trailer is whole JSON but
+    // the file is still short.
+    let (line, code, shown) = invalid(&full[..full.len() - 1]);
+    assert_eq!((line, code), (lines.len(), ErrorCode::StateFileIntegrity));
+    assert!(shown.contains("cut short"), "{shown}");
+
+    // A corrupt JSON line: the checksum catches it; sealed anew, the line
+    // itself is refused.
+    let body: Vec<String> = lines[..lines.len() - 1]
+        .iter()
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let mut corrupt = body.clone();
     corrupt[2] = corrupt[2].replacen('{', "[", 1);
-    let (line, code, _) = invalid(&(corrupt.join("\n") + "\n"));
+    let corrupt = corrupt.concat();
+    assert_eq!(
+        invalid(&format!("{corrupt}{}\n", lines[lines.len() - 1])).1,
+        ErrorCode::StateFileIntegrity
+    );
+    let (line, code, _) = invalid(&seal(&corrupt));
     assert_eq!((line, code), (3, ErrorCode::StateFileCorrupt));
 
     // An unknown field is corruption too (the types refuse unknown fields).
-    let text = "{\"preread_state\":1}\n{\"request_type\":{\"add_cluster\":{\"cluster_id\":\"a\",\"load_balancing\":0,\"proxy_protocol\":0,\"max_connections_per_ip\":0,\"colour\":1}}}\n";
-    assert_eq!(invalid(text).0, 2);
+    let text = "{\"preread_state\":2}\n{\"request_type\":{\"add_cluster\":{\"cluster_id\":\"a\",\"load_balancing\":0,\"proxy_protocol\":0,\"max_connections_per_ip\":0,\"colour\":1}}}\n";
+    assert_eq!(invalid(&seal(text)).0, 2);
 
-    // Unknown version, foreign header, empty file.
-    let (line, code, _) = invalid(&full.replacen("\"preread_state\":1", "\"preread_state\":2", 1));
+    // Unknown version, foreign header, no header, empty file.
+    let (line, code, _) = invalid(&full.replacen("\"preread_state\":2", "\"preread_state\":3", 1));
     assert_eq!((line, code), (1, ErrorCode::StateFileVersion));
-    let (line, code, _) = invalid(&full.replacen("preread_state", "sozu_state", 1));
+    let (line, code, _) = invalid(&full.replacen("preread_state\"", "sozu_state\"", 1));
     assert_eq!((line, code), (1, ErrorCode::StateFileCorrupt));
     let (line, code, _) = invalid(&full[lines[0].len() + 1..]);
     assert_eq!((line, code), (1, ErrorCode::StateFileCorrupt));

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use command::proto;
 use command::proto::request::RequestType;
+use command::state_file::seal;
 use e2e::backend::{BackendConfig, PlainBackend, TlsBackend};
 use e2e::client::{
     self, half_close, raw_exchange, read_line, read_tls_to_close, tls_client, tls_request,
@@ -892,10 +893,13 @@ fn a_corrupt_state_file_refuses_the_start() {
         "command_socket = \"preread.sock\"\nsaved_state = \"state.json\"\n\n\
          [[listeners]]\naddress = \"{listener}\"\n"
     );
-    let state = "{\"preread_state\":1}\n\
+    // Sealed as a save would: the trailer matches, the line does not parse.
+    let state = seal(
+        "{\"preread_state\":2}\n\
         {\"request_type\":{\"add_cluster\":{\"cluster_id\":\"alpha\",\"load_balancing\":0,\"proxy_protocol\":0,\"max_connections_per_ip\":0}}}\n\
-        {\"request_type\":{\"add_cluster\": this is not json\n";
-    let stderr = refused_start("corrupt", &config, Some(state), 2);
+        {\"request_type\":{\"add_cluster\": this is not json\n",
+    );
+    let stderr = refused_start("corrupt", &config, Some(&state), 2);
     assert!(stderr.contains("line 3"), "{stderr}");
     assert!(stderr.contains("E010"), "{stderr}");
     assert!(!accepts(listener), "the listener was opened");
@@ -933,10 +937,10 @@ fn a_state_file_with_a_cap_above_buffer_size_refuses_the_start() {
         "command_socket = \"preread.sock\"\nsaved_state = \"state.json\"\nbuffer_size = 16384\n\n\
          [[listeners]]\naddress = \"{listener}\"\n"
     );
-    let state = format!(
-        "{{\"preread_state\":1}}\n\
+    let state = seal(&format!(
+        "{{\"preread_state\":2}}\n\
          {{\"request_type\":{{\"add_tcp_listener\":{{\"address\":\"{listener}\",\"expect_proxy\":false,\"sni_preread_timeout\":5000,\"sni_preread_max_bytes\":65536,\"default_cluster\":null,\"server_first_timeout\":null,\"front_timeout\":60,\"back_timeout\":30,\"connect_timeout\":3,\"active\":true}}}}}}\n"
-    );
+    ));
     let stderr = refused_start("bigcap", &config, Some(&state), 2);
     assert!(stderr.contains("E003"), "{stderr}");
     assert!(stderr.contains("buffer_size"), "{stderr}");
@@ -1135,7 +1139,7 @@ fn every_socket_subcommand_works_through_the_cli() {
     let saved_s = saved.display().to_string();
     cli_ok(&proxy, &["state", "save", "-f", &saved_s]);
     let text = std::fs::read_to_string(&saved).expect("the saved state");
-    assert!(text.starts_with("{\"preread_state\":1}\n"), "{text}");
+    assert!(text.starts_with("{\"preread_state\":2}\n"), "{text}");
     assert!(text.contains("alpha-0") && !text.contains("beta"), "{text}");
     cli_ok(&proxy, &["state", "load", "-f", &saved_s]);
     routed_to(main, "a.example.com", "alpha-0");

@@ -4,8 +4,9 @@
 //! Owns: [`AnswerCode`]: the validation codes of doc/configure.md, and the
 //! codes of the proxy itself (a worker refused or did not answer, the
 //! caller may not command the proxy, the proxy is stopping, the CLI got no
-//! answer), with their stable spellings. Must never: spell a code anywhere
-//! else, or give two codes one spelling.
+//! answer, the command socket serves its most clients), with their stable
+//! spellings. Must never: spell a code anywhere else, or give two codes one
+//! spelling.
 
 use std::fmt;
 
@@ -35,11 +36,14 @@ pub enum AnswerCode {
     /// A batch (`apply_changes`) over the proxy's cap on requests, or whose
     /// parts disagree on what they are.
     BadBatch,
+    /// The command socket already serves the most clients it serves at
+    /// once.
+    Busy,
 }
 
 impl AnswerCode {
     /// The proxy's own codes, for tests and listings.
-    pub const OWN: [Self; 7] = [
+    pub const OWN: [Self; 8] = [
         Self::WorkerRefused,
         Self::WorkerTimeout,
         Self::Permission,
@@ -47,6 +51,7 @@ impl AnswerCode {
         Self::NoAnswer,
         Self::UpgradeFailed,
         Self::BadBatch,
+        Self::Busy,
     ];
 
     /// The stable spelling on the wire and in the CLI's output.
@@ -60,6 +65,7 @@ impl AnswerCode {
             Self::NoAnswer => "E_NO_ANSWER",
             Self::UpgradeFailed => "E_UPGRADE_FAILED",
             Self::BadBatch => "E_BAD_BATCH",
+            Self::Busy => "E_BUSY",
         }
     }
 }

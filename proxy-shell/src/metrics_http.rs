@@ -1,116 +1,362 @@
 //! The optional Prometheus endpoint (`metrics_address`): `GET /metrics`
 //! answers the workers' summed metrics in the text exposition format.
 //!
-//! Owns: a small blocking HTTP/1.x responder on its own thread. It asks
-//! the command socket for `QueryMetrics`, like any client, so the metrics it
-//! serves are exactly those of `preread metrics get`. Must never: block a
-//! worker or the command server, or accept a request larger than
-//! `MAX_REQUEST` bytes or slower than `IO_TIMEOUT`.
+//! Owns: a small blocking HTTP/1.x responder on threads of its own: one
+//! accepts, [`MAX_SCRAPES_IN_FLIGHT`] serve, and at most [`MAX_WAITING`]
+//! accepted connections wait for them (past that a connection is answered
+//! 503 at once). Each connection has [`REQUEST_DEADLINE`] from its accept
+//! to the end of its answer: reading the head, asking the command socket
+//! and writing the answer all take from that one budget, and a connection
+//! whose budget ran out while it waited is closed untouched. Of it, the
+//! head has [`HEAD_DEADLINE`]: a client still sending its head then is
+//! closed, so a dripping client holds a serving thread for at most that,
+//! and a scrape queued behind as many of them as there are threads and
+//! places in the queue still has most of its budget when it is served.
+//! It asks the command socket for `QueryMetrics`, like any client, so the
+//! metrics it serves are exactly those of `preread metrics get`.
+//!
+//! The request head is parsed by `httparse` (hyper's parser). No HTTP
+//! server crate serves here: the maintained ones run on an async runtime
+//! (hyper, axum), which this synchronous binary does not have, or, like
+//! `tiny_http`, bound reads but not a whole request, which is what let one
+//! dripping client hold the endpoint.
+//!
+//! Must never: block a worker or the command server, hold a connection past
+//! its deadline, serve more than [`MAX_SCRAPES_IN_FLIGHT`] at once, or read
+//! a request head larger than `MAX_REQUEST` bytes.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use command::channel::BlockingChannel;
 use command::proto::{self, request::RequestType, response_content::ContentType};
 
 use crate::worker::metrics::prometheus_text;
 
+/// Scrapes served at once, each on a thread of its own.
+pub const MAX_SCRAPES_IN_FLIGHT: usize = 4;
+
+/// From a connection's accept to the end of its answer.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+
+/// From a connection's accept to the end of its request head, which a
+/// scraper sends at once: a client still sending it by then is closed, so
+/// it holds a serving thread for this long at most. A head that came in
+/// whole while the connection waited for a thread is still served.
+pub const HEAD_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The shortest wait of a read: bytes already received are taken even
+/// once the head's deadline has passed.
+const MIN_READ_WAIT: Duration = Duration::from_millis(1);
+
+/// Accepted connections waiting for a serving thread.
+pub const MAX_WAITING: usize = 16;
+
 /// Largest request head read before answering 431.
 const MAX_REQUEST: usize = 8 * 1024;
-/// How long one scrape may take to send its request or read its answer.
-const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Binds `address` and serves scrapes on a thread of its own.
+/// Header lines parsed before answering 431.
+const MAX_HEADERS: usize = 64;
+
+/// After an answer, how long unread input is still drained (at most
+/// `DISCARD_ON_CLOSE` bytes), so the close is not a reset that destroys the
+/// answer before the client reads it (a 431 leaves much unread).
+const LINGER: Duration = Duration::from_millis(200);
+
+/// Bytes of unread input drained after an answer.
+const DISCARD_ON_CLOSE: usize = 64 * 1024;
+
+/// Of the deadline, kept for writing the answer after the command socket's
+/// query (a 503 if the query ran out of time).
+const ANSWER_RESERVE: Duration = Duration::from_millis(250);
+
+/// An accepted connection and when it was accepted.
+struct Accepted {
+    stream: TcpStream,
+    accepted: Instant,
+}
+
+/// Binds `address` and serves scrapes on threads of their own.
 pub fn spawn(address: SocketAddr, command_socket: PathBuf) -> io::Result<()> {
     let listener = TcpListener::bind(address)?;
+    let (queue, waiting) = mpsc::sync_channel::<Accepted>(MAX_WAITING);
+    let waiting = Arc::new(Mutex::new(waiting));
+    let command_socket: Arc<Path> = Arc::from(command_socket);
+    for n in 0..MAX_SCRAPES_IN_FLIGHT {
+        let waiting = Arc::clone(&waiting);
+        let command_socket = Arc::clone(&command_socket);
+        std::thread::Builder::new()
+            .name(format!("preread-metrics-{n}"))
+            .spawn(move || serve_queue(&waiting, &command_socket))?;
+    }
     std::thread::Builder::new()
         .name("preread-metrics".into())
-        .spawn(move || {
-            for stream in listener.incoming() {
-                match stream {
-                    Ok(stream) => {
-                        if let Err(e) = serve(stream, &command_socket) {
-                            log::debug!("metrics scrape failed: {e}");
-                        }
-                    }
-                    Err(e) => log::debug!("metrics accept failed: {e}"),
-                }
-            }
-        })?;
+        .spawn(move || accept_loop(&listener, &queue))?;
     log::info!("metrics on http://{address}/metrics");
     Ok(())
 }
 
-/// Reads the request head: everything up to the blank line.
-fn read_head(stream: &mut TcpStream) -> io::Result<Option<Vec<u8>>> {
+fn accept_loop(listener: &TcpListener, queue: &SyncSender<Accepted>) {
+    for stream in listener.incoming() {
+        let stream = match stream {
+            Ok(stream) => stream,
+            Err(e) => {
+                log::debug!("metrics accept failed: {e}");
+                continue;
+            }
+        };
+        let accepted = Accepted {
+            stream,
+            accepted: Instant::now(),
+        };
+        match queue.try_send(accepted) {
+            Ok(()) => {}
+            Err(TrySendError::Full(accepted)) => refuse_busy(accepted.stream),
+            Err(TrySendError::Disconnected(_)) => return,
+        }
+    }
+}
+
+/// Answers 503 without waiting: a fresh socket's send buffer takes it.
+fn refuse_busy(stream: TcpStream) {
+    let mut stream = stream;
+    if stream.set_nonblocking(true).is_ok() {
+        let body = format!(
+            "{MAX_SCRAPES_IN_FLIGHT} scrapes in flight and {MAX_WAITING} waiting: try again\n"
+        );
+        let _ = stream.write(response_bytes("503 Service Unavailable", &body).as_slice());
+    }
+}
+
+fn serve_queue(waiting: &Mutex<Receiver<Accepted>>, command_socket: &Path) {
+    loop {
+        let next = match waiting.lock() {
+            Ok(receiver) => receiver.recv(),
+            Err(_) => return,
+        };
+        let Ok(Accepted { stream, accepted }) = next else {
+            return;
+        };
+        if accepted.elapsed() >= REQUEST_DEADLINE {
+            log::debug!("metrics scrape dropped: its {REQUEST_DEADLINE:?} passed while it waited");
+            continue;
+        }
+        if let Err(e) = serve(stream, accepted, command_socket) {
+            log::debug!("metrics scrape failed: {e}");
+        }
+    }
+}
+
+/// Time left before `deadline`, or a timeout error once it passed.
+fn left(deadline: Instant) -> io::Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("the request's {REQUEST_DEADLINE:?} are over"),
+        ))
+    } else {
+        Ok(left)
+    }
+}
+
+/// What the request head asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Head {
+    /// More bytes are needed.
+    Partial,
+    /// A whole head: its method and path.
+    Complete { method: String, path: String },
+    /// Not HTTP/1.x.
+    Malformed,
+    /// Over `MAX_HEADERS` header lines.
+    TooManyHeaders,
+}
+
+fn parse_head(bytes: &[u8]) -> Head {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut headers);
+    match request.parse(bytes) {
+        Ok(httparse::Status::Complete(_)) => Head::Complete {
+            method: request.method.unwrap_or_default().to_owned(),
+            path: request.path.unwrap_or_default().to_owned(),
+        },
+        Ok(httparse::Status::Partial) => Head::Partial,
+        Err(httparse::Error::TooManyHeaders) => Head::TooManyHeaders,
+        Err(_) => Head::Malformed,
+    }
+}
+
+/// Reads until the head is whole, malformed or over [`MAX_REQUEST`]. Once
+/// `deadline` has passed, one last read takes what is already waiting.
+fn read_head(stream: &mut TcpStream, deadline: Instant) -> io::Result<Head> {
     let mut head = Vec::with_capacity(512);
-    let mut chunk = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        if head.len() >= MAX_REQUEST {
-            return Ok(None);
+    let mut chunk = [0u8; MAX_REQUEST];
+    let mut last = false;
+    loop {
+        if last {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the request head took over {HEAD_DEADLINE:?}"),
+            ));
         }
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
+        let wait = deadline.saturating_duration_since(Instant::now());
+        last = wait.is_zero();
+        stream.set_read_timeout(Some(wait.max(MIN_READ_WAIT)))?;
+        let n = match stream.read(&mut chunk) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        head.extend_from_slice(chunk.get(..n).unwrap_or_default());
+        match parse_head(&head) {
+            Head::Partial if head.len() >= MAX_REQUEST => return Ok(Head::TooManyHeaders),
+            Head::Partial => {}
+            done => return Ok(done),
         }
-        head.extend_from_slice(&chunk[..n]);
     }
-    Ok(Some(head))
 }
 
-fn answer(stream: &mut TcpStream, status: &str, body: &str) -> io::Result<()> {
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+fn response_bytes(status: &str, body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
-    );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())
+    )
+    .into_bytes()
 }
 
-fn serve(mut stream: TcpStream, command_socket: &PathBuf) -> io::Result<()> {
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
-    stream.set_write_timeout(Some(IO_TIMEOUT))?;
-    let Some(head) = read_head(&mut stream)? else {
-        return answer(&mut stream, "431 Request Header Fields Too Large", "");
+/// Writes the whole answer before the deadline, then closes gracefully.
+fn answer(stream: &mut TcpStream, deadline: Instant, status: &str, body: &str) -> io::Result<()> {
+    let bytes = response_bytes(status, body);
+    let mut rest = bytes.as_slice();
+    while !rest.is_empty() {
+        stream.set_write_timeout(Some(left(deadline)?))?;
+        match stream.write(rest) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => rest = rest.get(n..).unwrap_or_default(),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    linger(stream, deadline.min(Instant::now() + LINGER));
+    Ok(())
+}
+
+/// Sends the FIN, then reads and drops what the client still sends until
+/// it closes, `until`, or [`DISCARD_ON_CLOSE`] bytes.
+fn linger(stream: &mut TcpStream, until: Instant) {
+    if stream.shutdown(std::net::Shutdown::Write).is_err() {
+        return;
+    }
+    let mut sink = [0u8; 4096];
+    let mut drained = 0;
+    while drained < DISCARD_ON_CLOSE {
+        let Ok(wait) = left(until) else {
+            return;
+        };
+        if stream.set_read_timeout(Some(wait)).is_err() {
+            return;
+        }
+        match stream.read(&mut sink) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => drained += n,
+        }
+    }
+}
+
+fn serve(mut stream: TcpStream, accepted: Instant, command_socket: &Path) -> io::Result<()> {
+    let deadline = accepted + REQUEST_DEADLINE;
+    let (method, path) = match read_head(&mut stream, accepted + HEAD_DEADLINE)? {
+        Head::Complete { method, path } => (method, path),
+        Head::TooManyHeaders => {
+            return answer(
+                &mut stream,
+                deadline,
+                "431 Request Header Fields Too Large",
+                "",
+            );
+        }
+        Head::Malformed | Head::Partial => {
+            return answer(&mut stream, deadline, "400 Bad Request", "not HTTP/1.x\n");
+        }
     };
-    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
-    let mut parts = line.split(|&b| b == b' ');
-    let (method, path) = (
-        parts.next().unwrap_or_default(),
-        parts.next().unwrap_or_default(),
-    );
-    if method != b"GET" {
-        return answer(&mut stream, "405 Method Not Allowed", "GET /metrics only\n");
+    if method != "GET" {
+        return answer(
+            &mut stream,
+            deadline,
+            "405 Method Not Allowed",
+            "GET /metrics only\n",
+        );
     }
-    if path != b"/metrics" {
-        return answer(&mut stream, "404 Not Found", "GET /metrics\n");
+    if path != "/metrics" {
+        return answer(&mut stream, deadline, "404 Not Found", "GET /metrics\n");
     }
-    match query_totals(command_socket) {
-        Ok(text) => answer(&mut stream, "200 OK", &text),
+    match query_totals(
+        command_socket,
+        deadline.checked_sub(ANSWER_RESERVE).unwrap_or(deadline),
+    ) {
+        Ok(text) => answer(&mut stream, deadline, "200 OK", &text),
         Err(message) => answer(
             &mut stream,
+            deadline,
             "503 Service Unavailable",
             &format!("{message}\n"),
         ),
     }
 }
 
-fn query_totals(command_socket: &PathBuf) -> Result<String, String> {
+fn query_totals(command_socket: &Path, deadline: Instant) -> Result<String, String> {
+    let time_left = || left(deadline).map_err(|e| e.to_string());
     let mut channel =
-        BlockingChannel::connect(command_socket, IO_TIMEOUT).map_err(|e| e.to_string())?;
+        BlockingChannel::connect(command_socket, time_left()?).map_err(|e| e.to_string())?;
     let request = proto::Request {
         request_type: Some(RequestType::QueryMetrics(proto::QueryMetrics {})),
     };
-    let response = channel
-        .request(&request, |_| {})
-        .map_err(|e| e.to_string())?;
+    channel.set_timeout(time_left()?);
+    channel.send(&request).map_err(|e| e.to_string())?;
+    channel.set_timeout(time_left()?);
+    let response = channel.recv().map_err(|e| e.to_string())?;
     match response.content.and_then(|c| c.content_type) {
         Some(ContentType::Metrics(report)) => Ok(prometheus_text(&report.total)),
         _ => Err(format!(
             "the proxy did not answer with metrics: {}",
             response.message
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_are_parsed_whole_or_asked_for_more() {
+        assert_eq!(
+            parse_head(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Head::Complete {
+                method: "GET".into(),
+                path: "/metrics".into()
+            }
+        );
+        assert_eq!(parse_head(b"GET /metrics HTTP/1.1\r\nHo"), Head::Partial);
+        assert_eq!(parse_head(b"G"), Head::Partial);
+        assert_eq!(parse_head(b"\x16\x03\x01\x00\x05hello"), Head::Malformed);
+        let many = format!(
+            "GET / HTTP/1.1\r\n{}\r\n",
+            "A: b\r\n".repeat(MAX_HEADERS + 1)
+        );
+        assert_eq!(parse_head(many.as_bytes()), Head::TooManyHeaders);
+    }
+
+    #[test]
+    fn the_deadline_is_an_error_once_over() {
+        assert!(left(Instant::now() + Duration::from_secs(1)).is_ok());
+        let over = left(Instant::now()).unwrap_err();
+        assert_eq!(over.kind(), io::ErrorKind::TimedOut);
     }
 }

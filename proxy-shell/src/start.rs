@@ -1,12 +1,13 @@
 //! `preread start`: runs the proxy in the foreground.
 //!
 //! Owns: the boot sequence: config, logging, the boot state (a valid saved
-//! state file wins over the config's declarations; an upgrade's handover
-//! wins over both), the command socket, the workers, replaying the state on
-//! them, then the command server until a stop, and joining the workers.
-//! Must never: start with a state the workers refused, or over another
-//! running proxy's command socket (a successor moves its own over it only
-//! once it serves).
+//! state file wins over the config's declarations, unless it is empty and
+//! `empty_saved_state` says otherwise; stale temp files of killed saves are
+//! removed first; an upgrade's handover wins over both), the command
+//! socket, the workers, replaying the state on them, then the command
+//! server until a stop, and joining the workers. Must never: start with a
+//! state the workers refused, or over another running proxy's command
+//! socket (a successor moves its own over it only once it serves).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -14,9 +15,10 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use command::config::{GlobalSettings, load_config_file};
+use command::codes::ErrorCode;
+use command::config::{EmptySavedState, GlobalSettings, load_config_file};
 use command::state::ConfigState;
-use command::state_file::{load_state_requests, save_state};
+use command::state_file::{load_state_requests, remove_stale_temp_files, save_state};
 use command::validate::check_cap_fits_buffer;
 
 use crate::cli::{EXIT_FAILED, EXIT_USAGE, Globals};
@@ -104,11 +106,19 @@ fn init_logging(log_level: &str) {
 }
 
 /// The state to boot with: the saved state file when there is one (it is
-/// the source of truth), else the config's declarations.
+/// the source of truth), else the config's declarations. An empty state
+/// file against a config that declares routing is `empty_saved_state`'s
+/// choice.
 fn boot_state(global: &GlobalSettings, from_config: ConfigState) -> Result<ConfigState, String> {
     let Some(path) = &global.saved_state else {
         return Ok(from_config);
     };
+    for stale in remove_stale_temp_files(path) {
+        match stale {
+            Ok(file) => log::info!("removed {}, left by a save that was killed", file.display()),
+            Err(error) => log::warn!("{error}"),
+        }
+    }
     match load_state_requests(path) {
         Ok((state, requests)) => {
             if let Some(error) = requests
@@ -121,6 +131,10 @@ fn boot_state(global: &GlobalSettings, from_config: ConfigState) -> Result<Confi
                     error.code.as_str(),
                     error.message
                 ));
+            }
+            let declared = from_config.generate_requests().len();
+            if requests.is_empty() && declared > 0 {
+                return empty_state(global.empty_saved_state, path, declared, from_config);
             }
             log::info!(
                 "booting from the state file {} ({} request(s))",
@@ -139,6 +153,39 @@ fn boot_state(global: &GlobalSettings, from_config: ConfigState) -> Result<Confi
         Err(error) => Err(format!(
             "the state file {} is not valid, not starting (fix or remove it): {error}",
             path.display()
+        )),
+    }
+}
+
+/// A valid state file with no routing, while the config declares
+/// `declared` requests' worth.
+fn empty_state(
+    choice: EmptySavedState,
+    path: &Path,
+    declared: usize,
+    from_config: ConfigState,
+) -> Result<ConfigState, String> {
+    let path = path.display();
+    match choice {
+        EmptySavedState::UseConfig => {
+            log::warn!(
+                "the state file {path} is empty: booting from the config's {declared} \
+                 declaration(s) (empty_saved_state = \"use_config\")"
+            );
+            Ok(from_config)
+        }
+        EmptySavedState::KeepEmpty => {
+            log::warn!(
+                "the state file {path} is empty: booting with no routing, the config's \
+                 {declared} declaration(s) unused (empty_saved_state = \"keep_empty\")"
+            );
+            Ok(ConfigState::default())
+        }
+        EmptySavedState::Refuse => Err(format!(
+            "the state file {path} holds no routing while the config declares {declared} \
+             request(s), not starting: {}: set empty_saved_state = \"use_config\" to boot \
+             from the config or \"keep_empty\" to boot with nothing, or delete the file",
+            ErrorCode::StateFileEmpty
         )),
     }
 }

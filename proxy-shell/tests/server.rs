@@ -18,7 +18,7 @@ use command::channel::{
 use command::codes::ErrorCode;
 use command::proto::{self, request::RequestType, response_content::ContentType};
 use command::state::ConfigState;
-use command::state_file::load_state;
+use command::state_file::{load_state, seal};
 use mio::{Poll, Token, Waker};
 use proxy_shell::answer_code::AnswerCode;
 use proxy_shell::server::{CommandServer, E_WORKER_TIMEOUT, ServerSettings, StopKind};
@@ -164,6 +164,7 @@ fn settings(dir: &Path) -> ServerSettings {
         check_unbound: false,
         exe: None,
         argv: Vec::new(),
+        client_timeout: BOUND,
     }
 }
 
@@ -797,22 +798,27 @@ fn save_and_load_state_round_trip() {
         "the load is one generation"
     );
 
-    // A corrupt file: FAILURE naming the line, nothing changed.
+    // A line added: the trailer no longer matches. Sealed anew, the line
+    // itself is refused. FAILURE either way, nothing changed.
     let corrupt = h.dir.path().join("corrupt.json");
     let text = std::fs::read_to_string(&saved).expect("saved");
     let mut lines: Vec<&str> = text.lines().collect();
     lines.insert(2, "{\"add_cluster\": 42}");
-    std::fs::write(&corrupt, lines.join("\n") + "\n").expect("write");
-    let response = ask(
-        &mut client,
-        RequestType::LoadState(proto::LoadState {
-            path: corrupt.display().to_string(),
-        }),
-    );
-    assert_failure(&response, "E010");
-    assert!(response.message.contains("line 3"), "{response:?}");
-    assert_eq!(listings(&h), full);
-    assert_eq!(applies(&h.log(1)).len(), sent_before + 2, "nothing sent");
+    let added = lines.join("\n") + "\n";
+    let body = lines[..lines.len() - 1].join("\n") + "\n";
+    for (text, code, line) in [(added, "E013", "line 7"), (seal(&body), "E010", "line 3")] {
+        std::fs::write(&corrupt, text).expect("write");
+        let response = ask(
+            &mut client,
+            RequestType::LoadState(proto::LoadState {
+                path: corrupt.display().to_string(),
+            }),
+        );
+        assert_failure(&response, code);
+        assert!(response.message.contains(line), "{response:?}");
+        assert_eq!(listings(&h), full);
+        assert_eq!(applies(&h.log(1)).len(), sent_before + 2, "nothing sent");
+    }
 
     // A missing file.
     let response = ask(
@@ -1090,5 +1096,217 @@ fn another_user_is_refused() {
     assert!(stderr.contains("E_PERMISSION"), "{stderr}");
     // Root still commands it.
     assert_ok(&h.ask(RequestType::Status(proto::Status {})));
+    h.stop();
+}
+
+// ---- bounds on command clients ----
+
+fn with_client_timeout(name: &str, timeout: Duration, scripts: &[Script]) -> Harness {
+    let dir = temp_dir(name);
+    let settings = ServerSettings {
+        client_timeout: timeout,
+        ..settings(dir.path())
+    };
+    Harness::start_with(dir, settings, ConfigState::default(), scripts)
+}
+
+fn status_frame() -> Vec<u8> {
+    let request = proto::Request {
+        request_type: Some(RequestType::Status(proto::Status {})),
+    };
+    encode_frame(&request, DEFAULT_MAX_FRAME_LEN).expect("encode")
+}
+
+/// Every answer until the server closes (within [`BOUND`]). A close with
+/// requests left unread is a reset, which may drop answers in flight.
+fn answers_to_close(stream: &mut UnixStream) -> Vec<proto::Response> {
+    stream.set_nonblocking(false).expect("blocking");
+    stream.set_read_timeout(Some(BOUND)).expect("timeout");
+    let mut decoder = FrameDecoder::new();
+    let mut answers = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        while let Some(response) = decoder.next_frame::<proto::Response>().expect("frame") {
+            answers.push(response);
+        }
+        match stream.read(&mut buf) {
+            Ok(0) => return answers,
+            Ok(n) => decoder.push(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return answers,
+            Err(e) => panic!("no close within {BOUND:?}: {e}"),
+        }
+    }
+}
+
+/// Writes `frames` copies of `frame` without blocking until the socket
+/// takes nothing for 200 ms; returns how many whole frames went out.
+fn flood(stream: &mut UnixStream, frame: &[u8], frames: usize) -> usize {
+    stream.set_nonblocking(true).expect("non-blocking");
+    let batch = frame.repeat(4096);
+    let total = frame.len() * frames;
+    let (mut written, mut progress) = (0usize, Instant::now());
+    let started = Instant::now();
+    while written < total && progress.elapsed() < Duration::from_millis(200) {
+        assert!(started.elapsed() < BOUND, "the flood never stalled");
+        let offset = written % batch.len();
+        let end = batch.len().min(offset + total - written);
+        match stream.write(&batch[offset..end]) {
+            Ok(n) => {
+                written += n;
+                progress = Instant::now();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("write: {e}"),
+        }
+    }
+    written / frame.len()
+}
+
+#[test]
+fn a_client_that_does_not_read_is_no_longer_read_then_closed() {
+    use proxy_shell::server::MAX_QUEUED_ANSWER_BYTES;
+    let timeout = Duration::from_millis(800);
+    let h = with_client_timeout("noread", timeout, &[Script::Done]);
+    let mut flooder = UnixStream::connect(&h.socket).expect("connect");
+    let sent = flood(&mut flooder, &status_frame(), 400_000);
+    assert!(
+        sent < 400_000,
+        "every request went in: nothing held it back"
+    );
+    // The server takes some, answers them, and stops once its answers are
+    // over the cap: the rest waits unread.
+    let deadline = Instant::now() + BOUND;
+    let mut taken = h.log(0).len();
+    loop {
+        thread::sleep(Duration::from_millis(300));
+        let now = h.log(0).len();
+        if now == taken {
+            break;
+        }
+        assert!(Instant::now() < deadline, "requests still taken: {now}");
+        taken = now;
+    }
+    assert!(taken > 0 && taken < sent, "taken {taken} of {sent}");
+    // Others are served meanwhile.
+    let other = h.ask(RequestType::Status(proto::Status {}));
+    assert_ok(&other);
+    // Past the client timeout it is closed: what it reads is what was in
+    // flight, then the end.
+    thread::sleep(timeout + Duration::from_millis(300));
+    let answers = answers_to_close(&mut flooder);
+    assert!(answers.len() <= taken, "{} answers", answers.len());
+    assert!(
+        answers
+            .iter()
+            .all(|a| a.status == proto::ResponseStatus::Ok as i32)
+    );
+    // What it was sent is bounded by the cap, plus the socket buffers.
+    let size = encode_frame(&other, DEFAULT_MAX_FRAME_LEN)
+        .expect("encode")
+        .len();
+    assert!(
+        taken * size < MAX_QUEUED_ANSWER_BYTES + (1 << 20),
+        "{taken} answers of {size} bytes"
+    );
+    h.stop();
+}
+
+#[test]
+fn a_client_that_reads_is_served_past_the_cap() {
+    let h = Harness::start("reads", &[Script::Done]);
+    let mut writer = UnixStream::connect(&h.socket).expect("connect");
+    let mut reader = writer.try_clone().expect("clone");
+    let count = 20_000;
+    let frames = status_frame().repeat(count);
+    let writing = thread::spawn(move || writer.write_all(&frames).map(|()| writer));
+    reader.set_read_timeout(Some(BOUND)).expect("timeout");
+    let mut decoder = FrameDecoder::new();
+    let (mut answered, mut buf) = (0, vec![0u8; 64 * 1024]);
+    while answered < count {
+        match decoder.next_frame::<proto::Response>().expect("frame") {
+            Some(response) => {
+                assert_ok(&response);
+                answered += 1;
+            }
+            None => {
+                let n = reader.read(&mut buf).expect("answers keep coming");
+                assert!(n > 0, "closed after {answered} answers");
+                decoder.push(&buf[..n]);
+            }
+        }
+    }
+    drop(writing.join().expect("writer").expect("all written"));
+    h.stop();
+}
+
+#[test]
+fn partial_and_missing_requests_are_closed_after_the_client_timeout_busy_clients_are_not() {
+    let timeout = Duration::from_millis(300);
+    let slow = Duration::from_millis(900);
+    let h = with_client_timeout("idle", timeout, &[Script::Slow(slow)]);
+    let started = Instant::now();
+    let frame = status_frame();
+    let mut clients: Vec<UnixStream> = [&frame[..frame.len() - 1], &frame[..2], &[]]
+        .iter()
+        .map(|part| {
+            let mut stream = UnixStream::connect(&h.socket).expect("connect");
+            stream.write_all(part).expect("write");
+            stream
+        })
+        .collect();
+    let socket = h.socket.clone();
+    let busy = thread::spawn(move || {
+        let mut channel = BlockingChannel::connect(&socket, BOUND).expect("connect");
+        ask(&mut channel, cluster("alpha"))
+    });
+    for client in &mut clients {
+        let answers = answers_to_close(client);
+        let elapsed = started.elapsed();
+        assert!(elapsed >= timeout, "closed early: {elapsed:?}");
+        assert!(elapsed < timeout + slow, "closed late: {elapsed:?}");
+        assert_eq!(answers.len(), 1, "{answers:?}");
+        assert_failure(&answers[0], command::channel::E_CHANNEL_IO);
+    }
+    // Waiting on a worker longer than the client timeout is not idleness.
+    assert_ok(&busy.join().expect("busy client"));
+    assert!(started.elapsed() >= slow);
+    h.stop();
+}
+
+#[test]
+fn clients_over_the_cap_are_refused_with_e_busy() {
+    use proxy_shell::server::MAX_COMMAND_CLIENTS;
+    let h = Harness::start("cap", &[Script::Done]);
+    let mut held: Vec<UnixStream> = (0..MAX_COMMAND_CLIENTS)
+        .map(|_| UnixStream::connect(&h.socket).expect("connect"))
+        .collect();
+    // Accepted in order: the last one served means every one is in.
+    let last = held.last_mut().expect("clients");
+    last.set_read_timeout(Some(BOUND)).expect("timeout");
+    last.write_all(&status_frame()).expect("write");
+    assert_ok(&read_response(last));
+
+    let mut over = UnixStream::connect(&h.socket).expect("connect");
+    assert_eq!(answers_to_close(&mut over).len(), 1);
+    let mut over = UnixStream::connect(&h.socket).expect("connect");
+    let answers = answers_to_close(&mut over);
+    assert_failure(&answers[0], AnswerCode::Busy.as_str());
+    assert!(answers[0].message.contains("256 clients"), "{answers:?}");
+
+    // Once one leaves, a new client is served.
+    drop(held.pop());
+    let deadline = Instant::now() + BOUND;
+    loop {
+        let response = h.ask(RequestType::Status(proto::Status {}));
+        if response.status == proto::ResponseStatus::Ok as i32 {
+            break;
+        }
+        assert_failure(&response, AnswerCode::Busy.as_str());
+        assert!(Instant::now() < deadline, "never served again");
+        thread::sleep(Duration::from_millis(10));
+    }
+    drop(held);
     h.stop();
 }

@@ -136,9 +136,16 @@ impl BlockingChannel {
         self
     }
 
-    /// The timeout given at construction.
+    /// The timeout of each operation: the one given at construction, or
+    /// the last [`set_timeout`](Self::set_timeout).
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// Changes the timeout of the next operations: a caller bound by one
+    /// deadline over a whole exchange gives each operation what is left.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
     }
 
     /// The underlying stream.
@@ -289,6 +296,21 @@ mod tests {
         );
         drop(client);
         writer.join().expect("writer");
+    }
+
+    #[test]
+    fn set_timeout_bounds_the_next_operations() {
+        let (mut client, _server) = blocking_pair(TEST_TIMEOUT);
+        let short = Duration::from_millis(100);
+        client.set_timeout(short);
+        assert_eq!(client.timeout(), short);
+        let start = Instant::now();
+        assert!(matches!(client.recv(), Err(ChannelError::Timeout)));
+        let elapsed = start.elapsed();
+        assert!(
+            elapsed >= short && elapsed < TEST_TIMEOUT / 2,
+            "{elapsed:?}"
+        );
     }
 
     #[test]

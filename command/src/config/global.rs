@@ -37,6 +37,10 @@ pub const DEFAULT_SPLICE: bool = true;
 pub const DEFAULT_MAX_CONNECTION_ATTEMPTS: u32 = 3;
 /// Default of `soft_stop_grace`, in seconds.
 pub const DEFAULT_SOFT_STOP_GRACE_S: u32 = 30;
+/// Default of `command_client_timeout`, in seconds: far above what a
+/// command-line client or a scrape needs to send a request or read its
+/// answer, short enough that stuck clients do not pile up.
+pub const DEFAULT_COMMAND_CLIENT_TIMEOUT_S: u32 = 10;
 
 /// The smallest accepted `buffer_size`: a buffer must at least hold a TLS
 /// record header.
@@ -61,6 +65,19 @@ pub enum AccessLogFormat {
     Logfmt,
     /// `"json"`: one JSON object per line, same keys.
     Json,
+}
+
+/// What `preread start` does when `saved_state` is valid but empty while
+/// the config declares routing (`empty_saved_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum EmptySavedState {
+    /// `"refuse"` (default): do not start (E014); the operator chooses.
+    #[default]
+    Refuse,
+    /// `"use_config"`: boot from the config's declarations.
+    UseConfig,
+    /// `"keep_empty"`: boot with no routing, as the state file says.
+    KeepEmpty,
 }
 
 /// The process-wide settings of a config file, typed, validated, defaults
@@ -98,6 +115,11 @@ pub struct GlobalSettings {
     pub max_connection_attempts: u32,
     /// Seconds a soft stop lets open sessions finish.
     pub soft_stop_grace_s: u32,
+    /// What an empty `saved_state` means when the config declares routing.
+    pub empty_saved_state: EmptySavedState,
+    /// Seconds the command server waits on one client (for the rest of a
+    /// request, or for it to read its answers), at least 1.
+    pub command_client_timeout_s: u32,
 }
 
 impl GlobalSettings {
@@ -136,6 +158,8 @@ impl Default for GlobalSettings {
             splice: DEFAULT_SPLICE,
             max_connection_attempts: DEFAULT_MAX_CONNECTION_ATTEMPTS,
             soft_stop_grace_s: DEFAULT_SOFT_STOP_GRACE_S,
+            empty_saved_state: EmptySavedState::Refuse,
+            command_client_timeout_s: DEFAULT_COMMAND_CLIENT_TIMEOUT_S,
         }
     }
 }
@@ -245,6 +269,26 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
     if let Some(grace) = &raw.soft_stop_grace {
         if let Some(grace) = ranged::<u32>(grace, "soft_stop_grace", 0, problems) {
             global.soft_stop_grace_s = grace;
+        }
+    }
+    if let Some(empty) = &raw.empty_saved_state {
+        match empty.get_ref().as_str() {
+            "refuse" => global.empty_saved_state = EmptySavedState::Refuse,
+            "use_config" => global.empty_saved_state = EmptySavedState::UseConfig,
+            "keep_empty" => global.empty_saved_state = EmptySavedState::KeepEmpty,
+            other => problems.push(
+                empty.span().start,
+                ErrorCode::InvalidValue,
+                format!(
+                    "empty_saved_state {other:?} is unknown: use \"refuse\", \"use_config\" \
+                     or \"keep_empty\""
+                ),
+            ),
+        }
+    }
+    if let Some(timeout) = &raw.command_client_timeout {
+        if let Some(timeout) = ranged::<u32>(timeout, "command_client_timeout", 1, problems) {
+            global.command_client_timeout_s = timeout;
         }
     }
     global

@@ -35,6 +35,8 @@ pub(super) struct RawConfig {
     pub(super) splice: Option<Spanned<bool>>,
     pub(super) max_connection_attempts: Option<Spanned<i64>>,
     pub(super) soft_stop_grace: Option<Spanned<i64>>,
+    pub(super) empty_saved_state: Option<Spanned<String>>,
+    pub(super) command_client_timeout: Option<Spanned<i64>>,
     #[serde(default)]
     pub(super) listeners: Vec<Spanned<RawListener>>,
     #[serde(default)]

@@ -347,6 +347,13 @@ pub enum StateAction {
         #[arg(short = 'f', long = "file")]
         file: PathBuf,
     },
+    /// Offline: check FILE line by line without trusting its trailer (a
+    /// file of an older preread, or edited by hand), then rewrite it in the
+    /// current format with a new trailer.
+    Seal {
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -14,7 +14,7 @@ pub mod requests;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use args::{Cli, Command};
+use args::{Cli, Command, StateAction};
 
 /// Exit status of a refused or failed request.
 pub const EXIT_FAILED: u8 = 1;
@@ -55,6 +55,9 @@ pub fn run(cli: Cli) -> ExitCode {
             reads,
             files,
         ),
+        Command::State {
+            action: StateAction::Seal { file },
+        } => offline::state_seal(file, globals.json),
         Command::Reload => reload::run(&globals),
         Command::Start => crate::start::run(&globals),
         Command::Upgrade { within, .. } => {

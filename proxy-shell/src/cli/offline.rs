@@ -1,5 +1,5 @@
-//! The subcommands that need no running proxy: `config check`, `explain`
-//! and `inspect`.
+//! The subcommands that need no running proxy: `config check`, `explain`,
+//! `inspect` and `state seal`.
 //!
 //! Owns: their output and exit statuses. Must never: open the command
 //! socket or any network socket.
@@ -15,6 +15,7 @@ use preread_core::step::PrereadListener;
 use command::codes::ErrorCode;
 use command::config::{check_config_file, load_config_file};
 use command::proto::request::RequestType;
+use command::state_file::seal_state_file;
 use serde_json::json;
 
 use super::client::config_path;
@@ -84,6 +85,34 @@ pub(super) fn explain(code: Option<&str>, json_output: bool) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// `preread state seal -f FILE`: the explicit way to trust a state file
+/// without a valid trailer, once it replays line by line.
+pub(super) fn state_seal(file: &Path, json_output: bool) -> ExitCode {
+    match seal_state_file(file) {
+        Ok(requests) => {
+            if json_output {
+                println!(
+                    "{}",
+                    json!({ "file": file.display().to_string(), "requests": requests })
+                );
+            } else {
+                println!(
+                    "{}: sealed, {requests} request(s); it now loads as it is",
+                    file.display()
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!(
+                "preread state seal: {}: {error}; the file was not changed",
+                file.display()
+            );
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
 }
 
 fn read_input(path: &Path, hex: bool) -> Result<Vec<u8>, String> {

@@ -95,12 +95,16 @@ fn address(address: &str) -> proto::ListenerAddress {
 }
 
 /// The request a socket subcommand sends; `None` for the offline ones
-/// (`config`, `explain`, `inspect`) and for `reload`, which sends a diff.
+/// (`config`, `explain`, `inspect`, `state seal`) and for `reload`, which
+/// sends a diff.
 pub fn for_command(command: &Command) -> Option<proto::Request> {
     let request_type = match command {
         Command::Config { .. }
         | Command::Explain { .. }
         | Command::Inspect { .. }
+        | Command::State {
+            action: StateAction::Seal { .. },
+        }
         | Command::Reload
         | Command::Start => {
             return None;
@@ -166,6 +170,7 @@ pub fn for_command(command: &Command) -> Option<proto::Request> {
             StateAction::Load { file } => RequestType::LoadState(proto::LoadState {
                 path: file.display().to_string(),
             }),
+            StateAction::Seal { .. } => return None,
         },
         Command::Metrics {
             action: MetricsAction::Get,

@@ -1,14 +1,26 @@
-//! The command socket's client connections: accept (with the peer check),
-//! read requests one at a time per client, write answers, close.
+//! The command socket's client connections: accept (with the peer check
+//! and the cap on clients), read requests one at a time per client, write
+//! answers, close, and close the clients the server waited on too long.
 //!
-//! Owns: each client's channel and whether it waits for an answer. A client
-//! is served in order: its next request is taken only once the previous one
-//! was answered (the rest waits in its channel or socket, which bounds what
-//! one client can make the proxy hold). Must never: block on a client.
+//! Owns: each client's channel, whether it waits for an answer, and the
+//! bounds of what one client can make the proxy hold. A client is served
+//! in order: its next request is taken only once the previous one was
+//! answered. Once its unread answers reach [`MAX_QUEUED_ANSWER_BYTES`],
+//! nothing more is read from it until it reads (its requests wait in its
+//! own socket buffer, so its writes block: backpressure). A client the
+//! server waits on (for a whole request, or for it to read its answers
+//! below the cap) is closed after `command_client_timeout`; a client over
+//! [`MAX_COMMAND_CLIENTS`] is answered `E_BUSY` and closed at once.
+//!
+//! Must never: block on a client, or read from a client whose answers are
+//! over the cap.
 
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
+use std::time::Instant;
 
-use command::channel::{ReadOutcome, failure_response};
+use command::channel::{
+    ChannelError, DEFAULT_MAX_FRAME_LEN, ReadOutcome, encode_frame, failure_response,
+};
 use command::proto;
 use mio::{Events, Interest, Token};
 
@@ -20,6 +32,17 @@ use crate::answer_code::AnswerCode;
 /// Bytes of unread input discarded before closing a client after a frame
 /// error, so the close does not turn into a reset that loses the answer.
 const DISCARD_ON_CLOSE: usize = 1 << 16;
+
+/// Unread answer bytes past which a client's requests are no longer taken
+/// until it reads. One more answer can be queued on top (a request taken
+/// below the cap is answered), so a client holds at most this plus one
+/// frame of output, and one frame of input in its decoder.
+pub const MAX_QUEUED_ANSWER_BYTES: usize = 256 * 1024;
+
+/// Command clients connected at once. Past it a new client is answered
+/// `E_BUSY` and closed, so stuck clients cannot take every descriptor; far
+/// above what operators, scripts and the metrics endpoint open together.
+pub const MAX_COMMAND_CLIENTS: usize = 256;
 
 /// One client, as the jobs waiting for it know it: its slab key and a
 /// serial, so an answer never reaches a later client of the same key.
@@ -43,6 +66,26 @@ pub(super) struct Client {
     /// Why this client may not command the proxy: its first request is
     /// answered with this, then it is closed.
     refused: Option<String>,
+    /// Since when the server waits on this client: its accept, or its last
+    /// request taken, answer queued, or answers read down below the cap.
+    /// Only counts while it is not busy.
+    waiting_since: Instant,
+}
+
+/// Answers a client over [`MAX_COMMAND_CLIENTS`], best effort: one
+/// non-blocking write of a short frame, and the stream is dropped.
+fn refuse_busy(stream: &mio::net::UnixStream) {
+    let answer = failure(
+        AnswerCode::Busy,
+        format!(
+            "the command socket already serves {MAX_COMMAND_CLIENTS} clients, the most it \
+             serves at once; try again once some have closed"
+        ),
+    );
+    if let Ok(frame) = encode_frame(&answer, DEFAULT_MAX_FRAME_LEN) {
+        let mut writer = stream;
+        let _ = writer.write(&frame);
+    }
 }
 
 /// Reads and drops what the socket still holds, up to a bound.
@@ -75,6 +118,18 @@ impl CommandServer {
     }
 
     fn admit(&mut self, stream: mio::net::UnixStream) {
+        if self.clients.len() >= MAX_COMMAND_CLIENTS {
+            refuse_busy(&stream);
+            if !self.clients_full {
+                self.clients_full = true;
+                log::warn!(
+                    "command socket: {MAX_COMMAND_CLIENTS} clients connected, the most it \
+                     serves at once: new clients are refused (E_BUSY) until some close"
+                );
+            }
+            return;
+        }
+        self.clients_full = false;
         let mut channel = MioChannel::new(stream);
         let refused = match socket::peer_uid(channel.get_ref()) {
             Ok(uid) if socket::is_authorized(uid, self.own_euid) => None,
@@ -109,6 +164,7 @@ impl CommandServer {
             busy: false,
             may_read: true,
             closing: false,
+            waiting_since: Instant::now(),
         });
         self.woken.push_back(ClientRef { key, serial });
     }
@@ -153,7 +209,16 @@ impl CommandServer {
             if client.busy || client.closing {
                 return;
             }
-            match client.channel.next_request() {
+            // Backpressure: the client reads its answers before it is heard
+            // again; the writable event that follows its read pumps it.
+            if client.channel.pending_output() >= MAX_QUEUED_ANSWER_BYTES {
+                return;
+            }
+            let taken = client.channel.next_request();
+            if matches!(taken, Ok(Some(_))) {
+                client.waiting_since = Instant::now();
+            }
+            match taken {
                 Ok(Some(_)) if client.refused.is_some() => {
                     let message = client.refused.take().unwrap_or_default();
                     let _ = client
@@ -212,6 +277,7 @@ impl CommandServer {
             log::warn!("command socket: answer not sent: {error}");
             let _ = client.channel.queue(&failure_response(&error));
         }
+        client.waiting_since = Instant::now();
         if client.busy {
             client.busy = false;
             self.woken.push_back(who);
@@ -225,7 +291,12 @@ impl CommandServer {
         let Some(client) = self.client_mut(who) else {
             return false;
         };
-        match client.channel.write_ready() {
+        let was_over = client.channel.pending_output() >= MAX_QUEUED_ANSWER_BYTES;
+        let written = client.channel.write_ready();
+        if was_over && client.channel.pending_output() < MAX_QUEUED_ANSWER_BYTES {
+            client.waiting_since = Instant::now();
+        }
+        match written {
             Ok(true) if client.closing => {
                 self.close(who);
                 false
@@ -247,6 +318,51 @@ impl CommandServer {
         self.changes.forget_parts(who);
         let _ = self.poll.registry().deregister(&mut client.channel);
         discard_input(client.channel.get_ref());
+    }
+
+    /// Closes every client the server waited on for `command_client_timeout`
+    /// (a partial or missing request, or answers left unread), and returns
+    /// when the next one would be due.
+    pub(super) fn expire_clients(&mut self, now: Instant) -> Option<Instant> {
+        let timeout = self.settings.client_timeout;
+        let mut next: Option<Instant> = None;
+        let mut expired = Vec::new();
+        for (key, client) in &self.clients {
+            if client.busy {
+                continue;
+            }
+            let due = client.waiting_since + timeout;
+            if due <= now {
+                expired.push(ClientRef {
+                    key,
+                    serial: client.serial,
+                });
+            } else {
+                next = Some(next.map_or(due, |next| next.min(due)));
+            }
+        }
+        if expired.is_empty() {
+            return next;
+        }
+        log::warn!(
+            "command socket: closed {} client(s) that sent no whole request, or left their \
+             answers unread, for {} s (command_client_timeout)",
+            expired.len(),
+            timeout.as_secs()
+        );
+        for who in expired {
+            if let Some(client) = self.client_mut(who)
+                && client.channel.pending_output() == 0
+            {
+                // Best effort: one write of a short answer, then the close.
+                let _ = client
+                    .channel
+                    .queue(&failure_response(&ChannelError::Timeout));
+                let _ = client.channel.write_ready();
+            }
+            self.close(who);
+        }
+        next
     }
 
     /// At exit: answers the jobs still waiting, then writes what clients

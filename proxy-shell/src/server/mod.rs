@@ -45,6 +45,7 @@ use crate::worker::listen::ensure_unbound;
 use crate::worker::orders::{Answer, Order, OrderId, Reply, WorkerHandle};
 use changes::Changes;
 use clients::{Client, ClientRef};
+pub use clients::{MAX_COMMAND_CLIENTS, MAX_QUEUED_ANSWER_BYTES};
 use handlers::Query;
 use pending::{Gathered, Pending};
 
@@ -96,6 +97,9 @@ pub struct ServerSettings {
     /// The arguments this process was started with, given to the
     /// successor of an upgrade.
     pub argv: Vec<std::ffi::OsString>,
+    /// How long the server waits on one command client
+    /// (`command_client_timeout`, see `clients`).
+    pub client_timeout: Duration,
 }
 
 impl ServerSettings {
@@ -112,6 +116,7 @@ impl ServerSettings {
             config_path: None,
             exe: std::env::current_exe().ok(),
             argv: std::env::args_os().skip(1).collect(),
+            client_timeout: Duration::from_secs(u64::from(global.command_client_timeout_s)),
         }
     }
 }
@@ -179,6 +184,8 @@ pub struct CommandServer {
     signals: Option<Signals>,
     own_euid: u32,
     clients: Slab<Client>,
+    /// New clients are refused for the cap: logged once per episode.
+    clients_full: bool,
     next_serial: u64,
     /// Clients that may have requests to take (freed, or just accepted).
     woken: VecDeque<ClientRef>,
@@ -235,6 +242,7 @@ impl CommandServer {
             signals: None,
             own_euid: socket::own_euid(),
             clients: Slab::new(),
+            clients_full: false,
             next_serial: 0,
             woken: VecDeque::new(),
             workers: Vec::new(),
@@ -384,10 +392,12 @@ impl CommandServer {
                 self.finish_clients(&mut events);
                 return Ok(kind);
             }
-            let timeout = self
-                .pending
-                .next_deadline()
-                .map(|d| d.saturating_duration_since(Instant::now()));
+            let now = Instant::now();
+            let timeout = [self.pending.next_deadline(), self.expire_clients(now)]
+                .into_iter()
+                .flatten()
+                .min()
+                .map(|d| d.saturating_duration_since(now));
             match self.poll.poll(&mut events, timeout) {
                 Ok(()) => {}
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
