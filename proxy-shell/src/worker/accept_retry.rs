@@ -22,10 +22,7 @@ use std::time::{Duration, Instant};
 
 use log::{info, warn};
 
-use super::shortage::is_out_of_descriptors;
-
-/// How often a paused listener is tried again when no session closes.
-pub(super) const RETRY_EVERY: Duration = Duration::from_millis(100);
+use super::shortage::{RETRY_EVERY, is_out_of_descriptors};
 
 /// A listening socket: its address, and its key in the worker's slab of
 /// listeners.

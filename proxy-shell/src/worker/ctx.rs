@@ -31,6 +31,8 @@ pub(super) enum TimerKind {
     Preread,
     ServerFirst,
     Connect,
+    /// A backend socket this host could not open is tried again.
+    LocalRetry,
     FrontIdle,
     BackIdle,
 }

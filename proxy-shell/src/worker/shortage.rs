@@ -4,13 +4,18 @@
 //! Owns: which `io::Error`s of `accept` mean the proxy ran short (so the
 //! listener pauses) and which only concern the one connection being
 //! accepted, which errors opening a backend socket are local (so no
-//! backend is blamed for them), and [`ShortageLog`], the gate that lets one
-//! warning through per [`WARN_EVERY`]. Must never: count, retry or close
+//! backend is blamed for them), how often a shortage is retried
+//! ([`RETRY_EVERY`]), and [`ShortageLog`], the gate that lets one warning
+//! through per [`WARN_EVERY`]. Must never: count, retry or close
 //! anything itself (the accept loop and the connect step do), or call a
 //! refused or reset connect local: those are the backend's.
 
 use std::io;
 use std::time::{Duration, Instant};
+
+/// How often what ran short is tried again: a paused listener, a backend
+/// socket that could not be opened.
+pub(super) const RETRY_EVERY: Duration = Duration::from_millis(100);
 
 /// At most one warning about local shortages per worker in this long.
 pub(super) const WARN_EVERY: Duration = Duration::from_secs(10);
