@@ -198,7 +198,9 @@ fn local_error(
         .listeners
         .get(&session.listener)
         .map_or(FALLBACK_CONNECT_TIMEOUT, |l| l.connect_timeout);
-    let until = *session.local_retry_until.get_or_insert(now + connect_timeout);
+    let until = *session
+        .local_retry_until
+        .get_or_insert(now + connect_timeout);
     let at = now + RETRY_EVERY;
     if at > until {
         return refused(RefuseReason::LocalResources);
