@@ -444,6 +444,9 @@ pub struct StartOptions {
     /// Files written into the temp dir before the start: (name, contents),
     /// e.g. a saved state. `${addr:NAME}` and `${dir}` are filled in them too.
     pub files: Vec<(String, String)>,
+    /// The proxy's descriptor limit (`RLIMIT_NOFILE`), soft and hard, set
+    /// in the child before it runs, as `ulimit -n` would; `None`: inherited.
+    pub nofile: Option<(u64, u64)>,
 }
 
 impl Default for StartOptions {
@@ -453,6 +456,7 @@ impl Default for StartOptions {
             ready_timeout: READY_TIMEOUT,
             wait_listeners: true,
             files: Vec::new(),
+            nofile: None,
         }
     }
 }
@@ -470,6 +474,34 @@ impl StartOptions {
     pub fn file(mut self, name: &str, contents: &str) -> Self {
         self.files.push((name.to_owned(), contents.to_owned()));
         self
+    }
+
+    /// Starts the proxy under this descriptor limit (soft, hard).
+    #[must_use]
+    pub fn nofile(mut self, soft: u64, hard: u64) -> Self {
+        self.nofile = Some((soft, hard));
+        self
+    }
+}
+
+/// Sets `RLIMIT_NOFILE` of the child `command` starts, before it runs.
+fn limit_descriptors(command: &mut Command, soft: u64, hard: u64) {
+    use std::os::unix::process::CommandExt;
+    let limit = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: the closure runs in the forked child before exec; it only
+    // calls setrlimit(2), which is async-signal-safe, on a value copied in,
+    // and allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
     }
 }
 
@@ -599,13 +631,18 @@ impl ProxyProcess {
         let stdout =
             File::create(dir.join(STDOUT_FILE)).map_err(|e| format!("stdout file: {e}"))?;
         let config_arg = config_path.display().to_string();
-        let child = Command::new(bin)
+        let mut command = Command::new(bin);
+        command
             .args(["start", "-c", &config_arg])
             .current_dir(&dir)
             .envs(options.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(stdout)
-            .stderr(stderr)
+            .stderr(stderr);
+        if let Some((soft, hard)) = options.nofile {
+            limit_descriptors(&mut command, soft, hard);
+        }
+        let child = command
             .spawn()
             .map_err(|e| format!("spawn {}: {e}", bin.display()))?;
         let mut proxy = ProxyProcess {
@@ -724,6 +761,18 @@ impl ProxyProcess {
     /// Never: the child exists until Drop.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map(Child::id).expect("child exists")
+    }
+
+    /// The numbers of the descriptors the proxy holds open now
+    /// (`/proc/<pid>/fd`). Some may be inherited from the test runner (a
+    /// jobserver's pipe), above any limit the proxy was started under.
+    pub fn descriptors(&self) -> Result<Vec<u32>, String> {
+        let dir = format!("/proc/{}/fd", self.pid());
+        let entries = std::fs::read_dir(&dir).map_err(|e| format!("read {dir}: {e}"))?;
+        Ok(entries
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+            .collect())
     }
 
     /// Sends one request on a fresh command connection and returns the

@@ -9,6 +9,7 @@
 
 pub mod answer_code;
 pub mod cli;
+pub mod fd_budget;
 pub mod handover;
 pub mod inspect;
 pub mod metrics_http;

@@ -199,6 +199,7 @@ fn serve(
     config_path: &Path,
     mut successor: Option<Successor>,
 ) -> ExitCode {
+    crate::fd_budget::check(global, state.listeners().len());
     let (replies_tx, replies_rx) = mpsc::channel();
     let settings = ServerSettings {
         config_path: Some(config_path.to_path_buf()),

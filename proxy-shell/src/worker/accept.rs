@@ -2,11 +2,14 @@
 //! checks, and opening the session of each admitted client.
 //!
 //! Owns: the order of the checks at accept (`max_connections`, then a free
-//! buffer in the pool), what a refused connection counts, and the start of
-//! a session: its front socket registered, its front idle timer, and the
-//! preread step's first actions (the server-first timer, or a catch-all
-//! listener's immediate route). Must never: read from the client (the
-//! preread's buffer is taken on the first readable event), or block.
+//! buffer in the pool), what a refused connection counts, how an accept
+//! loop ends ([`Accepted`]: drained, or short of a resource, counted in
+//! `tcp.accept.emfile` when it is descriptors), and the start of a session:
+//! its front socket registered, its front idle timer, and the preread
+//! step's first actions (the server-first timer, or a catch-all listener's
+//! immediate route). Must never: read from the client (the preread's buffer
+//! is taken on the first readable event), block, or end a loop on an error
+//! that only concerns the connection being accepted.
 
 use std::io;
 use std::net::SocketAddr;
@@ -22,25 +25,45 @@ use super::close::close;
 use super::ctx::{Ctx, Drive, TimerKind};
 use super::preread;
 use super::session::Session;
+use super::shortage::{is_connection_error, is_out_of_descriptors};
 use super::tokens::{Side, session_token};
-use super::vocabulary::{Outcome, RefuseReason, SNI_PREREAD_ACTIVE, TCP_ACCEPTED, TCP_ACTIVE};
+use super::vocabulary::{
+    Outcome, RefuseReason, SNI_PREREAD_ACTIVE, TCP_ACCEPT_EMFILE, TCP_ACCEPTED, TCP_ACTIVE,
+};
 
-/// Accepts on `listener` (bound at `address`) until it would block.
+/// How an accept loop ended.
+#[derive(Debug)]
+pub(super) enum Accepted {
+    /// The listener's queue is empty (`WouldBlock`).
+    Drained,
+    /// The proxy ran short (out of descriptors, of kernel memory, or an
+    /// error the listener may recover from): clients stay queued, and the
+    /// listener waits for a retry (`worker/accept_retry.rs`).
+    Short(io::Error),
+}
+
+/// Accepts on `listener` (bound at `address`) until it would block or the
+/// proxy runs short.
 pub(super) fn accept(
     ctx: &mut Ctx,
     sessions: &mut Slab<Session>,
     address: SocketAddr,
     listener: &TcpListener,
-) {
+) -> Accepted {
     loop {
         let (stream, client) = match listener.accept() {
             Ok(accepted) => accepted,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Accepted::Drained,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if is_connection_error(&e) => {
+                debug!("worker {}: accept on {address}: {e}; next", ctx.id);
+                continue;
+            }
             Err(e) => {
-                // EMFILE and friends: drop this round, the next event retries.
-                warn!("worker {}: accept on {address} failed: {e}", ctx.id);
-                return;
+                if is_out_of_descriptors(&e) {
+                    ctx.metrics.incr(TCP_ACCEPT_EMFILE);
+                }
+                return Accepted::Short(e);
             }
         };
         ctx.metrics.incr(TCP_ACCEPTED);

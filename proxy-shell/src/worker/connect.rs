@@ -3,14 +3,18 @@
 //!
 //! Owns: the per-(cluster, source IP) admission, the non-blocking connect and
 //! its timer, what a failed connect counts and reports to passive health,
-//! the health-change logs, deciding that a connect completed, and setting up
+//! what a backend socket this host could not open counts and how it is
+//! retried (a local error: `backend.connect.local_errors`, then
+//! `refused:local_resources` past `connect_timeout`), the
+//! health-change logs, deciding that a connect completed, and setting up
 //! the pipe (the step's PROXY handoff plan, the lanes, the idle timer) once
 //! it has.
 //!
 //! Must never: start before a route exists (only [`start`] opens the gate,
 //! and only the preread step's `Next::Connect` leads there), try a backend
-//! twice for one session or more than `max_connection_attempts`, or touch
-//! the client's window beyond what the handoff plan skips.
+//! twice for one session or more than `max_connection_attempts`, blame a
+//! backend for a local error (it never reaches health or its backoff), or
+//! touch the client's window beyond what the handoff plan skips.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -27,10 +31,12 @@ use super::ctx::{Ctx, Drive, TimerKind};
 use super::io::Ready;
 use super::pipe::open_lanes;
 use super::session::{Phase, Session};
+use super::shortage::{RETRY_EVERY, is_local};
 use super::tokens::{Side, session_token};
 use super::vocabulary::{
-    BACKEND_CONNECT_ERRORS, BACKEND_CONNECT_RETRIES, BACKEND_CONNECTIONS, BACKEND_DOWN, Outcome,
-    RefuseReason, SPLICE_PIPES_CREATED, backend_connections,
+    BACKEND_CONNECT_ERRORS, BACKEND_CONNECT_LOCAL_ERRORS, BACKEND_CONNECT_RETRIES,
+    BACKEND_CONNECTIONS, BACKEND_DOWN, Outcome, RefuseReason, SPLICE_PIPES_CREATED,
+    backend_connections,
 };
 
 /// Used only if the session's listener was removed mid-connect.
@@ -106,12 +112,23 @@ pub(super) fn next(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instan
                 session.timers.connect = Some(ctx.schedule(key, TimerKind::Connect, now + timeout));
                 return Drive::Continue { progressed: true };
             }
-            Err(e) => {
+            Err(OpenError::Backend(e)) => {
                 debug!("connect to {address} failed at once: {e}");
                 failed(ctx, session, now);
             }
+            Err(OpenError::Local(e)) => return local_error(ctx, key, session, &e, now),
         }
     }
+}
+
+/// Why a backend socket could not be opened.
+#[derive(Debug)]
+enum OpenError {
+    /// The backend's fault (unreachable, refused at once).
+    Backend(io::Error),
+    /// This host ran short (`shortage::is_local`), or its poll refused the
+    /// socket: no backend is to blame.
+    Local(io::Error),
 }
 
 fn open_backend(
@@ -119,16 +136,77 @@ fn open_backend(
     key: usize,
     session: &mut Session,
     address: SocketAddr,
-) -> io::Result<()> {
-    let mut stream = TcpStream::connect(address)?;
-    ctx.registry.register(
-        &mut stream,
-        session_token(key, Side::Back),
-        Interest::READABLE | Interest::WRITABLE,
-    )?;
+) -> Result<(), OpenError> {
+    let mut stream = TcpStream::connect(address).map_err(|e| {
+        if is_local(&e) {
+            OpenError::Local(e)
+        } else {
+            OpenError::Backend(e)
+        }
+    })?;
+    ctx.registry
+        .register(
+            &mut stream,
+            session_token(key, Side::Back),
+            Interest::READABLE | Interest::WRITABLE,
+        )
+        .map_err(OpenError::Local)?;
     session.back = Some(stream);
     session.back_ready = Ready::default();
     Ok(())
+}
+
+/// This host could not open or connect the backend socket: counted apart,
+/// never reported to health, and the attempt undone (the backend may be
+/// picked again). The session waits and tries again every
+/// [`RETRY_EVERY`], since the shortage is most often brief (descriptors
+/// about to be freed), for at most the listener's `connect_timeout` from
+/// its first local error; then the client is refused as
+/// `refused:local_resources`.
+fn local_error(
+    ctx: &mut Ctx,
+    key: usize,
+    session: &mut Session,
+    error: &io::Error,
+    now: Instant,
+) -> Drive {
+    ctx.metrics.incr(BACKEND_CONNECT_LOCAL_ERRORS);
+    let backend = session.backend_id.take().unwrap_or_default();
+    match ctx.local_errors_log.admit(now) {
+        Some(held_back) => warn!(
+            "worker {}: cannot open a socket to backend {backend} for {}: {error}; this host is \
+             short (descriptors, memory or local ports), not the backend; retried every \
+             {RETRY_EVERY:?} ({held_back} more since the last warning; see \
+             backend.connect.local_errors)",
+            ctx.id, session.client
+        ),
+        None => debug!("cannot open a socket to backend {backend}: {error}"),
+    }
+    if let Some(mut back) = session.back.take() {
+        let _ = ctx.registry.deregister(&mut back);
+    }
+    ctx.cancel(session.timers.connect.take());
+    if let (Some(cluster), Some(backend)) = (&session.cluster, session.backend.take()) {
+        if let Some(backends) = ctx.runtime.clusters.get_mut(cluster) {
+            backends.release(backend);
+        }
+        // Pushed by this attempt, which does not count as one.
+        session.tried.pop();
+    }
+    let connect_timeout = ctx
+        .runtime
+        .listeners
+        .get(&session.listener)
+        .map_or(FALLBACK_CONNECT_TIMEOUT, |l| l.connect_timeout);
+    let until = *session
+        .local_retry_until
+        .get_or_insert(now + connect_timeout);
+    let at = now + RETRY_EVERY;
+    if at > until {
+        return refused(RefuseReason::LocalResources);
+    }
+    session.timers.connect = Some(ctx.schedule(key, TimerKind::LocalRetry, at));
+    Drive::Continue { progressed: true }
 }
 
 /// A connect failed (refused, reset, timed out): count it, mark the
@@ -189,6 +267,7 @@ pub(super) fn drive(ctx: &mut Ctx, key: usize, session: &mut Session, now: Insta
             session.back_ready.writable = false;
             Drive::Continue { progressed: false }
         }
+        Err(e) if is_local(&e) => local_error(ctx, key, session, &e, now),
         Err(e) => {
             debug!(
                 "connect of {} to {:?} failed: {e}",

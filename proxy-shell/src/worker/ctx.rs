@@ -3,9 +3,10 @@
 //!
 //! Owns: [`Ctx`] (the poll registry, the routing runtime, the buffer and
 //! pipe pools, the timers, the metrics, the access log, the load-balancing
-//! generator and the dirty list), the kinds of session timer, and
-//! [`Drive`]. Must never: hold a session (sessions live in the event loop's
-//! slab, and are handed to each function beside the context), or block.
+//! generator, the dirty list and the gate of the shortage warnings), the
+//! kinds of session timer, and [`Drive`]. Must never: hold a session
+//! (sessions live in the event loop's slab, and are handed to each function
+//! beside the context), or block.
 
 use std::time::Instant;
 
@@ -20,6 +21,7 @@ use super::pool::BufferPool;
 use super::runtime::Runtime;
 use super::session::Session;
 use super::settings::WorkerSettings;
+use super::shortage::ShortageLog;
 use super::timers::{TimerId, Timers};
 use super::vocabulary::Outcome;
 
@@ -29,6 +31,8 @@ pub(super) enum TimerKind {
     Preread,
     ServerFirst,
     Connect,
+    /// A backend socket this host could not open is tried again.
+    LocalRetry,
     FrontIdle,
     BackIdle,
 }
@@ -70,6 +74,9 @@ pub(super) struct Ctx {
     pub(super) rng: Rng,
     /// Sessions to drive in this turn.
     pub(super) dirty: Vec<usize>,
+    /// Keeps the warnings about backend sockets this host could not open
+    /// to one per period.
+    pub(super) local_errors_log: ShortageLog,
 }
 
 impl Ctx {

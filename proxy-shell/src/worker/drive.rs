@@ -5,8 +5,9 @@
 //! session driven [`LOOP_GUARD`] times in a row without progress (so a
 //! spurious wake-up cannot turn into a spin), and what the pipe phase does
 //! around `pipe::pipe` (lending pooled buffers to copying directions,
-//! taking back the spliced ones, counting fallbacks). The preread phase
-//! lives in `preread.rs`, the connect phase in `connect.rs`.
+//! taking back the spliced ones, counting fallbacks, relaying a reset of
+//! one side to the other). The preread phase lives in `preread.rs`, the
+//! connect phase in `connect.rs`.
 //!
 //! Must never: end a session itself (it answers [`Drive::End`] and the
 //! event loop closes), or drive a session from inside another's drive.
@@ -17,10 +18,14 @@ use log::{debug, warn};
 
 use super::connect;
 use super::ctx::{Ctx, Drive};
-use super::pipe::{PipeStep, buffers_wanted, lend_buffer, pipe, spare_buffers};
+use super::farewell;
+use super::pipe::{PipeFault, PipeStep, buffers_wanted, lend_buffer, pipe, spare_buffers};
 use super::preread;
 use super::session::{Phase, Session};
-use super::vocabulary::{Outcome, RefuseReason, SPLICE_FALLBACKS};
+use super::tokens::Side;
+use super::vocabulary::{
+    Outcome, RefuseReason, SPLICE_FALLBACKS, TCP_RESET_FROM_BACKEND, TCP_RESET_FROM_CLIENT,
+};
 
 /// Drives in a row without progress before a session is closed.
 const LOOP_GUARD: u32 = 1_000;
@@ -79,9 +84,40 @@ fn drive_pipe(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instant) ->
             Drive::Continue { progressed: true }
         }
         PipeStep::Done => Drive::End(Outcome::of_route(session.route.as_deref())),
-        PipeStep::Failed(e) => {
-            debug!("pipe of {} failed: {e}", session.client);
+        PipeStep::Failed(fault) => {
+            failed(ctx, session, &fault);
             Drive::End(Outcome::of_route(session.route.as_deref()))
+        }
+    }
+}
+
+/// A socket of the pipe failed. A reset is passed on: the other side is
+/// reset too rather than closed with a FIN, which would pass a truncated
+/// stream off as a complete one.
+fn failed(ctx: &mut Ctx, session: &mut Session, fault: &PipeFault) {
+    let reset = fault.is_reset();
+    debug!(
+        "pipe of {} failed on {fault}{}",
+        session.client,
+        if reset {
+            "; resetting the other side"
+        } else {
+            ""
+        }
+    );
+    if !reset {
+        return;
+    }
+    match fault.side {
+        Side::Back => {
+            ctx.metrics.incr(TCP_RESET_FROM_BACKEND);
+            farewell::reset(&session.front);
+        }
+        Side::Front => {
+            ctx.metrics.incr(TCP_RESET_FROM_CLIENT);
+            if let Some(back) = &session.back {
+                farewell::reset(back);
+            }
         }
     }
 }

@@ -20,7 +20,8 @@ use mio::{Events, Interest, Poll, Token};
 use preread_core::rng::Rng;
 use slab::Slab;
 
-use super::accept::accept;
+use super::accept::{Accepted, accept};
+use super::accept_retry::AcceptRetry;
 use super::access_log::AccessLog;
 use super::close::close;
 use super::ctx::{Ctx, Drive};
@@ -34,6 +35,7 @@ use super::pool::BufferPool;
 use super::runtime::Runtime;
 use super::session::Session;
 use super::settings::WorkerSettings;
+use super::shortage::ShortageLog;
 use super::timer::fired;
 use super::timers::Timers;
 use super::tokens::{LISTENER_BASE, Side, WAKER_TOKEN, session_of};
@@ -59,6 +61,9 @@ pub(super) struct Worker {
     /// Sockets an upgrade handed over, not yet listened on: taken instead
     /// of a bind when the state opens their address.
     inherited: HashMap<SocketAddr, Vec<std::net::TcpListener>>,
+    /// Listening sockets paused because the proxy ran short, and their
+    /// retries.
+    accept_retry: AcceptRetry,
     inbox: WorkerInbox,
     stopping: Option<Stopping>,
     /// The soft stop order, answered only once the sessions drained (or the
@@ -101,6 +106,7 @@ impl Worker {
                 0x9e37_79b9_7f4a_7c15 ^ u64::from(id).wrapping_mul(0x2545_f491_4f6c_dd1d),
             ),
             dirty: Vec::new(),
+            local_errors_log: ShortageLog::default(),
             settings,
         };
         Ok(Self {
@@ -110,6 +116,7 @@ impl Worker {
             listeners: Slab::new(),
             listener_keys: HashMap::new(),
             inherited: by_address,
+            accept_retry: AcceptRetry::new(id),
             inbox,
             stopping: None,
             stop_order: None,
@@ -124,6 +131,9 @@ impl Worker {
             let mut wake_at = self.ctx.timers.next_deadline();
             if let Some(stopping) = self.stopping {
                 wake_at = Some(wake_at.map_or(stopping.deadline, |t| t.min(stopping.deadline)));
+            }
+            if let Some(retry) = self.accept_retry.next_wake() {
+                wake_at = Some(wake_at.map_or(retry, |t| t.min(retry)));
             }
             // Sessions re-queued during the last turn (a busy pipe that
             // yielded, a connect that just completed) must run now: no
@@ -157,6 +167,7 @@ impl Worker {
             }
             self.drive_dirty();
             self.fire_timers(Instant::now());
+            self.retry_accepts(Instant::now());
             self.check_stop(Instant::now());
         }
         self.close_everything();
@@ -209,12 +220,30 @@ impl Worker {
             && let Some(session) = self.sessions.try_remove(key)
         {
             close(&mut self.ctx, key, session, outcome);
+            self.accept_retry.session_closed();
         }
     }
 
     fn accept(&mut self, listener_key: usize) {
         if let Some((address, listener)) = self.listeners.get(listener_key) {
-            accept(&mut self.ctx, &mut self.sessions, *address, listener);
+            let socket = (*address, listener_key);
+            match accept(&mut self.ctx, &mut self.sessions, *address, listener) {
+                Accepted::Drained => self.accept_retry.drained(socket, Instant::now()),
+                Accepted::Short(e) => self.accept_retry.short(socket, &e, Instant::now()),
+            }
+        }
+    }
+
+    /// Accepts again on the sockets paused for a shortage, when a retry is
+    /// due: their queued clients bring no new event. A socket closed since
+    /// (its slab key gone, or taken by another address) is forgotten.
+    fn retry_accepts(&mut self, now: Instant) {
+        for socket in self.accept_retry.due(now) {
+            let (address, key) = socket;
+            match self.listeners.get(key) {
+                Some((listening, _)) if *listening == address => self.accept(key),
+                _ => self.accept_retry.forget(socket),
+            }
         }
     }
 

@@ -1,12 +1,16 @@
-//! Telling a rejected client, on its socket: the alert record, or a reset.
+//! Telling a peer goodbye on its socket: a rejected client's alert record
+//! or reset, and the reset a piped session passes on when the other side
+//! reset.
 //!
 //! Owns: performing the step's `Farewell` on the front socket before the
-//! session closes. An alert is written once, without waiting (a client
-//! that cannot take 7 bytes gets the close alone), then a FIN follows it,
-//! and what the client still had in flight is read and dropped so that the
-//! close is a FIN, not a reset that could discard the alert before the
-//! client reads it. Must never: block, wait on the client, or touch a
-//! session that reached a backend (a reject comes before any).
+//! session closes, and arming a socket so that its close is a reset
+//! ([`reset`]: `SO_LINGER` 0). An alert is written once, without waiting (a
+//! client that cannot take 7 bytes gets the close alone), then a FIN
+//! follows it, and what the client still had in flight is read and dropped
+//! so that the close is a FIN, not a reset that could discard the alert
+//! before the client reads it. Must never: block, wait on the peer, or
+//! write an alert to a session that reached a backend (a reject comes
+//! before any).
 
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
@@ -25,11 +29,7 @@ const DRAIN_LIMIT: usize = 64 * 1024;
 pub(super) fn say(front: &mut TcpStream, farewell: Farewell) {
     match farewell {
         Farewell::Fin => {}
-        Farewell::Reset => {
-            if let Err(e) = SockRef::from(&*front).set_linger(Some(Duration::ZERO)) {
-                debug!("cannot set SO_LINGER 0 for a reset: {e}");
-            }
-        }
+        Farewell::Reset => reset(front),
         Farewell::Alert(record) => {
             match front.write(&record) {
                 Ok(n) if n == record.len() => {}
@@ -39,6 +39,14 @@ pub(super) fn say(front: &mut TcpStream, farewell: Farewell) {
             let _ = front.shutdown(Shutdown::Write);
             drain(front);
         }
+    }
+}
+
+/// Makes the coming close of `stream` a reset (`SO_LINGER` 0), not a FIN:
+/// what it still had to send is dropped.
+pub(super) fn reset(stream: &TcpStream) {
+    if let Err(e) = SockRef::from(stream).set_linger(Some(Duration::ZERO)) {
+        debug!("cannot set SO_LINGER 0 for a reset: {e}");
     }
 }
 

@@ -5,6 +5,7 @@
 //! share a session or a buffer with another thread, or block.
 
 mod accept;
+mod accept_retry;
 pub mod access_log;
 pub mod backends;
 mod close;
@@ -25,6 +26,7 @@ mod preread;
 pub mod runtime;
 pub mod session;
 mod settings;
+mod shortage;
 pub mod splice;
 mod timer;
 pub mod timers;

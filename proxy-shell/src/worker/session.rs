@@ -38,6 +38,7 @@ pub enum Phase {
 pub struct SessionTimers {
     pub preread: Option<TimerId>,
     pub server_first: Option<TimerId>,
+    /// The connect timeout, or the retry after a local error.
     pub connect: Option<TimerId>,
     pub front_idle: Option<TimerId>,
     pub back_idle: Option<TimerId>,
@@ -83,6 +84,9 @@ pub struct Session {
     pub backend_id: Option<String>,
     pub tried: Vec<BackendRef>,
     pub admitted_ip: Option<IpAddr>,
+    /// Until when a backend socket this host could not open is retried
+    /// (set at the first such local error).
+    pub local_retry_until: Option<Instant>,
     pub accepted_at: Instant,
     pub front_ready: Ready,
     pub back_ready: Ready,
@@ -130,6 +134,7 @@ impl Session {
             backend_id: None,
             tried: Vec::new(),
             admitted_ip: None,
+            local_retry_until: None,
             accepted_at: now,
             front_ready: Ready::default(),
             back_ready: Ready::default(),

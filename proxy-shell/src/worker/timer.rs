@@ -1,9 +1,10 @@
 //! What each session timer does when it fires.
 //!
 //! Owns: the preread and server-first timers (handed to the preread step),
-//! the connect timeout (the next backend), and the lazy idle timers: one
-//! that fires early because of recent activity re-arms itself at
-//! `last activity + timeout` instead of being rescheduled on every read.
+//! the connect timeout (the next backend), the retry of a backend socket
+//! this host could not open, and the lazy idle timers: one that fires early
+//! because of recent activity re-arms itself at `last activity + timeout`
+//! instead of being rescheduled on every read.
 //!
 //! Must never: act on a timer whose slot the session no longer holds (the
 //! timer wheel never fires a cancelled one), or end a session itself (it
@@ -55,6 +56,13 @@ pub(super) fn fired(
                 session.client, session.backend_id
             );
             connect::failed(ctx, session, now);
+            connect::next(ctx, key, session, now)
+        }
+        TimerKind::LocalRetry => {
+            session.timers.connect = None;
+            if session.phase != Phase::Connecting {
+                return Drive::Continue { progressed: false };
+            }
             connect::next(ctx, key, session, now)
         }
         TimerKind::FrontIdle | TimerKind::BackIdle => idle(ctx, key, session, kind, now),

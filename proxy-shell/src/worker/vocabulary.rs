@@ -20,12 +20,24 @@ pub const SNI_PREREAD_ROUTED: &str = "tcp.sni_preread.routed";
 pub const SNI_PREREAD_DURATION: &str = "tcp.sni_preread.duration";
 /// Counter: connections accepted (before admission checks).
 pub const TCP_ACCEPTED: &str = "tcp.accepted";
+/// Counter: accepts that failed because the process or the system was out
+/// of descriptors (`EMFILE`, `ENFILE`); the retries of a paused listener
+/// included.
+pub const TCP_ACCEPT_EMFILE: &str = "tcp.accept.emfile";
+/// Counter: piped sessions whose backend reset: the client was reset too.
+pub const TCP_RESET_FROM_BACKEND: &str = "tcp.reset.from_backend";
+/// Counter: piped sessions whose client reset: the backend was reset too.
+pub const TCP_RESET_FROM_CLIENT: &str = "tcp.reset.from_client";
 /// Gauge: open sessions.
 pub const TCP_ACTIVE: &str = "tcp.active";
 /// Gauge: sessions piped to a backend.
 pub const BACKEND_CONNECTIONS: &str = "backend.connections";
 /// Counter: backend connects that failed (refused, reset, timed out).
 pub const BACKEND_CONNECT_ERRORS: &str = "backend.connect.errors";
+/// Counter: backend sockets this host could not open or connect for lack
+/// of its own resources (descriptors, memory, local ports): never a
+/// backend failure.
+pub const BACKEND_CONNECT_LOCAL_ERRORS: &str = "backend.connect.local_errors";
 /// Counter: connects to a further backend after a failed one.
 pub const BACKEND_CONNECT_RETRIES: &str = "backend.connect.retries";
 /// Counter: backends marked down.
@@ -102,6 +114,9 @@ pub enum RefuseReason {
     PerIpLimit,
     /// No backend of the cluster could be connected.
     BackendUnavailable,
+    /// This host ran short (descriptors, memory, local ports) opening the
+    /// backend socket: no backend is to blame.
+    LocalResources,
     /// The routed cluster is gone (removed while the session was open).
     ClusterUnknown,
     /// The session's listener is gone.
@@ -114,11 +129,12 @@ pub enum RefuseReason {
 
 impl RefuseReason {
     /// Every reason, for tests and metric registration.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::PoolExhausted,
         Self::MaxConnections,
         Self::PerIpLimit,
         Self::BackendUnavailable,
+        Self::LocalResources,
         Self::ClusterUnknown,
         Self::ListenerRemoved,
         Self::LoopGuard,
@@ -132,6 +148,7 @@ impl RefuseReason {
             Self::MaxConnections => "max_connections",
             Self::PerIpLimit => "per_ip_limit",
             Self::BackendUnavailable => "backend_unavailable",
+            Self::LocalResources => "local_resources",
             Self::ClusterUnknown => "cluster_unknown",
             Self::ListenerRemoved => "listener_removed",
             Self::LoopGuard => "loop_guard",
@@ -146,6 +163,7 @@ impl RefuseReason {
             Self::MaxConnections => "tcp.refused.max_connections",
             Self::PerIpLimit => "tcp.refused.per_ip_limit",
             Self::BackendUnavailable => "tcp.refused.backend_unavailable",
+            Self::LocalResources => "tcp.refused.local_resources",
             Self::ClusterUnknown => "tcp.refused.cluster_unknown",
             Self::ListenerRemoved => "tcp.refused.listener_removed",
             Self::LoopGuard => "session.loop_guard",
@@ -206,9 +224,13 @@ pub fn fixed_names() -> impl Iterator<Item = &'static str> {
         SNI_PREREAD_ACTIVE,
         SNI_PREREAD_ROUTED,
         TCP_ACCEPTED,
+        TCP_ACCEPT_EMFILE,
         TCP_ACTIVE,
+        TCP_RESET_FROM_BACKEND,
+        TCP_RESET_FROM_CLIENT,
         BACKEND_CONNECTIONS,
         BACKEND_CONNECT_ERRORS,
+        BACKEND_CONNECT_LOCAL_ERRORS,
         BACKEND_CONNECT_RETRIES,
         BACKEND_DOWN,
         BYTES_IN,

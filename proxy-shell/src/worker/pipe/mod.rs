@@ -3,8 +3,9 @@
 //! through a kernel pipe (`worker/splice.rs`), FINs forwarded once drained.
 //!
 //! Owns: [`pipe`] over a session's per-direction state (`Session::lanes`): when
-//! a direction splices, when it gives its pooled buffer back, and its
-//! fallback to copying when `splice` is refused. Must never: splice while
+//! a direction splices, when it gives its pooled buffer back, its fallback
+//! to copying when `splice` is refused, and which side a failed socket
+//! operation belongs to ([`PipeFault`]). Must never: splice while
 //! userspace bytes of that direction (the PROXY prefix, the inherited
 //! window) are still queued, forward a FIN before every queued byte, in a
 //! buffer or in a kernel pipe, reached the other side, or clear a readiness
@@ -24,6 +25,7 @@ use super::pipe_pool::PipePool;
 use super::pool::Checkout;
 use super::session::Session;
 use super::splice::{SplicePipe, is_unsupported};
+use super::tokens::Side;
 
 /// Rounds of the pipe loop before a busy session yields to the others.
 const PIPE_ROUNDS_PER_TURN: usize = 32;
@@ -38,7 +40,66 @@ pub enum PipeStep {
     /// Both directions finished: every byte delivered, both FINs forwarded.
     Done,
     /// A socket failed.
-    Failed(io::Error),
+    Failed(PipeFault),
+}
+
+/// A failed socket operation of the pipe, and whose socket it was.
+#[derive(Debug)]
+pub struct PipeFault {
+    /// The side whose socket failed: a read from it, a write or a
+    /// shutdown towards it.
+    pub(super) side: Side,
+    pub(super) error: io::Error,
+}
+
+impl PipeFault {
+    /// That side reset its connection: `ECONNRESET`, or `EPIPE` on a write
+    /// after its reset was already reported.
+    pub fn is_reset(&self) -> bool {
+        matches!(
+            self.error.kind(),
+            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+        )
+    }
+}
+
+impl std::fmt::Display for PipeFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let side = match self.side {
+            Side::Front => "client",
+            Side::Back => "backend",
+        };
+        write!(f, "the {side}'s socket: {}", self.error)
+    }
+}
+
+/// Which socket of one direction an operation failed on.
+#[derive(Debug, Clone, Copy)]
+enum End {
+    Source,
+    Destination,
+}
+
+/// A failed operation of one direction's round.
+type RoundFault = (End, io::Error);
+
+fn at_source(error: io::Error) -> RoundFault {
+    (End::Source, error)
+}
+
+fn at_destination(error: io::Error) -> RoundFault {
+    (End::Destination, error)
+}
+
+/// Names the side of a round's fault: `source` is the side the direction
+/// reads.
+fn fault_of(source: Side, (end, error): RoundFault) -> PipeFault {
+    let side = match (end, source) {
+        (End::Source, side) => side,
+        (End::Destination, Side::Front) => Side::Back,
+        (End::Destination, Side::Back) => Side::Front,
+    };
+    PipeFault { side, error }
 }
 
 /// Chooses how each pipe direction moves bytes, once the backend is
@@ -111,9 +172,12 @@ pub fn pipe(session: &mut Session, now: Instant) -> PipeStep {
     }
 }
 
-fn pipe_inner(session: &mut Session, now: Instant) -> io::Result<PipeStep> {
+fn pipe_inner(session: &mut Session, now: Instant) -> Result<PipeStep, PipeFault> {
     let Some(back) = session.back.as_mut() else {
-        return Err(io::Error::other("pipe without its backend socket"));
+        return Err(PipeFault {
+            side: Side::Back,
+            error: io::Error::other("pipe without its backend socket"),
+        });
     };
     // The backend-to-client direction has no prefix.
     let mut no_prefix = Vec::new();
@@ -131,7 +195,8 @@ fn pipe_inner(session: &mut Session, now: Instant) -> io::Result<PipeStep> {
             lane: &mut session.lanes.up,
             eof: &mut session.front_eof,
         }
-        .round()?;
+        .round()
+        .map_err(|fault| fault_of(Side::Front, fault))?;
         session.bytes_in += up.read as u64;
         if up.read > 0 || up.eof {
             session.last_front_activity = now;
@@ -153,7 +218,8 @@ fn pipe_inner(session: &mut Session, now: Instant) -> io::Result<PipeStep> {
             lane: &mut session.lanes.down,
             eof: &mut session.back_eof,
         }
-        .round()?;
+        .round()
+        .map_err(|fault| fault_of(Side::Back, fault))?;
         session.bytes_out += down.written as u64;
         if down.written > 0 {
             session.last_front_activity = now;
@@ -176,7 +242,10 @@ fn pipe_inner(session: &mut Session, now: Instant) -> io::Result<PipeStep> {
             && session.lanes.up.pending() == 0
             && !session.back_write_shut
         {
-            shutdown_write(back)?;
+            shutdown_write(back).map_err(|error| PipeFault {
+                side: Side::Back,
+                error,
+            })?;
             session.back_write_shut = true;
         }
         if session.back_eof
@@ -184,7 +253,10 @@ fn pipe_inner(session: &mut Session, now: Instant) -> io::Result<PipeStep> {
             && session.lanes.down.pending() == 0
             && !session.front_write_shut
         {
-            shutdown_write(&session.front)?;
+            shutdown_write(&session.front).map_err(|error| PipeFault {
+                side: Side::Front,
+                error,
+            })?;
             session.front_write_shut = true;
         }
         if session.back_write_shut && session.front_write_shut {
@@ -239,11 +311,14 @@ struct Flow<'a> {
 }
 
 impl Flow<'_> {
-    /// Writes what is queued, then takes what the source has, once.
-    fn round(mut self) -> io::Result<Moved> {
+    /// Writes what is queued, then takes what the source has, once. An
+    /// error of the kernel pipe itself counts with the source, whose bytes
+    /// it holds; it is never a reset.
+    fn round(mut self) -> Result<Moved, RoundFault> {
         let mut moved = Moved::default();
         if !self.prefix.is_empty() {
-            let n = write_some(self.ends.dst, self.prefix, self.ends.dst_ready)?;
+            let n = write_some(self.ends.dst, self.prefix, self.ends.dst_ready)
+                .map_err(at_destination)?;
             self.prefix.drain(..n);
             moved.written += n;
         }
@@ -251,7 +326,8 @@ impl Flow<'_> {
             && let Some(buf) = self.buf.as_mut()
             && !buf.is_empty()
         {
-            let n = write_some(self.ends.dst, buf.data(), self.ends.dst_ready)?;
+            let n = write_some(self.ends.dst, buf.data(), self.ends.dst_ready)
+                .map_err(at_destination)?;
             buf.consume(n);
             moved.written += n;
         }
@@ -267,7 +343,7 @@ impl Flow<'_> {
                 if space.is_empty() {
                     break;
                 }
-                let n = pipe.read_into(space)?;
+                let n = pipe.read_into(space).map_err(at_source)?;
                 buf.fill(n);
                 moved.shuffled += n;
             }
@@ -281,7 +357,8 @@ impl Flow<'_> {
                 if let Some(buf) = self.buf.as_mut()
                     && !*self.eof
                 {
-                    let (n, eof) = read_some(self.ends.src, buf, self.ends.src_ready, usize::MAX)?;
+                    let (n, eof) = read_some(self.ends.src, buf, self.ends.src_ready, usize::MAX)
+                        .map_err(at_source)?;
                     *self.eof = eof;
                     moved.read += n;
                     moved.eof = eof;
@@ -296,13 +373,13 @@ impl Flow<'_> {
                 }
                 match splice_round(pipe, &mut self.ends, self.eof, &mut moved) {
                     Ok(()) => {}
-                    Err(e) if is_unsupported(&e) => {
+                    Err((_, e)) if is_unsupported(&e) => {
                         if let Lane::Splice(pipe) = std::mem::take(self.lane) {
                             *self.lane = Lane::Unsplice(pipe);
                         }
                         moved.fell_back = Some(e);
                     }
-                    Err(e) => return Err(e),
+                    Err(fault) => return Err(fault),
                 }
             }
             // Handled above: still draining its pipe, it returned early.
@@ -319,8 +396,8 @@ fn splice_round(
     ends: &mut Ends<'_>,
     eof: &mut bool,
     moved: &mut Moved,
-) -> io::Result<()> {
-    moved.written += drain_pipe(pipe, ends.dst, ends.dst_ready)?;
+) -> Result<(), RoundFault> {
+    moved.written += drain_pipe(pipe, ends.dst, ends.dst_ready).map_err(at_destination)?;
     if *eof || !ends.src_ready.readable {
         return Ok(());
     }
@@ -332,7 +409,7 @@ fn splice_round(
         }
         Ok(n) => {
             moved.read += n;
-            moved.written += drain_pipe(pipe, ends.dst, ends.dst_ready)?;
+            moved.written += drain_pipe(pipe, ends.dst, ends.dst_ready).map_err(at_destination)?;
         }
         // With bytes in the pipe, "would block" may mean a full pipe rather
         // than an empty socket: the flag stays until the pipe drained, or the
@@ -342,7 +419,7 @@ fn splice_round(
                 ends.src_ready.readable = false;
             }
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(at_source(e)),
     }
     Ok(())
 }
@@ -371,5 +448,7 @@ fn shutdown_write(stream: &TcpStream) -> io::Result<()> {
     }
 }
 
+#[cfg(test)]
+mod fault_tests;
 #[cfg(test)]
 mod tests;

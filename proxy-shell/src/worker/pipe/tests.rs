@@ -19,11 +19,11 @@ use crate::worker::pool::BufferPool;
 use crate::worker::session::{Phase, Session};
 use crate::worker::splice::SplicePipe;
 
-const BOUND: Duration = Duration::from_secs(20);
+pub(super) const BOUND: Duration = Duration::from_secs(20);
 
 /// A loopback connection: (the test's end, blocking with timeouts; the
 /// proxy's end, non-blocking).
-fn pair() -> (std::net::TcpStream, TcpStream) {
+pub(super) fn pair() -> (std::net::TcpStream, TcpStream) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let peer = std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
     let (ours, _) = listener.accept().expect("accept");
@@ -34,7 +34,7 @@ fn pair() -> (std::net::TcpStream, TcpStream) {
 }
 
 /// A session already in the pipe phase between `front` and `back`.
-fn session(front: TcpStream, back: TcpStream) -> Session {
+pub(super) fn session(front: TcpStream, back: TcpStream) -> Session {
     let now = Instant::now();
     let addr = SocketAddr::from(([127, 0, 0, 1], 1));
     let step = PrereadStep::refused(now);
@@ -45,7 +45,7 @@ fn session(front: TcpStream, back: TcpStream) -> Session {
 }
 
 /// Lends and takes back buffers around one pipe step, as `drive_pipe`.
-fn step(session: &mut Session, pool: &mut BufferPool) -> PipeStep {
+pub(super) fn step(session: &mut Session, pool: &mut BufferPool) -> PipeStep {
     for _ in 0..buffers_wanted(session) {
         lend_buffer(session, pool.checkout().expect("a buffer"));
     }
