@@ -67,22 +67,16 @@ pub fn diff(current: &ConfigState, desired: &ConfigState) -> Vec<proto::Request>
                 && !dirty.contains(backend.cluster_id.as_str())
         })
     };
-    let frontend_kept = |key, frontend: &proto::TcpFrontend| {
-        current.frontends.get(key) == Some(frontend)
-            && desired.frontends.get(key) == Some(frontend)
-            && !dirty.contains(frontend.cluster_id.as_str())
-    };
     let backend_kept = |id: &str, backend: &proto::Backend| {
         current.backends.get(id) == Some(backend)
             && desired.backends.get(id) == Some(backend)
             && !dirty.contains(backend.cluster_id.as_str())
     };
     let mut requests = Vec::new();
+    let (frontends_gone, frontends_new) = changed_frontends(current, desired, &dirty);
 
-    for (key, frontend) in &current.frontends {
-        if !frontend_kept(key, frontend) {
-            requests.push(request(RequestType::RemoveTcpFrontend(frontend.clone())));
-        }
+    for frontend in frontends_gone {
+        requests.push(request(RequestType::RemoveTcpFrontend(frontend.clone())));
     }
     for (id, backend) in &current.backends {
         let updated = desired
@@ -160,10 +154,8 @@ pub fn diff(current: &ConfigState, desired: &ConfigState) -> Vec<proto::Request>
         requests.push(request(RequestType::UpdateCluster((*cluster).clone())));
     }
 
-    for (key, frontend) in &desired.frontends {
-        if !frontend_kept(key, frontend) {
-            requests.push(request(RequestType::AddTcpFrontend(frontend.clone())));
-        }
+    for frontend in frontends_new {
+        requests.push(request(RequestType::AddTcpFrontend(frontend.clone())));
     }
     for (id, backend) in &desired.backends {
         if backend_updated(id, backend) {
@@ -173,6 +165,52 @@ pub fn diff(current: &ConfigState, desired: &ConfigState) -> Vec<proto::Request>
         }
     }
     requests
+}
+
+/// The frontends to remove (of `current`) and to add (of `desired`), each
+/// in key order: all but those equal in both whose cluster stays. One walk
+/// over the two sorted maps side by side, so a reload of 100,000 frontends
+/// that changes one compares each key once instead of looking it up twice.
+fn changed_frontends<'a>(
+    current: &'a ConfigState,
+    desired: &'a ConfigState,
+    dirty: &BTreeSet<&str>,
+) -> (Vec<&'a proto::TcpFrontend>, Vec<&'a proto::TcpFrontend>) {
+    let (mut gone, mut new) = (Vec::new(), Vec::new());
+    let mut now = current.frontends.iter().peekable();
+    let mut wanted = desired.frontends.iter().peekable();
+    loop {
+        match (now.peek(), wanted.peek()) {
+            (None, None) => break,
+            (Some(&(_, f)), None) => {
+                gone.push(f);
+                now.next();
+            }
+            (None, Some(&(_, f))) => {
+                new.push(f);
+                wanted.next();
+            }
+            (Some(&(a, fa)), Some(&(b, fb))) => match a.cmp(b) {
+                std::cmp::Ordering::Less => {
+                    gone.push(fa);
+                    now.next();
+                }
+                std::cmp::Ordering::Greater => {
+                    new.push(fb);
+                    wanted.next();
+                }
+                std::cmp::Ordering::Equal => {
+                    if fa != fb || dirty.contains(fa.cluster_id.as_str()) {
+                        gone.push(fa);
+                        new.push(fb);
+                    }
+                    now.next();
+                    wanted.next();
+                }
+            },
+        }
+    }
+    (gone, new)
 }
 
 #[cfg(test)]
@@ -412,34 +450,35 @@ mod tests {
             frontend("a", L, Some("a.example.com"), &[]),
             frontend("a", "127.0.0.1:9443", Some("a.example.com"), &[]),
         ]);
-        let current = ConfigState::default();
+        let mut current = ConfigState::default();
         // The port 9443 is taken this time.
-        let planned = plan(&current, diff(&current, &desired), |r, _| {
-            match &r.request_type {
-                Some(RequestType::AddTcpListener(l)) if l.address.ends_with(":9443") => Err(
-                    ValidationError::new(ErrorCode::InvalidAddress, "127.0.0.1:9443 is in use"),
-                ),
-                _ => Ok(()),
-            }
+        let steps = diff(&current, &desired);
+        let planned = plan(&mut current, steps, |r, _| match &r.request_type {
+            Some(RequestType::AddTcpListener(l)) if l.address.ends_with(":9443") => Err(
+                ValidationError::new(ErrorCode::InvalidAddress, "127.0.0.1:9443 is in use"),
+            ),
+            _ => Ok(()),
         });
-        planned.after.check_invariants();
+        assert_eq!(current, ConfigState::default(), "planning leaves the state");
         assert_eq!(planned.generation.len(), 3);
         let codes: Vec<_> = planned.skipped.iter().map(|(_, e)| e.code).collect();
         assert_eq!(
             codes,
             [ErrorCode::InvalidAddress, ErrorCode::UnknownListener]
         );
-        // The skipped listener was taken back out of the planned state.
+        planned.generation.apply_to(&mut current).expect("commits");
+        current.check_invariants();
+        // The skipped listener is not in the committed state.
         assert!(
-            planned
-                .after
+            current
                 .listener(&"127.0.0.1:9443".parse().expect("addr"))
                 .is_none()
         );
-        let current = planned.after;
-        let planned = plan::<ValidationError>(&current, diff(&current, &desired), |_, _| Ok(()));
+        let steps = diff(&current, &desired);
+        let planned = plan::<ValidationError>(&mut current, steps, |_, _| Ok(()));
         assert!(planned.skipped.is_empty());
         assert_eq!(planned.generation.len(), 2);
-        assert_eq!(planned.after, desired);
+        planned.generation.apply_to(&mut current).expect("commits");
+        assert_eq!(current, desired);
     }
 }

@@ -244,9 +244,15 @@ fn tcp_frontend(cluster: &str, address: &str, sni: &str, alpn: &[&str]) -> proto
 /// A reload as the command server runs it, with workers that accept the
 /// generation: planned on the running state, which becomes the plan's.
 fn reload_ok(current: &mut ConfigState, desired: &ConfigState) -> Planned<ValidationError> {
-    let planned = plan(current, diff(current, desired), |_, _| Ok(()));
-    planned.after.check_invariants();
-    *current = planned.after.clone();
+    let before = current.clone();
+    let steps = diff(current, desired);
+    let planned = plan(current, steps, |_, _| Ok(()));
+    assert_eq!(*current, before, "planning leaves the state as it was");
+    planned
+        .generation
+        .apply_to(current)
+        .expect("the generation commits");
+    current.check_invariants();
     planned
 }
 
@@ -311,7 +317,8 @@ proptest! {
     #[test]
     fn a_generation_and_its_inverse_cancel_out(a in a_state(), b in a_state(), refuse in 0..8_usize) {
         let mut seen = 0;
-        let planned: Planned<ValidationError> = plan(&a, diff(&a, &b), |_, _| {
+        let mut state = a.clone();
+        let planned: Planned<ValidationError> = plan(&mut state, diff(&a, &b), |_, _| {
             seen += 1;
             if seen % 8 == refuse {
                 Err(ValidationError::new(ErrorCode::InUse, "refused by the test's check"))
@@ -319,11 +326,10 @@ proptest! {
                 Ok(())
             }
         });
-        planned.after.check_invariants();
-        let mut replayed = a.clone();
-        apply_all(&mut replayed, &planned.generation.steps);
-        prop_assert_eq!(&replayed, &planned.after, "the plan's state is its steps");
-        let mut back = planned.after.clone();
+        prop_assert_eq!(&state, &a, "planning leaves the state as it was");
+        apply_all(&mut state, &planned.generation.steps);
+        state.check_invariants();
+        let mut back = state.clone();
         apply_all(&mut back, &planned.generation.inverse().steps);
         prop_assert_eq!(&back, &a);
         prop_assert_eq!(planned.generation.inverse().inverse(), planned.generation);
@@ -399,15 +405,16 @@ proptest! {
         dispatch(&mut current, RequestType::AddTcpFrontend(runtime.clone()));
 
         let drop_runtime = req(RequestType::RemoveTcpFrontend(runtime.clone()));
-        let report = plan(&current, diff(&current, &desired), |request, _| {
+        let steps = diff(&current, &desired);
+        let report = plan(&mut current, steps, |request, _| {
             if *request == drop_runtime {
                 Err(ValidationError::new(ErrorCode::InUse, "frontend busy"))
             } else {
                 Ok(())
             }
         });
-        report.after.check_invariants();
-        current = report.after.clone();
+        report.generation.apply_to(&mut current).expect("commits");
+        current.check_invariants();
         let skipped: Vec<(Option<RequestType>, ErrorCode)> =
             report.skipped.iter().map(|(r, e)| (r.request_type.clone(), e.code)).collect();
         prop_assert_eq!(skipped, vec![

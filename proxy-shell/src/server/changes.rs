@@ -8,7 +8,7 @@
 //! never: commit a generation before every worker applied it; leave a
 //! generation applied on some workers when another refused it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -226,17 +226,26 @@ impl CommandServer {
         }
     }
 
-    /// The job's requests as one generation on the committed state: each
-    /// is validated, its cap checked against the buffers, and a listener
-    /// it opens checked free; the refused ones are skipped.
-    fn plan(&self, requests: Vec<proto::Request>) -> Planned<Failure> {
+    /// The job's requests as one generation on the committed state (left
+    /// as it was): each is validated, its cap checked against the buffers,
+    /// and a listener it opens checked free; the refused ones are skipped.
+    fn plan(&mut self, requests: Vec<proto::Request>) -> Planned<Failure> {
         let buffer_size = self.settings.buffer_size;
         let check_unbound = self.settings.check_unbound;
-        let committed = &self.state;
-        plan(committed, requests, |request, after| {
+        let listening_before: BTreeSet<SocketAddr> = self
+            .state
+            .listeners()
+            .filter(|l| l.active != Some(false))
+            .filter_map(|l| l.address.parse().ok())
+            .collect();
+        plan(&mut self.state, requests, |request, after| {
             check_cap_fits_buffer(request, buffer_size).map_err(Failure::from)?;
             match opened_by(request) {
-                Some(address) if check_unbound && opens(committed, after, address) => {
+                Some(address)
+                    if check_unbound
+                        && listens(after, address)
+                        && !listening_before.contains(&address) =>
+                {
                     ensure_unbound(address).map_err(|e| Failure {
                         code: AnswerCode::WorkerRefused,
                         message: format!("cannot listen on {address}: {e}; nothing changed"),
@@ -323,7 +332,14 @@ impl CommandServer {
         };
         let refused = match gathered.first_failure() {
             None => {
-                self.state = run.planned.after.clone();
+                if let Err(error) = run.planned.generation.apply_to(&mut self.state) {
+                    // Planned on this very state, nothing committed since:
+                    // a bug, and the operator must hear of it.
+                    log::error!(
+                        "committing a generation the workers applied was refused: {error}; \
+                         the state may differ from the workers' until the proxy restarts"
+                    );
+                }
                 self.state.check_invariants();
                 self.generation += 1;
                 None
@@ -553,15 +569,11 @@ fn opened_by(request: &proto::Request) -> Option<SocketAddr> {
     address.parse().ok()
 }
 
-/// Whether `after` listens at `address` and the committed state does not:
-/// the workers are about to bind it.
-fn opens(committed: &ConfigState, after: &ConfigState, address: SocketAddr) -> bool {
-    let listening = |state: &ConfigState| {
-        state
-            .listener(&address)
-            .is_some_and(|l| l.active != Some(false))
-    };
-    listening(after) && !listening(committed)
+/// Whether `state` listens at `address` (an active listener).
+fn listens(state: &ConfigState, address: SocketAddr) -> bool {
+    state
+        .listener(&address)
+        .is_some_and(|l| l.active != Some(false))
 }
 
 /// The summary of a SIGHUP reload, as `preread reload` prints it: each

@@ -339,7 +339,7 @@ impl CommandServer {
                 }
             }
         }
-        let planned = plan::<ValidationError>(&ConfigState::default(), requests, |_, _| Ok(()));
+        let planned = plan::<ValidationError>(&mut ConfigState::default(), requests, |_, _| Ok(()));
         if let Some((request, error)) = planned.skipped.first() {
             return Err(BootError {
                 request: describe(request),
