@@ -28,6 +28,7 @@ use super::vocabulary::Outcome;
 pub(super) enum TimerKind {
     Preread,
     ServerFirst,
+    Silent,
     Connect,
     FrontIdle,
     BackIdle,
@@ -38,6 +39,7 @@ impl From<StepTimer> for TimerKind {
         match timer {
             StepTimer::Preread => Self::Preread,
             StepTimer::ServerFirst => Self::ServerFirst,
+            StepTimer::Silent => Self::Silent,
         }
     }
 }

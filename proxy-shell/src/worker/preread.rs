@@ -85,6 +85,12 @@ pub(super) fn perform(
         actions.timers.server_first,
         &mut timers.server_first,
     );
+    ctx.step_timer(
+        key,
+        StepTimer::Silent,
+        actions.timers.silent,
+        &mut timers.silent,
+    );
     let left_preread = actions.left.is_some();
     if let Some(left) = actions.left {
         ctx.metrics.gauge_add(SNI_PREREAD_ACTIVE, -1);
@@ -104,6 +110,9 @@ pub(super) fn perform(
         }
         Next::Ignore => Drive::Continue { progressed: true },
         Next::Close(Close::Silent) => Drive::End(Outcome::Silent),
+        Next::Close(Close::SilentTimeout) => {
+            Drive::End(Outcome::Refused(RefuseReason::SilentTimeout))
+        }
         Next::Close(Close::Rejected(reason)) => {
             ctx.metrics.incr(rejected(reason));
             farewell::say(&mut session.front, actions.farewell);

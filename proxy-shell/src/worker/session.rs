@@ -38,6 +38,7 @@ pub enum Phase {
 pub struct SessionTimers {
     pub preread: Option<TimerId>,
     pub server_first: Option<TimerId>,
+    pub silent: Option<TimerId>,
     pub connect: Option<TimerId>,
     pub front_idle: Option<TimerId>,
     pub back_idle: Option<TimerId>,
@@ -48,6 +49,7 @@ impl SessionTimers {
         [
             self.preread,
             self.server_first,
+            self.silent,
             self.connect,
             self.front_idle,
             self.back_idle,
