@@ -3,7 +3,7 @@
 //!
 //! Owns: [`Ctx`] (the poll registry, the routing runtime, the buffer and
 //! pipe pools, the timers, the metrics, the access log, the load-balancing
-//! generator and the dirty list), the kinds of session timer, and
+//! generator, the unrouted counts and the dirty list), the kinds of session timer, and
 //! [`Drive`]. Must never: hold a session (sessions live in the event loop's
 //! slab, and are handed to each function beside the context), or block.
 
@@ -21,6 +21,7 @@ use super::runtime::Runtime;
 use super::session::Session;
 use super::settings::WorkerSettings;
 use super::timers::{TimerId, Timers};
+use super::unrouted::Unrouted;
 use super::vocabulary::Outcome;
 
 /// Why a session timer was armed.
@@ -70,6 +71,8 @@ pub(super) struct Ctx {
     pub(super) metrics: Metrics,
     pub(super) access_log: AccessLog,
     pub(super) rng: Rng,
+    /// Unrouted connections per listener and client IP.
+    pub(super) unrouted: Unrouted,
     /// Sessions to drive in this turn.
     pub(super) dirty: Vec<usize>,
 }

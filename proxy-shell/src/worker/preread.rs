@@ -4,7 +4,8 @@
 //! Owns: taking the window's buffer on the first readable event (an idle
 //! connection holds none), the capped read the step budgets, and performing
 //! the step's actions: its timers, the preread gauge and duration, the
-//! counters of routes, fallbacks and rejects, a reject's farewell (the
+//! unrouted count it gives back, the counters of routes, fallbacks and
+//! rejects, a reject's farewell (the
 //! alert or the reset, `farewell.rs`), and the hand-over to the connect
 //! gate. Must never: decide anything the step decides (budget,
 //! timers, exit, route), consume the window, or contact a backend itself.
@@ -94,6 +95,9 @@ pub(super) fn perform(
     let left_preread = actions.left.is_some();
     if let Some(left) = actions.left {
         ctx.metrics.gauge_add(SNI_PREREAD_ACTIVE, -1);
+        if let Some(held) = session.unrouted.take() {
+            ctx.unrouted.release(held);
+        }
         if let Some(sample) = left.sample {
             ctx.metrics
                 .observe_ms(SNI_PREREAD_DURATION, sample.as_millis() as u64);

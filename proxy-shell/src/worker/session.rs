@@ -21,6 +21,7 @@ use super::io::{Ready, read_some};
 use super::lanes::Lanes;
 use super::pool::Checkout;
 use super::timers::TimerId;
+use super::unrouted::Held;
 
 /// Where a session is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +86,8 @@ pub struct Session {
     pub backend_id: Option<String>,
     pub tried: Vec<BackendRef>,
     pub admitted_ip: Option<IpAddr>,
+    /// The listener's unrouted count of the client's IP, while it prereads.
+    pub unrouted: Option<Held>,
     pub accepted_at: Instant,
     pub front_ready: Ready,
     pub back_ready: Ready,
@@ -132,6 +135,7 @@ impl Session {
             backend_id: None,
             tried: Vec::new(),
             admitted_ip: None,
+            unrouted: None,
             accepted_at: now,
             front_ready: Ready::default(),
             back_ready: Ready::default(),
