@@ -275,7 +275,8 @@ impl ConfigState {
                     && config.front_timeout.is_some()
                     && config.back_timeout.is_some()
                     && config.connect_timeout.is_some()
-                    && config.reject_with.is_some(),
+                    && config.reject_with.is_some()
+                    && config.max_unrouted_per_ip.is_some(),
                 "listener {address} not resolved"
             );
             debug_assert!(
@@ -990,6 +991,7 @@ mod tests {
                 connect_timeout: Some(3),
                 active: Some(true),
                 reject_with: Some(proto::RejectWith::Alert as i32),
+                max_unrouted_per_ip: Some(0),
             })
         );
         let frontend = s.frontends().next();

@@ -202,6 +202,7 @@ pub(crate) fn resolve_listener(
             Some(with) => Some(with),
             None => Some(proto::RejectWith::Alert as i32),
         },
+        max_unrouted_per_ip: Some(config.max_unrouted_per_ip.unwrap_or(0)),
     };
     if resolved.server_first_timeout.is_some() && resolved.default_cluster.is_none() {
         return Err(ValidationError::new(
@@ -314,7 +315,8 @@ pub(crate) fn listener_differences(
         front_timeout,
         back_timeout,
         connect_timeout,
-        active
+        active,
+        max_unrouted_per_ip
     )
 }
 
@@ -678,6 +680,25 @@ mod tests {
                 ..listener("127.0.0.1:1000")
             }),
         );
+    }
+
+    #[test]
+    fn max_unrouted_per_ip_is_off_unless_set() {
+        let mut s = base();
+        ok(&mut s, &add_listener(listener("127.0.0.1:1000")));
+        ok(
+            &mut s,
+            &add_listener(proto::TcpListenerConfig {
+                max_unrouted_per_ip: Some(4),
+                ..listener("127.0.0.1:1001")
+            }),
+        );
+        let limit = |s: &ConfigState, at: &str| {
+            let address = at.parse().expect("address");
+            s.listener(&address).and_then(|l| l.max_unrouted_per_ip)
+        };
+        assert_eq!(limit(&s, "127.0.0.1:1000"), Some(0), "unset is off (0)");
+        assert_eq!(limit(&s, "127.0.0.1:1001"), Some(4));
     }
 
     #[test]

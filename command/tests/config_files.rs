@@ -345,6 +345,7 @@ const BROKEN: &[(&str, &[ErrorCode])] = {
                 InvalidValue,
                 InvalidValue,
                 InvalidValue,
+                InvalidValue,
             ],
         ),
         ("bad_address.toml", &[InvalidAddress, InvalidAddress]),

@@ -121,6 +121,7 @@ fn any_listener(cluster_ids: Vec<String>) -> impl Strategy<Value = proto::TcpLis
         small_option(&[1u32, 30]),
         small_option(&[0u32, 3]),
         prop::option::weighted(0.3, prop::sample::select(vec![0i32, 1, 2])),
+        small_option(&[0u32, 2]),
     )
         .prop_map(
             |(
@@ -134,6 +135,7 @@ fn any_listener(cluster_ids: Vec<String>) -> impl Strategy<Value = proto::TcpLis
                 back_timeout,
                 connect_timeout,
                 reject_with,
+                max_unrouted_per_ip,
             )| proto::TcpListenerConfig {
                 address,
                 expect_proxy,
@@ -146,6 +148,7 @@ fn any_listener(cluster_ids: Vec<String>) -> impl Strategy<Value = proto::TcpLis
                 connect_timeout,
                 active: None,
                 reject_with,
+                max_unrouted_per_ip,
             },
         )
 }
@@ -333,6 +336,7 @@ fn render_config(requests: &[proto::Request]) -> (String, Vec<usize>) {
                     ("front_timeout", l.front_timeout),
                     ("back_timeout", l.back_timeout),
                     ("connect_timeout", l.connect_timeout),
+                    ("max_unrouted_per_ip", l.max_unrouted_per_ip),
                 ] {
                     if let Some(value) = value {
                         let _ = writeln!(text, "{key} = {value}");

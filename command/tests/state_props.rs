@@ -82,8 +82,9 @@ fn listener_config() -> impl Strategy<Value = proto::TcpListenerConfig> {
                     back_timeout: None,
                     connect_timeout: None,
                     active,
-                    // Unset: the state resolves it to the default.
+                    // Unset: the state resolves them to the defaults.
                     reject_with: None,
+                    max_unrouted_per_ip: None,
                 }
             },
         )

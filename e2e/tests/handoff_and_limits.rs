@@ -762,7 +762,7 @@ fn dripping_clients_are_rejected_at_the_deadline_while_routing_stays_prompt() {
 }
 
 #[test]
-fn idle_clients_hold_no_buffer_and_are_closed_by_front_timeout() {
+fn idle_clients_hold_no_buffer_and_a_shorter_front_timeout_refuses_them() {
     let backend = PlainBackend::start("alpha-0");
     let config = ConfigBuilder::new()
         .global("worker_count = 1")
@@ -825,10 +825,15 @@ fn idle_clients_hold_no_buffer_and_are_closed_by_front_timeout() {
     );
     assert_eq!(get(&m, "buffers.in_use"), 0, "{m:?}");
     assert_eq!(get(&m, "tcp.sni_preread.active"), 0, "{m:?}");
+    // Silent until a timeout: refused, each once, with its line.
+    assert_eq!(get(&m, "tcp.refused.silent_timeout"), open, "{m:?}");
+    let logs = proxy.access_logs();
     assert!(
-        proxy.access_logs().is_empty(),
-        "idle clients wrote access-log lines: {:?}",
-        proxy.access_logs()
+        logs.len() == IDLERS
+            && logs
+                .iter()
+                .all(|l| l.get("outcome").map(String::as_str) == Some("refused:silent_timeout")),
+        "idle clients' access-log lines: {logs:?}"
     );
     assert_eq!(backend.accepted(), 0);
 }

@@ -4,10 +4,13 @@
 //! and a data-derived sequence of events (reads within the step's budget,
 //! timers that fire on time or early, the front idle timeout, closes).
 //!
-//! Owns: [`check_core`], which panics when an invariant breaks. Included
-//! with `#[path]` by `preread-core/tests/fuzz_replay.rs`, so it may use
-//! `preread_core`, `preread_parser` (a dependency of the core) and
-//! `arbitrary` (a dev-dependency there), and nothing of `checks_parser`.
+//! Owns: [`check_core`], which panics when an invariant breaks, and the
+//! driving half of it (the events, the step's actions, the timers, the exit
+//! and the latch); the judging half, what the parsers read and how that
+//! explains an answer, is `checks_core_reading.rs`. Included with `#[path]`
+//! by `preread-core/tests/fuzz_replay.rs`, so it may use `preread_core`,
+//! `preread_parser` (a dependency of the core) and `arbitrary` (a
+//! dev-dependency there), and nothing of `checks_parser`.
 //! Must never: model the core or the step a second time (the house rule:
 //! call shipped code). Every expected value comes from shipped code: the
 //! core itself (a twin fed the same inputs, a fresh core on the same window,
@@ -21,23 +24,25 @@
 //! first bytes stay a well-formed record while mutations of its tail (mostly
 //! opaque extension data) steer the config and the chunking.
 
-use std::net::SocketAddr;
+#[path = "checks_core_reading.rs"]
+mod reading;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arbitrary::Unstructured;
 use preread_core::pattern::validate_sni_pattern;
-use preread_core::routes::{AlpnSet, Lookup, RouteTable};
-use preread_core::sni::HostName;
+use preread_core::routes::{AlpnSet, RouteTable};
 use preread_core::step::{
     Actions, Close, Event, Farewell, Fed, Next, PrereadListener, PrereadStep, StepTimer,
     TimerAction, TimerPlan,
 };
-use preread_core::{
-    AlpnOffer, FallbackReason, Input, Output, PrereadConfig, RejectReason, Route, SniPrereadCore,
+use preread_core::{Input, Output, PrereadConfig, RejectReason, SniPrereadCore};
+use preread_parser::proxy::parse_proxy_header;
+
+use reading::{
+    Reading, client_spoke, ends_within, explain, learned, proxy_header, server_first_route,
 };
-use preread_parser::proxy::{ProxyParsed, parse_proxy_header};
-use preread_parser::tls::{Parsed, TlsError, parse_client_hello};
 
 /// How many bytes at the end of the input steer the config and the events.
 pub const CONTROL_LEN: usize = 64;
@@ -125,12 +130,16 @@ fn time_step(u: &mut Unstructured<'_>) -> Duration {
 /// - the step: the window never passes the cap and a read never adds more
 ///   than `read_budget`; a timer is armed only when the caller does not
 ///   hold it and cancelled only when it does; while reading, the caller
-///   holds the preread timer at the core's deadline and the server-first
-///   timer until the client spoke or it fired; each event feeds the core
+///   holds the preread timer at the core's deadline, the server-first
+///   timer until the client spoke or it fired, and the silence timer (at
+///   `accept + timeout`, unless a server-first timer at least as long is
+///   set) until the first byte; the silence timer, when it fires, refuses
+///   a client that sent nothing, without a core call; each event feeds the core
 ///   what §10 of `LIFECYCLE.md` says; `left` comes exactly once, with every
 ///   timer cancelled, a duration sample only for a client that spoke, and
-///   the exit `Next` the core's decision calls for; a farewell only for a
-///   reject; after the exit every event (and `abandon`) answers
+///   the exit `Next` the core's decision calls for (a timeout before the
+///   client spoke is `SilentTimeout`, a close then is `Silent`); a farewell
+///   only for a reject; after the exit every event (and `abandon`) answers
 ///   `Next::Ignore` with no core call, and the core's decision, deadline
 ///   and `client_spoke` do not move;
 /// - the core, each call: a twin core fed what the step says it fed
@@ -143,13 +152,16 @@ fn time_step(u: &mut Unstructured<'_>) -> Duration {
 ///   same and learns the same, except where §8 routes at once a client
 ///   still silent when its PROXY header completes after a server-first
 ///   timeout (and there it must); a terminal answer equals the one-shot
-///   answer on the whole capped stream (and, unless `TooLarge`, on the
-///   whole uncapped one);
+///   answer on the whole capped stream, however short the window (so a
+///   `TooLarge` that a length announced does not depend on what follows),
+///   and, unless `TooLarge`, on the whole uncapped one;
 /// - the answer against the shipped parsers and lookup: each reason only
 ///   on the evidence that defines it (`ProxyHeaderInvalid` only when the
 ///   PROXY parser errs, `NotTls` / `MalformedRecord` / `MalformedHandshake`
-///   only when the TLS parser says so, `TooLarge` only at the cap while
-///   the parsers say incomplete, `NeedMore` only below it, `NoSni`,
+///   only when the TLS parser says so, `TooLarge` only where the parsers
+///   given the cap say the window cannot end within it (at the cap, or a
+///   length announces more) and never when the whole stream, read with no
+///   cap, holds a hello that ends within it, `NeedMore` only otherwise, `NoSni`,
 ///   `EchOuterAbsent`, `SniUnmatched`, `AlpnUnmatched` only on a complete
 ///   hello whose name and lookup say so); a matched route carries the
 ///   lookup's cluster, pattern and protocol and a `hello_end` within the
@@ -161,7 +173,8 @@ fn time_step(u: &mut Unstructured<'_>) -> Duration {
 ///   read in the window.
 ///
 /// Returns the decision, so a replay can tell what it exercised: the exit's
-/// route or reject reason, `FrontClosed` standing for a silent close.
+/// route or reject reason, `FrontClosed` standing for a silent close and
+/// `Fragmented` for a silent timeout.
 pub fn check_core(data: &[u8]) -> Output {
     let base = Instant::now();
     let control: Vec<u8> = data[data.len().saturating_sub(CONTROL_LEN)..]
@@ -203,8 +216,8 @@ pub fn check_core(data: &[u8]) -> Output {
 enum Fire {
     /// The one due first, at its time (the clock moves to it if earlier).
     Due,
-    /// The preread timer if held (else the server-first one), now: a stale
-    /// or early wake-up.
+    /// The preread timer if held (else the silence one, else the
+    /// server-first one), now: a stale or early wake-up.
     Early,
 }
 
@@ -213,6 +226,7 @@ enum Fire {
 struct Held {
     preread: Option<Instant>,
     server_first: Option<Instant>,
+    silent: Option<Instant>,
 }
 
 impl Held {
@@ -220,24 +234,32 @@ impl Held {
         match timer {
             StepTimer::Preread => &mut self.preread,
             StepTimer::ServerFirst => &mut self.server_first,
+            StepTimer::Silent => &mut self.silent,
         }
     }
 
-    /// The preread timer if held, else the server-first one.
+    /// The preread timer if held, else the silence one, else the
+    /// server-first one.
     fn preread_first(&self) -> Option<(StepTimer, Instant)> {
         let preread = self.preread.map(|at| (StepTimer::Preread, at));
-        preread.or(self.server_first.map(|at| (StepTimer::ServerFirst, at)))
+        let silent = self.silent.map(|at| (StepTimer::Silent, at));
+        preread
+            .or(silent)
+            .or(self.server_first.map(|at| (StepTimer::ServerFirst, at)))
     }
 
-    /// The held timer due first; on a tie the server-first one, armed
-    /// first (at accept).
+    /// The held timer due first; on a tie the one armed first: the
+    /// server-first timer, then the silence timer (both at accept), then
+    /// the preread one.
     fn first_due(&self) -> Option<(StepTimer, Instant)> {
-        let server_first = self.server_first.map(|at| (StepTimer::ServerFirst, at));
-        let preread = self.preread.map(|at| (StepTimer::Preread, at));
-        match (server_first, preread) {
-            (Some(s), Some(p)) => Some(if p.1 < s.1 { p } else { s }),
-            (s, p) => s.or(p),
-        }
+        [
+            self.server_first.map(|at| (StepTimer::ServerFirst, at)),
+            self.silent.map(|at| (StepTimer::Silent, at)),
+            self.preread.map(|at| (StepTimer::Preread, at)),
+        ]
+        .into_iter()
+        .flatten()
+        .reduce(|first, next| if next.1 < first.1 { next } else { first })
     }
 }
 
@@ -265,6 +287,8 @@ struct Run<'a> {
     len: usize,
     held: Held,
     server_first_fired: bool,
+    /// When the silence timer armed at accept is due, if it was armed.
+    silent_due: Option<Instant>,
     first_byte_at: Option<Instant>,
     /// The deadline of the first `NeedMore`: every later one is the same.
     need_more: Option<Instant>,
@@ -289,9 +313,27 @@ impl<'a> Run<'a> {
         let (step, actions) = PrereadStep::accept(listener, base);
         assert!(step.is_reading(), "a listener without a catch-all prereads");
         let server_first = config.server_first_timeout.map(|wait| base + wait);
+        let silent_due = match actions.timers.silent {
+            TimerAction::Arm(at) => Some(at),
+            TimerAction::Keep | TimerAction::Cancel => None,
+        };
+        let silence = config
+            .server_first_timeout
+            .is_none_or(|wait| wait < config.timeout);
+        assert_eq!(silent_due.is_some(), silence, "the accept's silence timer");
+        if let Some(at) = silent_due {
+            match base.checked_add(config.timeout) {
+                Some(want) => assert_eq!(at, want, "the silence timer, not accept + timeout"),
+                None => assert!(
+                    at >= base + Duration::from_secs(24 * 3600),
+                    "a timeout past Instant's range armed the silence timer at {at:?}"
+                ),
+            }
+        }
         let timers = TimerPlan {
             preread: TimerAction::Keep,
             server_first: server_first.map_or(TimerAction::Keep, TimerAction::Arm),
+            silent: silent_due.map_or(TimerAction::Keep, TimerAction::Arm),
         };
         assert_eq!(actions.timers, timers, "the accept's timers");
         assert_eq!(actions.next, Next::Read, "the accept");
@@ -308,8 +350,10 @@ impl<'a> Run<'a> {
             held: Held {
                 preread: None,
                 server_first,
+                silent: silent_due,
             },
             server_first_fired: false,
+            silent_due,
             first_byte_at: None,
             need_more: None,
             looked_at: 0,
@@ -406,7 +450,7 @@ impl<'a> Run<'a> {
         let fed = match event {
             Event::Read { added, .. } if added > 0 => Some(Fed::Bytes(self.len)),
             Event::Read { eof: true, .. } => Some(Fed::FrontClosed),
-            Event::Read { .. } | Event::Idle => None,
+            Event::Read { .. } | Event::Idle | Event::Timer(StepTimer::Silent) => None,
             Event::Timer(_) => Some(Fed::Timeout),
         };
         assert_eq!(
@@ -647,6 +691,12 @@ impl<'a> Run<'a> {
                 learned(core),
                 "a fresh core learns otherwise"
             );
+            if *output == Output::Reject(RejectReason::TooLarge) {
+                assert!(
+                    !ends_within(config, self.data, self.listener.cap()),
+                    "TooLarge, but the stream holds a hello that ends within the cap"
+                );
+            }
             if output.is_terminal() {
                 assert_eq!(
                     output,
@@ -679,18 +729,30 @@ impl<'a> Run<'a> {
     /// against what the caller holds and what the core answered.
     fn perform(&mut self, actions: &Actions, event: &Event<'_>) {
         let output = actions.core.as_ref().map(|call| &call.output);
-        for timer in [StepTimer::Preread, StepTimer::ServerFirst] {
+        for timer in [
+            StepTimer::Preread,
+            StepTimer::ServerFirst,
+            StepTimer::Silent,
+        ] {
             let slot = self.held.slot(timer);
             match actions.timers.get(timer) {
                 TimerAction::Keep => {}
                 TimerAction::Arm(at) => {
                     assert!(slot.is_none(), "{event:?} armed the {timer:?} timer held");
                     *slot = Some(at);
-                    assert_eq!(timer, StepTimer::Preread, "the server-first timer re-armed");
-                    assert!(
-                        matches!(output, Some(Output::NeedMore { deadline }) if *deadline == at),
-                        "the preread timer armed at {at:?}, the core answered {output:?}"
-                    );
+                    match timer {
+                        StepTimer::Preread => assert!(
+                            matches!(output, Some(Output::NeedMore { deadline }) if *deadline == at),
+                            "the preread timer armed at {at:?}, the core answered {output:?}"
+                        ),
+                        StepTimer::Silent => assert!(
+                            matches!(event, Event::Timer(StepTimer::Silent))
+                                && self.silent_due == Some(at)
+                                && self.now < at,
+                            "the silence timer armed at {at:?} on {event:?}, not again after an early fire"
+                        ),
+                        StepTimer::ServerFirst => panic!("the server-first timer re-armed"),
+                    }
                 }
                 TimerAction::Cancel => assert!(
                     slot.take().is_some(),
@@ -731,6 +793,11 @@ impl<'a> Run<'a> {
                     server_first,
                     "reading: the server-first timer held until the client spoke (spoke: {spoke})"
                 );
+                assert_eq!(
+                    self.held.silent,
+                    self.silent_due.filter(|_| self.first_byte_at.is_none()),
+                    "reading: the silence timer held until the first byte"
+                );
             }
             Next::Connect(route) => assert_eq!(
                 output,
@@ -739,11 +806,32 @@ impl<'a> Run<'a> {
             ),
             Next::Close(Close::Silent) => {
                 assert!(!spoke, "a silent close of a client that spoke");
-                assert!(
-                    matches!(event, Event::Idle) && output.is_none()
-                        || output == Some(&Output::Reject(RejectReason::FrontClosed)),
-                    "a silent close on {event:?}, the core answered {output:?}"
+                assert_eq!(
+                    output,
+                    Some(&Output::Reject(RejectReason::FrontClosed)),
+                    "a silent close on {event:?}"
                 );
+            }
+            Next::Close(Close::SilentTimeout) => {
+                assert!(!spoke, "a silent timeout of a client that spoke");
+                match event {
+                    Event::Idle => assert_eq!(output, None, "idle"),
+                    Event::Timer(StepTimer::Silent) => {
+                        assert_eq!(output, None, "the silence timer asks no core");
+                        assert!(self.first_byte_at.is_none(), "silent after a byte");
+                        assert!(
+                            self.silent_due.is_some_and(|due| self.now >= due),
+                            "the silence timer refused at {:?}, due {:?}",
+                            self.now,
+                            self.silent_due
+                        );
+                    }
+                    _ => assert_eq!(
+                        output,
+                        Some(&Output::Reject(RejectReason::Fragmented)),
+                        "a silent timeout on {event:?}"
+                    ),
+                }
             }
             Next::Close(Close::Rejected(reason)) => {
                 if let Event::Idle = event {
@@ -754,8 +842,9 @@ impl<'a> Run<'a> {
                 } else {
                     assert_eq!(output, Some(&Output::Reject(*reason)), "closed as {reason}");
                     assert!(
-                        *reason != RejectReason::FrontClosed || spoke,
-                        "a health check's close counted"
+                        !matches!(reason, RejectReason::FrontClosed | RejectReason::Fragmented)
+                            || spoke,
+                        "a client that never spoke counted as {reason}"
                     );
                 }
             }
@@ -812,6 +901,7 @@ impl<'a> Run<'a> {
             Next::Connect(route) => Output::Routed(route.clone()),
             Next::Close(Close::Rejected(reason)) => Output::Reject(*reason),
             Next::Close(Close::Silent) => Output::Reject(RejectReason::FrontClosed),
+            Next::Close(Close::SilentTimeout) => Output::Reject(RejectReason::Fragmented),
             other @ (Next::Read | Next::Ignore) => panic!("exited with {other:?}"),
         }
     }
@@ -897,323 +987,6 @@ impl<'a> Run<'a> {
                 self.twin.client_spoke(),
                 spoke,
                 "{input:?} moved client_spoke"
-            );
-        }
-    }
-}
-
-/// What a core learned of the windows it was fed, whatever it answered.
-fn learned(core: &SniPrereadCore) -> impl PartialEq + std::fmt::Debug + '_ {
-    (
-        core.client_spoke(),
-        core.sni(),
-        core.proxy_source(),
-        core.fault(),
-        core.offers_tls13(),
-        core.record_version(),
-        core.content_offset(),
-    )
-}
-
-/// The complete PROXY header's length and source, `(0, None)` without
-/// `expect_proxy`; `None` while it is not complete (or invalid).
-fn proxy_header(config: &PrereadConfig, window: &[u8]) -> Option<(usize, Option<SocketAddr>)> {
-    if !config.expect_proxy {
-        return Some((0, None));
-    }
-    match parse_proxy_header(window) {
-        Ok(ProxyParsed::Complete(header)) => Some((header.len(), header.source())),
-        Ok(ProxyParsed::Incomplete(_)) | Err(_) => None,
-    }
-}
-
-/// `client_spoke`, as the PROXY parser reads the window: a byte past a
-/// complete header, or bytes that cannot be one; without `expect_proxy`,
-/// any byte.
-fn client_spoke(config: &PrereadConfig, window: &[u8]) -> bool {
-    if !config.expect_proxy {
-        return !window.is_empty();
-    }
-    match parse_proxy_header(window) {
-        Ok(ProxyParsed::Complete(header)) => window.len() > header.len(),
-        Ok(ProxyParsed::Incomplete(_)) => false,
-        Err(_) => true,
-    }
-}
-
-/// The server-first fallback past a PROXY header of `offset` bytes.
-fn server_first_route(offset: usize, source: Option<SocketAddr>) -> Route {
-    Route {
-        content_offset: offset,
-        proxy_source: source,
-        ..Route::unread(
-            Arc::from(DEFAULT_CLUSTER),
-            Some(FallbackReason::ServerFirst),
-        )
-    }
-}
-
-/// What the shipped parsers read in a window: the PROXY header (with
-/// `expect_proxy`), then the TLS records after it.
-#[derive(Debug)]
-struct Reading {
-    proxy: Proxy,
-    /// `None` while the PROXY header is incomplete or invalid.
-    tls: Option<Tls>,
-}
-
-#[derive(Debug)]
-enum Proxy {
-    NotExpected,
-    Invalid,
-    Incomplete,
-    Complete {
-        len: usize,
-        source: Option<SocketAddr>,
-    },
-}
-
-#[derive(Debug)]
-enum Tls {
-    Incomplete,
-    Refused(TlsError),
-    /// Boxed: a `HostName` is 256 bytes.
-    Hello(Box<Hello>),
-}
-
-/// A complete ClientHello, as far as the route needs it.
-#[derive(Debug)]
-struct Hello {
-    /// In the window: past the PROXY header.
-    end: usize,
-    /// The `host_name`, normalized (`Some(None)`: it does not normalize).
-    name: Option<Option<HostName>>,
-    ech: bool,
-    alpn: Option<AlpnOffer>,
-}
-
-impl Reading {
-    fn of(config: &PrereadConfig, window: &[u8]) -> Self {
-        let proxy = if config.expect_proxy {
-            match parse_proxy_header(window) {
-                Ok(ProxyParsed::Complete(header)) => Proxy::Complete {
-                    len: header.len(),
-                    source: header.source(),
-                },
-                Ok(ProxyParsed::Incomplete(_)) => Proxy::Incomplete,
-                Err(_) => Proxy::Invalid,
-            }
-        } else {
-            Proxy::NotExpected
-        };
-        let offset = match proxy {
-            Proxy::NotExpected => 0,
-            Proxy::Complete { len, .. } => len,
-            Proxy::Invalid | Proxy::Incomplete => return Self { proxy, tls: None },
-        };
-        let mut scratch = Vec::new();
-        let tls = match parse_client_hello(&window[offset..], &mut scratch) {
-            Ok(Parsed::Incomplete(_)) => Tls::Incomplete,
-            Ok(Parsed::Complete(hello)) => Tls::Hello(Box::new(Hello {
-                end: offset + hello.end,
-                name: hello.server_name.map(HostName::normalize),
-                ech: hello.ech.is_some(),
-                alpn: hello.alpn.map(AlpnOffer::from),
-            })),
-            Err(e) => Tls::Refused(e),
-        };
-        Self {
-            proxy,
-            tls: Some(tls),
-        }
-    }
-
-    fn offset(&self) -> usize {
-        match self.proxy {
-            Proxy::Complete { len, .. } => len,
-            Proxy::NotExpected | Proxy::Invalid | Proxy::Incomplete => 0,
-        }
-    }
-
-    fn source(&self) -> Option<SocketAddr> {
-        match self.proxy {
-            Proxy::Complete { source, .. } => source,
-            Proxy::NotExpected | Proxy::Invalid | Proxy::Incomplete => None,
-        }
-    }
-
-    /// The TLS parser's error, when it refused the window.
-    fn fault(&self) -> Option<TlsError> {
-        match self.tls {
-            Some(Tls::Refused(error)) => Some(error),
-            _ => None,
-        }
-    }
-
-    fn incomplete(&self) -> bool {
-        matches!(self.proxy, Proxy::Incomplete) || matches!(self.tls, Some(Tls::Incomplete))
-    }
-
-    fn hello(&self) -> Option<&Hello> {
-        match &self.tls {
-            Some(Tls::Hello(hello)) => Some(hello),
-            _ => None,
-        }
-    }
-
-    /// The normalized name of a complete hello.
-    fn sni(&self) -> Option<HostName> {
-        self.hello().and_then(|hello| hello.name.flatten())
-    }
-
-    /// The route table's answer for the hello's name and offer.
-    fn lookup<'t>(&self, config: &'t PrereadConfig) -> Option<Lookup<'t>> {
-        let hello = self.hello()?;
-        let sni = hello.name.flatten()?;
-        let offer = hello.alpn.iter().flat_map(AlpnOffer::iter);
-        Some(config.routes.lookup(sni.as_bytes(), offer))
-    }
-}
-
-/// Whether what the parsers read in the window is the evidence that
-/// defines `reason`.
-fn evidence(
-    config: &PrereadConfig,
-    window: &[u8],
-    reading: &Reading,
-    reason: RejectReason,
-) -> bool {
-    let at_cap = window.len() >= config.max_bytes;
-    let hello = reading.hello();
-    match reason {
-        RejectReason::ProxyHeaderInvalid => {
-            config.expect_proxy && matches!(reading.proxy, Proxy::Invalid)
-        }
-        RejectReason::TooLarge => at_cap && reading.incomplete(),
-        RejectReason::NotTls => matches!(reading.tls, Some(Tls::Refused(TlsError::NotTls))),
-        RejectReason::MalformedRecord => {
-            matches!(
-                reading.tls,
-                Some(Tls::Refused(TlsError::MalformedRecord(_)))
-            )
-        }
-        RejectReason::MalformedHandshake => {
-            matches!(
-                reading.tls,
-                Some(Tls::Refused(TlsError::MalformedHandshake(_)))
-            ) || hello.is_some_and(|h| matches!(h.name, Some(None)))
-        }
-        RejectReason::NoSni => hello.is_some_and(|h| h.name.is_none() && !h.ech),
-        RejectReason::EchOuterAbsent => hello.is_some_and(|h| h.name.is_none() && h.ech),
-        RejectReason::SniUnmatched => {
-            matches!(reading.lookup(config), Some(Lookup::SniUnmatched))
-        }
-        RejectReason::AlpnUnmatched => {
-            matches!(reading.lookup(config), Some(Lookup::AlpnUnmatched { .. }))
-        }
-        // Never the answer to on-time bytes.
-        RejectReason::Fragmented | RejectReason::FrontClosed => false,
-    }
-}
-
-/// The reason a fallback stands for.
-fn refused_as(fallback: FallbackReason) -> Option<RejectReason> {
-    let reason = match fallback {
-        FallbackReason::NotTls => RejectReason::NotTls,
-        FallbackReason::NoSni => RejectReason::NoSni,
-        FallbackReason::SniUnmatched => RejectReason::SniUnmatched,
-        FallbackReason::EchOuterAbsent => RejectReason::EchOuterAbsent,
-        FallbackReason::ServerFirst => return None,
-    };
-    assert_eq!(
-        reason.fallback(),
-        Some(fallback),
-        "{reason} falls back as {fallback}"
-    );
-    Some(reason)
-}
-
-/// The core's answer to on-time `Bytes` of `window`, against what the
-/// parsers and the route table read there. `late_header`: the server-first
-/// wait for the PROXY header is over with this window (§8).
-fn explain(
-    config: &PrereadConfig,
-    window: &[u8],
-    reading: &Reading,
-    output: &Output,
-    late_header: bool,
-) {
-    let what = || {
-        format!(
-            "{output:?} for a {}-byte window read as {reading:?}",
-            window.len()
-        )
-    };
-    match output {
-        Output::NeedMore { .. } => assert!(
-            reading.incomplete() && window.len() < config.max_bytes,
-            "{}",
-            what()
-        ),
-        Output::Reject(reason) => {
-            assert!(evidence(config, window, reading, *reason), "{}", what());
-        }
-        Output::Routed(route) => {
-            let (offset, source) = (reading.offset(), reading.source());
-            assert_eq!(route.content_offset, offset, "{}", what());
-            assert_eq!(route.proxy_source, source, "{}", what());
-            let hello = reading.hello();
-            if let Some(end) = route.hello_end {
-                assert!(
-                    offset < end && end <= window.len() && hello.is_some_and(|h| h.end == end),
-                    "hello_end outside the window: {}",
-                    what()
-                );
-            }
-            let Some(fallback) = route.fallback else {
-                // Matched: by the lookup, on the hello's name and offer.
-                let hello = hello.unwrap_or_else(|| panic!("matched without a hello: {}", what()));
-                let Some(Lookup::Matched {
-                    cluster,
-                    pattern,
-                    protocol,
-                }) = reading.lookup(config)
-                else {
-                    panic!("routed, the lookup says otherwise: {}", what());
-                };
-                assert_eq!(&route.cluster, cluster, "{}", what());
-                assert_eq!(route.matched_sni.as_ref(), Some(pattern), "{}", what());
-                assert_eq!(route.matched_alpn.as_deref(), protocol, "{}", what());
-                assert_eq!(route.sni, reading.sni(), "{}", what());
-                assert_eq!(route.alpn, hello.alpn, "{}", what());
-                assert_eq!(route.hello_end, Some(hello.end), "{}", what());
-                return;
-            };
-            let Some(reason) = refused_as(fallback) else {
-                assert!(late_header, "server-first on bytes, no wait: {}", what());
-                assert!(
-                    !matches!(reading.proxy, Proxy::Incomplete | Proxy::Invalid)
-                        && window.len() == offset,
-                    "{}",
-                    what()
-                );
-                assert_eq!(**route, server_first_route(offset, source), "{}", what());
-                return;
-            };
-            assert!(evidence(config, window, reading, reason), "{}", what());
-            let want = Route {
-                content_offset: offset,
-                proxy_source: source,
-                hello_end: hello.map(|h| h.end),
-                sni: reading.sni(),
-                alpn: hello.and_then(|h| h.alpn.clone()),
-                ..Route::unread(Arc::from(DEFAULT_CLUSTER), Some(fallback))
-            };
-            assert_eq!(
-                **route,
-                want,
-                "a fallback carries what was read: {}",
-                what()
             );
         }
     }

@@ -20,6 +20,14 @@ use crate::verdict::{self, Learned};
 /// a year is "never" for a preread.
 const FAR_FUTURE: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// `now + timeout`, or a year from now where that overflows `Instant`:
+/// the one rule for every preread deadline, the core's and the step's.
+pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Instant {
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(FAR_FUTURE))
+        .unwrap_or(now)
+}
+
 /// The per-connection preread state machine. Build one per accepted
 /// connection with [`SniPrereadCore::new`]; drop it once it has decided.
 #[derive(Debug, Default)]
@@ -132,11 +140,9 @@ impl SniPrereadCore {
     }
 
     fn arm_deadline(&mut self, config: &PrereadConfig, now: Instant) -> Instant {
-        *self.deadline.get_or_insert_with(|| {
-            now.checked_add(config.timeout)
-                .or_else(|| now.checked_add(FAR_FUTURE))
-                .unwrap_or(now)
-        })
+        *self
+            .deadline
+            .get_or_insert_with(|| deadline_after(now, config.timeout))
     }
 
     fn on_bytes(&mut self, config: &PrereadConfig, buf: &[u8], now: Instant) -> Output {

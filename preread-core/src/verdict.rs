@@ -2,15 +2,18 @@
 //! listener's config.
 //!
 //! Owns: the order of the checks (PROXY header, TLS framing, ClientHello,
-//! SNI, route lookup, ALPN), the byte cap, and the default-cluster fallback.
+//! SNI, route lookup, ALPN), the byte cap (reached, or announced past by a
+//! length already read), and the default-cluster fallback.
 //! Must never: keep state between calls (the latch and the deadline belong
 //! to [`crate::SniPrereadCore`]), or route a malformed window anywhere.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use preread_parser::proxy::{ProxyParsed, parse_proxy_header};
-use preread_parser::tls::{AlpnProtocols, ClientHello, Parsed, TlsError, parse_client_hello};
+use preread_parser::proxy::{ProxyParsed, parse_proxy_header_within};
+use preread_parser::tls::{
+    AlpnProtocols, ClientHello, Needed, Parsed, TlsError, parse_client_hello_within,
+};
 
 use crate::alpn::AlpnOffer;
 use crate::config::PrereadConfig;
@@ -89,7 +92,7 @@ pub(crate) fn decide(
 ) -> Option<Output> {
     let mut seen = Seen::default();
     if config.expect_proxy {
-        match parse_proxy_header(window) {
+        match parse_proxy_header_within(window, config.max_bytes) {
             Ok(ProxyParsed::Complete(header)) => {
                 seen.content_offset = header.len();
                 seen.proxy_source = header.source();
@@ -98,7 +101,7 @@ pub(crate) fn decide(
                     source: seen.proxy_source,
                 });
             }
-            Ok(ProxyParsed::Incomplete(_)) => return incomplete(config, window),
+            Ok(ProxyParsed::Incomplete(needed)) => return incomplete(config, window, needed),
             Err(_) => {
                 learned.client_spoke = true;
                 return Some(Output::Reject(RejectReason::ProxyHeaderInvalid));
@@ -110,14 +113,15 @@ pub(crate) fn decide(
     if let [_, major, minor, _, _, ..] = *tls {
         learned.record_version = Some(u16::from_be_bytes([major, minor]));
     }
-    match parse_client_hello(tls, scratch) {
+    let limit = config.max_bytes.saturating_sub(seen.content_offset);
+    match parse_client_hello_within(tls, limit, scratch) {
         Ok(Parsed::Complete(hello)) => {
             learned.offers_tls13 = hello
                 .supported_versions
                 .is_some_and(|versions| versions.iter().any(|v| v == TLS13));
             Some(route(config, &hello, seen, &mut learned.sni))
         }
-        Ok(Parsed::Incomplete(_)) => incomplete(config, window),
+        Ok(Parsed::Incomplete(needed)) => incomplete(config, window, needed),
         Err(error) => {
             learned.fault = Some(error);
             Some(match error {
@@ -129,9 +133,17 @@ pub(crate) fn decide(
     }
 }
 
-/// A window that is still a valid prefix: wait, unless the cap is reached.
-fn incomplete(config: &PrereadConfig, window: &[u8]) -> Option<Output> {
-    (window.len() >= config.max_bytes).then_some(Output::Reject(RejectReason::TooLarge))
+/// A window that is still a valid prefix: wait, unless it cannot end within
+/// the cap. The parsers, given the cap, count `needed` so that it takes the
+/// window past the cap exactly then: at the cap, or as soon as a record,
+/// handshake or PROXY v2 length announces more than the cap holds (waiting
+/// for those bytes would only hold the buffer until the timeout).
+fn incomplete(config: &PrereadConfig, window: &[u8], needed: Needed) -> Option<Output> {
+    let fits = match needed {
+        Needed::AtLeast(n) => window.len().saturating_add(n.get()) <= config.max_bytes,
+        Needed::Unknown => window.len() < config.max_bytes,
+    };
+    (!fits).then_some(Output::Reject(RejectReason::TooLarge))
 }
 
 /// Refuses for `reason`, or sends to the default cluster when the listener

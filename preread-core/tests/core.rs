@@ -118,17 +118,111 @@ fn bytes_at_the_deadline_are_fragmented_even_when_complete() {
 
 #[test]
 fn too_large_is_reachable() {
+    // A hello dripped in one-byte records: no length says how far it goes
+    // until its handshake header is whole, so only the cap ends it.
+    let hello = corpus_file("curl_h2.bin");
+    let mut window = Vec::new();
+    for byte in &hello[5..] {
+        window.extend_from_slice(&[22, 3, 1, 0, 1, *byte]);
+    }
     let mut config = corpus_config();
-    config.max_bytes = 100;
-    let window = corpus_file("curl_h2.bin");
+    config.max_bytes = 12;
     let now = Instant::now();
     assert!(matches!(
-        one_shot(&config, &window[..99], now),
+        one_shot(&config, &window[..11], now),
         Output::NeedMore { .. }
     ));
     assert_eq!(
-        one_shot(&config, &window[..100], now),
+        one_shot(&config, &window[..12], now),
         Output::Reject(RejectReason::TooLarge)
+    );
+}
+
+#[test]
+fn a_record_length_past_the_cap_is_too_large_at_its_header() {
+    let window = corpus_file("curl_h2.bin");
+    let mut config = corpus_config();
+    config.max_bytes = 516;
+    let now = Instant::now();
+    assert!(matches!(
+        one_shot(&config, &window[..4], now),
+        Output::NeedMore { .. }
+    ));
+    assert_eq!(
+        one_shot(&config, &window[..5], now),
+        Output::Reject(RejectReason::TooLarge),
+        "a 512-byte record cannot end within 516 bytes"
+    );
+    config.max_bytes = 517;
+    assert!(matches!(
+        one_shot(&config, &window[..516], now),
+        Output::NeedMore { .. }
+    ));
+}
+
+#[test]
+fn a_handshake_length_past_the_cap_is_too_large_at_its_header() {
+    // A 512-byte record whose handshake header announces 16 MiB.
+    let mut window = corpus_file("curl_h2.bin");
+    window[6..9].copy_from_slice(&[0xff, 0xff, 0xff]);
+    let config = corpus_config();
+    let now = Instant::now();
+    assert!(matches!(
+        one_shot(&config, &window[..8], now),
+        Output::NeedMore { .. }
+    ));
+    for cut in [9, 100, window.len()] {
+        assert_eq!(
+            one_shot(&config, &window[..cut], now),
+            Output::Reject(RejectReason::TooLarge),
+            "{cut} bytes of a hello that announces 16 MiB"
+        );
+    }
+    // What follows the announcement is not examined: a record of another
+    // content type after the first one changes nothing.
+    window.extend_from_slice(&[23, 3, 3, 0, 1, 0]);
+    assert_eq!(
+        one_shot(&config, &window, now),
+        Output::Reject(RejectReason::TooLarge)
+    );
+}
+
+#[test]
+fn a_hello_over_several_records_counts_their_headers_against_the_cap() {
+    // RFC 8446 lets a hello span records: the cap is on the bytes held, so
+    // a hello of 17000 bytes needs two record headers, 17010 bytes at least.
+    let mut window = vec![22, 3, 1, 0x40, 0x00, 1, 0x00, 0x42, 0x64];
+    window.resize(9 + 100, 0);
+    let mut config = corpus_config();
+    config.max_bytes = 17_010;
+    let now = Instant::now();
+    assert!(matches!(
+        one_shot(&config, &window, now),
+        Output::NeedMore { .. }
+    ));
+    config.max_bytes = 17_009;
+    assert_eq!(
+        one_shot(&config, &window[..9], now),
+        Output::Reject(RejectReason::TooLarge)
+    );
+}
+
+#[test]
+fn a_proxy_v2_length_past_the_cap_is_too_large_at_its_header() {
+    let mut window = corpus_file("gen_m_proxy_v2_tlv.bin");
+    let mut config = corpus_config();
+    config.expect_proxy = true;
+    config.max_bytes = 1000;
+    window[14..16].copy_from_slice(&[0xff, 0xff]);
+    let now = Instant::now();
+    assert!(matches!(
+        one_shot(&config, &window[..15], now),
+        Output::NeedMore { .. }
+    ));
+    assert_eq!(
+        one_shot(&config, &window[..16], now),
+        Output::Reject(RejectReason::TooLarge),
+        "a PROXY v2 length of 65535 against a 1000-byte cap"
     );
 }
 

@@ -206,7 +206,9 @@ fn decision(listener: &PrereadListener, bytes: &[u8], reads: &[usize]) -> Value 
         read,
     } = deliver(listener, bytes, reads);
     let mut decision = match next {
-        Next::Read | Next::Ignore | Next::Close(Close::Silent) => json!({
+        // Offline there is no timer and no close: the silent exits cannot
+        // happen, and would mean nothing was decided.
+        Next::Read | Next::Ignore | Next::Close(Close::Silent | Close::SilentTimeout) => json!({
             "verdict": "need_more", "cluster": null, "reason": null, "fallback": null,
             "content_offset": null, "matched_sni": null, "matched_alpn": null,
         }),

@@ -109,6 +109,21 @@ pub enum TimerKind {
     Preread,
     /// The server-first timer.
     ServerFirst,
+    /// The silence timer.
+    Silent,
+}
+
+impl TimerKind {
+    /// Every kind, in the order the worker performs their actions.
+    const ALL: [Self; 3] = [Self::Preread, Self::ServerFirst, Self::Silent];
+
+    fn step(self) -> StepTimer {
+        match self {
+            Self::Preread => StepTimer::Preread,
+            Self::ServerFirst => StepTimer::ServerFirst,
+            Self::Silent => StepTimer::Silent,
+        }
+    }
 }
 
 /// One line of a trace.
@@ -184,8 +199,10 @@ pub enum Outcome {
     },
     /// Refused and counted under this reason.
     Rejected(RejectReason),
-    /// Closed or idle without a byte: not counted (a health check).
+    /// Closed before the client spoke: not counted (a health check).
     Silent,
+    /// The client did not speak in time: refused as `silent_timeout`.
+    SilentTimeout,
 }
 
 impl Outcome {
@@ -195,6 +212,7 @@ impl Outcome {
             (Self::Routed { fallback: None }, Target::Routed) => true,
             (Self::Rejected(r), Target::Reject(want)) => *r == want,
             (Self::Routed { fallback: Some(f) }, Target::Fallback(want)) => *f == want,
+            (Self::SilentTimeout, Target::SilentTimeout) => true,
             _ => false,
         }
     }
@@ -220,6 +238,9 @@ pub enum Sabotage {
     /// Cancels the server-first timer whenever the step says to read on, a
     /// load balancer's PROXY header included.
     HeaderCancelsServerFirst,
+    /// Never arms the silence timer: a client that sends nothing waits
+    /// for ever.
+    NoSilenceTimer,
 }
 
 /// Which input took the decision.
@@ -227,6 +248,9 @@ pub enum Sabotage {
 pub enum DecidedBy {
     /// `Bytes` before the deadline.
     Bytes,
+    /// `Bytes` before the deadline and below the cap, `TooLarge`: a record,
+    /// handshake or PROXY v2 length announced more than the cap holds.
+    Announcement,
     /// `Bytes` at or after the deadline (always `Fragmented`).
     LateBytes,
     /// The preread timer.
@@ -235,19 +259,21 @@ pub enum DecidedBy {
     ServerFirst,
     /// The client's close.
     Close,
-    /// Nothing: a client that never sent a byte, closed by the idle timer.
-    Idle,
+    /// The step without the core: a client that sent no byte, refused by
+    /// the silence timer (the preread timeout from the accept).
+    Silence,
 }
 
 impl DecidedBy {
     /// Every kind, for reports.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Bytes,
+        Self::Announcement,
         Self::LateBytes,
         Self::Deadline,
         Self::ServerFirst,
         Self::Close,
-        Self::Idle,
+        Self::Silence,
     ];
 }
 
@@ -332,10 +358,13 @@ struct Driver<'s> {
     dirty: bool,
     preread_timer: Option<Timer>,
     server_first_timer: Option<Timer>,
+    silent_timer: Option<Timer>,
     seq: u64,
     rng: Rng,
     decided: Option<Decision>,
     outcome: Option<Outcome>,
+    /// When the step left preread, on the simulated clock.
+    exit_at: Option<Duration>,
     gauge: i64,
     gauge_downs: u32,
     /// The core's verdict on the whole stream as the cap lets it arrive.
@@ -387,10 +416,12 @@ pub fn play_sabotaged(sc: &Scenario, sabotage: Sabotage) -> Result<Played, Failu
         dirty: false,
         preread_timer: None,
         server_first_timer: None,
+        silent_timer: None,
         seq: 0,
         rng: Rng::new(sc.jitter_seed),
         decided: None,
         outcome: None,
+        exit_at: None,
         gauge: 0,
         gauge_downs: 0,
         one_shot,
@@ -564,6 +595,7 @@ impl Driver<'_> {
                 sc.close.filter(|_| !fin_delivered),
                 self.preread_timer.as_ref().map(|t| t.wake),
                 self.server_first_timer.as_ref().map(|t| t.wake),
+                self.silent_timer.as_ref().map(|t| t.wake),
                 sc.probes.get(next_probe).copied(),
             ]
             .into_iter()
@@ -655,34 +687,33 @@ impl Driver<'_> {
         )
     }
 
+    /// The slot of one timer.
+    fn timer(&mut self, kind: TimerKind) -> &mut Option<Timer> {
+        match kind {
+            TimerKind::Preread => &mut self.preread_timer,
+            TimerKind::ServerFirst => &mut self.server_first_timer,
+            TimerKind::Silent => &mut self.silent_timer,
+        }
+    }
+
     /// `Worker::fire_timers` → `Worker::on_timer`, in (deadline, schedule) order.
     fn fire_timers(&mut self) -> Result<(), Failure> {
         loop {
-            let due = [
-                self.preread_timer
-                    .as_ref()
-                    .map(|t| (t.at, t.seq, TimerKind::Preread)),
-                self.server_first_timer
-                    .as_ref()
-                    .map(|t| (t.at, t.seq, TimerKind::ServerFirst)),
-            ]
-            .into_iter()
-            .flatten()
-            .filter(|&(at, _, _)| at <= self.now)
-            .min_by_key(|&(at, seq, _)| (at, seq));
+            let now = self.now;
+            let due = TimerKind::ALL
+                .into_iter()
+                .filter_map(|kind| {
+                    let timer = self.timer(kind).as_ref()?;
+                    Some((timer.at, timer.seq, kind))
+                })
+                .filter(|&(at, _, _)| at <= now)
+                .min_by_key(|&(at, seq, _)| (at, seq));
             let Some((_, _, kind)) = due else {
                 return Ok(());
             };
-            match kind {
-                TimerKind::Preread => self.preread_timer = None,
-                TimerKind::ServerFirst => self.server_first_timer = None,
-            }
+            *self.timer(kind) = None;
             self.trace.push(Event::Timer { at: self.now, kind });
-            let timer = match kind {
-                TimerKind::Preread => StepTimer::Preread,
-                TimerKind::ServerFirst => StepTimer::ServerFirst,
-            };
-            self.handle(StepEvent::Timer(timer), Feeder::Worker)?;
+            self.handle(StepEvent::Timer(kind.step()), Feeder::Worker)?;
         }
     }
 
@@ -827,6 +858,12 @@ impl Driver<'_> {
                 Fed::Bytes(_) if self.step.core().deadline().is_some_and(|d| now >= d) => {
                     DecidedBy::LateBytes
                 }
+                Fed::Bytes(_)
+                    if *output == Output::Reject(RejectReason::TooLarge)
+                        && self.window.len() < self.cap =>
+                {
+                    DecidedBy::Announcement
+                }
                 Fed::Bytes(_) => DecidedBy::Bytes,
                 Fed::Timeout if server_first => DecidedBy::ServerFirst,
                 Fed::Timeout => DecidedBy::Deadline,
@@ -878,6 +915,15 @@ impl Driver<'_> {
                         ));
                     }
                     return Ok(());
+                }
+                if let Some(at) = self.sc.truth.announced_at
+                    && self.window.len() >= at
+                    && *output != Output::Reject(RejectReason::TooLarge)
+                {
+                    return self.fail(format!(
+                        "the window holds the {at} bytes whose length fields announce more than the cap ({}), yet the core answered {output:?}",
+                        self.cap
+                    ));
                 }
                 // A window at the cap is TooLarge first: more may wait unread.
                 if self.server_first_due && self.header_only() && self.window.len() < self.cap {
@@ -1074,14 +1120,16 @@ impl Driver<'_> {
     /// or cancels (which must be the ones the worker holds), the gauge, and
     /// the outcome.
     fn perform(&mut self, actions: Actions) -> Result<(), Failure> {
-        for kind in [TimerKind::Preread, TimerKind::ServerFirst] {
-            let (action, held) = match kind {
-                TimerKind::Preread => (actions.timers.preread, self.preread_timer.is_some()),
-                TimerKind::ServerFirst => (
-                    actions.timers.server_first,
-                    self.server_first_timer.is_some(),
-                ),
+        for kind in TimerKind::ALL {
+            let action = match actions.timers.get(kind.step()) {
+                TimerAction::Arm(_)
+                    if kind == TimerKind::Silent && self.sabotage == Sabotage::NoSilenceTimer =>
+                {
+                    continue;
+                }
+                action => action,
             };
+            let held = self.timer(kind).is_some();
             let timer = match action {
                 TimerAction::Keep => continue,
                 TimerAction::Arm(_) if held => {
@@ -1093,10 +1141,7 @@ impl Driver<'_> {
                 TimerAction::Arm(at) => Some(self.arm(at.saturating_duration_since(base()))),
                 TimerAction::Cancel => None,
             };
-            match kind {
-                TimerKind::Preread => self.preread_timer = timer,
-                TimerKind::ServerFirst => self.server_first_timer = timer,
-            }
+            *self.timer(kind) = timer;
         }
         if actions.left.is_some() {
             self.gauge -= 1;
@@ -1113,33 +1158,26 @@ impl Driver<'_> {
                 }
             }
             Next::Ignore => {}
-            Next::Close(Close::Silent) => self.outcome = Some(Outcome::Silent),
-            Next::Close(Close::Rejected(reason)) => {
-                self.outcome = Some(Outcome::Rejected(reason));
-            }
-            Next::Connect(route) => {
-                self.outcome = Some(Outcome::Routed {
-                    fallback: route.fallback,
-                });
-            }
+            Next::Close(Close::Silent) => self.exit(Outcome::Silent),
+            Next::Close(Close::SilentTimeout) => self.exit(Outcome::SilentTimeout),
+            Next::Close(Close::Rejected(reason)) => self.exit(Outcome::Rejected(reason)),
+            Next::Connect(route) => self.exit(Outcome::Routed {
+                fallback: route.fallback,
+            }),
         }
         Ok(())
     }
 
+    fn exit(&mut self, outcome: Outcome) {
+        self.outcome = Some(outcome);
+        self.exit_at.get_or_insert(self.now);
+    }
+
     fn finish(mut self) -> Result<Played, Failure> {
         if self.outcome.is_none() {
-            // Nothing pending: only a client that never sent a byte idles
-            // like this, and the front-idle timer closes it silently.
-            if !self.window.is_empty() || self.preread_timer.is_some() {
-                return self.fail("bytes arrived, yet no decision and no timer pending");
-            }
-            self.handle(StepEvent::Idle, Feeder::Worker)?;
-            if self.outcome != Some(Outcome::Silent) {
-                return self.fail(format!(
-                    "a client that never spoke idled out as {:?}, not silently",
-                    self.outcome
-                ));
-            }
+            // Even a client that never sends a byte has a timer pending:
+            // the silence timer, or the server-first one.
+            return self.fail("no decision and no timer pending: the session would wait forever");
         }
         // The worker's close leaves the stage again: that changes nothing.
         self.close()?;
@@ -1160,7 +1198,7 @@ impl Driver<'_> {
                     fallback: Some(FallbackReason::ServerFirst),
                 } => self.server_first_on(),
                 Outcome::Rejected(RejectReason::TooLarge) => self.window.len() >= self.cap,
-                Outcome::Rejected(RejectReason::Fragmented) => {
+                Outcome::SilentTimeout => {
                     // With a server-first timer, only a header that itself
                     // finished at or after the deadline.
                     !self.server_first_on()
@@ -1174,6 +1212,7 @@ impl Driver<'_> {
                 ));
             }
         }
+        self.check_silence(&outcome)?;
         if let Some(target) = self.sc.target
             && !outcome.matches(target)
         {
@@ -1203,13 +1242,53 @@ impl Driver<'_> {
             self.check_handoff(&route)?;
         }
         self.check_reframing()?;
-        let decided_by = self.decided.as_ref().map_or(DecidedBy::Idle, |d| d.by);
+        let decided_by = self.decided.as_ref().map_or(DecidedBy::Silence, |d| d.by);
         Ok(Played {
             outcome,
             decided_by,
             trace: self.trace,
             steps: self.steps,
         })
+    }
+
+    /// A client that sends nothing, from the accept past the preread
+    /// timeout, holds no slot beyond it: refused as a silent timeout when
+    /// the silence timer fires (late by at most the loop's lateness), or
+    /// routed by an earlier server-first timer. A server-first timer at
+    /// least as long as the timeout takes such clients instead; a client
+    /// that spoke or closed in time is judged by the rest.
+    fn check_silence(&self, outcome: &Outcome) -> Result<(), Failure> {
+        let timeout = self.config.timeout;
+        let server_first = self.config.server_first_timeout;
+        if server_first.is_some_and(|wait| wait >= timeout) {
+            return Ok(());
+        }
+        let late = timeout + MAX_TIMER_LATENESS;
+        let spoke_in_time = self.sc.arrivals.first().is_some_and(|a| a.at <= late);
+        let closed_in_time = self.sc.close.is_some_and(|at| at <= late);
+        if spoke_in_time || closed_in_time {
+            if *outcome == Outcome::SilentTimeout
+                && self.decided.is_none()
+                && self.sc.arrivals.first().is_some_and(|a| a.at < timeout)
+            {
+                return self.fail("the silence timer refused a client that sent bytes before it");
+            }
+            return Ok(());
+        }
+        let exit = self.exit_at.unwrap_or(Duration::MAX);
+        let fine = match outcome {
+            Outcome::SilentTimeout => (timeout..=late).contains(&exit),
+            Outcome::Routed {
+                fallback: Some(FallbackReason::ServerFirst),
+            } => server_first.is_some_and(|wait| exit <= wait + MAX_TIMER_LATENESS),
+            _ => false,
+        };
+        if !fine {
+            return self.fail(format!(
+                "a client silent past the timeout ({timeout:?}) ended {outcome:?} at {exit:?}"
+            ));
+        }
+        Ok(())
     }
 
     /// Every kind of event after the decision is ignored, and the core's

@@ -3,14 +3,15 @@
 //!
 //! Owns: [`Prefix`] (bytes plus what they mean, known by construction),
 //! [`valid`] (v1 TCP4/TCP6/UNKNOWN text lines, v2 PROXY headers written
-//! with `preread_parser::proxy::write_v2`, v2 LOCAL) and [`invalid`] (headers
-//! that can never become valid). Must never: ask the parser what a header
+//! with `preread_parser::proxy::write_v2`, v2 LOCAL), [`invalid`] (headers
+//! that can never become valid) and [`announcing_v2`] (one too long for any
+//! cap). Must never: ask the parser what a header
 //! means.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use preread_parser::proxy::{
-    PP2_TYPE_AUTHORITY, PP2_TYPE_NOOP, PP2_TYPE_UNIQUE_ID, write_v2, write_v2_local,
+    PP2_TYPE_AUTHORITY, PP2_TYPE_NOOP, PP2_TYPE_UNIQUE_ID, V2_SIGNATURE, write_v2, write_v2_local,
 };
 
 use crate::rng::Rng;
@@ -122,6 +123,22 @@ pub fn valid(rng: &mut Rng) -> Prefix {
                 kind: "v2",
             }
         }
+    }
+}
+
+/// The start of a v2 PROXY header (TCP over IPv4) whose length field
+/// announces 65,535 bytes, with `extra` bytes of its address block: a valid
+/// prefix, but no cap can hold the whole (a buffer holds at most 64 KiB),
+/// so it never completes; `valid` is false, it is no header to route past.
+pub fn announcing_v2(rng: &mut Rng, extra: usize) -> Prefix {
+    let mut bytes = V2_SIGNATURE.to_vec();
+    bytes.extend_from_slice(&[0x21, 0x11, 0xff, 0xff]);
+    bytes.extend(rng.bytes(extra));
+    Prefix {
+        bytes,
+        valid: false,
+        source: None,
+        kind: "v2-announcing-65535",
     }
 }
 

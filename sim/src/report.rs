@@ -25,8 +25,10 @@ pub struct Tally {
     pub rejected: [u64; 11],
     /// Sent to the default cluster, per [`FallbackReason::ALL`] position.
     pub fallback: [u64; 5],
-    /// Closed or idle without a byte (not counted by the worker).
+    /// Closed before the client spoke (not counted by the worker).
     pub silent: u64,
+    /// Refused by the step: the client did not speak in time.
+    pub silent_timeout: u64,
 }
 
 impl Tally {
@@ -43,6 +45,7 @@ impl Tally {
                 self.rejected[i] += 1;
             }
             Outcome::Silent => self.silent += 1,
+            Outcome::SilentTimeout => self.silent_timeout += 1,
         }
     }
 
@@ -50,6 +53,7 @@ impl Tally {
     pub fn count(&self, target: Target) -> u64 {
         match target {
             Target::Routed => self.routed,
+            Target::SilentTimeout => self.silent_timeout,
             Target::Reject(r) => RejectReason::ALL
                 .iter()
                 .position(|x| *x == r)
@@ -65,6 +69,7 @@ impl Tally {
         let mut out = self.clone();
         out.routed += other.routed;
         out.silent += other.silent;
+        out.silent_timeout += other.silent_timeout;
         for (a, b) in out.rejected.iter_mut().zip(other.rejected) {
             *a += b;
         }
@@ -102,7 +107,10 @@ pub struct Report {
     /// All failures, kept or not.
     pub failure_count: u64,
     /// Decisions per deciding input, per [`DecidedBy::ALL`] position.
-    pub decided_by: [u64; 6],
+    pub decided_by: [u64; 7],
+    /// Directed `TooLarge` scenarios built to be decided by a length
+    /// field below the cap, and how many of them were.
+    pub announced: (u64, u64),
     /// Scenarios whose hello was compared with its original framing.
     pub reframed: u64,
     /// Wall-clock time of the run (for the summary only).
@@ -139,6 +147,10 @@ impl Report {
                     self.decided_by[i] += 1;
                 }
                 self.reframed += u64::from(sc.reframing.is_some());
+                if sc.target.is_some() && sc.truth.announced_at.is_some() {
+                    self.announced.0 += 1;
+                    self.announced.1 += u64::from(played.decided_by == DecidedBy::Announcement);
+                }
                 if directed {
                     self.directed.add(&played.outcome);
                 } else {
@@ -184,9 +196,15 @@ impl Report {
         }
         row(
             &mut s,
-            "silent (no byte, not counted)",
+            "silent (closed unspoken, not counted)",
             self.directed.silent,
             self.random.silent,
+        );
+        row(
+            &mut s,
+            "refused.silent_timeout",
+            self.directed.silent_timeout,
+            self.random.silent_timeout,
         );
         let by: Vec<String> = DecidedBy::ALL
             .iter()
@@ -194,6 +212,11 @@ impl Report {
             .map(|(d, n)| format!("{d:?} {n}"))
             .collect();
         let _ = writeln!(s, "decided by: {}", by.join(", "));
+        let _ = writeln!(
+            s,
+            "directed too_large built to be announced below the cap: {}, decided so: {}",
+            self.announced.0, self.announced.1
+        );
         let _ = writeln!(
             s,
             "re-framed hellos checked against their original framing: {}",

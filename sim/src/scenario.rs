@@ -36,11 +36,14 @@ pub enum Target {
     Reject(RejectReason),
     /// Sent to the default cluster for this reason.
     Fallback(FallbackReason),
+    /// Refused by the step: the client sent nothing in time.
+    SilentTimeout,
 }
 
 impl Target {
-    /// Every target: the 11 reject reasons, the 5 fallback reasons, a route.
-    pub const ALL: [Self; 17] = [
+    /// Every target: the 11 reject reasons, the 5 fallback reasons, a
+    /// route, and a silent client refused.
+    pub const ALL: [Self; 18] = [
         Self::Reject(RejectReason::NotTls),
         Self::Reject(RejectReason::MalformedRecord),
         Self::Reject(RejectReason::MalformedHandshake),
@@ -58,6 +61,7 @@ impl Target {
         Self::Fallback(FallbackReason::EchOuterAbsent),
         Self::Fallback(FallbackReason::ServerFirst),
         Self::Routed,
+        Self::SilentTimeout,
     ];
 
     /// Position in [`Target::ALL`].
@@ -65,10 +69,12 @@ impl Target {
         Self::ALL.iter().position(|t| *t == self).unwrap_or(0)
     }
 
-    /// `reject.<reason>`, `fallback.<reason>` or `routed`.
+    /// `reject.<reason>`, `fallback.<reason>`, `routed` or
+    /// `refused.silent_timeout`.
     pub fn name(self) -> String {
         match self {
             Self::Routed => "routed".to_owned(),
+            Self::SilentTimeout => "refused.silent_timeout".to_owned(),
             Self::Reject(r) => format!("reject.{r}"),
             Self::Fallback(f) => format!("fallback.{f}"),
         }
@@ -118,6 +124,10 @@ pub struct Truth {
     pub sni: Option<HostName>,
     /// What the route lookup must answer for that hello.
     pub lookup: Option<Expect>,
+    /// Once the window holds this many bytes, a length field among them
+    /// (a record's, the handshake's or a PROXY v2 header's) announces more
+    /// than the listener's cap: `TooLarge` at once.
+    pub announced_at: Option<usize>,
 }
 
 /// One connection: a listener, a client, a timeline.
@@ -590,11 +600,14 @@ fn timely_arrivals(
 }
 
 /// When the first byte arrives in a directed scenario that must not trip
-/// the server-first timer: strictly before it.
+/// the server-first timer or the silence timer: strictly before both.
 fn timely_first(rng: &mut Rng, listener: &Listener) -> Duration {
+    let silence = as_micros(listener.timeout).saturating_sub(1);
     let limit = listener
         .server_first
-        .map_or(100_000, |sft| as_micros(sft).saturating_sub(1).min(100_000));
+        .map_or(100_000, |sft| as_micros(sft).saturating_sub(1))
+        .min(silence)
+        .min(100_000);
     if rng.chance(50) {
         Duration::ZERO
     } else {
@@ -776,6 +789,31 @@ fn build_random(seed: u64) -> Scenario {
     sc
 }
 
+/// Which length field of a directed `TooLarge` scenario announces more
+/// than the cap, before the window reaches it.
+#[derive(Debug, Clone, Copy)]
+enum Announce {
+    /// The handshake header says 16 MiB; its record is an ordinary one.
+    Handshake,
+    /// The first record's length runs past the cap.
+    Record,
+    /// A PROXY v2 header's length says 65,535 bytes.
+    ProxyV2,
+}
+
+impl Announce {
+    /// The ClientHello's records for the TLS kinds: one record carrying
+    /// `message` (its first 2^14 bytes), the handshake length replaced by
+    /// 2^24 - 1 for [`Announce::Handshake`].
+    fn records(self, mut message: Vec<u8>) -> Vec<u8> {
+        if let Self::Handshake = self {
+            message[1..4].copy_from_slice(&[0xff, 0xff, 0xff]);
+        }
+        message.truncate(MAX_RECORD);
+        serialize(&[Record::handshake(message, 1)])
+    }
+}
+
 /// How the directed scenario's bytes are delivered.
 enum Delivery {
     /// Every byte before the deadline and the server-first timer; the
@@ -803,6 +841,9 @@ fn build_directed(target: Target, seed: u64) -> Scenario {
     let mut delivery = Delivery::Timely;
     let mut cap_at_least = true;
     let mut truncate_to: Option<usize> = None;
+    let mut announce = None;
+    // A listener behind a load balancer whose header never comes.
+    let mut awaits_header = false;
 
     let payload = match target {
         Target::Routed => {
@@ -961,6 +1002,27 @@ fn build_directed(target: Target, seed: u64) -> Scenario {
                 }
             }
         }
+        Target::Reject(RejectReason::TooLarge) if rng.chance(45) => {
+            cap_at_least = false;
+            let kind = *rng.pick(&[Announce::Handshake, Announce::Record, Announce::ProxyV2]);
+            announce = Some(kind);
+            let mut tags = vec![format!("announces past the cap: {kind:?}")];
+            if let Announce::ProxyV2 = kind {
+                let extra = rng.below(40);
+                prefix = Some(prefix::announcing_v2(&mut rng, extra));
+                Payload {
+                    tags,
+                    ..Payload::default()
+                }
+            } else {
+                let (message, _, _) = some_message(&mut rng, &mut tags);
+                Payload {
+                    framed: kind.records(message),
+                    tags,
+                    ..Payload::default()
+                }
+            }
+        }
         Target::Reject(RejectReason::TooLarge) => {
             cap_at_least = false;
             let mut tags = Vec::new();
@@ -991,6 +1053,26 @@ fn build_directed(target: Target, seed: u64) -> Scenario {
                 tags,
                 ..Payload::default()
             }
+        }
+        Target::SilentTimeout => {
+            // Nothing, or a load balancer's header and then nothing; no
+            // server-first route, except one that must wait for a header
+            // that never comes.
+            listener.without_default();
+            if rng.chance(40) {
+                prefix = Some(prefix::valid(&mut rng));
+            } else {
+                prefix = None;
+                let timeout_ms = as_micros(listener.timeout) / 1_000;
+                if timeout_ms >= 2 && rng.chance(40) {
+                    awaits_header = true;
+                    listener.default_cluster = true;
+                    listener.server_first =
+                        Some(Duration::from_millis(rng.range_u64(1, timeout_ms - 1)));
+                }
+            }
+            delivery = Delivery::Stall;
+            Payload::raw(Vec::new(), "silent")
         }
         Target::Fallback(FallbackReason::ServerFirst) if rng.chance(40) => {
             // Behind a load balancer: its header, and a silent client.
@@ -1025,13 +1107,36 @@ fn build_directed(target: Target, seed: u64) -> Scenario {
     if target != Target::Reject(RejectReason::ProxyHeaderInvalid)
         && target != Target::Fallback(FallbackReason::ServerFirst)
     {
-        listener.expect_proxy = prefix.is_some();
+        listener.expect_proxy = prefix.is_some() || awaits_header;
     }
     listener.pick_mode(&mut rng);
     let mut sc = assemble(seed, Some(target), listener, prefix, payload);
     let needed = sc.truth.hello_end.unwrap_or(sc.stream.len());
 
     match target {
+        Target::Reject(RejectReason::TooLarge) if announce.is_some() => {
+            // The length field is read below the cap, and the client then
+            // stalls short of it: only the announcement can decide in time.
+            let head = sc.truth.prefix_len;
+            let at = match announce {
+                Some(Announce::ProxyV2) => 16,
+                Some(Announce::Record) => head + 5,
+                _ => head + 9,
+            };
+            let record_end = sc.stream.len();
+            let cap = match announce {
+                Some(Announce::Record) => rng.range(at + 1, record_end - 1),
+                _ => rng.range(sc.stream.len() + 1, sc.stream.len() + 2_000),
+            };
+            sc.listener.configured_max = cap;
+            sc.listener.buffer_capacity = sc.listener.buffer_capacity.max(cap);
+            let cap = sc.listener.effective_max();
+            truncate_to = Some(rng.range(at, sc.stream.len().min(cap - 1)));
+            sc.truth.announced_at = Some(at);
+            sc.truth.hello_end = None;
+            delivery = Delivery::Stall;
+            sc.tags.push(format!("cap {cap}, announced by byte {at}"));
+        }
         Target::Reject(RejectReason::TooLarge) => {
             // A cap below what completes the hello, by config or by buffer.
             let cap = rng.range(5, needed - 1);
@@ -1048,11 +1153,14 @@ fn build_directed(target: Target, seed: u64) -> Scenario {
             ));
         }
         Target::Reject(RejectReason::Fragmented) => {
+            // Past the load balancer's header: a client that has not spoken
+            // by the deadline is a silent timeout, not a fragmented hello.
+            let spoken = sc.truth.prefix_len + 1;
             if rng.chance(50) {
-                truncate_to = Some(rng.range(1, needed - 1));
+                truncate_to = Some(rng.range(spoken, needed - 1));
                 delivery = Delivery::Stall;
             } else {
-                delivery = Delivery::LateAfter(rng.range(1, needed - 1));
+                delivery = Delivery::LateAfter(rng.range(spoken, needed - 1));
             }
         }
         Target::Reject(RejectReason::FrontClosed) => {
@@ -1071,20 +1179,6 @@ fn build_directed(target: Target, seed: u64) -> Scenario {
         // One byte more than the stream: a window that fills the cap is
         // TooLarge, and a header alone must leave room for the client.
         sc.listener.ensure_cap(sc.stream.len() + 1);
-    }
-    // Behind a load balancer with a server-first timer, a client silent
-    // after the header is a server-first client: a scenario about
-    // something else must not stop right after the header.
-    let header_only_at = |n: usize, sc: &Scenario| {
-        sc.listener.server_first.is_some() && sc.listener.expect_proxy && n == sc.truth.prefix_len
-    };
-    if let Some(n) = truncate_to.filter(|&n| header_only_at(n, &sc)) {
-        truncate_to = Some(n + 1);
-    }
-    if let Delivery::LateAfter(split) = delivery
-        && header_only_at(split, &sc)
-    {
-        delivery = Delivery::LateAfter(split + 1);
     }
     if let Some(n) = truncate_to {
         sc.stream.truncate(n);
@@ -1140,7 +1234,14 @@ fn build_directed(target: Target, seed: u64) -> Scenario {
             in_time = 0;
             let sft = sc.listener.server_first.unwrap_or(Duration::from_millis(1));
             let half = timeout / 2;
-            let first = micros(&mut rng, 0, as_micros(sft + half).saturating_sub(1));
+            // Before the silence timer, which a shorter server-first timer
+            // leaves armed.
+            let latest = if sft < timeout {
+                (sft + half).min(timeout)
+            } else {
+                sft + half
+            };
+            let first = micros(&mut rng, 0, as_micros(latest).saturating_sub(1));
             let ends = cuts(&mut rng, sc.stream.len(), &hint_list, 4);
             sc.arrivals = timely_arrivals(&mut rng, &ends, first, half);
             if rng.chance(40) {

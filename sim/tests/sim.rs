@@ -71,6 +71,22 @@ fn ten_thousand_seeds_hold_every_invariant() {
     // Every reject reason and every fallback reason, by construction.
     assert!(report.total().rejected.iter().all(|&n| n >= 1));
     assert!(report.total().fallback.iter().all(|&n| n >= 1));
+    // A length past the cap decides at once, in every scenario built so.
+    let (built, announced) = report.announced;
+    assert!(
+        built > 0,
+        "no directed scenario announced a length past the cap"
+    );
+    assert_eq!(
+        announced, built,
+        "announced past the cap, decided otherwise"
+    );
+    // The silence timer refuses some silent clients on its own.
+    let silence = sim::DecidedBy::ALL
+        .iter()
+        .position(|d| *d == sim::DecidedBy::Silence)
+        .map_or(0, |i| report.decided_by[i]);
+    assert!(silence > 0, "the silence timer never decided");
 }
 
 #[test]
@@ -177,6 +193,7 @@ fn the_checks_catch_a_broken_shell() {
         Sabotage::FreshCore,
         Sabotage::UnguardedGauge,
         Sabotage::HeaderCancelsServerFirst,
+        Sabotage::NoSilenceTimer,
     ];
     for sabotage in sabotages {
         let seeds = (0..2_000u64).chain(

@@ -104,6 +104,11 @@ pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> V
                 .as_ref()
                 .and_then(|value| reject_with(value, problems))
                 .map(|with| with as i32),
+            max_unrouted_per_ip: optional_u32(
+                listener.max_unrouted_per_ip.as_ref(),
+                "max_unrouted_per_ip",
+                problems,
+            ),
         };
         listeners.push((position, RequestType::AddTcpListener(config)));
     }

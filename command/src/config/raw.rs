@@ -57,6 +57,7 @@ pub(super) struct RawListener {
     pub(super) back_timeout: Option<Spanned<i64>>,
     pub(super) connect_timeout: Option<Spanned<i64>>,
     pub(super) reject_with: Option<Spanned<String>>,
+    pub(super) max_unrouted_per_ip: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]

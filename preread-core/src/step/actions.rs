@@ -14,14 +14,18 @@ use crate::reject::RejectReason;
 
 use super::alert::Farewell;
 
-/// One of the step's two timers. The caller holds at most one of each per
-/// session and reports it with `Event::Timer` when it fires.
+/// One of the step's three timers. The caller holds at most one of each
+/// per session and reports it with `Event::Timer` when it fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StepTimer {
     /// The preread deadline: the ClientHello must be complete by then.
     Preread,
     /// The listener's server-first timer, armed at accept.
     ServerFirst,
+    /// The silence timer, armed at accept for the preread timeout: a
+    /// client that has sent no byte by then is closed. Cancelled by the
+    /// first byte, from when the preread deadline counts.
+    Silent,
 }
 
 /// What to do with one timer.
@@ -36,13 +40,15 @@ pub enum TimerAction {
     Cancel,
 }
 
-/// The changes to both timers.
+/// The changes to the three timers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TimerPlan {
     /// The preread deadline's timer.
     pub preread: TimerAction,
     /// The server-first timer.
     pub server_first: TimerAction,
+    /// The silence timer.
+    pub silent: TimerAction,
 }
 
 impl TimerPlan {
@@ -51,6 +57,7 @@ impl TimerPlan {
         match timer {
             StepTimer::Preread => self.preread,
             StepTimer::ServerFirst => self.server_first,
+            StepTimer::Silent => self.silent,
         }
     }
 }
@@ -67,9 +74,15 @@ pub struct Left {
 /// How a session ends without a backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Close {
-    /// Before the client spoke: a health check or an idle client. No reject
-    /// is counted and no access-log line is written.
+    /// The client closed before it spoke: a health check. No reject is
+    /// counted and no access-log line is written.
     Silent,
+    /// The client has not spoken, and a timeout ran out: the silence timer
+    /// (no byte since the accept), the preread deadline (a load balancer's
+    /// PROXY header, then nothing) or the front idle timeout. The shell
+    /// refuses it (`refused:silent_timeout`); it is no reject reason, since
+    /// the client sent nothing to judge.
+    SilentTimeout,
     /// Refused by the core (or timed out after speaking), for this reason.
     Rejected(RejectReason),
 }

@@ -7,13 +7,16 @@
 //! - the read budget (the effective cap, [`PrereadListener`]);
 //! - which core input an event becomes (bytes before the EOF that came with
 //!   them; a close; a timer), with the whole window every time;
-//! - the two timers: the server-first timer armed at accept and cancelled
+//! - the three timers: the server-first timer armed at accept and cancelled
 //!   once the client spoke (a load balancer's PROXY header is not the
-//!   client speaking), the preread timer armed once at the first deadline;
+//!   client speaking), the silence timer armed at accept for the preread
+//!   timeout and cancelled by the first byte, the preread timer armed once
+//!   at the first deadline;
 //! - leaving the stage exactly once (the gauge, the duration sample, both
 //!   timers cancelled), whatever ends it;
-//! - what ends it: connect to a cluster, close silently, or close with a
-//!   reject reason; a catch-all listener connects at accept, unread;
+//! - what ends it: connect to a cluster, close silently, refuse a client
+//!   that stayed silent past a timeout, or close with a reject reason; a
+//!   catch-all listener connects at accept, unread;
 //! - what a rejected client is told ([`Farewell`]: the fatal alert a TLS
 //!   server would send, a bare close, or a reset, per [`RejectWith`]);
 //! - the PROXY handoff of the routed cluster ([`handoff`]).
@@ -35,7 +38,7 @@ pub use handoff::{Handoff, ProxyMode, handoff};
 pub use listener::PrereadListener;
 
 use crate::output::{Input, Output, Route};
-use crate::preread::SniPrereadCore;
+use crate::preread::{SniPrereadCore, deadline_after};
 use crate::reject::RejectReason;
 use crate::window::read_budget;
 
@@ -76,6 +79,8 @@ enum Stage {
 struct Armed {
     preread: bool,
     server_first: bool,
+    /// The silence timer, with when it is due.
+    silent: Option<Instant>,
 }
 
 /// One session's preread, from accept to its one exit.
@@ -92,8 +97,10 @@ impl PrereadStep {
     /// A connection just accepted on `listener`. On a catch-all listener
     /// the answer is `Next::Connect` at once and the step never prereads;
     /// otherwise it is `Next::Read`, the session is in the preread stage
-    /// ([`Self::is_reading`]: raise the gauge) and the server-first timer
-    /// may be armed.
+    /// ([`Self::is_reading`]: raise the gauge), the server-first timer is
+    /// armed when the listener has one, and the silence timer (the preread
+    /// timeout from now) unless a server-first timer at least as long sends
+    /// a silent client elsewhere first.
     pub fn accept(listener: &PrereadListener, now: Instant) -> (Self, Actions) {
         let mut step = Self {
             core: SniPrereadCore::new(),
@@ -112,9 +119,20 @@ impl PrereadStep {
             return (step, actions);
         }
         let mut actions = Actions::read();
-        if let Some(wait) = listener.config.server_first_timeout {
+        let config = &listener.config;
+        if let Some(wait) = config.server_first_timeout {
             step.armed.server_first = true;
             actions.timers.server_first = TimerAction::Arm(now.checked_add(wait).unwrap_or(now));
+        }
+        // An operator who lets silent clients wait longer for the
+        // server-first route than for a hello asked for that wait.
+        if config
+            .server_first_timeout
+            .is_none_or(|wait| wait < config.timeout)
+        {
+            let due = deadline_after(now, config.timeout);
+            step.armed.silent = Some(due);
+            actions.timers.silent = TimerAction::Arm(due);
         }
         (step, actions)
     }
@@ -161,18 +179,20 @@ impl PrereadStep {
                 (Fed::FrontClosed, self.feed(listener, Input::FrontClosed))
             }
             Event::Read { .. } => return Actions::read(),
-            Event::Timer(timer) => {
-                match timer {
-                    StepTimer::Preread => self.armed.preread = false,
-                    StepTimer::ServerFirst => self.armed.server_first = false,
-                }
+            Event::Timer(StepTimer::Silent) => return self.silence(now),
+            Event::Timer(StepTimer::Preread) => {
+                self.armed.preread = false;
+                (Fed::Timeout, self.feed(listener, Input::Timeout { now }))
+            }
+            Event::Timer(StepTimer::ServerFirst) => {
+                self.armed.server_first = false;
                 (Fed::Timeout, self.feed(listener, Input::Timeout { now }))
             }
             Event::Idle => {
                 let close = if self.core.client_spoke() {
                     Close::Rejected(RejectReason::Fragmented)
                 } else {
-                    Close::Silent
+                    Close::SilentTimeout
                 };
                 let actions = Actions {
                     next: Next::Close(close),
@@ -209,6 +229,9 @@ impl PrereadStep {
         }
         if std::mem::take(&mut self.armed.server_first) {
             actions.timers.server_first = TimerAction::Cancel;
+        }
+        if self.armed.silent.take().is_some() {
+            actions.timers.silent = TimerAction::Cancel;
         }
         actions.left = Some(Left {
             sample: self.core.client_spoke().then_some(preread_time),
@@ -256,6 +279,26 @@ impl PrereadStep {
         actions
     }
 
+    /// The silence timer fired. The first byte cancels it, so while it is
+    /// held the client has sent nothing: refused, without asking the core.
+    /// A fire the caller does not hold changes nothing; an early one is
+    /// armed again for the same instant.
+    fn silence(&mut self, now: Instant) -> Actions {
+        let Some(due) = self.armed.silent.take() else {
+            return Actions::read();
+        };
+        if now < due {
+            self.armed.silent = Some(due);
+            let mut actions = Actions::read();
+            actions.timers.silent = TimerAction::Arm(due);
+            return actions;
+        }
+        Actions {
+            next: Next::Close(Close::SilentTimeout),
+            ..self.abandon(now)
+        }
+    }
+
     fn feed(&mut self, listener: &PrereadListener, input: Input<'_>) -> Output {
         self.core.handle_input(&listener.config, input)
     }
@@ -267,6 +310,10 @@ impl PrereadStep {
             Output::Reject(RejectReason::FrontClosed) if !self.core.client_spoke() => {
                 Next::Close(Close::Silent)
             }
+            // Only a load balancer's header came, then the deadline.
+            Output::Reject(RejectReason::Fragmented) if !self.core.client_spoke() => {
+                Next::Close(Close::SilentTimeout)
+            }
             Output::Reject(reason) => Next::Close(Close::Rejected(*reason)),
         };
         let actions = self.abandon(now);
@@ -275,12 +322,17 @@ impl PrereadStep {
     }
 
     /// Still undecided: the preread timer is armed once, at the deadline
-    /// that never moves; the server-first timer goes once the client spoke.
+    /// that never moves; the silence timer goes with the first byte (the
+    /// deadline counts from there), the server-first timer once the client
+    /// spoke.
     fn need_more(&mut self, deadline: Instant) -> Actions {
         let mut actions = Actions::read();
         if !self.armed.preread {
             self.armed.preread = true;
             actions.timers.preread = TimerAction::Arm(deadline);
+        }
+        if self.first_byte_at.is_some() && self.armed.silent.take().is_some() {
+            actions.timers.silent = TimerAction::Cancel;
         }
         if self.core.client_spoke() && std::mem::take(&mut self.armed.server_first) {
             actions.timers.server_first = TimerAction::Cancel;

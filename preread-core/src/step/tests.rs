@@ -78,11 +78,20 @@ fn the_cap_is_lowered_to_the_window_and_raised_to_a_record_header() {
 }
 
 #[test]
-fn accept_enters_preread_and_arms_server_first_only_when_set() {
+fn accept_enters_preread_and_arms_the_silence_and_server_first_timers() {
     let base = Instant::now();
     let (step, actions) = PrereadStep::accept(&listener(), base);
     assert!(step.is_reading());
-    assert_eq!(actions, Actions::read());
+    assert_eq!(actions.next, Next::Read);
+    assert_eq!(
+        actions.timers,
+        TimerPlan {
+            silent: TimerAction::Arm(base + TIMEOUT),
+            ..TimerPlan::default()
+        },
+        "a client's first byte is due within the preread timeout"
+    );
+    assert_eq!((actions.left, actions.core), (None, None));
     assert_eq!(step.preread_time(), None);
 
     let (step, actions) = PrereadStep::accept(&server_first(false), base);
@@ -93,9 +102,120 @@ fn accept_enters_preread_and_arms_server_first_only_when_set() {
         TimerPlan {
             preread: TimerAction::Keep,
             server_first: TimerAction::Arm(base + SERVER_FIRST),
+            silent: TimerAction::Arm(base + TIMEOUT),
         }
     );
     assert_eq!(actions.left, None);
+}
+
+#[test]
+fn a_server_first_timer_as_long_as_the_timeout_takes_the_silent_clients() {
+    let base = Instant::now();
+    let mut config = server_first(false).config;
+    config.server_first_timeout = Some(TIMEOUT);
+    let listener = PrereadListener::new(config, 16_384, None);
+    let (_, actions) = PrereadStep::accept(&listener, base);
+    assert_eq!(
+        actions.timers,
+        TimerPlan {
+            server_first: TimerAction::Arm(base + TIMEOUT),
+            ..TimerPlan::default()
+        },
+        "no silence timer: the operator chose to wait for the server-first route"
+    );
+}
+
+#[test]
+fn a_silent_client_is_refused_at_the_timeout_from_the_accept() {
+    let base = Instant::now();
+    let listener = listener();
+    let (mut step, _) = PrereadStep::accept(&listener, base);
+    let early = step.handle(&listener, Event::Timer(StepTimer::Silent), ms(base, 10));
+    assert_eq!(early.next, Next::Read, "an early fire changes nothing");
+    assert_eq!(early.timers.silent, TimerAction::Arm(base + TIMEOUT));
+    let actions = step.handle(&listener, Event::Timer(StepTimer::Silent), base + TIMEOUT);
+    assert_eq!(actions.next, Next::Close(Close::SilentTimeout));
+    assert_eq!(actions.core, None, "nothing for the core to judge");
+    assert_eq!(actions.left, Some(Left { sample: None }), "no sample");
+    assert_eq!(
+        actions.timers,
+        TimerPlan::default(),
+        "it fired; nothing else armed"
+    );
+    assert_eq!(step.preread_time(), Some(TIMEOUT));
+    assert_eq!(
+        step.handle(&listener, Event::Timer(StepTimer::Silent), base + TIMEOUT),
+        Actions::ignore()
+    );
+}
+
+#[test]
+fn the_first_byte_cancels_the_silence_timer() {
+    let base = Instant::now();
+    let listener = listener();
+    let (mut step, _) = PrereadStep::accept(&listener, base);
+    let hello = hello("a.example.com");
+    let actions = step.handle(&listener, read(&hello[..1], 1, false), ms(base, 4_000));
+    assert_eq!(
+        actions.timers,
+        TimerPlan {
+            preread: TimerAction::Arm(ms(base, 4_000) + TIMEOUT),
+            silent: TimerAction::Cancel,
+            ..TimerPlan::default()
+        },
+        "from the first byte, the preread deadline counts"
+    );
+    let stale = step.handle(&listener, Event::Timer(StepTimer::Silent), base + TIMEOUT);
+    assert_eq!(stale, Actions::read(), "a timer it no longer holds");
+}
+
+#[test]
+fn a_silent_client_behind_an_unfinished_header_is_refused_at_the_silence_timer() {
+    // The server-first timer cannot route before the PROXY header: the core
+    // waits for it, but a client that sent nothing at all is still silent.
+    let base = Instant::now();
+    let listener = server_first(true);
+    let (mut step, _) = PrereadStep::accept(&listener, base);
+    let fired = step.handle(
+        &listener,
+        Event::Timer(StepTimer::ServerFirst),
+        base + SERVER_FIRST,
+    );
+    assert_eq!(fired.next, Next::Read);
+    assert_eq!(
+        fired.timers.preread,
+        TimerAction::Arm(base + SERVER_FIRST + TIMEOUT)
+    );
+    let actions = step.handle(&listener, Event::Timer(StepTimer::Silent), base + TIMEOUT);
+    assert_eq!(actions.next, Next::Close(Close::SilentTimeout));
+    assert_eq!(actions.timers.preread, TimerAction::Cancel);
+}
+
+#[test]
+fn a_proxy_header_then_nothing_until_the_deadline_is_a_silent_timeout() {
+    let base = Instant::now();
+    let mut config = config();
+    config.expect_proxy = true;
+    let listener = PrereadListener::new(config, 16_384, None);
+    let (mut step, _) = PrereadStep::accept(&listener, base);
+    let header = proxy_v2_header();
+    let actions = step.handle(&listener, read(&header, header.len(), false), ms(base, 5));
+    assert_eq!(actions.timers.silent, TimerAction::Cancel, "bytes came");
+    let actions = step.handle(
+        &listener,
+        Event::Timer(StepTimer::Preread),
+        ms(base, 5) + TIMEOUT,
+    );
+    assert_eq!(
+        actions.core.map(|c| c.output),
+        Some(Output::Reject(RejectReason::Fragmented))
+    );
+    assert_eq!(
+        actions.next,
+        Next::Close(Close::SilentTimeout),
+        "the load balancer's header is not the client speaking"
+    );
+    assert_eq!(actions.left, Some(Left { sample: None }));
 }
 
 #[test]
@@ -155,6 +275,7 @@ fn a_complete_hello_connects_and_leaves_once_with_its_duration() {
         "armed at the first bytes' deadline"
     );
     assert_eq!(actions.timers.server_first, TimerAction::Keep);
+    assert_eq!(actions.timers.silent, TimerAction::Cancel);
     let Some(CoreCall {
         fed: Fed::Bytes(10),
         output: Output::NeedMore { .. },
@@ -291,6 +412,7 @@ fn a_close_before_any_byte_is_silent() {
     assert_eq!(actions.next, Next::Close(Close::Silent));
     assert_eq!(actions.left, Some(Left { sample: None }), "no sample");
     assert_eq!(actions.timers.server_first, TimerAction::Cancel);
+    assert_eq!(actions.timers.silent, TimerAction::Cancel);
     assert_eq!(actions.timers.preread, TimerAction::Keep, "never armed");
     assert_eq!(step.preread_time(), Some(Duration::from_millis(20)));
 }
@@ -312,7 +434,14 @@ fn a_reject_closes_with_its_reason() {
             output: Output::Reject(RejectReason::NotTls)
         })
     );
-    assert_eq!(actions.timers, TimerPlan::default(), "nothing was armed");
+    assert_eq!(
+        actions.timers,
+        TimerPlan {
+            silent: TimerAction::Cancel,
+            ..TimerPlan::default()
+        },
+        "only the silence timer was armed"
+    );
     assert_eq!(
         actions.left,
         Some(Left {
@@ -356,7 +485,10 @@ fn server_first_routes_a_silent_client_to_the_default_cluster() {
     assert_eq!(actions.left, Some(Left { sample: None }));
     assert_eq!(
         actions.timers,
-        TimerPlan::default(),
+        TimerPlan {
+            silent: TimerAction::Cancel,
+            ..TimerPlan::default()
+        },
         "the server-first timer fired; the preread one was never armed"
     );
 }
@@ -369,6 +501,7 @@ fn server_first_is_cancelled_once_the_client_spoke() {
     let hello = hello("a.example.com");
     let actions = step.handle(&listener, read(&hello[..3], 3, false), ms(base, 10));
     assert_eq!(actions.timers.server_first, TimerAction::Cancel);
+    assert_eq!(actions.timers.silent, TimerAction::Cancel);
     assert_eq!(
         actions.timers.preread,
         TimerAction::Arm(ms(base, 10) + TIMEOUT)
@@ -412,14 +545,15 @@ fn a_proxy_header_alone_keeps_the_server_first_timer() {
 }
 
 #[test]
-fn an_idle_client_that_spoke_is_fragmented_and_a_silent_one_is_silent() {
+fn an_idle_client_that_spoke_is_fragmented_and_a_silent_one_a_silent_timeout() {
     let base = Instant::now();
     let listener = server_first(false);
     let (mut silent, _) = PrereadStep::accept(&listener, base);
-    let actions = silent.handle(&listener, Event::Idle, ms(base, 60_000));
-    assert_eq!(actions.next, Next::Close(Close::Silent));
+    let actions = silent.handle(&listener, Event::Idle, ms(base, 1_000));
+    assert_eq!(actions.next, Next::Close(Close::SilentTimeout));
     assert_eq!(actions.left, Some(Left { sample: None }));
     assert_eq!(actions.timers.server_first, TimerAction::Cancel);
+    assert_eq!(actions.timers.silent, TimerAction::Cancel);
     assert_eq!(actions.core, None, "not a core decision");
 
     let listener = self::listener();
@@ -458,6 +592,7 @@ fn abandon_cancels_what_is_armed_and_leaves_once() {
         TimerPlan {
             preread: TimerAction::Keep,
             server_first: TimerAction::Cancel,
+            silent: TimerAction::Cancel,
         }
     );
     assert_eq!(first.left, Some(Left { sample: None }));
@@ -472,9 +607,11 @@ fn timer_plan_reads_each_timer() {
     let plan = TimerPlan {
         preread: TimerAction::Cancel,
         server_first: TimerAction::Keep,
+        silent: TimerAction::Arm(Instant::now()),
     };
     assert_eq!(plan.get(StepTimer::Preread), TimerAction::Cancel);
     assert_eq!(plan.get(StepTimer::ServerFirst), TimerAction::Keep);
+    assert!(matches!(plan.get(StepTimer::Silent), TimerAction::Arm(_)));
 }
 
 #[test]

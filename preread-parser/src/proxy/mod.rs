@@ -2,7 +2,8 @@
 //! 2) that a load balancer in front of the proxy puts before the first byte
 //! of the client's stream.
 //!
-//! Owns: [`parse_proxy_header`], the single entry point, which tells the text
+//! Owns: [`parse_proxy_header`] (and [`parse_proxy_header_within`], the
+//! same for a caller with a byte cap), the entry point, which tells the text
 //! form (v1, `v1`) from the binary form (v2, `v2`) by their signatures, the
 //! types it returns, and the v2 writer (`write`) used when the proxy itself
 //! speaks PROXY protocol to a backend.
@@ -380,6 +381,33 @@ pub fn parse_proxy_header(window: &[u8]) -> Result<ProxyParsed<'_>, ProxyError> 
         Some(&b) if b == V1_SIGNATURE[0] => v1::parse(window),
         Some(&b) if b == V2_SIGNATURE[0] => v2::parse(window),
         Some(_) => Err(ProxyError::NotProxyProtocol),
+    }
+}
+
+/// [`parse_proxy_header`] for a caller that holds at most `limit` bytes of
+/// the window (`window` itself no longer than that).
+///
+/// The answer is [`ProxyParsed::Incomplete`] with [`Needed::AtLeast`]`(n)`
+/// and `window.len() + n > limit` exactly when the header cannot end within
+/// `limit` bytes: the window is at the limit, or the length field of a v2
+/// header announces more. Nothing after that field is examined before the
+/// header is whole, so the answer is the same however much of the rest has
+/// arrived. Every other count (a v2 header before its length, a v1 line,
+/// which announces none) is lowered to what `limit` leaves: bytes still to
+/// come may yet prove the header invalid.
+pub fn parse_proxy_header_within(
+    window: &[u8],
+    limit: usize,
+) -> Result<ProxyParsed<'_>, ProxyError> {
+    match parse_proxy_header(window)? {
+        // Its count is exact: the announced total less the window.
+        ProxyParsed::Incomplete(needed) if v2::announced(window) => {
+            Ok(ProxyParsed::Incomplete(needed))
+        }
+        ProxyParsed::Incomplete(needed) => {
+            Ok(ProxyParsed::Incomplete(needed.within(window.len(), limit)))
+        }
+        complete @ ProxyParsed::Complete(_) => Ok(complete),
     }
 }
 

@@ -61,6 +61,12 @@ impl Family {
 
 type Res<'a, O> = nom::IResult<&'a [u8], O, ()>;
 
+/// Whether `window` holds a v2 header's fixed part, length field included:
+/// from there its total is known (`V2_FIXED_LEN` plus that length).
+pub(super) fn announced(window: &[u8]) -> bool {
+    window.len() >= V2_FIXED_LEN && window.starts_with(V2_SIGNATURE)
+}
+
 pub(super) fn parse(window: &[u8]) -> Result<ProxyParsed<'_>, ProxyError> {
     let short = || {
         Ok(ProxyParsed::Incomplete(Needed::at_least(

@@ -1,6 +1,7 @@
 //! The TLS ClientHello as a proxy reads it: record framing, then the body.
 //!
-//! Owns: [`parse_client_hello`], the single entry point, and the types it
+//! Owns: [`parse_client_hello`] (and [`parse_client_hello_within`], the same
+//! for a caller with a byte cap), the entry point, and the types it
 //! returns. The framing (`record`) is streaming: a window that stops early
 //! is [`Parsed::Incomplete`], never an error, unless the bytes already seen
 //! can never become a ClientHello. The body (`hello`, `extensions`) is parsed
@@ -57,6 +58,17 @@ impl Needed {
     pub(crate) fn at_least(n: usize) -> Self {
         NonZeroUsize::new(n).map_or(Self::Unknown, Self::AtLeast)
     }
+
+    /// This count lowered to what `limit` leaves a window of `have` bytes
+    /// (at least 1): still a lower bound, and one that takes the window
+    /// past `limit` only when it is already at it.
+    pub(crate) fn within(self, have: usize, limit: usize) -> Self {
+        let room = limit.saturating_sub(have).max(1);
+        match self {
+            Self::AtLeast(n) => Self::at_least(n.get().min(room)),
+            Self::Unknown => Self::Unknown,
+        }
+    }
 }
 
 /// A ClientHello that framing and body validation both accepted.
@@ -95,7 +107,26 @@ pub fn parse_client_hello<'a>(
     window: &'a [u8],
     scratch: &'a mut Vec<u8>,
 ) -> Result<Parsed<'a>, TlsError> {
-    let framed = match record::frame(window)? {
+    parse_client_hello_within(window, usize::MAX, scratch)
+}
+
+/// [`parse_client_hello`] for a caller that holds at most `limit` bytes of
+/// the window (`window` itself no longer than that).
+///
+/// The answer is [`Parsed::Incomplete`] with [`Needed::AtLeast`]`(n)` and
+/// `window.len() + n > limit` exactly when the ClientHello cannot end within
+/// `limit` bytes: the window is at the limit, or a record length or the
+/// handshake length already read announces more (RFC 8446 lets the message
+/// span records, so the fewest bytes count a record header per 2^14 bytes
+/// still to come). Framing stops at the length that proved it, so the
+/// answer is the same however much of the rest has arrived. Otherwise the
+/// count is a lower bound no larger than what `limit` leaves.
+pub fn parse_client_hello_within<'a>(
+    window: &'a [u8],
+    limit: usize,
+    scratch: &'a mut Vec<u8>,
+) -> Result<Parsed<'a>, TlsError> {
+    let framed = match record::frame(window, limit)? {
         record::Framing::Complete(framed) => framed,
         record::Framing::Incomplete(needed) => return Ok(Parsed::Incomplete(needed)),
     };

@@ -3,9 +3,12 @@
 //!
 //! Owns: the record-layer rules (content type, major version, record length
 //! 1..=2^14), the handshake header (type ClientHello, 24-bit length) across
-//! any record boundary, and reassembly of a message split over records.
+//! any record boundary, reassembly of a message split over records, and the
+//! fewest bytes the lengths read so far still call for (against the
+//! caller's limit, so that an announced length past it is known at once).
 //!
 //! Must never: read past the record that completes the handshake message,
+//! or past the length that proved the message cannot end within the limit;
 //! report an error for a window that is merely short, or report "incomplete"
 //! for bytes that can never become TLS.
 
@@ -107,8 +110,33 @@ impl HandshakeHeader {
     }
 }
 
-/// Frames the ClientHello at the start of `window`.
-pub(super) fn frame(window: &[u8]) -> Result<Framing, TlsError> {
+/// Where the fewest bytes that could still complete the message end: past
+/// the current record (ending at `record_end`), the `left` message bytes it
+/// does not carry, each full record of them with its own header.
+fn fewest_end(record_end: usize, left: usize) -> usize {
+    let records = left.div_ceil(MAX_RECORD_LEN);
+    record_end
+        .saturating_add(left)
+        .saturating_add(records.saturating_mul(RECORD_HEADER_LEN))
+}
+
+/// The answer once the lengths read prove the message cannot end within
+/// the limit: it ends at `end` at the earliest, and that is past the limit.
+fn beyond(window: &[u8], end: usize) -> Framing {
+    Framing::Incomplete(Needed::at_least(end.saturating_sub(window.len()).max(1)))
+}
+
+/// Frames the ClientHello at the start of `window`, for a caller that never
+/// holds more than `limit` bytes of it.
+///
+/// As soon as a record length, or the handshake length, shows that the
+/// message cannot end within `limit` bytes, the answer is `Incomplete` with
+/// a count that takes the window past `limit`, and nothing after that
+/// length is examined: the verdict does not depend on how much of the rest
+/// arrived. Every other `Incomplete` count is lowered to what `limit`
+/// leaves (at least 1), so the window plus the count passes `limit` exactly
+/// when the message cannot fit in it.
+pub(super) fn frame(window: &[u8], limit: usize) -> Result<Framing, TlsError> {
     let mut pos = 0;
     let mut records = 0;
     let mut collected = 0;
@@ -124,22 +152,30 @@ pub(super) fn frame(window: &[u8]) -> Result<Framing, TlsError> {
             Header::Short => {
                 let short = RECORD_HEADER_LEN - rest.len();
                 let message_left = handshake_len.map_or(0, |total: usize| total - collected);
-                return Ok(Framing::Incomplete(Needed::at_least(short + message_left)));
+                return Ok(within(window, short + message_left, limit));
             }
         };
         let start = pos + RECORD_HEADER_LEN;
+        let record_end = start + payload_len;
+        if record_end > limit {
+            return Ok(beyond(window, record_end));
+        }
         let available = payload_len.min(window.len() - start);
         let payload = &window[start..start + available];
         if handshake_len.is_none() {
             handshake_len = header.feed(payload)?;
         }
+        if let Some(total) = handshake_len {
+            let end = fewest_end(record_end, total.saturating_sub(collected + payload_len));
+            if end > limit {
+                return Ok(beyond(window, end));
+            }
+        }
         if available < payload_len {
             let record_left = payload_len - available;
             let message_left =
                 handshake_len.map_or(0, |total| total.saturating_sub(collected + available));
-            return Ok(Framing::Incomplete(Needed::at_least(
-                record_left.max(message_left),
-            )));
+            return Ok(within(window, record_left.max(message_left), limit));
         }
         collected += payload_len;
         records += 1;
@@ -158,6 +194,13 @@ pub(super) fn frame(window: &[u8]) -> Result<Framing, TlsError> {
             }));
         }
     }
+}
+
+/// An `Incomplete` count of `needed` more bytes, lowered to what `limit`
+/// leaves: the lengths read so far do not exceed the limit, so only a
+/// window already at it is beyond.
+fn within(window: &[u8], needed: usize, limit: usize) -> Framing {
+    Framing::Incomplete(Needed::at_least(needed).within(window.len(), limit))
 }
 
 /// Copies the handshake message of a multi-record ClientHello into `scratch`.

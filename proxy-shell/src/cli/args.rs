@@ -148,7 +148,8 @@ pub enum TcpListenerAction {
     /// Add and activate a TCP listener.
     Add(TcpListenerArgs),
     /// Change a listener's settings in place (timeouts, caps, default
-    /// cluster, reject_with); its frontends and sessions stay. A flag left
+    /// cluster, reject_with, max_unrouted_per_ip); its frontends and
+    /// sessions stay. A flag left
     /// out takes its default, as with `add`.
     Update(TcpListenerArgs),
     /// Remove a listener (it must have no frontends left).
@@ -199,6 +200,10 @@ pub struct TcpListenerArgs {
     /// send (the default), a bare close, or a reset.
     #[arg(long, value_enum)]
     pub reject_with: Option<RejectWithArg>,
+    /// Connections one client address may hold before they are routed;
+    /// one more is refused at accept. 0 (the default) is no limit.
+    #[arg(long)]
+    pub max_unrouted_per_ip: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

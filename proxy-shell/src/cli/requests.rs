@@ -31,6 +31,7 @@ fn listener_config(args: &TcpListenerArgs) -> proto::TcpListenerConfig {
         connect_timeout: args.connect_timeout,
         active: None,
         reject_with: args.reject_with.map(|with| reject_with(with) as i32),
+        max_unrouted_per_ip: args.max_unrouted_per_ip,
     }
 }
 

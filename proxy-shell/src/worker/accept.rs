@@ -2,7 +2,8 @@
 //! checks, and opening the session of each admitted client.
 //!
 //! Owns: the order of the checks at accept (`max_connections`, then a free
-//! buffer in the pool), what a refused connection counts, how an accept
+//! buffer in the pool, then the listener's `max_unrouted_per_ip` for the
+//! client's address), what a refused connection counts, how an accept
 //! loop ends ([`Accepted`]: drained, or short of a resource, counted in
 //! `tcp.accept.emfile` when it is descriptors), and the start of a session:
 //! its front socket registered, its front idle timer, and the preread
@@ -27,6 +28,7 @@ use super::preread;
 use super::session::Session;
 use super::shortage::{is_connection_error, is_out_of_descriptors};
 use super::tokens::{Side, session_token};
+use super::unrouted::{self, Full, Held};
 use super::vocabulary::{
     Outcome, RefuseReason, SNI_PREREAD_ACTIVE, TCP_ACCEPT_EMFILE, TCP_ACCEPTED, TCP_ACTIVE,
 };
@@ -67,29 +69,36 @@ pub(super) fn accept(
             }
         };
         ctx.metrics.incr(TCP_ACCEPTED);
-        let refusal = if sessions.len() >= ctx.settings.max_connections {
-            Some(RefuseReason::MaxConnections)
+        let limit = unrouted::limit(ctx.runtime.listeners.get(&address));
+        let admitted = if sessions.len() >= ctx.settings.max_connections {
+            Err(RefuseReason::MaxConnections)
         } else if ctx.pool.in_use() >= ctx.pool.capacity() {
-            Some(RefuseReason::PoolExhausted)
+            Err(RefuseReason::PoolExhausted)
         } else {
-            None
+            (ctx.unrouted.admit(address, client.ip(), limit))
+                .map_err(|Full| RefuseReason::UnroutedPerIp)
         };
-        if let Some(reason) = refusal {
-            ctx.metrics.incr(reason.metric_name());
-            debug!("refused {client} on {address}: {reason}");
-            continue;
-        }
-        open(ctx, sessions, address, stream, client);
+        let held = match admitted {
+            Ok(held) => held,
+            Err(reason) => {
+                ctx.metrics.incr(reason.metric_name());
+                debug!("refused {client} on {address}: {reason}");
+                continue;
+            }
+        };
+        open(ctx, sessions, address, stream, client, held);
     }
 }
 
-/// Opens the session of an admitted client.
+/// Opens the session of an admitted client, which carries its unrouted
+/// count (`held`) until it leaves the preread stage.
 fn open(
     ctx: &mut Ctx,
     sessions: &mut Slab<Session>,
     address: SocketAddr,
     mut front: TcpStream,
     client: SocketAddr,
+    held: Option<Held>,
 ) {
     let now = Instant::now();
     let local = front.local_addr().unwrap_or(address);
@@ -102,6 +111,9 @@ fn open(
         Interest::READABLE | Interest::WRITABLE,
     ) {
         warn!("worker {}: cannot register {client}: {e}", ctx.id);
+        if let Some(held) = held {
+            ctx.unrouted.release(held);
+        }
         return;
     }
     ctx.metrics.gauge_add(TCP_ACTIVE, 1);
@@ -119,6 +131,7 @@ fn open(
     let front_timeout = runtime.front_timeout;
     let (step, actions) = PrereadStep::accept(&runtime.preread, now);
     let session = entry.insert(Session::accepted(address, local, client, front, step, now));
+    session.unrouted = held;
     session.timers.front_idle = Some(ctx.schedule(key, TimerKind::FrontIdle, now + front_timeout));
     if session.step.is_reading() {
         ctx.metrics.gauge_add(SNI_PREREAD_ACTIVE, 1);

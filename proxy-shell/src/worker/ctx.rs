@@ -3,10 +3,10 @@
 //!
 //! Owns: [`Ctx`] (the poll registry, the routing runtime, the buffer and
 //! pipe pools, the timers, the metrics, the access log, the load-balancing
-//! generator, the dirty list and the gate of the shortage warnings), the
-//! kinds of session timer, and [`Drive`]. Must never: hold a session
-//! (sessions live in the event loop's slab, and are handed to each function
-//! beside the context), or block.
+//! generator, the unrouted counts, the dirty list and the gate of the
+//! shortage warnings), the kinds of session timer, and [`Drive`]. Must
+//! never: hold a session (sessions live in the event loop's slab, and are
+//! handed to each function beside the context), or block.
 
 use std::time::Instant;
 
@@ -23,6 +23,7 @@ use super::session::Session;
 use super::settings::WorkerSettings;
 use super::shortage::ShortageLog;
 use super::timers::{TimerId, Timers};
+use super::unrouted::Unrouted;
 use super::vocabulary::Outcome;
 
 /// Why a session timer was armed.
@@ -30,6 +31,7 @@ use super::vocabulary::Outcome;
 pub(super) enum TimerKind {
     Preread,
     ServerFirst,
+    Silent,
     Connect,
     /// A backend socket this host could not open is tried again.
     LocalRetry,
@@ -42,6 +44,7 @@ impl From<StepTimer> for TimerKind {
         match timer {
             StepTimer::Preread => Self::Preread,
             StepTimer::ServerFirst => Self::ServerFirst,
+            StepTimer::Silent => Self::Silent,
         }
     }
 }
@@ -72,6 +75,8 @@ pub(super) struct Ctx {
     pub(super) metrics: Metrics,
     pub(super) access_log: AccessLog,
     pub(super) rng: Rng,
+    /// Unrouted connections per listener and client IP.
+    pub(super) unrouted: Unrouted,
     /// Sessions to drive in this turn.
     pub(super) dirty: Vec<usize>,
     /// Keeps the warnings about backend sockets this host could not open

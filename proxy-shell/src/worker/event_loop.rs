@@ -39,6 +39,7 @@ use super::shortage::ShortageLog;
 use super::timer::fired;
 use super::timers::Timers;
 use super::tokens::{LISTENER_BASE, Side, WAKER_TOKEN, session_of};
+use super::unrouted::Unrouted;
 use super::vocabulary::{BUFFERS_IN_USE, Outcome, RefuseReason};
 use crate::answer_code::AnswerCode;
 
@@ -105,6 +106,7 @@ impl Worker {
             rng: Rng::new(
                 0x9e37_79b9_7f4a_7c15 ^ u64::from(id).wrapping_mul(0x2545_f491_4f6c_dd1d),
             ),
+            unrouted: Unrouted::default(),
             dirty: Vec::new(),
             local_errors_log: ShortageLog::default(),
             settings,

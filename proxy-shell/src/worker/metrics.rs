@@ -323,6 +323,8 @@ mod tests {
             "tcp.refused.pool_exhausted",
             "tcp.refused.max_connections",
             "tcp.refused.per_ip_limit",
+            "tcp.refused.unrouted_per_ip",
+            "tcp.refused.silent_timeout",
             "backend.connections",
             "backend.connect.errors",
             "backend.connect.retries",
@@ -417,9 +419,9 @@ mod tests {
         assert_eq!(snapshot.worker_id, 7);
         assert_eq!(snapshot.values["tcp.sni_preread.rejected.no_sni"], 1);
         assert_eq!(snapshot.values["tcp.sni_preread.rejected.not_tls"], 0);
-        // 17 fixed, 11 rejects, 5 fallbacks, 9 refusals, 12 + 4 histogram
+        // 17 fixed, 11 rejects, 5 fallbacks, 11 refusals, 12 + 4 histogram
         // fields.
-        assert_eq!(snapshot.values.len(), 17 + 11 + 5 + 9 + 16);
+        assert_eq!(snapshot.values.len(), 17 + 11 + 5 + 11 + 16);
     }
 
     #[test]

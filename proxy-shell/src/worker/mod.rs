@@ -31,6 +31,7 @@ pub mod splice;
 mod timer;
 pub mod timers;
 mod tokens;
+pub mod unrouted;
 pub mod vocabulary;
 
 use std::io as stdio;

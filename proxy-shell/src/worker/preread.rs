@@ -4,7 +4,8 @@
 //! Owns: taking the window's buffer on the first readable event (an idle
 //! connection holds none), the capped read the step budgets, and performing
 //! the step's actions: its timers, the preread gauge and duration, the
-//! counters of routes, fallbacks and rejects, a reject's farewell (the
+//! unrouted count it gives back, the counters of routes, fallbacks and
+//! rejects, a reject's farewell (the
 //! alert or the reset, `farewell.rs`), and the hand-over to the connect
 //! gate. Must never: decide anything the step decides (budget,
 //! timers, exit, route), consume the window, or contact a backend itself.
@@ -85,9 +86,18 @@ pub(super) fn perform(
         actions.timers.server_first,
         &mut timers.server_first,
     );
+    ctx.step_timer(
+        key,
+        StepTimer::Silent,
+        actions.timers.silent,
+        &mut timers.silent,
+    );
     let left_preread = actions.left.is_some();
     if let Some(left) = actions.left {
         ctx.metrics.gauge_add(SNI_PREREAD_ACTIVE, -1);
+        if let Some(held) = session.unrouted.take() {
+            ctx.unrouted.release(held);
+        }
         if let Some(sample) = left.sample {
             ctx.metrics
                 .observe_ms(SNI_PREREAD_DURATION, sample.as_millis() as u64);
@@ -104,6 +114,9 @@ pub(super) fn perform(
         }
         Next::Ignore => Drive::Continue { progressed: true },
         Next::Close(Close::Silent) => Drive::End(Outcome::Silent),
+        Next::Close(Close::SilentTimeout) => {
+            Drive::End(Outcome::Refused(RefuseReason::SilentTimeout))
+        }
         Next::Close(Close::Rejected(reason)) => {
             ctx.metrics.incr(rejected(reason));
             farewell::say(&mut session.front, actions.farewell);

@@ -37,6 +37,8 @@ pub struct ListenerRuntime {
     pub front_timeout: Duration,
     pub back_timeout: Duration,
     pub connect_timeout: Duration,
+    /// Connections one client IP may hold here before routing; 0 is none.
+    pub max_unrouted_per_ip: u32,
 }
 
 /// Why a request could not be applied here; the main thread rolls back.
@@ -118,6 +120,7 @@ impl Runtime {
         listener.front_timeout = secs(config.front_timeout, DEFAULT_FRONT_TIMEOUT_S);
         listener.back_timeout = secs(config.back_timeout, DEFAULT_BACK_TIMEOUT_S);
         listener.connect_timeout = secs(config.connect_timeout, DEFAULT_CONNECT_TIMEOUT_S);
+        listener.max_unrouted_per_ip = config.max_unrouted_per_ip.unwrap_or(0);
         Ok(())
     }
 
@@ -201,6 +204,7 @@ impl Runtime {
                     front_timeout: Duration::ZERO,
                     back_timeout: Duration::ZERO,
                     connect_timeout: Duration::ZERO,
+                    max_unrouted_per_ip: 0,
                 };
                 self.configure(&mut listener, config)?;
                 self.listeners.insert(address, listener);

@@ -21,6 +21,7 @@ use super::io::{Ready, read_some};
 use super::lanes::Lanes;
 use super::pool::Checkout;
 use super::timers::TimerId;
+use super::unrouted::Held;
 
 /// Where a session is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +39,8 @@ pub enum Phase {
 pub struct SessionTimers {
     pub preread: Option<TimerId>,
     pub server_first: Option<TimerId>,
+    /// The client has sent nothing since the accept.
+    pub silent: Option<TimerId>,
     /// The connect timeout, or the retry after a local error.
     pub connect: Option<TimerId>,
     pub front_idle: Option<TimerId>,
@@ -49,6 +52,7 @@ impl SessionTimers {
         [
             self.preread,
             self.server_first,
+            self.silent,
             self.connect,
             self.front_idle,
             self.back_idle,
@@ -87,6 +91,8 @@ pub struct Session {
     /// Until when a backend socket this host could not open is retried
     /// (set at the first such local error).
     pub local_retry_until: Option<Instant>,
+    /// The listener's unrouted count of the client's IP, while it prereads.
+    pub unrouted: Option<Held>,
     pub accepted_at: Instant,
     pub front_ready: Ready,
     pub back_ready: Ready,
@@ -135,6 +141,7 @@ impl Session {
             tried: Vec::new(),
             admitted_ip: None,
             local_retry_until: None,
+            unrouted: None,
             accepted_at: now,
             front_ready: Ready::default(),
             back_ready: Ready::default(),

@@ -1,10 +1,10 @@
 //! What each session timer does when it fires.
 //!
-//! Owns: the preread and server-first timers (handed to the preread step),
-//! the connect timeout (the next backend), the retry of a backend socket
-//! this host could not open, and the lazy idle timers: one that fires early
-//! because of recent activity re-arms itself at `last activity + timeout`
-//! instead of being rescheduled on every read.
+//! Owns: the preread, server-first and silence timers (handed to the
+//! preread step), the connect timeout (the next backend), the retry of a
+//! backend socket this host could not open, and the lazy idle timers: one
+//! that fires early because of recent activity re-arms itself at `last
+//! activity + timeout` instead of being rescheduled on every read.
 //!
 //! Must never: act on a timer whose slot the session no longer holds (the
 //! timer wheel never fires a cancelled one), or end a session itself (it
@@ -30,21 +30,17 @@ pub(super) fn fired(
     now: Instant,
 ) -> Drive {
     match kind {
-        TimerKind::Preread | TimerKind::ServerFirst => {
-            let timer = if kind == TimerKind::Preread {
-                session.timers.preread = None;
-                StepTimer::Preread
-            } else {
-                session.timers.server_first = None;
-                StepTimer::ServerFirst
-            };
-            let Some(listener) = ctx.runtime.listeners.get(&session.listener) else {
-                return Drive::End(Outcome::Refused(RefuseReason::ListenerRemoved));
-            };
-            let actions = session
-                .step
-                .handle(&listener.preread, Event::Timer(timer), now);
-            preread::perform(ctx, key, session, actions, now)
+        TimerKind::Preread => {
+            session.timers.preread = None;
+            step(ctx, key, session, StepTimer::Preread, now)
+        }
+        TimerKind::ServerFirst => {
+            session.timers.server_first = None;
+            step(ctx, key, session, StepTimer::ServerFirst, now)
+        }
+        TimerKind::Silent => {
+            session.timers.silent = None;
+            step(ctx, key, session, StepTimer::Silent, now)
         }
         TimerKind::Connect => {
             session.timers.connect = None;
@@ -67,6 +63,17 @@ pub(super) fn fired(
         }
         TimerKind::FrontIdle | TimerKind::BackIdle => idle(ctx, key, session, kind, now),
     }
+}
+
+/// One of the preread step's timers fired; the session holds it no more.
+fn step(ctx: &mut Ctx, key: usize, session: &mut Session, timer: StepTimer, now: Instant) -> Drive {
+    let Some(listener) = ctx.runtime.listeners.get(&session.listener) else {
+        return Drive::End(Outcome::Refused(RefuseReason::ListenerRemoved));
+    };
+    let actions = session
+        .step
+        .handle(&listener.preread, Event::Timer(timer), now);
+    preread::perform(ctx, key, session, actions, now)
 }
 
 fn idle(ctx: &mut Ctx, key: usize, session: &mut Session, kind: TimerKind, now: Instant) -> Drive {

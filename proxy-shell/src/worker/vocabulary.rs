@@ -112,6 +112,12 @@ pub enum RefuseReason {
     MaxConnections,
     /// The cluster's `max_connections_per_ip` for the client's address.
     PerIpLimit,
+    /// The listener's `max_unrouted_per_ip`: the client's address already
+    /// holds that many connections not routed yet (refused at accept).
+    UnroutedPerIp,
+    /// The client sent nothing (past a load balancer's PROXY header)
+    /// within `sni_preread_timeout` of the accept, or of the header.
+    SilentTimeout,
     /// No backend of the cluster could be connected.
     BackendUnavailable,
     /// This host ran short (descriptors, memory, local ports) opening the
@@ -129,10 +135,12 @@ pub enum RefuseReason {
 
 impl RefuseReason {
     /// Every reason, for tests and metric registration.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 11] = [
         Self::PoolExhausted,
         Self::MaxConnections,
         Self::PerIpLimit,
+        Self::UnroutedPerIp,
+        Self::SilentTimeout,
         Self::BackendUnavailable,
         Self::LocalResources,
         Self::ClusterUnknown,
@@ -147,6 +155,8 @@ impl RefuseReason {
             Self::PoolExhausted => "pool_exhausted",
             Self::MaxConnections => "max_connections",
             Self::PerIpLimit => "per_ip_limit",
+            Self::UnroutedPerIp => "unrouted_per_ip",
+            Self::SilentTimeout => "silent_timeout",
             Self::BackendUnavailable => "backend_unavailable",
             Self::LocalResources => "local_resources",
             Self::ClusterUnknown => "cluster_unknown",
@@ -162,6 +172,8 @@ impl RefuseReason {
             Self::PoolExhausted => "tcp.refused.pool_exhausted",
             Self::MaxConnections => "tcp.refused.max_connections",
             Self::PerIpLimit => "tcp.refused.per_ip_limit",
+            Self::UnroutedPerIp => "tcp.refused.unrouted_per_ip",
+            Self::SilentTimeout => "tcp.refused.silent_timeout",
             Self::BackendUnavailable => "tcp.refused.backend_unavailable",
             Self::LocalResources => "tcp.refused.local_resources",
             Self::ClusterUnknown => "tcp.refused.cluster_unknown",
@@ -314,6 +326,10 @@ mod tests {
         assert_eq!(
             Outcome::Refused(RefuseReason::PerIpLimit).to_string(),
             "refused:per_ip_limit"
+        );
+        assert_eq!(
+            Outcome::Refused(RefuseReason::SilentTimeout).to_string(),
+            "refused:silent_timeout"
         );
         assert_eq!(Outcome::of_route(None), Outcome::Routed);
     }
