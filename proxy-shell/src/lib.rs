@@ -11,6 +11,7 @@ pub mod answer_code;
 pub mod cli;
 pub mod fd_budget;
 pub mod handover;
+pub mod heap;
 pub mod inspect;
 pub mod metrics_http;
 pub mod notify;

@@ -307,6 +307,7 @@ fn serve(
         listeners.join(", "),
         server.socket_path().display()
     );
+    crate::heap::trim();
     log::info!("preread ready: {ready}");
     crate::notify::ready(&ready);
 

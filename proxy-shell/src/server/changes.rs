@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use command::config::load_config_file;
 use command::diff::diff;
-use command::generation::{Planned, plan};
+use command::generation::{Generation, Planned, plan};
 use command::proto::{self, request::RequestType, response_content::ContentType};
 use command::state::ConfigState;
 use command::state_file::{load_state_requests, save_state};
@@ -88,7 +88,10 @@ struct Running {
     client: Option<ClientRef>,
     origin: Origin,
     order: OrderId,
+    /// The plan, its generation taken out into `generation`.
     planned: Planned<Failure>,
+    /// The generation, shared with the workers.
+    generation: Arc<Generation>,
 }
 
 /// A job's end, for its answer.
@@ -96,7 +99,9 @@ struct Running {
 struct Outcome {
     client: Option<ClientRef>,
     origin: Origin,
+    /// The plan, its generation taken out into `generation`.
     planned: Planned<Failure>,
+    generation: Arc<Generation>,
     /// Why the workers did not apply the generation (it is not committed).
     refused: Option<Failure>,
 }
@@ -204,24 +209,31 @@ impl CommandServer {
             let Some((origin, requests)) = self.begin(&next) else {
                 continue;
             };
-            let planned = self.plan(requests);
-            if planned.generation.is_empty() {
+            let mut planned = self.plan(requests);
+            let generation = Arc::new(std::mem::take(&mut planned.generation));
+            if generation.is_empty() {
                 self.finish(Outcome {
                     client: next.client,
                     origin,
                     planned,
+                    generation,
                     refused: None,
                 });
                 continue;
             }
-            let generation = Arc::new(planned.generation.clone());
             let timeout = self.settings.order_timeout;
-            let order = self.broadcast(Order::Apply(generation), Purpose::Step, None, timeout);
+            let order = self.broadcast(
+                Order::Apply(Arc::clone(&generation)),
+                Purpose::Step,
+                None,
+                timeout,
+            );
             self.changes.running = Some(Running {
                 client: next.client,
                 origin,
                 order,
                 planned,
+                generation,
             });
         }
     }
@@ -332,7 +344,7 @@ impl CommandServer {
         };
         let refused = match gathered.first_failure() {
             None => {
-                if let Err(error) = run.planned.generation.apply_to(&mut self.state) {
+                if let Err(error) = run.generation.apply_to(&mut self.state) {
                     // Planned on this very state, nothing committed since:
                     // a bug, and the operator must hear of it.
                     log::error!(
@@ -357,10 +369,10 @@ impl CommandServer {
                 log::warn!(
                     "generation of {} change(s): {code}: {message}; undoing it on worker(s) \
                      {undo_on:?}",
-                    run.planned.generation.len()
+                    run.generation.len()
                 );
                 if !undo_on.is_empty() {
-                    let inverse = Arc::new(run.planned.generation.inverse());
+                    let inverse = Arc::new(run.generation.inverse());
                     let purpose = Purpose::Rollback {
                         changes: inverse.len(),
                     };
@@ -377,12 +389,17 @@ impl CommandServer {
                 })
             }
         };
+        let large = run.generation.len() >= crate::heap::TRIM_AFTER_CHANGES;
         self.finish(Outcome {
             client: run.client,
             origin: run.origin,
             planned: run.planned,
+            generation: run.generation,
             refused,
         });
+        if large {
+            crate::heap::trim();
+        }
         self.advance();
     }
 
@@ -500,7 +517,7 @@ impl CommandServer {
                 format!(
                     "the proxy stopped before the workers applied this generation of {} \
                      change(s)",
-                    run.planned.generation.len()
+                    run.generation.len()
                 ),
             );
             self.respond(who, &answer);
@@ -513,7 +530,7 @@ impl Outcome {
     fn applied(&self) -> &[proto::Request] {
         match self.refused {
             Some(_) => &[],
-            None => &self.planned.generation.steps,
+            None => &self.generation.steps,
         }
     }
 
@@ -524,8 +541,7 @@ impl Outcome {
         let mut skipped = self.planned.skipped.clone();
         if let Some(refused) = &self.refused {
             skipped.extend(
-                self.planned
-                    .generation
+                self.generation
                     .steps
                     .iter()
                     .map(|step| (step.clone(), refused.clone())),
