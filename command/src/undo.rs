@@ -57,11 +57,11 @@ impl ConfigState {
     /// The request that undoes `request` if `dispatch` accepts it as a
     /// change; `None` when it would not (refused or unchanged).
     fn inverse_before(&self, request: &proto::Request) -> Option<proto::Request> {
+        if let Some(undo) = undo_of_addition(request) {
+            return Some(undo);
+        }
         let address_of = |text: &str| parse_address("listener", text).ok();
         let inverse = match request.request_type.as_ref()? {
-            RequestType::AddTcpListener(config) => RequestType::RemoveListener(ListenerAddress {
-                address: address_of(&config.address)?.to_string(),
-            }),
             RequestType::UpdateTcpListener(config) => {
                 let old = self.listeners.get(&address_of(&config.address)?)?;
                 RequestType::UpdateTcpListener(old.config.clone())
@@ -76,30 +76,15 @@ impl ConfigState {
             RequestType::DeactivateListener(at) => RequestType::ActivateListener(ListenerAddress {
                 address: address_of(&at.address)?.to_string(),
             }),
-            RequestType::AddCluster(cluster) => RequestType::RemoveCluster(ClusterRef {
-                cluster_id: cluster.cluster_id.clone(),
-            }),
             RequestType::UpdateCluster(cluster) => {
                 RequestType::UpdateCluster(self.clusters.get(&cluster.cluster_id)?.clone())
             }
             RequestType::RemoveCluster(cluster) => {
                 RequestType::AddCluster(self.clusters.get(&cluster.cluster_id)?.clone())
             }
-            RequestType::AddTcpFrontend(frontend) => {
-                let (_, canonical) = resolve_frontend(frontend).ok()?;
-                RequestType::RemoveTcpFrontend(canonical)
-            }
             RequestType::RemoveTcpFrontend(frontend) => {
                 let (key, _) = resolve_frontend(frontend).ok()?;
                 RequestType::AddTcpFrontend(self.frontends.get(&key)?.clone())
-            }
-            RequestType::AddBackend(backend) => {
-                let canonical = resolve_backend(backend).ok()?;
-                RequestType::RemoveBackend(BackendRef {
-                    cluster_id: canonical.cluster_id,
-                    backend_id: canonical.backend_id,
-                    address: canonical.address,
-                })
             }
             RequestType::UpdateBackend(backend) => {
                 RequestType::UpdateBackend(self.backends.get(&backend.backend_id)?.clone())
@@ -107,7 +92,11 @@ impl ConfigState {
             RequestType::RemoveBackend(backend) => {
                 RequestType::AddBackend(self.backends.get(&backend.backend_id)?.clone())
             }
-            RequestType::Status(_)
+            RequestType::AddTcpListener(_)
+            | RequestType::AddCluster(_)
+            | RequestType::AddTcpFrontend(_)
+            | RequestType::AddBackend(_)
+            | RequestType::Status(_)
             | RequestType::ListListeners(_)
             | RequestType::ListClusters(_)
             | RequestType::ListFrontends(_)
@@ -121,4 +110,32 @@ impl ConfigState {
         };
         Some(state::request(inverse))
     }
+}
+
+/// The removal that undoes an addition, whatever the state it was added
+/// to: `None` for a request that adds nothing (or names a bad address,
+/// pattern or backend, which `dispatch` refuses anyway).
+pub(crate) fn undo_of_addition(request: &proto::Request) -> Option<proto::Request> {
+    let inverse = match request.request_type.as_ref()? {
+        RequestType::AddTcpListener(config) => RequestType::RemoveListener(ListenerAddress {
+            address: parse_address("listener", &config.address).ok()?.to_string(),
+        }),
+        RequestType::AddCluster(cluster) => RequestType::RemoveCluster(ClusterRef {
+            cluster_id: cluster.cluster_id.clone(),
+        }),
+        RequestType::AddTcpFrontend(frontend) => {
+            let (_, canonical) = resolve_frontend(frontend).ok()?;
+            RequestType::RemoveTcpFrontend(canonical)
+        }
+        RequestType::AddBackend(backend) => {
+            let canonical = resolve_backend(backend).ok()?;
+            RequestType::RemoveBackend(BackendRef {
+                cluster_id: canonical.cluster_id,
+                backend_id: canonical.backend_id,
+                address: canonical.address,
+            })
+        }
+        _ => return None,
+    };
+    Some(state::request(inverse))
 }

@@ -292,6 +292,19 @@ proptest! {
         prop_assert_eq!(&current, &b);
     }
 
+    /// (g) A boot's replay is the generated requests, builds the state
+    /// from nothing, and its inverse takes it back to nothing.
+    #[test]
+    fn a_replay_builds_the_state_and_undoes_it(state in a_state()) {
+        let generation = command::generation::Generation::replay(&state).expect("all additions");
+        prop_assert_eq!(&generation.steps, &state.generate_requests());
+        let mut built = ConfigState::default();
+        apply_all(&mut built, &generation.steps);
+        prop_assert_eq!(&built, &state);
+        apply_all(&mut built, &generation.inverse().steps);
+        prop_assert_eq!(&built, &ConfigState::default());
+    }
+
     /// (e) The inverse of every accepted change is accepted on the state
     /// the change produced, as a change, and gives back an equal state.
     #[test]

@@ -32,7 +32,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use command::config::GlobalSettings;
-use command::generation::plan;
+use command::generation::{Generation, plan};
 use command::proto;
 use command::state::ConfigState;
 use command::validate::ValidationError;
@@ -324,8 +324,6 @@ impl CommandServer {
     /// many requests it holds. A refusal (or a missing answer) fails the
     /// boot.
     pub fn boot(&mut self) -> Result<usize, BootError> {
-        let requests = self.state.generate_requests();
-        let count = requests.len();
         if self.settings.check_unbound {
             let fresh = changes::newly_listening(&ConfigState::default(), &self.state);
             for address in fresh.into_iter().filter(|a| !self.adopted.contains(a)) {
@@ -339,20 +337,29 @@ impl CommandServer {
                 }
             }
         }
-        let planned = plan::<ValidationError>(&mut ConfigState::default(), requests, |_, _| Ok(()));
-        if let Some((request, error)) = planned.skipped.first() {
-            return Err(BootError {
-                request: describe(request),
-                worker: 0,
-                code: error.code.into(),
-                message: error.message.clone(),
-            });
-        }
-        if planned.generation.is_empty() {
+        let generation = match Generation::replay(&self.state) {
+            Some(generation) => generation,
+            None => {
+                let requests = self.state.generate_requests();
+                let mut scratch = ConfigState::default();
+                let planned = plan::<ValidationError>(&mut scratch, requests, |_, _| Ok(()));
+                if let Some((request, error)) = planned.skipped.first() {
+                    return Err(BootError {
+                        request: describe(request),
+                        worker: 0,
+                        code: error.code.into(),
+                        message: error.message.clone(),
+                    });
+                }
+                planned.generation
+            }
+        };
+        let count = generation.len();
+        if count == 0 {
             return Ok(0);
         }
         let id = self.broadcast(
-            Order::Apply(Arc::new(planned.generation)),
+            Order::Apply(Arc::new(generation)),
             Purpose::Boot,
             None,
             self.settings.order_timeout,
