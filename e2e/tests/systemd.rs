@@ -79,6 +79,21 @@ fn the_shipped_unit_verifies_clean() {
     );
 }
 
+/// A proxy started with `NOTIFY_SOCKET` naming a real datagram socket
+/// (its reads time out after 100 ms), in a temp dir kept with it.
+fn notified_proxy() -> (TempDir, UnixDatagram, ProxyProcess) {
+    let dir = TempDir::new("notify");
+    let path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&path).expect("bind the notify socket");
+    socket
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .expect("timeout");
+    let config = ConfigBuilder::new().listener("main", &[]).build();
+    let options = StartOptions::default().env("NOTIFY_SOCKET", &path.display().to_string());
+    let proxy = ProxyProcess::start_with(&config, &options).expect("proxy ready");
+    (dir, socket, proxy)
+}
+
 /// Receives notify datagrams until one holds `needle`; returns all of them.
 fn until(socket: &UnixDatagram, needle: &str, seen: &mut Vec<String>) -> bool {
     let deadline = Instant::now() + T;
@@ -98,15 +113,7 @@ fn until(socket: &UnixDatagram, needle: &str, seen: &mut Vec<String>) -> bool {
 
 #[test]
 fn the_proxy_notifies_ready_reloading_and_stopping() {
-    let dir = TempDir::new("notify");
-    let path = dir.path().join("notify.sock");
-    let socket = UnixDatagram::bind(&path).expect("bind the notify socket");
-    socket
-        .set_read_timeout(Some(Duration::from_millis(100)))
-        .expect("timeout");
-    let config = ConfigBuilder::new().listener("main", &[]).build();
-    let options = StartOptions::default().env("NOTIFY_SOCKET", &path.display().to_string());
-    let mut proxy = ProxyProcess::start_with(&config, &options).expect("proxy ready");
+    let (_dir, socket, mut proxy) = notified_proxy();
     let mut seen = Vec::new();
     assert!(until(&socket, "READY=1", &mut seen), "no READY=1: {seen:?}");
     assert!(
@@ -152,15 +159,7 @@ fn the_proxy_notifies_ready_reloading_and_stopping() {
 /// and the old one never says `STOPPING=1` (the service goes on).
 #[test]
 fn an_upgrade_hands_the_main_pid_over_without_stopping() {
-    let dir = TempDir::new("notify-upgrade");
-    let path = dir.path().join("notify.sock");
-    let socket = UnixDatagram::bind(&path).expect("bind the notify socket");
-    socket
-        .set_read_timeout(Some(Duration::from_millis(100)))
-        .expect("timeout");
-    let config = ConfigBuilder::new().listener("main", &[]).build();
-    let options = StartOptions::default().env("NOTIFY_SOCKET", &path.display().to_string());
-    let mut proxy = ProxyProcess::start_with(&config, &options).expect("proxy ready");
+    let (_dir, socket, mut proxy) = notified_proxy();
     let mut seen = Vec::new();
     assert!(until(&socket, "READY=1", &mut seen), "no READY=1: {seen:?}");
     seen.clear();

@@ -13,8 +13,8 @@
 //! Loopback only; every loop is bounded; the successor is stopped by pid.
 
 use std::io::Write;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -78,6 +78,66 @@ fn listening_inodes(port: u16) -> std::collections::BTreeSet<u64> {
         .collect()
 }
 
+/// Clients that route real TLS handshakes to `a.example.com` in a loop,
+/// until stopped (at most [`LOAD_BOUND`]), counting the routed ones and
+/// keeping every failure.
+struct Load {
+    stop: Arc<AtomicBool>,
+    routed: Arc<AtomicUsize>,
+    failures: Arc<Mutex<Vec<String>>>,
+    clients: Vec<thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(proxy: std::net::SocketAddr, clients: usize) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let routed = Arc::new(AtomicUsize::new(0));
+        let failures = Arc::new(Mutex::new(Vec::new()));
+        let clients = (0..clients)
+            .map(|_| {
+                let (stop, routed, failures) = (
+                    Arc::clone(&stop),
+                    Arc::clone(&routed),
+                    Arc::clone(&failures),
+                );
+                thread::spawn(move || {
+                    let until = Instant::now() + LOAD_BOUND;
+                    while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+                        let failed = match tls_request(proxy, "a.example.com", &[], None) {
+                            Ok(outcome) if outcome.backend() == Some("alpha-0") => {
+                                routed.fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            }
+                            Ok(outcome) => format!("misrouted: {}", outcome.line),
+                            Err(e) => e,
+                        };
+                        failures.lock().expect("failures").push(failed);
+                    }
+                })
+            })
+            .collect();
+        Self {
+            stop,
+            routed,
+            failures,
+            clients,
+        }
+    }
+
+    fn routed(&self) -> usize {
+        self.routed.load(Ordering::Relaxed)
+    }
+
+    /// Stops the clients; every failure they saw.
+    fn stop(self) -> Vec<String> {
+        self.stop.store(true, Ordering::Relaxed);
+        for client in self.clients {
+            client.join().expect("client thread");
+        }
+        self.failures.lock().expect("failures").clone()
+    }
+}
+
 /// One line written on the open session comes back.
 fn echo(session: &mut TlsStream, round: usize) {
     let message = format!("round {round}\n");
@@ -128,35 +188,9 @@ fn a_session_and_continuous_load_survive_an_upgrade() {
     );
     echo(&mut session, 0);
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let routed = Arc::new(AtomicUsize::new(0));
-    let failures = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|_| {
-            let (stop, routed, failures) = (
-                Arc::clone(&stop),
-                Arc::clone(&routed),
-                Arc::clone(&failures),
-            );
-            thread::spawn(move || {
-                let until = Instant::now() + LOAD_BOUND;
-                while !stop.load(Ordering::Relaxed) && Instant::now() < until {
-                    match tls_request(main, "a.example.com", &[], None) {
-                        Ok(outcome) if outcome.backend() == Some("alpha-0") => {
-                            routed.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Ok(outcome) => failures
-                            .lock()
-                            .expect("failures")
-                            .push(format!("misrouted: {}", outcome.line)),
-                        Err(e) => failures.lock().expect("failures").push(e),
-                    }
-                }
-            })
-        })
-        .collect();
+    let load = Load::start(main, CLIENTS);
     // Load before, during and after the upgrade.
-    assert!(eventually(T, || routed.load(Ordering::Relaxed) >= 50));
+    assert!(eventually(T, || load.routed() >= 50));
     let out = proxy
         .upgrade(&[], Duration::from_secs(60))
         .expect("upgrade ran");
@@ -170,8 +204,8 @@ fn a_session_and_continuous_load_survive_an_upgrade() {
     assert!(stdout.contains("upgraded: pid"), "{stdout}");
     let new_pid = proxy.serving_pid().expect("status answers");
     assert_ne!(new_pid, old_pid, "status reports the new process");
-    let at_upgrade = routed.load(Ordering::Relaxed);
-    assert!(eventually(T, || routed.load(Ordering::Relaxed) >= at_upgrade + 100));
+    let at_upgrade = load.routed();
+    assert!(eventually(T, || load.routed() >= at_upgrade + 100));
 
     // The old session still echoes, served by the draining old process.
     for round in 1..4 {
@@ -192,21 +226,18 @@ fn a_session_and_continuous_load_survive_an_upgrade() {
     // was closed, so no connection queued in one was lost.
     assert_eq!(listening_inodes(main.port()), sockets);
 
-    stop.store(true, Ordering::Relaxed);
-    for client in clients {
-        client.join().expect("client thread");
-    }
-    let failures = failures.lock().expect("failures").clone();
+    let routed = load.routed();
+    let failures = load.stop();
     eprintln!(
         "upgrade under load: {} routed ({at_upgrade} before the upgrade), {} failed",
-        routed.load(Ordering::Relaxed),
+        routed,
         failures.len()
     );
     assert!(
         failures.is_empty(),
         "{} of {} connections failed across the upgrade: {:?}\n{}",
         failures.len(),
-        routed.load(Ordering::Relaxed) + failures.len(),
+        routed + failures.len(),
         &failures[..failures.len().min(5)],
         stderr_tail(&proxy)
     );
@@ -243,37 +274,11 @@ fn upgrades_in_a_row_fail_no_connection() {
     let alpha = TlsBackend::start(BackendConfig::new("alpha-0", &["a.example.com"]));
     let mut proxy = ProxyProcess::start(&config(&alpha)).expect("proxy ready");
     let main = proxy.addr("main");
-    let stop = Arc::new(AtomicBool::new(false));
-    let routed = Arc::new(AtomicUsize::new(0));
-    let failures = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let clients: Vec<_> = (0..2 * CLIENTS)
-        .map(|_| {
-            let (stop, routed, failures) = (
-                Arc::clone(&stop),
-                Arc::clone(&routed),
-                Arc::clone(&failures),
-            );
-            thread::spawn(move || {
-                let until = Instant::now() + LOAD_BOUND;
-                while !stop.load(Ordering::Relaxed) && Instant::now() < until {
-                    match tls_request(main, "a.example.com", &[], None) {
-                        Ok(outcome) if outcome.backend() == Some("alpha-0") => {
-                            routed.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Ok(outcome) => failures
-                            .lock()
-                            .expect("failures")
-                            .push(format!("misrouted: {}", outcome.line)),
-                        Err(e) => failures.lock().expect("failures").push(e),
-                    }
-                }
-            })
-        })
-        .collect();
+    let load = Load::start(main, 2 * CLIENTS);
     let mut pids = vec![proxy.pid()];
     for _ in 0..UPGRADES {
-        let before = routed.load(Ordering::Relaxed);
-        assert!(eventually(T, || routed.load(Ordering::Relaxed) >= before + 50));
+        let before = load.routed();
+        assert!(eventually(T, || load.routed() >= before + 50));
         let out = proxy
             .upgrade(&[], Duration::from_secs(60))
             .expect("upgrade ran");
@@ -287,16 +292,13 @@ fn upgrades_in_a_row_fail_no_connection() {
         assert!(!pids.contains(&pid), "a new pid each time");
         pids.push(pid);
     }
-    let before = routed.load(Ordering::Relaxed);
-    assert!(eventually(T, || routed.load(Ordering::Relaxed) >= before + 50));
-    stop.store(true, Ordering::Relaxed);
-    for client in clients {
-        client.join().expect("client thread");
-    }
-    let failures = failures.lock().expect("failures").clone();
+    let before = load.routed();
+    assert!(eventually(T, || load.routed() >= before + 50));
+    let routed = load.routed();
+    let failures = load.stop();
     eprintln!(
         "{UPGRADES} upgrades under load: {} routed, {} failed",
-        routed.load(Ordering::Relaxed),
+        routed,
         failures.len()
     );
     assert!(
