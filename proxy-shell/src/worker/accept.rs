@@ -118,6 +118,9 @@ fn open(
     }
     ctx.metrics.gauge_add(TCP_ACTIVE, 1);
     let Some(runtime) = ctx.runtime.listeners.get(&address) else {
+        if let Some(held) = held {
+            ctx.unrouted.release(held);
+        }
         let step = PrereadStep::refused(now);
         let session = Session::accepted(address, local, client, front, step, now);
         close(
