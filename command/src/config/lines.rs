@@ -74,7 +74,7 @@ pub(super) fn shape_problem(
         Ok(_) if error.message().starts_with("unknown field") => (
             ErrorCode::UnknownKey,
             error.clone(),
-            error.message().trim_end().to_owned(),
+            unknown_key(error.message().trim_end()),
         ),
         Ok(_) => (
             ErrorCode::InvalidToml,
@@ -88,6 +88,31 @@ pub(super) fn shape_problem(
         message,
     }
 }
+/// serde's "unknown field `x`, expected one of `a`, `b`" in the config's
+/// words, with the closest valid key when one is close enough to be a typo.
+fn unknown_key(serde: &str) -> String {
+    let quoted: Vec<&str> = serde.split('`').skip(1).step_by(2).collect();
+    let Some((key, valid)) = quoted.split_first() else {
+        return serde.to_owned();
+    };
+    let closest = valid
+        .iter()
+        .map(|candidate| (strsim::damerau_levenshtein(key, candidate), *candidate))
+        .filter(|(distance, candidate)| *distance <= 2.max(candidate.len() / 4))
+        .min();
+    let listed = valid
+        .iter()
+        .map(|k| format!("`{k}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    match closest {
+        Some((_, suggestion)) => {
+            format!("unknown key `{key}`: did you mean `{suggestion}`? (valid here: {listed})")
+        }
+        None => format!("unknown key `{key}` (valid here: {listed})"),
+    }
+}
+
 /// A TOML integer in `[min, T::MAX]`, or a problem at the value.
 pub(super) fn ranged<T: TryFrom<i64>>(
     value: &Spanned<i64>,
@@ -112,6 +137,22 @@ pub(super) fn ranged<T: TryFrom<i64>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unknown_key_gets_the_closest_valid_one() {
+        let serde = "unknown field `worker_cuont`, expected one of `worker_count`, `buffer_size`";
+        assert_eq!(
+            unknown_key(serde),
+            "unknown key `worker_cuont`: did you mean `worker_count`? (valid here: \
+             `worker_count`, `buffer_size`)"
+        );
+        let far = "unknown field `colour`, expected one of `worker_count`, `buffer_size`";
+        assert_eq!(
+            unknown_key(far),
+            "unknown key `colour` (valid here: `worker_count`, `buffer_size`)"
+        );
+        assert_eq!(unknown_key("unknown field"), "unknown field");
+    }
 
     #[test]
     fn line_index_is_one_based_and_counts_characters() {
