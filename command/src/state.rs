@@ -4,8 +4,11 @@
 //! that validates and applies a state-changing request, whatever its source
 //! (config file, command socket, state-file replay, reload diff). Keeps one
 //! `preread_core` [`RouteTable`] per listener, so the SNI/ALPN conflict
-//! rules are the core's own. Must never: change anything when it refuses a
-//! request; hold a value that is not canonical (addresses as `SocketAddr`
+//! rules are the core's own. A frontend is kept as its key and a
+//! `StoredFrontend` (cluster id interned as the cluster map's `Arc`, tags
+//! boxed only when present), not as a protobuf message repeating the key in
+//! five heap fields; [`ConfigState::frontends`] rebuilds the messages.
+//! Must never: change anything when it refuses a request; hold a value that is not canonical (addresses as `SocketAddr`
 //! prints them, normalized SNI patterns, sorted ALPN lists, resolved
 //! defaults), so equal states compare equal however they were built.
 
