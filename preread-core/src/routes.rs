@@ -6,7 +6,7 @@
 //! on every connection), perform I/O, or panic on a name or offer the wire
 //! controls.
 //!
-//! Storage is three hash tables ([`entries`]) found by the normalized name:
+//! Storage is three hash tables (module `entries`) found by the normalized name:
 //! exact names, `*.` suffixes and `**.` suffixes. A lookup costs one hash
 //! probe per label of the client's name, plus one.
 
