@@ -240,7 +240,9 @@ struct Entry {
     any: Option<ClusterId>,
     /// Sorted by protocol list and pairwise disjoint, so the order depends
     /// only on the contents and tables compare equal however they were built.
-    listed: Vec<Listed>,
+    /// A boxed slice, not a `Vec`: most names list no ALPN, and every entry
+    /// of every table pays for the spare capacity word.
+    listed: Box<[Listed]>,
 }
 
 impl Entry {
@@ -248,7 +250,7 @@ impl Entry {
         Self {
             pattern,
             any: None,
-            listed: Vec::new(),
+            listed: Box::default(),
         }
     }
 
@@ -294,7 +296,9 @@ impl Entry {
                     }
                 }
                 let at = self.listed.partition_point(|l| l.protocols < protocols);
-                self.listed.insert(at, Listed { protocols, cluster });
+                let mut listed = core::mem::take(&mut self.listed).into_vec();
+                listed.insert(at, Listed { protocols, cluster });
+                self.listed = listed.into_boxed_slice();
             }
         }
         Ok(true)
@@ -305,7 +309,10 @@ impl Entry {
             AlpnSet::Any => self.any.take(),
             AlpnSet::Protocols(protocols) => {
                 let at = self.listed.iter().position(|l| l.protocols == *protocols)?;
-                Some(self.listed.remove(at).cluster)
+                let mut listed = core::mem::take(&mut self.listed).into_vec();
+                let removed = listed.remove(at);
+                self.listed = listed.into_boxed_slice();
+                Some(removed.cluster)
             }
         }
     }
