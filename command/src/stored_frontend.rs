@@ -69,3 +69,47 @@ impl StoredFrontend {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validate::resolve_frontend;
+
+    fn round_trip(frontend: &proto::TcpFrontend) -> (StoredFrontend, proto::TcpFrontend) {
+        let (key, canonical) = match resolve_frontend(frontend) {
+            Ok(resolved) => resolved,
+            Err(e) => panic!("{e}"),
+        };
+        let stored = StoredFrontend::new(canonical.cluster_id.as_str().into(), canonical.clone());
+        assert_eq!(stored.to_proto(&key), canonical, "not rebuilt as resolved");
+        (stored, canonical)
+    }
+
+    #[test]
+    fn rebuilds_the_canonical_frontend() {
+        let (stored, canonical) = round_trip(&proto::TcpFrontend {
+            cluster_id: "c".into(),
+            address: "127.0.0.1:0443".into(),
+            sni: Some("*.Example.COM.".into()),
+            alpn: vec!["http/1.1".into(), "h2".into(), "ñ".into()],
+            tags: [("team".to_owned(), "edge".to_owned())].into(),
+        });
+        assert_eq!(canonical.address, "127.0.0.1:443");
+        assert_eq!(canonical.sni.as_deref(), Some("*.example.com"));
+        assert_eq!(canonical.alpn, ["h2", "http/1.1", "ñ"]);
+        assert_eq!(stored.tags().len(), 1);
+        assert!(stored.is_compact());
+    }
+
+    #[test]
+    fn no_tags_store_no_box() {
+        let (stored, _) = round_trip(&proto::TcpFrontend {
+            cluster_id: "c".into(),
+            address: "[::1]:443".into(),
+            sni: None,
+            ..Default::default()
+        });
+        assert!(stored.tags.is_none());
+        assert!(stored.tags().is_empty());
+    }
+}
