@@ -13,7 +13,8 @@ use std::net::SocketAddr;
 use crate::proto;
 use crate::proto::request::RequestType;
 use crate::state::{ConfigState, request};
-use crate::validate::is_relay;
+use crate::stored_frontend::StoredFrontend;
+use crate::validate::{FrontendKey, is_relay};
 
 /// The config without its activation, to compare settings alone.
 fn settings(config: &proto::TcpListenerConfig) -> proto::TcpListenerConfig {
@@ -49,7 +50,7 @@ pub fn diff(current: &ConfigState, desired: &ConfigState) -> Vec<proto::Request>
         .clusters
         .keys()
         .filter(|id| !desired.clusters.contains_key(*id))
-        .map(String::as_str)
+        .map(|id| &**id)
         .collect();
     // Present in both with other settings: updated in place.
     let changed: Vec<&proto::Cluster> = desired
@@ -75,8 +76,10 @@ pub fn diff(current: &ConfigState, desired: &ConfigState) -> Vec<proto::Request>
     let mut requests = Vec::new();
     let (frontends_gone, frontends_new) = changed_frontends(current, desired, &dirty);
 
-    for frontend in frontends_gone {
-        requests.push(request(RequestType::RemoveTcpFrontend(frontend.clone())));
+    for (key, frontend) in frontends_gone {
+        requests.push(request(RequestType::RemoveTcpFrontend(
+            frontend.to_proto(key),
+        )));
     }
     for (id, backend) in &current.backends {
         let updated = desired
@@ -154,8 +157,8 @@ pub fn diff(current: &ConfigState, desired: &ConfigState) -> Vec<proto::Request>
         requests.push(request(RequestType::UpdateCluster((*cluster).clone())));
     }
 
-    for frontend in frontends_new {
-        requests.push(request(RequestType::AddTcpFrontend(frontend.clone())));
+    for (key, frontend) in frontends_new {
+        requests.push(request(RequestType::AddTcpFrontend(frontend.to_proto(key))));
     }
     for (id, backend) in &desired.backends {
         if backend_updated(id, backend) {
@@ -167,6 +170,9 @@ pub fn diff(current: &ConfigState, desired: &ConfigState) -> Vec<proto::Request>
     requests
 }
 
+/// A frontend as the state keeps it: its key and the rest.
+type Stored<'a> = (&'a FrontendKey, &'a StoredFrontend);
+
 /// The frontends to remove (of `current`) and to add (of `desired`), each
 /// in key order: all but those equal in both whose cluster stays. One walk
 /// over the two sorted maps side by side, so a reload of 100,000 frontends
@@ -175,34 +181,34 @@ fn changed_frontends<'a>(
     current: &'a ConfigState,
     desired: &'a ConfigState,
     dirty: &BTreeSet<&str>,
-) -> (Vec<&'a proto::TcpFrontend>, Vec<&'a proto::TcpFrontend>) {
+) -> (Vec<Stored<'a>>, Vec<Stored<'a>>) {
     let (mut gone, mut new) = (Vec::new(), Vec::new());
     let mut now = current.frontends.iter().peekable();
     let mut wanted = desired.frontends.iter().peekable();
     loop {
         match (now.peek(), wanted.peek()) {
             (None, None) => break,
-            (Some(&(_, f)), None) => {
+            (Some(&f), None) => {
                 gone.push(f);
                 now.next();
             }
-            (None, Some(&(_, f))) => {
+            (None, Some(&f)) => {
                 new.push(f);
                 wanted.next();
             }
-            (Some(&(a, fa)), Some(&(b, fb))) => match a.cmp(b) {
+            (Some(&a), Some(&b)) => match a.0.cmp(b.0) {
                 std::cmp::Ordering::Less => {
-                    gone.push(fa);
+                    gone.push(a);
                     now.next();
                 }
                 std::cmp::Ordering::Greater => {
-                    new.push(fb);
+                    new.push(b);
                     wanted.next();
                 }
                 std::cmp::Ordering::Equal => {
-                    if fa != fb || dirty.contains(fa.cluster_id.as_str()) {
-                        gone.push(fa);
-                        new.push(fb);
+                    if a.1 != b.1 || dirty.contains(&*a.1.cluster) {
+                        gone.push(a);
+                        new.push(b);
                     }
                     now.next();
                     wanted.next();

@@ -13,5 +13,6 @@ pub mod generation;
 pub mod proto;
 pub mod state;
 pub mod state_file;
+mod stored_frontend;
 pub mod undo;
 pub mod validate;

@@ -4,8 +4,11 @@
 //! that validates and applies a state-changing request, whatever its source
 //! (config file, command socket, state-file replay, reload diff). Keeps one
 //! `preread_core` [`RouteTable`] per listener, so the SNI/ALPN conflict
-//! rules are the core's own. Must never: change anything when it refuses a
-//! request; hold a value that is not canonical (addresses as `SocketAddr`
+//! rules are the core's own. A frontend is kept as its key and a
+//! `StoredFrontend` (cluster id interned as the cluster map's `Arc`, tags
+//! boxed only when present), not as a protobuf message repeating the key in
+//! five heap fields; [`ConfigState::frontends`] rebuilds the messages.
+//! Must never: change anything when it refuses a request; hold a value that is not canonical (addresses as `SocketAddr`
 //! prints them, normalized SNI patterns, sorted ALPN lists, resolved
 //! defaults), so equal states compare equal however they were built.
 
@@ -15,11 +18,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use preread_core::PrereadConfig;
-use preread_core::routes::{AlpnSet, RouteConflict, RouteTable};
+use preread_core::routes::{AlpnSet, ClusterId, RouteConflict, RouteTable};
 
 use crate::codes::ErrorCode;
 use crate::proto;
 use crate::proto::request::RequestType;
+use crate::stored_frontend::StoredFrontend;
 use crate::validate::{
     FrontendKey, ValidationError, check_cluster, cluster_differences, is_relay,
     listener_differences, parse_address, resolve_backend, resolve_frontend, resolve_listener,
@@ -56,14 +60,17 @@ impl Listener {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ConfigState {
     pub(crate) listeners: BTreeMap<SocketAddr, Listener>,
-    pub(crate) clusters: BTreeMap<String, proto::Cluster>,
-    pub(crate) frontends: BTreeMap<FrontendKey, proto::TcpFrontend>,
+    /// Keyed by the one `Arc` of each cluster id that every frontend and
+    /// route table of the cluster shares.
+    pub(crate) clusters: BTreeMap<ClusterId, proto::Cluster>,
+    pub(crate) frontends: BTreeMap<FrontendKey, StoredFrontend>,
     /// Keyed by backend id alone: ids are unique across clusters.
     pub(crate) backends: BTreeMap<String, proto::Backend>,
 }
 
-// prost derives only `PartialEq` for messages with a map field, but every
-// field of `TcpFrontend` (strings, a string map) has a total equality.
+// prost derives only `PartialEq` for messages with a map field; the
+// messages kept here (listener configs, clusters, backends) hold only
+// strings, integers and booleans, which have a total equality.
 impl Eq for ConfigState {}
 
 /// A request of this kind.
@@ -163,9 +170,10 @@ impl ConfigState {
     }
 
     /// The frontends in canonical form (normalized SNI, sorted ALPN), by
-    /// `(address, sni, alpn)`.
-    pub fn frontends(&self) -> impl ExactSizeIterator<Item = &proto::TcpFrontend> {
-        self.frontends.values()
+    /// `(address, sni, alpn)`. Each is rebuilt from the compact form the
+    /// state keeps, so this allocates per frontend.
+    pub fn frontends(&self) -> impl ExactSizeIterator<Item = proto::TcpFrontend> {
+        self.frontends.iter().map(|(key, f)| f.to_proto(key))
     }
 
     /// The backends (weight resolved), by backend id.
@@ -185,7 +193,7 @@ impl ConfigState {
     pub fn catch_all(&self, address: &SocketAddr) -> Option<&str> {
         self.frontends
             .get(&FrontendKey::first_of(*address))
-            .map(|f| f.cluster_id.as_str())
+            .map(|f| &*f.cluster)
     }
 
     /// What the core needs for the listener at `address`: its routes, cap,
@@ -228,22 +236,24 @@ impl ConfigState {
             return;
         }
         for (id, cluster) in &self.clusters {
-            debug_assert_eq!(&cluster.cluster_id, id, "cluster under a wrong key");
+            debug_assert_eq!(cluster.cluster_id, **id, "cluster under a wrong key");
         }
         let mut tables: BTreeMap<SocketAddr, RouteTable> = BTreeMap::new();
-        for (key, frontend) in &self.frontends {
+        for (key, stored) in &self.frontends {
             let listener = self.listeners.get(&key.address);
             debug_assert!(listener.is_some(), "{key} on no listener");
-            let cluster = self.clusters.get(&frontend.cluster_id);
-            debug_assert!(cluster.is_some(), "{key} routes to a missing cluster");
+            let interned = self.clusters.get_key_value(&*stored.cluster);
+            debug_assert!(interned.is_some(), "{key} routes to a missing cluster");
             debug_assert!(
-                resolve_frontend(frontend).is_ok_and(|(k, f)| k == *key && f == *frontend),
-                "{key} not canonical or under a wrong key"
+                interned.is_none_or(|(id, _)| Arc::ptr_eq(id, &stored.cluster)),
+                "{key}: cluster id not interned"
             );
-            debug_assert_eq!(
-                frontend.address,
-                key.address.to_string(),
-                "{key} not canonical"
+            let cluster = interned.map(|(_, cluster)| cluster);
+            debug_assert!(stored.is_compact(), "{key}: empty tags boxed");
+            let frontend = stored.to_proto(key);
+            debug_assert!(
+                resolve_frontend(&frontend).is_ok_and(|(k, f)| k == *key && f == frontend),
+                "{key} not canonical or under a wrong key"
             );
             debug_assert!(frontend.alpn.is_sorted(), "{key} ALPN not sorted");
             if let (Some(listener), Some(cluster)) = (listener, cluster) {
@@ -255,11 +265,8 @@ impl ConfigState {
             match &key.sni {
                 Some(sni) => {
                     let table = tables.entry(key.address).or_default();
-                    let inserted = table.insert(
-                        sni.clone(),
-                        key.alpn.clone(),
-                        frontend.cluster_id.as_str().into(),
-                    );
+                    let inserted =
+                        table.insert(sni.clone(), key.alpn.clone(), stored.cluster.clone());
                     debug_assert!(inserted.is_ok(), "{key}: {inserted:?}");
                 }
                 None => debug_assert_eq!(key.alpn, AlpnSet::Any, "{key}: ALPN without SNI"),
@@ -284,7 +291,7 @@ impl ConfigState {
                 "listener {address}: server_first_timeout without default_cluster"
             );
             if let Some(id) = &config.default_cluster {
-                let cluster = self.clusters.get(id);
+                let cluster = self.clusters.get(id.as_str());
                 debug_assert!(
                     cluster.is_some(),
                     "listener {address}: default_cluster missing"
@@ -308,7 +315,7 @@ impl ConfigState {
         for (id, backend) in &self.backends {
             debug_assert_eq!(&backend.backend_id, id, "backend under a wrong key");
             debug_assert!(
-                self.clusters.contains_key(&backend.cluster_id),
+                self.clusters.contains_key(backend.cluster_id.as_str()),
                 "backend {id}: dangling"
             );
             debug_assert_eq!(
@@ -337,7 +344,7 @@ impl ConfigState {
     fn frontends_of(
         &self,
         address: SocketAddr,
-    ) -> impl Iterator<Item = (&FrontendKey, &proto::TcpFrontend)> {
+    ) -> impl Iterator<Item = (&FrontendKey, &StoredFrontend)> {
         self.frontends
             .range(FrontendKey::first_of(address)..)
             .take_while(move |(key, _)| key.address == address)
@@ -351,7 +358,7 @@ impl ConfigState {
         config: &proto::TcpListenerConfig,
     ) -> Result<(), ValidationError> {
         if let Some(id) = &config.default_cluster {
-            let Some(cluster) = self.clusters.get(id) else {
+            let Some(cluster) = self.clusters.get(id.as_str()) else {
                 return Err(ValidationError::new(
                     ErrorCode::UnknownCluster,
                     format!(
@@ -374,7 +381,7 @@ impl ConfigState {
         if !config.expect_proxy {
             let relayed = self
                 .frontends_of(address)
-                .find(|(_, f)| self.clusters.get(&f.cluster_id).is_some_and(is_relay));
+                .find(|(_, f)| self.clusters.get(&*f.cluster).is_some_and(is_relay));
             if let Some((key, frontend)) = relayed {
                 return Err(ValidationError::new(
                     ErrorCode::RelayWithoutExpectProxy,
@@ -382,7 +389,7 @@ impl ConfigState {
                         "listener {address}: {key} routes to cluster `{}`, which relays the \
                          client's PROXY header, so the listener must keep expect_proxy: remove \
                          that frontend first, or keep expect_proxy = true",
-                        frontend.cluster_id
+                        frontend.cluster
                     ),
                 ));
             }
@@ -472,7 +479,7 @@ impl ConfigState {
 
     fn add_cluster(&mut self, cluster: &proto::Cluster) -> Result<Applied, ValidationError> {
         check_cluster(cluster)?;
-        match self.clusters.get(&cluster.cluster_id) {
+        match self.clusters.get(cluster.cluster_id.as_str()) {
             Some(existing) if existing == cluster => Ok(Applied::Unchanged),
             Some(existing) => Err(ValidationError::new(
                 ErrorCode::ClusterConflict,
@@ -486,7 +493,7 @@ impl ConfigState {
             )),
             None => {
                 self.clusters
-                    .insert(cluster.cluster_id.clone(), cluster.clone());
+                    .insert(cluster.cluster_id.as_str().into(), cluster.clone());
                 Ok(Applied::Changed)
             }
         }
@@ -497,7 +504,7 @@ impl ConfigState {
     fn update_cluster(&mut self, cluster: &proto::Cluster) -> Result<Applied, ValidationError> {
         check_cluster(cluster)?;
         let id = &cluster.cluster_id;
-        let Some(existing) = self.clusters.get(id) else {
+        let Some(existing) = self.clusters.get(id.as_str()) else {
             return Err(ValidationError::new(
                 ErrorCode::NotFound,
                 format!("there is no cluster `{id}` to update: add it first (`cluster add`)"),
@@ -511,7 +518,7 @@ impl ConfigState {
                 .frontends
                 .iter()
                 .find(|(key, f)| {
-                    f.cluster_id == *id
+                    *f.cluster == **id
                         && self
                             .listeners
                             .get(&key.address)
@@ -535,7 +542,10 @@ impl ConfigState {
                 ));
             }
         }
-        self.clusters.insert(id.clone(), cluster.clone());
+        // The key stays: frontends and route tables share it.
+        if let Some(existing) = self.clusters.get_mut(id.as_str()) {
+            *existing = cluster.clone();
+        }
         Ok(Applied::Changed)
     }
 
@@ -555,7 +565,7 @@ impl ConfigState {
         users.extend(
             self.frontends
                 .iter()
-                .filter(|(_, f)| f.cluster_id == id)
+                .filter(|(_, f)| &*f.cluster == id)
                 .map(|(key, _)| key.to_string()),
         );
         users.extend(
@@ -592,7 +602,7 @@ impl ConfigState {
                 ),
             ));
         };
-        let Some(cluster) = self.clusters.get(id) else {
+        let Some((interned, cluster)) = self.clusters.get_key_value(id.as_str()) else {
             return Err(ValidationError::new(
                 ErrorCode::UnknownCluster,
                 format!(
@@ -601,7 +611,7 @@ impl ConfigState {
             ));
         };
         if let Some(existing) = self.frontends.get(&key) {
-            if *existing == canonical {
+            if *existing.cluster == *id && *existing.tags() == canonical.tags {
                 return Ok(Applied::Unchanged);
             }
             let (code, rule) = if key.sni.is_none() {
@@ -615,7 +625,7 @@ impl ConfigState {
                     "one frontend per (address, sni, alpn)",
                 )
             };
-            let detail = if existing.cluster_id == *id {
+            let detail = if *existing.cluster == *id {
                 "other tags"
             } else {
                 "another cluster"
@@ -626,7 +636,9 @@ impl ConfigState {
                     "{key} already exists with {detail} (cluster `{}`, tags {:?}), so it cannot \
                      route to cluster `{id}` (tags {:?}): {rule}; remove the existing frontend \
                      first, or give the new one another sni or alpn",
-                    existing.cluster_id, existing.tags, canonical.tags
+                    existing.cluster,
+                    existing.tags(),
+                    canonical.tags
                 ),
             ));
         }
@@ -668,10 +680,11 @@ impl ConfigState {
                 ),
             ));
         }
+        let interned = interned.clone();
         if let (Some(sni), Some(listener)) = (&key.sni, self.listeners.get_mut(&key.address)) {
             listener
                 .routes
-                .insert(sni.clone(), key.alpn.clone(), id.as_str().into())
+                .insert(sni.clone(), key.alpn.clone(), interned.clone())
                 .map_err(|conflict| {
                     let code = match conflict {
                         RouteConflict::ProtocolTaken { .. } => ErrorCode::AlpnProtocolTaken,
@@ -680,7 +693,8 @@ impl ConfigState {
                     ValidationError::new(code, format!("{key} of cluster `{id}`: {conflict}"))
                 })?;
         }
-        self.frontends.insert(key, canonical);
+        self.frontends
+            .insert(key, StoredFrontend::new(interned, canonical));
         Ok(Applied::Changed)
     }
 
@@ -690,13 +704,13 @@ impl ConfigState {
     ) -> Result<Applied, ValidationError> {
         let (key, canonical) = resolve_frontend(frontend)?;
         match self.frontends.get(&key) {
-            Some(existing) if existing.cluster_id == canonical.cluster_id => {}
+            Some(existing) if *existing.cluster == canonical.cluster_id => {}
             Some(existing) => {
                 return Err(ValidationError::new(
                     ErrorCode::NotFound,
                     format!(
                         "{key} routes to cluster `{}`, not `{}`: name its own cluster to remove it",
-                        existing.cluster_id, canonical.cluster_id
+                        existing.cluster, canonical.cluster_id
                     ),
                 ));
             }
@@ -721,7 +735,7 @@ impl ConfigState {
     fn add_backend(&mut self, backend: &proto::Backend) -> Result<Applied, ValidationError> {
         let canonical = resolve_backend(backend)?;
         let (id, cluster) = (&canonical.backend_id, &canonical.cluster_id);
-        if !self.clusters.contains_key(cluster) {
+        if !self.clusters.contains_key(cluster.as_str()) {
             return Err(ValidationError::new(
                 ErrorCode::UnknownCluster,
                 format!(
@@ -996,11 +1010,11 @@ mod tests {
         );
         let frontend = s.frontends().next();
         assert_eq!(
-            frontend.and_then(|f| f.sni.as_deref()),
+            frontend.as_ref().and_then(|f| f.sni.as_deref()),
             Some("*.example.com")
         );
         assert_eq!(
-            frontend.map(|f| f.alpn.clone()),
+            frontend.as_ref().map(|f| f.alpn.clone()),
             Some(vec!["h2".into(), "http/1.1".into()])
         );
         let backend = s.backends().next();
@@ -1057,7 +1071,7 @@ mod tests {
     fn remove_then_re_add_restores_the_state() {
         let mut s = sample();
         let before = s.clone();
-        let frontend = s.frontends().next().cloned().unwrap_or_default();
+        let frontend = s.frontends().next().unwrap_or_default();
         let backend = s.backends().next().cloned().unwrap_or_default();
         changed(&mut s, RequestType::RemoveTcpFrontend(frontend.clone()));
         assert!(

@@ -77,14 +77,14 @@ impl ConfigState {
                 address: address_of(&at.address)?.to_string(),
             }),
             RequestType::UpdateCluster(cluster) => {
-                RequestType::UpdateCluster(self.clusters.get(&cluster.cluster_id)?.clone())
+                RequestType::UpdateCluster(self.clusters.get(cluster.cluster_id.as_str())?.clone())
             }
             RequestType::RemoveCluster(cluster) => {
-                RequestType::AddCluster(self.clusters.get(&cluster.cluster_id)?.clone())
+                RequestType::AddCluster(self.clusters.get(cluster.cluster_id.as_str())?.clone())
             }
             RequestType::RemoveTcpFrontend(frontend) => {
                 let (key, _) = resolve_frontend(frontend).ok()?;
-                RequestType::AddTcpFrontend(self.frontends.get(&key)?.clone())
+                RequestType::AddTcpFrontend(self.frontends.get(&key)?.to_proto(&key))
             }
             RequestType::UpdateBackend(backend) => {
                 RequestType::UpdateBackend(self.backends.get(&backend.backend_id)?.clone())

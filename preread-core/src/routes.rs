@@ -6,16 +6,17 @@
 //! on every connection), perform I/O, or panic on a name or offer the wire
 //! controls.
 //!
-//! Storage is three hash maps keyed by the normalized name: exact names,
-//! `*.` suffixes and `**.` suffixes. A lookup costs one hash probe per label
-//! of the client's name, plus one.
+//! Storage is three hash tables (module `entries`) found by the normalized name:
+//! exact names, `*.` suffixes and `**.` suffixes. A lookup costs one hash
+//! probe per label of the client's name, plus one.
+
+mod entries;
 
 use core::fmt;
 use std::sync::Arc;
 
-use hashbrown::HashMap;
-
 use crate::pattern::SniPattern;
+use entries::Entries;
 
 /// The name of a backend cluster; cheap to clone into every session.
 pub type ClusterId = Arc<str>;
@@ -239,7 +240,9 @@ struct Entry {
     any: Option<ClusterId>,
     /// Sorted by protocol list and pairwise disjoint, so the order depends
     /// only on the contents and tables compare equal however they were built.
-    listed: Vec<Listed>,
+    /// A boxed slice, not a `Vec`: most names list no ALPN, and every entry
+    /// of every table pays for the spare capacity word.
+    listed: Box<[Listed]>,
 }
 
 impl Entry {
@@ -247,7 +250,7 @@ impl Entry {
         Self {
             pattern,
             any: None,
-            listed: Vec::new(),
+            listed: Box::default(),
         }
     }
 
@@ -293,7 +296,9 @@ impl Entry {
                     }
                 }
                 let at = self.listed.partition_point(|l| l.protocols < protocols);
-                self.listed.insert(at, Listed { protocols, cluster });
+                let mut listed = core::mem::take(&mut self.listed).into_vec();
+                listed.insert(at, Listed { protocols, cluster });
+                self.listed = listed.into_boxed_slice();
             }
         }
         Ok(true)
@@ -304,7 +309,10 @@ impl Entry {
             AlpnSet::Any => self.any.take(),
             AlpnSet::Protocols(protocols) => {
                 let at = self.listed.iter().position(|l| l.protocols == *protocols)?;
-                Some(self.listed.remove(at).cluster)
+                let mut listed = core::mem::take(&mut self.listed).into_vec();
+                let removed = listed.remove(at);
+                self.listed = listed.into_boxed_slice();
+                Some(removed.cluster)
             }
         }
     }
@@ -347,9 +355,9 @@ fn split_first_label(name: &[u8]) -> Option<(&[u8], &[u8])> {
 /// connection.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RouteTable {
-    exact: HashMap<Box<[u8]>, Entry>,
-    one_label: HashMap<Box<[u8]>, Entry>,
-    any_depth: HashMap<Box<[u8]>, Entry>,
+    exact: Entries,
+    one_label: Entries,
+    any_depth: Entries,
     /// The number of frontends, so `len` does not walk the maps.
     len: usize,
 }
@@ -373,7 +381,7 @@ impl RouteTable {
         self.len == 0
     }
 
-    fn map(&self, pattern: &SniPattern) -> &HashMap<Box<[u8]>, Entry> {
+    fn map(&self, pattern: &SniPattern) -> &Entries {
         match pattern {
             SniPattern::Exact(_) => &self.exact,
             SniPattern::OneLabel(_) => &self.one_label,
@@ -381,7 +389,7 @@ impl RouteTable {
         }
     }
 
-    fn map_mut(&mut self, pattern: &SniPattern) -> &mut HashMap<Box<[u8]>, Entry> {
+    fn map_mut(&mut self, pattern: &SniPattern) -> &mut Entries {
         match pattern {
             SniPattern::Exact(_) => &mut self.exact,
             SniPattern::OneLabel(_) => &mut self.one_label,
@@ -406,11 +414,10 @@ impl RouteTable {
         let added = match map.get_mut(pattern.name().as_bytes()) {
             Some(entry) => entry.insert(alpn, cluster)?,
             None => {
-                let key = pattern.name().as_bytes().into();
                 let mut entry = Entry::new(pattern);
                 // A fresh entry has nothing to conflict with.
                 let added = entry.insert(alpn, cluster)?;
-                map.insert(key, entry);
+                map.insert_new(entry);
                 added
             }
         };
@@ -501,13 +508,13 @@ impl RouteTable {
             (&self.one_label, "one-label"),
             (&self.any_depth, "any-depth"),
         ] {
-            for (key, entry) in map {
+            for entry in map.iter() {
                 let pattern = &entry.pattern;
                 debug_assert!(!entry.is_empty(), "empty {kind} entry {pattern} kept");
-                debug_assert_eq!(
-                    &**key,
-                    pattern.name().as_bytes(),
-                    "{pattern} under a wrong key"
+                debug_assert!(
+                    map.get(pattern.name().as_bytes())
+                        .is_some_and(|found| core::ptr::eq(found, entry)),
+                    "{pattern} not found by its name"
                 );
                 debug_assert!(
                     core::ptr::eq(self.map(pattern), map),

@@ -81,7 +81,7 @@ pub(crate) fn clusters(state: &ConfigState) -> ContentType {
 /// The frontends of the state, canonical.
 pub(crate) fn frontends(state: &ConfigState) -> ContentType {
     ContentType::Frontends(proto::FrontendList {
-        frontends: state.frontends().cloned().collect(),
+        frontends: state.frontends().collect(),
     })
 }
 
