@@ -13,6 +13,7 @@
 //! and other proxies drive it exactly as the worker does.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod alpn;
 mod config;

@@ -11,6 +11,7 @@
 //! window.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod proxy;
 pub mod tls;
