@@ -68,14 +68,13 @@ pub(super) fn client_spoke(config: &PrereadConfig, window: &[u8]) -> bool {
 
 /// The server-first fallback past a PROXY header of `offset` bytes.
 pub(super) fn server_first_route(offset: usize, source: Option<SocketAddr>) -> Route {
-    Route {
-        content_offset: offset,
-        proxy_source: source,
-        ..Route::unread(
-            Arc::from(DEFAULT_CLUSTER),
-            Some(FallbackReason::ServerFirst),
-        )
-    }
+    let mut route = Route::unread(
+        Arc::from(DEFAULT_CLUSTER),
+        Some(FallbackReason::ServerFirst),
+    );
+    route.content_offset = offset;
+    route.proxy_source = source;
+    route
 }
 
 /// Whether the stream holds a complete ClientHello (past a complete PROXY
@@ -362,14 +361,12 @@ pub(super) fn explain(
                 return;
             };
             assert!(evidence(config, reading, reason), "{}", what());
-            let want = Route {
-                content_offset: offset,
-                proxy_source: source,
-                hello_end: hello.map(|h| h.end),
-                sni: reading.sni(),
-                alpn: hello.and_then(|h| h.alpn.clone()),
-                ..Route::unread(Arc::from(DEFAULT_CLUSTER), Some(fallback))
-            };
+            let mut want = Route::unread(Arc::from(DEFAULT_CLUSTER), Some(fallback));
+            want.content_offset = offset;
+            want.proxy_source = source;
+            want.hello_end = hello.map(|h| h.end);
+            want.sni = reading.sni();
+            want.alpn = hello.and_then(|h| h.alpn.clone());
             assert_eq!(
                 **route,
                 want,

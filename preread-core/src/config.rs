@@ -15,7 +15,11 @@ use crate::routes::{ClusterId, RouteTable};
 pub const MIN_PREREAD_MAX_BYTES: usize = 5;
 
 /// A listener's preread settings and routes.
+///
+/// `#[non_exhaustive]`: listeners gain settings. Build one with
+/// [`PrereadConfig::new`] and set the fields that differ from its defaults.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct PrereadConfig {
     /// The SNI/ALPN routes of the listener.
     pub routes: RouteTable,

@@ -36,6 +36,10 @@ pub enum Input<'a> {
 }
 
 /// The core's answer to one input.
+///
+/// Deliberately not `#[non_exhaustive]`: these three are the whole
+/// contract, and an answer an embedder does not handle would be a
+/// connection left hanging. A new one would be a breaking change.
 #[must_use = "an Output tells the shell what to do with the connection"]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
@@ -62,7 +66,11 @@ impl Output {
 }
 
 /// Where a connection goes and what the core learned on the way.
+///
+/// `#[non_exhaustive]`: later versions may learn more from a ClientHello;
+/// outside the core, start from [`Route::unread`] and set fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Route {
     /// The cluster whose backends serve the connection.
     pub cluster: ClusterId,

@@ -96,26 +96,54 @@ pub enum PatternError {
     /// Nothing left once a trailing dot is stripped.
     Empty,
     /// A character outside ASCII, at this byte offset of the input.
-    NonAscii { position: usize, character: char },
+    NonAscii {
+        /// Byte offset in the input.
+        position: usize,
+        /// The character.
+        character: char,
+    },
     /// A space, tab or other ASCII whitespace, at this byte offset.
-    Whitespace { position: usize },
+    Whitespace {
+        /// Byte offset in the input.
+        position: usize,
+    },
     /// Longer than [`MAX_PATTERN_LEN`] once normalized.
-    TooLong { len: usize },
+    TooLong {
+        /// The normalized length in bytes.
+        len: usize,
+    },
     /// Two dots in a row, or a leading dot.
     EmptyLabel,
     /// A label longer than [`MAX_LABEL_LEN`].
-    LabelTooLong { label: String },
+    LabelTooLong {
+        /// The label.
+        label: String,
+    },
     /// A label holding something other than letters, digits and hyphens.
-    InvalidCharacter { label: String, character: char },
+    InvalidCharacter {
+        /// The label.
+        label: String,
+        /// The first character it may not hold.
+        character: char,
+    },
     /// A label that starts or ends with a hyphen.
-    HyphenAtLabelEdge { label: String },
+    HyphenAtLabelEdge {
+        /// The label.
+        label: String,
+    },
     /// A `*` inside a label (`a*.example.com`, `***.example.com`).
-    PartialWildcard { label: String },
+    PartialWildcard {
+        /// The label.
+        label: String,
+    },
     /// A wildcard label that is not the left-most one
     /// (`a.*.example.com`, `*.*.example.com`).
     WildcardNotLeftmost,
     /// A wildcard followed by fewer than two labels (`*.com`, `*`).
-    WildcardTooBroad { suffix: String },
+    WildcardTooBroad {
+        /// What follows the wildcard.
+        suffix: String,
+    },
 }
 
 impl fmt::Display for PatternError {

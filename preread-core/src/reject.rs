@@ -98,7 +98,8 @@ impl fmt::Display for RejectReason {
     }
 }
 
-/// Why a connection went to the listener's `default_cluster`.
+/// Why a connection went to the listener's `default_cluster`. Not
+/// `#[non_exhaustive]`, for the reason [`RejectReason`] is not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FallbackReason {
     /// The client does not speak TLS.

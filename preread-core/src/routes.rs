@@ -116,9 +116,15 @@ pub enum AlpnError {
     /// A protocol name of zero bytes.
     EmptyProtocol,
     /// A protocol name longer than [`MAX_PROTOCOL_LEN`].
-    ProtocolTooLong { len: usize },
+    ProtocolTooLong {
+        /// Its length in bytes.
+        len: usize,
+    },
     /// The same protocol twice in one list.
-    DuplicateProtocol { protocol: Box<[u8]> },
+    DuplicateProtocol {
+        /// The repeated protocol name.
+        protocol: Box<[u8]>,
+    },
 }
 
 impl fmt::Display for AlpnError {
@@ -152,16 +158,24 @@ impl core::error::Error for AlpnError {}
 pub enum RouteConflict {
     /// The same `(pattern, alpn)` already routes to another cluster.
     ClusterMismatch {
+        /// The frontend's SNI pattern.
         pattern: SniPattern,
+        /// The frontend's ALPN set.
         alpn: AlpnSet,
+        /// The cluster the table already routes it to.
         existing: ClusterId,
+        /// The cluster the refused insert asked for.
         requested: ClusterId,
     },
     /// Another frontend of the same pattern already lists this protocol.
     ProtocolTaken {
+        /// The SNI pattern both frontends share.
         pattern: SniPattern,
+        /// The protocol both lists name.
         protocol: Box<[u8]>,
+        /// The ALPN set of the frontend already in the table.
         listed_by: AlpnSet,
+        /// The cluster that frontend routes to.
         existing: ClusterId,
     },
 }
@@ -215,15 +229,21 @@ pub enum Lookup<'t> {
     /// Route to `cluster`. `protocol` is the ALPN protocol that chose it, or
     /// `None` when the frontend without ALPN did.
     Matched {
+        /// Where the connection goes.
         cluster: &'t ClusterId,
+        /// The most specific pattern that matched the name.
         pattern: &'t SniPattern,
+        /// The offered protocol that chose the frontend.
         protocol: Option<&'t [u8]>,
     },
     /// No pattern matches the name.
     SniUnmatched,
     /// `pattern` is the most specific match, but none of its frontends
     /// accepts the offer.
-    AlpnUnmatched { pattern: &'t SniPattern },
+    AlpnUnmatched {
+        /// The most specific pattern that matched the name.
+        pattern: &'t SniPattern,
+    },
 }
 
 /// One frontend that lists protocols.

@@ -1,7 +1,7 @@
 //! Starts demo backends for a preread config, so the proxy can be tried by
 //! hand with curl or openssl.
 //!
-//! Usage: `demo-backends [CONFIG] [--out DIR] [--for SECONDS]`
+//! Usage: see [`USAGE`].
 //!
 //! CONFIG defaults to `doc/examples/preread.toml`. For every backend of
 //! every cluster it starts, on the backend's address:
@@ -17,11 +17,11 @@
 //! certificates are signed by a CA made at start; its certificate is
 //! written to `DIR/ca.pem` (with an mTLS client certificate in
 //! `DIR/client.pem` and `DIR/client-key.pem`), DIR defaulting to
-//! `$TMPDIR/preread-demo`. It runs until Ctrl-C, SIGTERM, end of standard
-//! input, or `--for SECONDS`.
+//! `$TMPDIR/preread-demo`. It runs until SIGINT (Ctrl-C) or SIGTERM, or
+//! for `--for SECONDS`; standard input is not read, so it runs the same in
+//! the background or with no terminal.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -33,11 +33,22 @@ use command::proto::request::RequestType;
 use e2e::backend::{BackendConfig, PlainBackend, TlsBackend};
 use e2e::certs::TestCa;
 
-static STOP: AtomicBool = AtomicBool::new(false);
+const USAGE: &str = "\
+usage: demo-backends [CONFIG] [--out DIR] [--for SECONDS]
 
-extern "C" fn on_signal(_: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
-    STOP.store(true, Ordering::SeqCst);
+Starts a TLS (or plain) backend for every backend of every cluster of
+CONFIG (default doc/examples/preread.toml), with certificates from a CA
+made at start, written to DIR/ca.pem (default $TMPDIR/preread-demo).
+
+Runs until SIGINT (Ctrl-C) or SIGTERM, or for SECONDS with --for.
+Standard input is not read: it runs the same in the background.";
+
+/// What `parse_args` found instead of arguments to run with.
+enum NotRun {
+    /// `--help`: print the usage, succeed.
+    Help,
+    /// A mistake in the arguments.
+    Usage(String),
 }
 
 struct Args {
@@ -46,27 +57,30 @@ struct Args {
     run_for: Option<Duration>,
 }
 
-fn parse_args() -> Result<Args, String> {
+fn parse_args() -> Result<Args, NotRun> {
     let mut config = None;
     let mut out = std::env::temp_dir().join("preread-demo");
     let mut run_for = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--out" => out = PathBuf::from(args.next().ok_or("--out needs a DIR")?),
+            "--out" => {
+                let dir = args
+                    .next()
+                    .ok_or(NotRun::Usage("--out needs a DIR".into()))?;
+                out = PathBuf::from(dir);
+            }
             "--for" => {
                 let secs: u64 = args
                     .next()
-                    .ok_or("--for needs SECONDS")?
+                    .ok_or(NotRun::Usage("--for needs SECONDS".into()))?
                     .parse()
-                    .map_err(|e| format!("--for: {e}"))?;
+                    .map_err(|e| NotRun::Usage(format!("--for: {e}")))?;
                 run_for = Some(Duration::from_secs(secs));
             }
-            "-h" | "--help" => {
-                return Err("usage: demo-backends [CONFIG] [--out DIR] [--for SECONDS]".to_owned());
-            }
+            "-h" | "--help" => return Err(NotRun::Help),
             _ if config.is_none() => config = Some(PathBuf::from(arg)),
-            _ => return Err(format!("unexpected argument {arg:?}")),
+            _ => return Err(NotRun::Usage(format!("unexpected argument {arg:?}"))),
         }
     }
     let config = config.unwrap_or_else(|| {
@@ -129,7 +143,20 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<(), String> {
-    let args = parse_args()?;
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(NotRun::Help) => {
+            println!("{USAGE}");
+            return Ok(());
+        }
+        Err(NotRun::Usage(mistake)) => return Err(format!("{mistake}\n{USAGE}")),
+    };
+    // Before anything starts, so that a signal at any time stops it cleanly.
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .map_err(|e| format!("signal {signal}: {e}"))?;
+    }
     let loaded = command::config::load_config_file(&args.config).map_err(|problems| {
         let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
         format!("{}: {}", args.config.display(), list.join("\n"))
@@ -260,32 +287,16 @@ fn run() -> Result<(), String> {
         );
     }
     println!();
-    println!("Running until Ctrl-C or end of input.");
+    match args.run_for {
+        Some(limit) => println!(
+            "Running for {} s, or until Ctrl-C or SIGTERM.",
+            limit.as_secs()
+        ),
+        None => println!("Running until Ctrl-C or SIGTERM."),
+    }
 
-    // SAFETY: `on_signal` only stores to an atomic, which is
-    // async-signal-safe; SIGINT and SIGTERM may have handlers.
-    unsafe {
-        libc::signal(
-            libc::SIGINT,
-            on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        );
-        libc::signal(
-            libc::SIGTERM,
-            on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        );
-    }
-    let stdin_closed = Arc::new(AtomicBool::new(false));
-    {
-        let stdin_closed = Arc::clone(&stdin_closed);
-        std::thread::spawn(move || {
-            let mut sink = [0u8; 1024];
-            let mut stdin = std::io::stdin();
-            while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
-            stdin_closed.store(true, Ordering::SeqCst);
-        });
-    }
     let started = Instant::now();
-    while !STOP.load(Ordering::SeqCst) && !stdin_closed.load(Ordering::SeqCst) {
+    while !stop.load(Ordering::SeqCst) {
         if args.run_for.is_some_and(|limit| started.elapsed() >= limit) {
             break;
         }

@@ -125,8 +125,12 @@ pub struct CoreCall {
 
 /// Everything one event asks of the caller, in this order: the timer
 /// changes, the gauge (`left`), then `next`.
+///
+/// `#[non_exhaustive]`: the step may ask for more in later versions; a
+/// caller reads the fields it acts on.
 #[must_use = "the caller must perform the step's actions"]
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Actions {
     /// Timers to arm or cancel.
     pub timers: TimerPlan,

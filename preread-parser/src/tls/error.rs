@@ -121,16 +121,6 @@ impl fmt::Display for HandshakeFault {
 
 impl core::error::Error for TlsError {}
 
-impl<I> nom::error::ParseError<I> for HandshakeFault {
-    fn from_error_kind(_input: I, _kind: nom::error::ErrorKind) -> Self {
-        Self::Truncated
-    }
-
-    fn append(_input: I, _kind: nom::error::ErrorKind, other: Self) -> Self {
-        other
-    }
-}
-
 impl From<HandshakeFault> for TlsError {
     fn from(fault: HandshakeFault) -> Self {
         Self::MalformedHandshake(fault)

@@ -15,7 +15,9 @@ use super::HandshakeFault;
 const NAME_TYPE_HOST_NAME: u8 = 0;
 const MAX_HOST_NAME_LEN: usize = 255;
 
-type Res<'a, O> = IResult<&'a [u8], O, HandshakeFault>;
+/// Every caller maps a failure to the fault of its own extension, so the
+/// combinators carry no error of their own.
+type Res<'a, O> = IResult<&'a [u8], O, ()>;
 
 /// Splits `data` into a u16-length-prefixed list that must fill it exactly.
 fn exact_list<'a>(data: &'a [u8], prefix: impl Fn(&'a [u8]) -> Res<'a, usize>) -> Option<&'a [u8]> {

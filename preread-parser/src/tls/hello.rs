@@ -32,10 +32,27 @@ pub(super) struct Body<'a> {
     pub(super) ech: Option<EchKind>,
 }
 
-type Res<'a, O> = IResult<&'a [u8], O, HandshakeFault>;
+/// The fault as nom's error type, private so that the public
+/// [`HandshakeFault`] implements no trait of nom's: a nom upgrade stays
+/// invisible to callers. A combinator's own failure is a length that ran
+/// past the body.
+#[derive(Debug)]
+struct Fault(HandshakeFault);
 
-fn fail<T>(fault: HandshakeFault) -> Result<T, nom::Err<HandshakeFault>> {
-    Err(nom::Err::Failure(fault))
+impl<I> nom::error::ParseError<I> for Fault {
+    fn from_error_kind(_input: I, _kind: nom::error::ErrorKind) -> Self {
+        Self(HandshakeFault::Truncated)
+    }
+
+    fn append(_input: I, _kind: nom::error::ErrorKind, other: Self) -> Self {
+        other
+    }
+}
+
+type Res<'a, O> = IResult<&'a [u8], O, Fault>;
+
+fn fail<T>(fault: HandshakeFault) -> Result<T, nom::Err<Fault>> {
+    Err(nom::Err::Failure(Fault(fault)))
 }
 
 fn fixed_fields(input: &[u8]) -> Res<'_, u16> {
@@ -64,8 +81,8 @@ fn extension(input: &[u8]) -> Res<'_, (u16, &[u8])> {
 
 /// Parses a whole ClientHello body (the handshake message minus its header).
 pub(super) fn parse_body(body: &[u8]) -> Result<Body<'_>, HandshakeFault> {
-    let flatten = |err: nom::Err<HandshakeFault>| match err {
-        nom::Err::Error(fault) | nom::Err::Failure(fault) => fault,
+    let flatten = |err: nom::Err<Fault>| match err {
+        nom::Err::Error(Fault(fault)) | nom::Err::Failure(Fault(fault)) => fault,
         nom::Err::Incomplete(_) => HandshakeFault::Truncated,
     };
     let (rest, legacy_version) = fixed_fields(body).map_err(flatten)?;

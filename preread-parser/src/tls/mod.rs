@@ -75,7 +75,10 @@ impl Needed {
 ///
 /// Every slice borrows the window (or, for a ClientHello split over several
 /// records, the scratch buffer given to [`parse_client_hello`]).
+///
+/// `#[non_exhaustive]`: later versions may read more of the hello.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ClientHello<'a> {
     /// `legacy_version` of the ClientHello body (0x0303 for TLS 1.2 and 1.3).
     pub legacy_version: u16,
