@@ -1,5 +1,6 @@
-//! The file side of a state file: the bounded read, the atomic write, and
-//! the removal of temp files that killed saves left behind.
+//! The file side of a state file and its journal: the bounded read, the
+//! atomic write, and the removal of temp files that killed saves left
+//! behind.
 //!
 //! Owns: opening for reading without blocking (`O_NONBLOCK`, then `fstat`:
 //! only a regular file is read, so a FIFO or a device cannot hold up the
@@ -23,6 +24,18 @@ use crate::codes::ErrorCode;
 /// Reads the whole of a regular file of at most [`MAX_STATE_FILE_LEN`]
 /// bytes, as UTF-8.
 pub(super) fn read_state_text(path: &Path) -> Result<String, StateFileError> {
+    String::from_utf8(read_bounded(path)?).map_err(|_| {
+        StateFileError::invalid(
+            1,
+            ErrorCode::StateFileCorrupt,
+            format!("{} is not UTF-8 text", path.display()),
+        )
+    })
+}
+
+/// Reads the whole of a regular file of at most [`MAX_STATE_FILE_LEN`]
+/// bytes.
+pub(super) fn read_bounded(path: &Path) -> Result<Vec<u8>, StateFileError> {
     let file = OpenOptions::new()
         .read(true)
         // A FIFO opens at once instead of waiting for a writer; it is then
@@ -61,13 +74,7 @@ pub(super) fn read_state_text(path: &Path) -> Result<String, StateFileError> {
     if len > MAX_STATE_FILE_LEN {
         return Err(too_large(len));
     }
-    String::from_utf8(bytes).map_err(|_| {
-        StateFileError::invalid(
-            1,
-            ErrorCode::StateFileCorrupt,
-            format!("{} is not UTF-8 text", path.display()),
-        )
-    })
+    Ok(bytes)
 }
 
 fn kind_of(file_type: &fs::FileType) -> &'static str {
