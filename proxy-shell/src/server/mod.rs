@@ -493,6 +493,7 @@ impl CommandServer {
                 self.pump(client);
                 continue;
             }
+            self.saved.tick(&self.state);
             return;
         }
     }
