@@ -39,6 +39,12 @@
 //! `Status` request and every listener of the config accepts a TCP
 //! connection (one bare connect-and-close per listener: `tcp.accepted` may
 //! count it; compare metrics as deltas).
+//!
+//! # Crashes
+//!
+//! [`ProxyProcess::kill`] sends SIGKILL and reaps the process;
+//! [`ProxyProcess::restart`] starts it again in the same dir, on the same
+//! config and files (a saved state survives), as a supervisor would.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;

@@ -12,8 +12,8 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use command::channel::BlockingChannel;
-use command::proto::{self, Request, ResponseStatus, request::RequestType};
 use command::proto::response_content::ContentType;
+use command::proto::{self, Request, ResponseStatus, request::RequestType};
 use e2e::backend::{BackendConfig, TlsBackend};
 use e2e::client::tls_request;
 use e2e::proxy::{COMMAND_TIMEOUT, ConfigBuilder, ProxyProcess, READY_TIMEOUT};
@@ -72,7 +72,13 @@ struct Life {
 
 /// Sends changes on one command connection until it breaks (the kill) or
 /// [`CHANGES_PER_LIFE`] are done, recording each as it is answered.
-fn client(proxy_socket: std::path::PathBuf, addr: SocketAddr, life: usize, batches: u64, seen: Arc<Mutex<Life>>) {
+fn client(
+    proxy_socket: std::path::PathBuf,
+    addr: SocketAddr,
+    life: usize,
+    batches: u64,
+    seen: Arc<Mutex<Life>>,
+) {
     let Ok(mut channel) = BlockingChannel::connect(&proxy_socket, COMMAND_TIMEOUT) else {
         return;
     };
@@ -164,10 +170,15 @@ fn kill_9_at_random_points_loses_no_acknowledged_change() {
         changes += seen.acknowledged.len();
         expected.extend(seen.acknowledged);
 
-        proxy.restart(READY_TIMEOUT).expect("restart from the saved state");
+        proxy
+            .restart(READY_TIMEOUT)
+            .expect("restart from the saved state");
         let found = listed(&proxy);
         let missing: Vec<_> = expected.difference(&found).collect();
-        assert!(missing.is_empty(), "life {life} (seed {seed}): acknowledged but lost: {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "life {life} (seed {seed}): acknowledged but lost: {missing:?}"
+        );
         let extra: BTreeSet<String> = found.difference(&expected).cloned().collect();
         let in_flight: BTreeSet<String> = seen.in_flight.into_iter().collect();
         assert!(
@@ -190,7 +201,10 @@ fn kill_9_at_random_points_loses_no_acknowledged_change() {
         in_flight_kept,
         stderr.matches("never acknowledged").count()
     );
-    assert!(compactions > 0, "no compaction ran: the run did not cover one");
+    assert!(
+        compactions > 0,
+        "no compaction ran: the run did not cover one"
+    );
     assert!(
         stderr.matches("journal record(s) after it").count() >= KILLS,
         "every restart replays the journal"

@@ -183,7 +183,10 @@ pub(super) fn scan(bytes: &[u8]) -> Result<Scanned<'_>, StateFileError> {
         let last = body_start + body.len() == rest.len();
         if let Err(why) = check_body(&head, body) {
             if last {
-                scanned.torn = Some(torn(format!("record {}: {why}, and nothing follows it", head.seq)));
+                scanned.torn = Some(torn(format!(
+                    "record {}: {why}, and nothing follows it",
+                    head.seq
+                )));
                 break;
             }
             return Err(corrupt(

@@ -79,7 +79,12 @@ fn records_replay_over_their_snapshot_in_order() {
     assert_eq!(loaded.requests.len(), 4);
     let replay = replay_of(&loaded);
     assert_eq!(
-        (replay.snapshot_seq, replay.seq, replay.replayed, replay.already_held),
+        (
+            replay.snapshot_seq,
+            replay.seq,
+            replay.replayed,
+            replay.already_held
+        ),
         (7, 9, 2, 0)
     );
     assert_eq!(replay.whole_len, Some(journal.len()));
@@ -151,7 +156,12 @@ fn a_damaged_last_record_is_dropped_but_a_damaged_earlier_one_is_refused() {
     let loaded = saved.load().unwrap();
     assert_eq!(ids(&loaded.state), ["a", "b"]);
     assert!(
-        replay_of(&loaded).torn.as_ref().unwrap().why.contains("checksum"),
+        replay_of(&loaded)
+            .torn
+            .as_ref()
+            .unwrap()
+            .why
+            .contains("checksum"),
         "{:?}",
         replay_of(&loaded).torn
     );
@@ -165,7 +175,10 @@ fn a_damaged_last_record_is_dropped_but_a_damaged_earlier_one_is_refused() {
     );
     let shown = error.to_string();
     assert!(
-        shown.starts_with(&format!("journal {}: line 2: E015: ", saved.journal().display())),
+        shown.starts_with(&format!(
+            "journal {}: line 2: E015: ",
+            saved.journal().display()
+        )),
         "{shown}"
     );
     assert!(shown.contains("other records follow it"), "{shown}");
@@ -216,7 +229,10 @@ fn records_must_follow_each_other_and_the_snapshot() {
         (error.code(), error.line()),
         (ErrorCode::StateJournalCorrupt, Some(4))
     );
-    assert!(error.to_string().contains("record 3 follows record 1"), "{error}");
+    assert!(
+        error.to_string().contains("record 3 follows record 1"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -224,12 +240,11 @@ fn a_record_is_checked_as_state_file_lines_are() {
     let (saved, mut journal) = Saved::new(&["a"], 0);
     journal.append(&[cluster("b")]).unwrap();
     // Sealed by its own head, but refused by the state: no such cluster.
-    journal.append(&[cluster("c"), remove_cluster("nope")]).unwrap();
+    journal
+        .append(&[cluster("c"), remove_cluster("nope")])
+        .unwrap();
     let error = saved.load().unwrap_err();
-    assert_eq!(
-        (error.code(), error.line()),
-        (ErrorCode::NotFound, Some(6))
-    );
+    assert_eq!((error.code(), error.line()), (ErrorCode::NotFound, Some(6)));
     assert!(error.to_string().contains("refused on replay"), "{error}");
 }
 
@@ -264,10 +279,7 @@ fn every_step_of_a_compaction_can_be_interrupted() {
         (0, 1)
     );
     assert_eq!(journal.append(&[cluster("e")]).unwrap(), 4);
-    assert_eq!(
-        ids(&saved.load().unwrap().state),
-        ["a", "b", "c", "d", "e"]
-    );
+    assert_eq!(ids(&saved.load().unwrap().state), ["a", "b", "c", "d", "e"]);
 }
 
 #[test]
@@ -296,7 +308,10 @@ fn the_highest_seq_covers_every_record_even_a_damaged_journal() {
     assert!(saved.load().is_err());
     assert_eq!(highest_journal_seq(&saved.path).unwrap(), 6);
     let dir = tempfile::tempdir().unwrap();
-    assert_eq!(highest_journal_seq(dir.path().join("none.json")).unwrap(), 0);
+    assert_eq!(
+        highest_journal_seq(dir.path().join("none.json")).unwrap(),
+        0
+    );
 }
 
 #[test]

@@ -48,9 +48,9 @@ use crate::worker::orders::{Answer, Order, OrderId, Reply, WorkerHandle};
 use changes::Changes;
 use clients::{Client, ClientRef};
 pub use clients::{MAX_COMMAND_CLIENTS, MAX_QUEUED_ANSWER_BYTES};
-pub use saving::{COMPACT_INTERVAL, COMPACT_MIN_BYTES, COMPACT_SNAPSHOT_SHARE, SavedBase};
 use handlers::Query;
 use pending::{Gathered, Pending};
+pub use saving::{COMPACT_INTERVAL, COMPACT_MIN_BYTES, COMPACT_SNAPSHOT_SHARE, SavedBase};
 
 /// How long a worker may take to answer an order (a soft stop gets its
 /// grace on top).
@@ -239,8 +239,7 @@ impl CommandServer {
         let (mut listener, socket) = socket::bind_command_socket(&settings.socket_path)?;
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
-        let saved =
-            saving::Saver::new(settings.saved_state.clone(), settings.automatic_state_save);
+        let saved = saving::Saver::new(settings.saved_state.clone(), settings.automatic_state_save);
         Ok(Self {
             settings,
             poll,

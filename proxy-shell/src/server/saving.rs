@@ -236,7 +236,8 @@ impl Saver {
     }
 
     fn maybe_compact(&mut self, state: &ConfigState) {
-        let (Some(path), Some(journal), None) = (&self.path, &self.journal, &self.compaction) else {
+        let (Some(path), Some(journal), None) = (&self.path, &self.journal, &self.compaction)
+        else {
             return;
         };
         let records = journal.len().saturating_sub(Journal::EMPTY_LEN);
@@ -401,7 +402,15 @@ mod tests {
         assert!(compaction_due(COMPACT_MIN_BYTES, 1_000, now));
         // A large one: its share decides.
         let snapshot = 14 << 20;
-        assert!(!compaction_due(snapshot / COMPACT_SNAPSHOT_SHARE - 1, snapshot, now));
-        assert!(compaction_due(snapshot / COMPACT_SNAPSHOT_SHARE, snapshot, now));
+        assert!(!compaction_due(
+            snapshot / COMPACT_SNAPSHOT_SHARE - 1,
+            snapshot,
+            now
+        ));
+        assert!(compaction_due(
+            snapshot / COMPACT_SNAPSHOT_SHARE,
+            snapshot,
+            now
+        ));
     }
 }
