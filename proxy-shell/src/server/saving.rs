@@ -260,6 +260,11 @@ impl Saver {
         self.last_compaction = started;
         match spawned {
             Ok(thread) => {
+                log::debug!(
+                    "compacting the state journal: {count} request(s), up to record {seq}, \
+                     into {}",
+                    path.display()
+                );
                 self.compaction = Some(Compaction {
                     seq,
                     mark,
