@@ -3,7 +3,7 @@
 //! the proxy killed with SIGKILL at random points, restarted from its state
 //! file and journal; every acknowledged change is there, nothing else but
 //! the change in flight at the kill (whole or not at all), and the names
-//! route.
+//! route. An upgrade hands the saved files over to its successor.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -271,4 +271,64 @@ fn kill_9_at_random_points_loses_no_acknowledged_change() {
         let outcome = tls_request(addr, sni, &[], None).unwrap_or_else(|e| panic!("{sni}: {e}"));
         assert_eq!(outcome.backend(), Some("alpha-0"), "{sni}: {outcome:?}");
     }
+}
+
+#[test]
+fn an_upgrade_hands_the_saved_state_over_to_the_successor() {
+    let alpha = TlsBackend::start(BackendConfig::new("alpha-0", &["*.kill.example.com"]));
+    let config = ConfigBuilder::new()
+        .global("saved_state = \"${dir}/state.json\"")
+        .global("automatic_state_save = true")
+        .global("soft_stop_grace = 1")
+        .listener("main", &[])
+        .cluster("alpha", &[])
+        .backend("alpha", "alpha-0", alpha.addr())
+        .build();
+    let mut proxy = ProxyProcess::start(&config).expect("start");
+    let addr = proxy.addr("main");
+    let send = |proxy: &ProxyProcess, sni: &str| {
+        let answer = proxy
+            .command(&add(addr, sni))
+            .expect("the command socket answers");
+        assert_eq!(answer.status, ResponseStatus::Ok as i32, "{answer:?}");
+    };
+    send(&proxy, "before.kill.example.com");
+    let out = proxy
+        .upgrade(&[], Duration::from_secs(30))
+        .expect("upgrade");
+    assert!(out.status.success(), "{out:?}");
+    let successor = proxy.serving_pid().expect("the successor's pid");
+    send(&proxy, "after.kill.example.com");
+    // The successor dies; the old process has drained and exited.
+    let pid = i32::try_from(successor).expect("a pid");
+    // SAFETY: kill(2) has no memory-safety preconditions; the pid is the
+    // successor's, which `status` just reported and which runs (it answered).
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let deadline = Instant::now() + READY_TIMEOUT;
+    while ProxyProcess::is_running(successor) && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !ProxyProcess::is_running(successor),
+        "the successor is gone"
+    );
+    proxy
+        .wait_exit(READY_TIMEOUT)
+        .expect("the old process exits");
+    proxy
+        .restart(READY_TIMEOUT)
+        .expect("restart from the saved state");
+    let found = listed(&proxy);
+    assert_eq!(
+        found,
+        ["after.kill.example.com", "before.kill.example.com"]
+            .map(str::to_owned)
+            .into(),
+    );
+    let booted = proxy
+        .wait_stderr("booting from the state file", Duration::ZERO)
+        .expect("booted from the saved state");
+    assert!(booted.contains("and 1 journal record(s)"), "{booted}");
+    let outcome = tls_request(addr, "after.kill.example.com", &[], None).expect("routed");
+    assert_eq!(outcome.backend(), Some("alpha-0"), "{outcome:?}");
 }
