@@ -90,7 +90,12 @@ pub fn run(globals: &Globals) -> ExitCode {
             Ok(mut successor) => {
                 // Taken, not copied: the successor keeps serving with it.
                 let state = std::mem::take(&mut successor.state);
-                serve(&global, (state, SavedBase::Other), &config_path, Some(successor))
+                serve(
+                    &global,
+                    (state, SavedBase::Other),
+                    &config_path,
+                    Some(successor),
+                )
             }
             Err(_) => ExitCode::from(EXIT_FAILED),
         };
