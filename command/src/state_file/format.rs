@@ -12,6 +12,8 @@
 //! unsealed text except under [`Check::Unsealed`] (the explicit `preread
 //! state seal` path).
 
+use std::io::Write;
+
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -59,41 +61,89 @@ pub(super) fn header_line(journal_seq: Option<u64>) -> String {
     }
 }
 
-/// Header and request lines, each ending with `\n`, without the trailer.
-pub(super) fn render_body(
+/// Why [`write_state`] stopped.
+#[derive(Debug)]
+pub(super) enum WriteFailure {
+    /// A request that does not serialize.
+    Request(StateFileError),
+    /// The output refused a write.
+    Io(std::io::Error),
+}
+
+/// Writes the whole text of a state file holding `requests` to `out`,
+/// line by line (the header, one JSON request per line, the trailer, each
+/// ending with `\n`), sealing it as it goes: no copy of the text is held.
+/// Returns its length.
+pub(super) fn write_state(
+    out: &mut impl Write,
     requests: &[proto::Request],
     journal_seq: Option<u64>,
-) -> Result<String, StateFileError> {
-    let mut text = header_line(journal_seq);
-    text.push('\n');
+) -> Result<u64, WriteFailure> {
+    let mut sink = Sink {
+        out,
+        crc: crc32fast::Hasher::new(),
+        len: 0,
+    };
+    let mut line = header_line(journal_seq).into_bytes();
+    line.push(b'\n');
+    sink.put(&line, true)?;
     for (index, request) in requests.iter().enumerate() {
-        let json = serde_json::to_string(request).map_err(|error| {
+        line.clear();
+        serde_json::to_writer(&mut line, request).map_err(|error| {
             // Line of the request in the file that would have been written.
-            StateFileError::invalid(
+            WriteFailure::Request(StateFileError::invalid(
                 index + 2,
                 ErrorCode::StateFileCorrupt,
                 format!("request does not serialize: {error}"),
-            )
+            ))
         })?;
-        debug_assert!(!json.contains('\n'), "serde_json escapes newlines");
-        text.push_str(&json);
-        text.push('\n');
+        debug_assert!(!line.contains(&b'\n'), "serde_json escapes newlines");
+        line.push(b'\n');
+        sink.put(&line, true)?;
     }
-    Ok(text)
+    let trailer = trailer_line(Seal {
+        requests: u64::try_from(requests.len()).unwrap_or(u64::MAX),
+        crc32: format!("{:08x}", sink.crc.clone().finalize()),
+    });
+    sink.put(trailer.as_bytes(), false)?;
+    Ok(sink.len)
 }
 
-/// `body` followed by its trailer line.
-pub(super) fn seal(body: &str) -> String {
-    let seal = Seal {
-        requests: request_lines(body),
-        crc32: crc_hex(body),
-    };
+/// Where [`write_state`] writes, with the checksum and length so far.
+struct Sink<'a, W> {
+    out: &'a mut W,
+    crc: crc32fast::Hasher,
+    len: u64,
+}
+
+impl<W: Write> Sink<'_, W> {
+    /// Writes `bytes`, covered by the trailer's checksum when `sealed`.
+    fn put(&mut self, bytes: &[u8], sealed: bool) -> Result<(), WriteFailure> {
+        if sealed {
+            self.crc.update(bytes);
+        }
+        self.len += u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+        self.out.write_all(bytes).map_err(WriteFailure::Io)
+    }
+}
+
+/// The trailer line of `seal`, with its newline.
+fn trailer_line(seal: Seal) -> String {
     let trailer = serde_json::to_string(&TrailerLine {
         preread_state_end: seal,
     })
     // Two plain fields of a derived Serialize: nothing can fail.
     .unwrap_or_default();
-    format!("{body}{trailer}\n")
+    format!("{trailer}\n")
+}
+
+/// `body` followed by its trailer line.
+pub(super) fn seal(body: &str) -> String {
+    let trailer = trailer_line(Seal {
+        requests: request_lines(body),
+        crc32: crc_hex(body),
+    });
+    format!("{body}{trailer}")
 }
 
 fn crc_hex(bytes: &str) -> String {

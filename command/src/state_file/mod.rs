@@ -250,7 +250,18 @@ impl std::error::Error for StateFileError {
 /// A request that does not serialize (not expected for generated types:
 /// serialization is done before any file is touched).
 pub fn render_state(requests: &[proto::Request]) -> Result<String, StateFileError> {
-    format::render_body(requests, None).map(|body| format::seal(&body))
+    let mut text = Vec::new();
+    format::write_state(&mut text, requests, None).map_err(|failure| match failure {
+        format::WriteFailure::Request(error) => error,
+        // Writes to a Vec do not fail.
+        format::WriteFailure::Io(error) => {
+            StateFileError::io(Path::new("(memory)"), "render", error)
+        }
+    })?;
+    // Serialized JSON and the ASCII lines around it.
+    String::from_utf8(text).map_err(|_| {
+        StateFileError::invalid(1, ErrorCode::StateFileCorrupt, "the text is not UTF-8")
+    })
 }
 
 /// `body` (a header line and request lines, each ending with `\n`) with the
@@ -262,8 +273,8 @@ pub fn seal(body: &str) -> String {
 }
 
 /// Writes `requests` (usually [`ConfigState::generate_requests`]) to
-/// `path` atomically: the text is built first, then written to a temp file
-/// in the same directory, synced, renamed over `path`, and the directory
+/// `path` atomically: the text is written line by line to a temp file in
+/// the same directory, synced, renamed over `path`, and the directory
 /// synced. On any failure the temp file is removed and `path` keeps its old
 /// content.
 ///
@@ -274,9 +285,11 @@ pub fn save_state(
     path: impl AsRef<Path>,
     requests: &[proto::Request],
 ) -> Result<(), StateFileError> {
-    let path = path.as_ref();
-    let text = render_state(requests)?;
-    files::write_atomically(path, text.as_bytes())
+    files::write_atomically_with(path.as_ref(), |out| {
+        format::write_state(out, requests, None)
+            .map(|_| ())
+            .map_err(files::Failure::from)
+    })
 }
 
 /// [`save_state`] of a snapshot that the journal beside `path` continues:
@@ -292,9 +305,9 @@ pub fn save_snapshot(
     requests: &[proto::Request],
     journal_seq: u64,
 ) -> Result<u64, StateFileError> {
-    let text = format::render_body(requests, Some(journal_seq)).map(|body| format::seal(&body))?;
-    files::write_atomically(path.as_ref(), text.as_bytes())?;
-    Ok(u64::try_from(text.len()).unwrap_or(u64::MAX))
+    files::write_atomically_with(path.as_ref(), |out| {
+        format::write_state(out, requests, Some(journal_seq)).map_err(files::Failure::from)
+    })
 }
 
 /// The journal that continues the state file at `path`: `<path>.journal`.

@@ -239,7 +239,11 @@ impl CommandServer {
         let (mut listener, socket) = socket::bind_command_socket(&settings.socket_path)?;
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
-        let saved = saving::Saver::new(settings.saved_state.clone(), settings.automatic_state_save);
+        let saved = saving::Saver::new(
+            settings.saved_state.clone(),
+            settings.automatic_state_save,
+            Arc::clone(&waker),
+        );
         Ok(Self {
             settings,
             poll,

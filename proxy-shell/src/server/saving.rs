@@ -7,8 +7,9 @@
 //! generated requests, after which the journal keeps only the records the
 //! snapshot lacks); a full save when the saved files do not hold the
 //! committed state (the boot from the config, an upgrade's successor, an
-//! append that failed, `state save` to the saved state's path); and
-//! [`SavedBase`], what the boot read.
+//! append that failed, `state save` to the saved state's path); the heap
+//! trim once a compaction's copy is freed; and [`SavedBase`], what the
+//! boot read.
 //!
 //! Must never: answer a change before its record is synced; write two
 //! snapshots at once; drop a journal record before a synced snapshot holds
@@ -17,6 +18,7 @@
 //! renders is taken on the main thread).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, TryRecvError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -26,6 +28,7 @@ use command::state::ConfigState;
 use command::state_file::{
     Journal, JournalReplay, StateFileError, highest_journal_seq, journal_path, save_snapshot,
 };
+use mio::Waker;
 
 use super::CommandServer;
 
@@ -77,11 +80,12 @@ struct Compaction {
     /// The journal's length when it was taken: the records after it are
     /// not in the snapshot.
     mark: u64,
-    started: Instant,
     /// How long the copy of the requests took, on the main thread.
     copied: Duration,
     requests: usize,
-    done: Receiver<Result<u64, StateFileError>>,
+    /// The snapshot's length, or why it was not written; and how long its
+    /// thread took.
+    done: Receiver<(Result<u64, StateFileError>, Duration)>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -99,10 +103,14 @@ pub(super) struct Saver {
     snapshot_len: u64,
     last_compaction: Instant,
     compaction: Option<Compaction>,
+    /// Woken by the compaction's thread when it is done, so that its end
+    /// is taken while the command thread is idle rather than on the path
+    /// of the next change.
+    waker: Arc<Waker>,
 }
 
 impl Saver {
-    pub(super) fn new(path: Option<PathBuf>, automatic: bool) -> Self {
+    pub(super) fn new(path: Option<PathBuf>, automatic: bool, waker: Arc<Waker>) -> Self {
         Self {
             path,
             automatic,
@@ -110,6 +118,7 @@ impl Saver {
             snapshot_len: 0,
             last_compaction: Instant::now(),
             compaction: None,
+            waker,
         }
     }
 
@@ -166,7 +175,6 @@ impl Saver {
         if !self.automatic || self.path.is_none() {
             return Ok(());
         }
-        self.collect(false);
         let Some(journal) = &mut self.journal else {
             return self.save_whole(state).map(|_| ());
         };
@@ -180,7 +188,7 @@ impl Saver {
 
     /// Takes the end of a compaction, and starts one if it is due: called
     /// once the answers are written, so that the copy of the requests a
-    /// snapshot renders (some 30 ms at 100,000 routes) is not on the answer
+    /// snapshot renders (30 to 70 ms at 100,000 routes) is not on the answer
     /// path of the change that made it due.
     pub(super) fn tick(&mut self, state: &ConfigState) {
         self.collect(false);
@@ -251,11 +259,21 @@ impl Saver {
         let (seq, mark) = (journal.seq(), journal.len());
         let (done_tx, done) = mpsc::channel();
         let target = path.clone();
+        let waker = Arc::clone(&self.waker);
         let spawned = std::thread::Builder::new()
             .name("preread-snapshot".to_owned())
             .spawn(move || {
+                let written = save_snapshot(&target, &requests, seq);
+                // The copy is freed here, in this thread's arena: trimmed
+                // by the command thread once it takes the outcome.
+                drop(requests);
                 // The server may be gone by then: nothing to tell.
-                let _ = done_tx.send(save_snapshot(&target, &requests, seq));
+                let _ = done_tx.send((written, started.elapsed()));
+                if let Err(error) = waker.wake() {
+                    log::warn!(
+                        "the snapshot is written, but the command thread was not woken: {error}"
+                    );
+                }
             });
         self.last_compaction = started;
         match spawned {
@@ -268,7 +286,6 @@ impl Saver {
                 self.compaction = Some(Compaction {
                     seq,
                     mark,
-                    started,
                     copied,
                     requests: count,
                     done,
@@ -321,8 +338,10 @@ impl Saver {
         let Some(path) = &self.path else {
             return;
         };
+        // The copy and the rendered text were freed: give the pages back.
+        crate::heap::trim();
         match outcome {
-            Some(Ok(len)) => {
+            Some((Ok(len), took)) => {
                 self.snapshot_len = len;
                 let trimmed = match &mut self.journal {
                     Some(journal) => journal.keep_from(compaction.mark),
@@ -335,7 +354,7 @@ impl Saver {
                         path.display(),
                         compaction.requests,
                         compaction.seq,
-                        compaction.started.elapsed().as_millis(),
+                        took.as_millis(),
                         compaction.copied.as_millis()
                     ),
                     // The snapshot's header says which records it holds:
@@ -348,7 +367,7 @@ impl Saver {
                     ),
                 }
             }
-            Some(Err(error)) => log::error!(
+            Some((Err(error), _)) => log::error!(
                 "compacting the state journal into {} failed: {error}; the journal keeps \
                  every record, and the next compaction tries again",
                 path.display()
