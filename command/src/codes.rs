@@ -52,6 +52,9 @@ error_codes! {
     /// The saved state file holds no routing while the config declares
     /// some, and `empty_saved_state` does not say which one to boot from.
     StateFileEmpty = "E014",
+    /// The journal beside the saved state file is damaged before its last
+    /// record, or records are missing between the snapshot and it.
+    StateJournalCorrupt = "E015",
     /// An address that is not `ip:port` with a non-zero port.
     InvalidAddress = "E101",
     /// `sni_preread_max_bytes` below the 5 bytes of a TLS record header.
@@ -225,6 +228,27 @@ impl ErrorCode {
                  routing).",
                 "Set empty_saved_state to \"use_config\" or \"keep_empty\", or delete the \
                  state file to boot from the config.",
+            ),
+            Self::StateJournalCorrupt => (
+                "the saved state's journal is damaged",
+                "With automatic_state_save, every accepted change is appended to the journal \
+                 beside the state file (<saved_state>.journal) as a record with its own length \
+                 and CRC-32, and the state file is a snapshot that holds the journal up to the \
+                 record its header names (journal_seq). A last record cut short or damaged \
+                 with nothing after it is an append a crash interrupted, never acknowledged: \
+                 it is dropped with a warning. This code is for everything else: the journal \
+                 has no valid header, a record before the last one fails its checks, record \
+                 numbers do not follow each other, or the first record after the snapshot is \
+                 missing (an older copy of the state file put back beside a newer journal). \
+                 Nothing of either file is applied.",
+                "A journal as preread writes it: {\"preread_journal\":1}, then records, each a \
+                 head line {\"journal_record\":{\"seq\":N,\"requests\":R,\"bytes\":B,\
+                 \"crc32\":\"…\"}} followed by B bytes of R request lines; seq numbers rise by \
+                 one, and the first after the snapshot's journal_seq is journal_seq + 1.",
+                "Put back the state file and the journal as they were saved together, or \
+                 restore both from a backup. To boot from the snapshot alone, losing the \
+                 changes after it, move the journal away; to boot from the config file, move \
+                 both away.",
             ),
             Self::InvalidAddress => (
                 "invalid socket address",
@@ -478,6 +502,7 @@ mod tests {
             (ErrorCode::StateFileIo, "E012"),
             (ErrorCode::StateFileIntegrity, "E013"),
             (ErrorCode::StateFileEmpty, "E014"),
+            (ErrorCode::StateJournalCorrupt, "E015"),
             (ErrorCode::InvalidAddress, "E101"),
             (ErrorCode::PrereadMaxBytesTooSmall, "E102"),
             (ErrorCode::InvalidTimeout, "E103"),

@@ -1199,6 +1199,7 @@ mod tests {
             ErrorCode::StateFileIo,
             ErrorCode::StateFileIntegrity,
             ErrorCode::StateFileEmpty,
+            ErrorCode::StateJournalCorrupt,
         ]
         .into();
         let source = include_str!("validate.rs");

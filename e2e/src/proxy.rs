@@ -39,6 +39,12 @@
 //! `Status` request and every listener of the config accepts a TCP
 //! connection (one bare connect-and-close per listener: `tcp.accepted` may
 //! count it; compare metrics as deltas).
+//!
+//! # Crashes
+//!
+//! [`ProxyProcess::kill`] sends SIGKILL and reaps the process;
+//! [`ProxyProcess::restart`] starts it again in the same dir, on the same
+//! config and files (a saved state survives), as a supervisor would.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -505,6 +511,40 @@ fn limit_descriptors(command: &mut Command, soft: u64, hard: u64) {
     }
 }
 
+/// Spawns `preread start -c <dir>/preread.toml` in `dir`, its output to
+/// the files of the dir (appended to, for a restart).
+fn spawn_start(
+    bin: &Path,
+    dir: &Path,
+    options: &StartOptions,
+    append: bool,
+) -> Result<Child, String> {
+    let open = |name: &str| {
+        File::options()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(dir.join(name))
+            .map_err(|e| format!("{name}: {e}"))
+    };
+    let config_arg = dir.join(CONFIG_FILE).display().to_string();
+    let mut command = Command::new(bin);
+    command
+        .args(["start", "-c", &config_arg])
+        .current_dir(dir)
+        .envs(options.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(open(STDOUT_FILE)?)
+        .stderr(open(STDERR_FILE)?);
+    if let Some((soft, hard)) = options.nofile {
+        limit_descriptors(&mut command, soft, hard);
+    }
+    command
+        .spawn()
+        .map_err(|e| format!("spawn {}: {e}", bin.display()))
+}
+
 /// A running `preread start`; killed (SIGKILL) on Drop. Its temp dir is a
 /// [`TempDir`]: removed after the kill, unless the thread is panicking or
 /// [`KEEP_ENV`](crate::testkit::KEEP_ENV) is set (its path is then printed).
@@ -626,25 +666,7 @@ impl ProxyProcess {
             })
             .collect();
         let socket = loaded.global.command_socket.clone();
-        let stderr =
-            File::create(dir.join(STDERR_FILE)).map_err(|e| format!("stderr file: {e}"))?;
-        let stdout =
-            File::create(dir.join(STDOUT_FILE)).map_err(|e| format!("stdout file: {e}"))?;
-        let config_arg = config_path.display().to_string();
-        let mut command = Command::new(bin);
-        command
-            .args(["start", "-c", &config_arg])
-            .current_dir(&dir)
-            .envs(options.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(stdout)
-            .stderr(stderr);
-        if let Some((soft, hard)) = options.nofile {
-            limit_descriptors(&mut command, soft, hard);
-        }
-        let child = command
-            .spawn()
-            .map_err(|e| format!("spawn {}: {e}", bin.display()))?;
+        let child = spawn_start(bin, &dir, options, false)?;
         let mut proxy = ProxyProcess {
             child: Some(child),
             exit: None,
@@ -924,6 +946,48 @@ impl ProxyProcess {
                 Ok(status)
             }
             None => Err(format!("the proxy did not exit within {timeout:?}")),
+        }
+    }
+
+    /// Kills the proxy with SIGKILL, as a crash would, and reaps it.
+    pub fn kill(&mut self) -> Result<ExitStatus, String> {
+        self.signal(libc::SIGKILL)?;
+        self.wait_exit(STOP_TIMEOUT)
+    }
+
+    /// Starts the proxy again, once it exited, in the same temp dir with
+    /// the same config and environment (a supervisor's restart), and waits
+    /// at most `timeout` until it is ready. Its stderr goes on in the same
+    /// file.
+    pub fn restart(&mut self, timeout: Duration) -> Result<(), String> {
+        if self.try_wait()?.is_none() {
+            return Err("the proxy is still running: stop or kill it first".to_owned());
+        }
+        let options = StartOptions {
+            env: self.env.clone(),
+            ..StartOptions::default()
+        };
+        let child = spawn_start(&preread_bin()?, self.dir.path(), &options, true)?;
+        self.child = Some(child);
+        self.exit = None;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.try_wait()? {
+                return Err(format!(
+                    "the restarted proxy exited during start-up ({status}); stderr:\n{}",
+                    tail(&self.stderr_text(), 40)
+                ));
+            }
+            if self.is_ready(true) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "the restarted proxy was not ready within {timeout:?}; stderr:\n{}",
+                    tail(&self.stderr_text(), 40)
+                ));
+            }
+            std::thread::sleep(POLL);
         }
     }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use command::proto;
 use command::proto::request::RequestType;
-use command::state_file::seal;
+use command::state_file::{load_state, seal};
 use e2e::backend::{BackendConfig, PlainBackend, TlsBackend};
 use e2e::client::{
     self, half_close, raw_exchange, read_line, read_tls_to_close, tls_client, tls_request,
@@ -847,12 +847,14 @@ fn runtime_routes_survive_a_restart_from_the_saved_state() {
         ],
     );
     routed_to(main, "a.example.com", "alpha-0");
+    // Saved before the answer: the snapshot, and the journal after it.
+    let saved = load_state(&state_path).expect("the saved state loads");
     assert!(
-        eventually(T, || std::fs::read_to_string(&state_path).is_ok_and(|s| s
-            .contains("add_tcp_frontend")
-            && s.contains("alpha-0"))),
-        "the state file was not saved: {:?}",
-        std::fs::read_to_string(&state_path)
+        saved
+            .frontends()
+            .any(|f| f.sni.as_deref() == Some("a.example.com"))
+            && saved.backends().any(|b| b.backend_id == "alpha-0"),
+        "the state was not saved: {saved:?}"
     );
 
     let exit = first.stop_soft().expect("soft stop");

@@ -1,9 +1,10 @@
 //! `preread start`: runs the proxy in the foreground.
 //!
 //! Owns: the boot sequence: config, logging, the boot state (a valid saved
-//! state file wins over the config's declarations, unless it is empty and
-//! `empty_saved_state` says otherwise; stale temp files of killed saves are
-//! removed first; an upgrade's handover wins over both), the command
+//! state file, with its journal replayed over it, wins over the config's
+//! declarations, unless it is empty and `empty_saved_state` says
+//! otherwise; stale temp files of killed saves are removed first; an
+//! upgrade's handover wins over both), the command
 //! socket, the workers, replaying the state on them, then the command
 //! server until a stop, and joining the workers. Must never: start with a
 //! state the workers refused, or over another running proxy's command
@@ -18,12 +19,12 @@ use std::time::{Duration, Instant};
 use command::codes::ErrorCode;
 use command::config::{EmptySavedState, GlobalSettings, load_config_file};
 use command::state::ConfigState;
-use command::state_file::{load_state_requests, remove_stale_temp_files, save_state};
+use command::state_file::{journal_path, load_saved_state, remove_stale_temp_files};
 use command::validate::check_cap_fits_buffer;
 
 use crate::cli::{EXIT_FAILED, EXIT_USAGE, Globals};
 use crate::handover::Inherited;
-use crate::server::{CommandServer, ServerSettings, StopKind};
+use crate::server::{CommandServer, SavedBase, ServerSettings, StopKind};
 use crate::takeover::{self, Successor};
 use crate::worker::{self, WorkerSettings};
 
@@ -89,19 +90,24 @@ pub fn run(globals: &Globals) -> ExitCode {
             Ok(mut successor) => {
                 // Taken, not copied: the successor keeps serving with it.
                 let state = std::mem::take(&mut successor.state);
-                serve(&global, state, &config_path, Some(successor))
+                serve(
+                    &global,
+                    (state, SavedBase::Other),
+                    &config_path,
+                    Some(successor),
+                )
             }
             Err(_) => ExitCode::from(EXIT_FAILED),
         };
     }
-    let state = match boot_state(&global, loaded.state) {
-        Ok(state) => state,
+    let boot = match boot_state(&global, loaded.state) {
+        Ok(boot) => boot,
         Err(message) => {
             eprintln!("preread: {message}");
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    serve(&global, state, &config_path, None)
+    serve(&global, boot, &config_path, None)
 }
 
 fn init_logging(log_level: &str) {
@@ -111,22 +117,30 @@ fn init_logging(log_level: &str) {
 }
 
 /// The state to boot with: the saved state file when there is one (it is
-/// the source of truth), else the config's declarations. An empty state
-/// file against a config that declares routing is `empty_saved_state`'s
-/// choice.
-fn boot_state(global: &GlobalSettings, from_config: ConfigState) -> Result<ConfigState, String> {
+/// the source of truth), with its journal's records replayed over it, else
+/// the config's declarations. An empty saved state against a config that
+/// declares routing is `empty_saved_state`'s choice. Also says whether the
+/// saved files hold it.
+fn boot_state(
+    global: &GlobalSettings,
+    from_config: ConfigState,
+) -> Result<(ConfigState, SavedBase), String> {
     let Some(path) = &global.saved_state else {
-        return Ok(from_config);
+        return Ok((from_config, SavedBase::Other));
     };
-    for stale in remove_stale_temp_files(path) {
+    for stale in remove_stale_temp_files(path)
+        .into_iter()
+        .chain(remove_stale_temp_files(journal_path(path)))
+    {
         match stale {
             Ok(file) => log::info!("removed {}, left by a save that was killed", file.display()),
             Err(error) => log::warn!("{error}"),
         }
     }
-    match load_state_requests(path) {
-        Ok((state, requests)) => {
-            if let Some(error) = requests
+    match load_saved_state(path) {
+        Ok(saved) => {
+            if let Some(error) = saved
+                .requests
                 .iter()
                 .find_map(|r| check_cap_fits_buffer(r, global.buffer_size).err())
             {
@@ -138,28 +152,45 @@ fn boot_state(global: &GlobalSettings, from_config: ConfigState) -> Result<Confi
                 ));
             }
             let declared = from_config.generate_requests().len();
-            if requests.is_empty() && declared > 0 {
-                return empty_state(global.empty_saved_state, path, declared, from_config);
+            if is_empty(&saved.state) && declared > 0 {
+                return empty_state(global.empty_saved_state, path, declared, from_config)
+                    .map(|state| (state, SavedBase::Other));
             }
+            let journal = saved.journal.as_ref().map_or_else(String::new, |j| {
+                format!(
+                    " and {} journal record(s) after it from {}",
+                    j.replayed,
+                    j.path.display()
+                )
+            });
             log::info!(
-                "booting from the state file {} ({} request(s))",
+                "booting from the state file {} ({} request(s)){journal}",
                 path.display(),
-                requests.len()
+                saved.snapshot_requests,
             );
-            Ok(state)
+            let base = saved.journal.map_or(SavedBase::Other, SavedBase::Saved);
+            Ok((saved.state, base))
         }
         Err(error) if error.is_not_found() => {
             log::info!(
                 "no state file at {} yet: booting from the config's declarations",
                 path.display()
             );
-            Ok(from_config)
+            Ok((from_config, SavedBase::Other))
         }
         Err(error) => Err(format!(
             "the state file {} is not valid, not starting (fix or remove it): {error}",
             path.display()
         )),
     }
+}
+
+/// Whether `state` holds no routing object at all.
+fn is_empty(state: &ConfigState) -> bool {
+    state.listeners().len() == 0
+        && state.clusters().len() == 0
+        && state.frontends().len() == 0
+        && state.backends().len() == 0
 }
 
 /// A valid state file with no routing, while the config declares
@@ -200,7 +231,7 @@ fn empty_state(
 /// sockets, and takes the command socket path only once it serves.
 fn serve(
     global: &GlobalSettings,
-    state: ConfigState,
+    (state, base): (ConfigState, SavedBase),
     config_path: &Path,
     mut successor: Option<Successor>,
 ) -> ExitCode {
@@ -277,11 +308,8 @@ fn serve(
         takeover::ready(&mut s.control);
         crate::notify::main_pid(std::process::id());
     }
-    if global.automatic_state_save
-        && let Some(path) = &global.saved_state
-        && let Err(error) = save_state(path, &server.state().generate_requests())
-    {
-        log::error!("cannot write the state file {}: {error}", path.display());
+    if let Err(error) = server.resume_saved_state(base) {
+        log::error!("cannot save the state: {error}; the next change tries again");
     }
     if let Err(error) = server.watch_signals() {
         log::error!(

@@ -18,7 +18,7 @@ use command::channel::{
 use command::codes::ErrorCode;
 use command::proto::{self, request::RequestType, response_content::ContentType};
 use command::state::ConfigState;
-use command::state_file::{load_state, seal};
+use command::state_file::{journal_path, load_state, seal};
 use mio::{Poll, Token, Waker};
 use proxy_shell::answer_code::AnswerCode;
 use proxy_shell::server::{CommandServer, E_WORKER_TIMEOUT, ServerSettings, StopKind};
@@ -732,18 +732,49 @@ fn automatic_state_save_writes_a_loadable_file_after_each_change() {
         ..settings(dir.path())
     };
     let h = Harness::start_with(dir, settings, ConfigState::default(), &[Script::Done]);
+    let journal = journal_path(&file);
     let mut client = h.client();
     let mut done = Vec::new();
+    let mut snapshot = None;
+    let mut journal_len = 0;
     for kind in setup() {
         assert_ok(&ask(&mut client, kind.clone()));
         done.push(kind);
         assert_eq!(load_state(&file).expect("loadable"), state_of(&done));
+        // The first change saves the state whole (it did not come from the
+        // file); the later ones are appended to the journal, the snapshot
+        // untouched.
+        let now = std::fs::read(&file).expect("the snapshot");
+        let len = std::fs::metadata(&journal).expect("the journal").len();
+        if let Some(before) = &snapshot {
+            assert_eq!(&now, before, "the snapshot was rewritten");
+            assert!(len > journal_len, "nothing appended");
+        }
+        snapshot = Some(now);
+        journal_len = len;
     }
-    // A refused change leaves the file as it was.
+    // A refused change leaves the files as they were.
     assert_failure(
         &ask(&mut client, frontend("nope", ADDR, "b.example.com")),
         "E302",
     );
+    assert_eq!(load_state(&file).expect("loadable"), state_of(&done));
+    assert_eq!(std::fs::metadata(&journal).unwrap().len(), journal_len);
+    // `state save` to the saved state's path writes the snapshot whole,
+    // and the journal starts over after it.
+    assert_ok(&ask(
+        &mut client,
+        RequestType::SaveState(proto::SaveState {
+            path: String::new(),
+        }),
+    ));
+    assert_eq!(
+        std::fs::read_to_string(&journal).unwrap(),
+        "{\"preread_journal\":1}\n"
+    );
+    assert_eq!(load_state(&file).expect("loadable"), state_of(&done));
+    assert_ok(&ask(&mut client, cluster("beta")));
+    done.push(cluster("beta"));
     assert_eq!(load_state(&file).expect("loadable"), state_of(&done));
     h.stop();
 }

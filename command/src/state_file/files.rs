@@ -1,5 +1,6 @@
-//! The file side of a state file: the bounded read, the atomic write, and
-//! the removal of temp files that killed saves left behind.
+//! The file side of a state file and its journal: the bounded read, the
+//! atomic write, and the removal of temp files that killed saves left
+//! behind.
 //!
 //! Owns: opening for reading without blocking (`O_NONBLOCK`, then `fstat`:
 //! only a regular file is read, so a FIFO or a device cannot hold up the
@@ -12,7 +13,7 @@
 
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, BufWriter, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +24,18 @@ use crate::codes::ErrorCode;
 /// Reads the whole of a regular file of at most [`MAX_STATE_FILE_LEN`]
 /// bytes, as UTF-8.
 pub(super) fn read_state_text(path: &Path) -> Result<String, StateFileError> {
+    String::from_utf8(read_bounded(path)?).map_err(|_| {
+        StateFileError::invalid(
+            1,
+            ErrorCode::StateFileCorrupt,
+            format!("{} is not UTF-8 text", path.display()),
+        )
+    })
+}
+
+/// Reads the whole of a regular file of at most [`MAX_STATE_FILE_LEN`]
+/// bytes.
+pub(super) fn read_bounded(path: &Path) -> Result<Vec<u8>, StateFileError> {
     let file = OpenOptions::new()
         .read(true)
         // A FIFO opens at once instead of waiting for a writer; it is then
@@ -61,13 +74,7 @@ pub(super) fn read_state_text(path: &Path) -> Result<String, StateFileError> {
     if len > MAX_STATE_FILE_LEN {
         return Err(too_large(len));
     }
-    String::from_utf8(bytes).map_err(|_| {
-        StateFileError::invalid(
-            1,
-            ErrorCode::StateFileCorrupt,
-            format!("{} is not UTF-8 text", path.display()),
-        )
-    })
+    Ok(bytes)
 }
 
 fn kind_of(file_type: &fs::FileType) -> &'static str {
@@ -84,6 +91,9 @@ fn kind_of(file_type: &fs::FileType) -> &'static str {
         "not a regular file"
     }
 }
+
+/// The buffer between a text being rendered and its temp file.
+const WRITE_BUFFER: usize = 256 << 10;
 
 /// Distinguishes the temp files of concurrent saves within one process.
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -113,6 +123,35 @@ fn temp_prefix(file_name: &std::ffi::OsStr) -> OsString {
 }
 
 pub(super) fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), StateFileError> {
+    write_atomically_with(path, |out| out.write_all(contents).map_err(Failure::Io))
+}
+
+/// What the writer of [`write_atomically_with`] can fail with.
+#[derive(Debug)]
+pub(super) enum Failure {
+    /// Nothing was wrong with the file (a request that does not
+    /// serialize): the error as it is.
+    Content(StateFileError),
+    /// A write to the temp file failed.
+    Io(io::Error),
+}
+
+impl From<super::format::WriteFailure> for Failure {
+    fn from(failure: super::format::WriteFailure) -> Self {
+        match failure {
+            super::format::WriteFailure::Request(error) => Self::Content(error),
+            super::format::WriteFailure::Io(error) => Self::Io(error),
+        }
+    }
+}
+
+/// [`write_atomically`] of what `write` writes (through a buffer, so that
+/// no copy of a large text need be held): a temp file in the same
+/// directory, synced, renamed over `path`, the directory synced.
+pub(super) fn write_atomically_with<T>(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<File>) -> Result<T, Failure>,
+) -> Result<T, StateFileError> {
     let (directory, file_name) = split(path)?;
     let mut temp_name = temp_prefix(file_name);
     temp_name.push(format!(
@@ -122,30 +161,41 @@ pub(super) fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), State
     ));
     let temp = directory.join(temp_name);
 
-    let mut file = OpenOptions::new()
+    let file = OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&temp)
         .map_err(|error| StateFileError::io(&temp, "create temp file", error))?;
-    let written = file
-        .write_all(contents)
-        .map_err(|error| StateFileError::io(&temp, "write", error))
-        .and_then(|()| {
+    let mut out = BufWriter::with_capacity(WRITE_BUFFER, file);
+    let written = write(&mut out)
+        .map_err(|failure| match failure {
+            Failure::Content(error) => error,
+            Failure::Io(error) => StateFileError::io(&temp, "write", error),
+        })
+        .and_then(|value| {
+            let file = out
+                .into_inner()
+                .map_err(|error| StateFileError::io(&temp, "write", error.into_error()))?;
             file.sync_all()
-                .map_err(|error| StateFileError::io(&temp, "sync", error))
+                .map_err(|error| StateFileError::io(&temp, "sync", error))?;
+            Ok(value)
         });
-    drop(file);
-    let renamed = written.and_then(|()| {
-        fs::rename(&temp, path).map_err(|error| StateFileError::io(path, "rename", error))
+    let renamed = written.and_then(|value| {
+        fs::rename(&temp, path).map_err(|error| StateFileError::io(path, "rename", error))?;
+        Ok(value)
     });
-    if let Err(error) = renamed {
-        // Best effort: the temp file is garbage either way.
-        let _ = fs::remove_file(&temp);
-        return Err(error);
-    }
+    let value = match renamed {
+        Ok(value) => value,
+        Err(error) => {
+            // Best effort: the temp file is garbage either way.
+            let _ = fs::remove_file(&temp);
+            return Err(error);
+        }
+    };
     File::open(directory)
         .and_then(|directory| directory.sync_all())
-        .map_err(|error| StateFileError::io(directory, "sync directory", error))
+        .map_err(|error| StateFileError::io(directory, "sync directory", error))?;
+    Ok(value)
 }
 
 /// The pid in a temp file name `<prefix><pid>.<n>`, if it is one.

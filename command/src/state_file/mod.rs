@@ -9,9 +9,19 @@
 //! {"preread_state_end":{"requests":2,"crc32":"5d3c2f1a"}}
 //! ```
 //!
-//! Owns: the public API of state files and their errors. `format` holds the
-//! text (header, lines, trailer, replay), `files` the bounded read, the
-//! atomic write and the removal of stale temp files.
+//! A saved state may go on in a **journal** beside it (`<path>.journal`,
+//! see [`journal_path`]): `automatic_state_save` appends each committed
+//! routing generation there as one record, and compacts it into a new
+//! snapshot from time to time. A snapshot that a journal continues says
+//! so in its header (`{"preread_state":2,"journal_seq":41}`: it holds the
+//! journal's records up to 41), and every load of it replays the journal's
+//! later records over it.
+//!
+//! Owns: the public API of state files, journals and their errors.
+//! `format` holds the text (header, lines, trailer, replay), `journal` the
+//! journal's records, `saved` the snapshot and its journal read together,
+//! `journal_file` the journal open for appends, `files` the bounded read,
+//! the atomic write and the removal of stale temp files.
 //!
 //! Must never: return a partially replayed state, hand out the state of a
 //! file whose trailer is missing or does not match (a file cut at a line
@@ -31,10 +41,17 @@ use crate::state::ConfigState;
 
 mod files;
 mod format;
+mod journal;
+mod journal_file;
+#[cfg(test)]
+mod journal_tests;
+mod saved;
 #[cfg(test)]
 mod tests;
 
 use format::Check;
+pub use journal::{JOURNAL_VERSION, TornTail};
+pub use journal_file::Journal;
 
 /// The format version this build writes and reads: version 2 has the
 /// trailer.
@@ -46,6 +63,10 @@ pub const LEGACY_STATE_FILE_VERSION: u64 = 1;
 
 /// The key of the header object, the file's first line.
 pub const HEADER_KEY: &str = "preread_state";
+
+/// The key, in the header of a snapshot that a journal continues, of the
+/// sequence number of the last journal record it holds.
+pub const JOURNAL_SEQ_KEY: &str = "journal_seq";
 
 /// The key of the trailer object, the file's last line.
 pub const TRAILER_KEY: &str = "preread_state_end";
@@ -105,6 +126,14 @@ pub enum StateFileError {
         /// What is wrong with the line.
         message: String,
     },
+    /// The journal beside the state file could not be read or is refused
+    /// (see [`load_saved_state`]); nothing of either file was applied.
+    Journal {
+        /// The journal's path.
+        path: PathBuf,
+        /// What is wrong with it; its line is the journal's.
+        error: Box<StateFileError>,
+    },
 }
 
 impl StateFileError {
@@ -117,6 +146,7 @@ impl StateFileError {
             | Self::NotRegular { .. }
             | Self::TooLarge { .. } => ErrorCode::StateFileIo,
             Self::Invalid { code, .. } => *code,
+            Self::Journal { error, .. } => error.code(),
         }
     }
 
@@ -125,6 +155,7 @@ impl StateFileError {
     pub fn line(&self) -> Option<usize> {
         match self {
             Self::Invalid { line, .. } => Some(*line),
+            Self::Journal { error, .. } => error.line(),
             Self::NotFound { .. }
             | Self::Io { .. }
             | Self::NotRegular { .. }
@@ -193,6 +224,7 @@ impl fmt::Display for StateFileError {
                 code,
                 message,
             } => write!(f, "line {line}: {code}: {message}"),
+            Self::Journal { path, error } => write!(f, "journal {}: {error}", path.display()),
         }
     }
 }
@@ -201,6 +233,7 @@ impl std::error::Error for StateFileError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Io { source, .. } => Some(source),
+            Self::Journal { error, .. } => Some(error.as_ref()),
             Self::NotFound { .. }
             | Self::NotRegular { .. }
             | Self::TooLarge { .. }
@@ -217,7 +250,18 @@ impl std::error::Error for StateFileError {
 /// A request that does not serialize (not expected for generated types:
 /// serialization is done before any file is touched).
 pub fn render_state(requests: &[proto::Request]) -> Result<String, StateFileError> {
-    format::render_body(requests).map(|body| format::seal(&body))
+    let mut text = Vec::new();
+    format::write_state(&mut text, requests, None).map_err(|failure| match failure {
+        format::WriteFailure::Request(error) => error,
+        // Writes to a Vec do not fail.
+        format::WriteFailure::Io(error) => {
+            StateFileError::io(Path::new("(memory)"), "render", error)
+        }
+    })?;
+    // Serialized JSON and the ASCII lines around it.
+    String::from_utf8(text).map_err(|_| {
+        StateFileError::invalid(1, ErrorCode::StateFileCorrupt, "the text is not UTF-8")
+    })
 }
 
 /// `body` (a header line and request lines, each ending with `\n`) with the
@@ -229,8 +273,8 @@ pub fn seal(body: &str) -> String {
 }
 
 /// Writes `requests` (usually [`ConfigState::generate_requests`]) to
-/// `path` atomically: the text is built first, then written to a temp file
-/// in the same directory, synced, renamed over `path`, and the directory
+/// `path` atomically: the text is written line by line to a temp file in
+/// the same directory, synced, renamed over `path`, and the directory
 /// synced. On any failure the temp file is removed and `path` keeps its old
 /// content.
 ///
@@ -241,26 +285,121 @@ pub fn save_state(
     path: impl AsRef<Path>,
     requests: &[proto::Request],
 ) -> Result<(), StateFileError> {
-    let path = path.as_ref();
-    let text = render_state(requests)?;
-    files::write_atomically(path, text.as_bytes())
+    files::write_atomically_with(path.as_ref(), |out| {
+        format::write_state(out, requests, None)
+            .map(|_| ())
+            .map_err(files::Failure::from)
+    })
 }
 
-/// Reads, checks and replays a state file.
+/// [`save_state`] of a snapshot that the journal beside `path` continues:
+/// its header says it holds the journal's records up to `journal_seq`, so
+/// that a load replays only the later ones. Write it before the journal
+/// drops those records. Returns the file's length.
+///
+/// # Errors
+///
+/// As [`save_state`].
+pub fn save_snapshot(
+    path: impl AsRef<Path>,
+    requests: &[proto::Request],
+    journal_seq: u64,
+) -> Result<u64, StateFileError> {
+    files::write_atomically_with(path.as_ref(), |out| {
+        format::write_state(out, requests, Some(journal_seq)).map_err(files::Failure::from)
+    })
+}
+
+/// The journal that continues the state file at `path`: `<path>.journal`.
+#[must_use]
+pub fn journal_path(path: impl AsRef<Path>) -> PathBuf {
+    let mut name = path.as_ref().as_os_str().to_owned();
+    name.push(".journal");
+    PathBuf::from(name)
+}
+
+/// A state file read with its journal.
+#[derive(Debug)]
+pub struct SavedState {
+    /// The state: the snapshot, then the journal's later records.
+    pub state: ConfigState,
+    /// The snapshot's requests, then those of the records replayed, in
+    /// order.
+    pub requests: Vec<proto::Request>,
+    /// How many of `requests` are the snapshot's.
+    pub snapshot_requests: usize,
+    /// The journal, when the snapshot is one a journal continues.
+    pub journal: Option<JournalReplay>,
+}
+
+/// What a load found in the journal of a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalReplay {
+    /// The journal's path.
+    pub path: PathBuf,
+    /// The last record the snapshot holds.
+    pub snapshot_seq: u64,
+    /// The last change the state holds: the last record replayed, or the
+    /// snapshot's.
+    pub seq: u64,
+    /// Records replayed over the snapshot.
+    pub replayed: usize,
+    /// Records the snapshot already held (a compaction ended before it
+    /// could drop them).
+    pub already_held: usize,
+    /// Bytes of the header and the whole records; `None` when there is no
+    /// journal file (no change since the snapshot).
+    pub whole_len: Option<u64>,
+    /// The last record, cut short or damaged with nothing after it: an
+    /// append a crash interrupted, never acknowledged, so not replayed.
+    pub torn: Option<TornTail>,
+}
+
+/// Reads, checks and replays a state file and, when its header says a
+/// journal continues it, the journal's records after the snapshot, each
+/// request checked as a state file's line. A torn last record is left out
+/// (it was never acknowledged) and reported in [`JournalReplay::torn`].
+///
+/// # Errors
+///
+/// As [`load_state`] for the snapshot, and [`StateFileError::Journal`]
+/// for the journal: unreadable, over [`MAX_STATE_FILE_LEN`], damaged
+/// before its last record or with records missing
+/// ([`ErrorCode::StateJournalCorrupt`]), or a request that does not
+/// replay. Nothing is returned in part.
+pub fn load_saved_state(path: impl AsRef<Path>) -> Result<SavedState, StateFileError> {
+    saved::load(path.as_ref())
+}
+
+/// The sequence number a new snapshot at `path` must hold for no record
+/// of the journal beside it to be replayed over it: the highest of the
+/// snapshot's and of every record head in the journal, read leniently
+/// (a damaged journal still tells its highest record); 0 without either.
+///
+/// # Errors
+///
+/// [`StateFileError::Io`] (or `NotRegular`, `TooLarge`) when a file that
+/// exists cannot be read.
+pub fn highest_journal_seq(path: impl AsRef<Path>) -> Result<u64, StateFileError> {
+    saved::highest_seq(path.as_ref())
+}
+
+/// Reads, checks and replays a state file, with its journal (see
+/// [`load_saved_state`]).
 ///
 /// # Errors
 ///
 /// [`StateFileError::NotFound`] when the file does not exist,
 /// [`StateFileError::NotRegular`] or [`StateFileError::TooLarge`] when it
-/// is not read, [`StateFileError::Io`] when it cannot be read, and what
-/// [`parse_state`] refuses.
+/// is not read, [`StateFileError::Io`] when it cannot be read, what
+/// [`parse_state`] refuses, and [`StateFileError::Journal`].
 pub fn load_state(path: impl AsRef<Path>) -> Result<ConfigState, StateFileError> {
     load_state_requests(path).map(|(state, _)| state)
 }
 
-/// Reads a state file and returns its checked requests along with the
-/// state they build (for a caller that forwards the requests, such as the
-/// boot of the workers).
+/// Reads a state file (with its journal, see [`load_saved_state`]) and
+/// returns its checked requests along with the state they build (for a
+/// caller that forwards the requests, such as the boot of the workers).
 ///
 /// # Errors
 ///
@@ -268,8 +407,7 @@ pub fn load_state(path: impl AsRef<Path>) -> Result<ConfigState, StateFileError>
 pub fn load_state_requests(
     path: impl AsRef<Path>,
 ) -> Result<(ConfigState, Vec<proto::Request>), StateFileError> {
-    let text = files::read_state_text(path.as_ref())?;
-    parse_state_requests(&text)
+    load_saved_state(path).map(|saved| (saved.state, saved.requests))
 }
 
 /// Checks a whole state text (header, trailer, every line's JSON, every
@@ -297,14 +435,15 @@ pub fn parse_state(text: &str) -> Result<ConfigState, StateFileError> {
 pub fn parse_state_requests(
     text: &str,
 ) -> Result<(ConfigState, Vec<proto::Request>), StateFileError> {
-    format::replay(text, Check::Sealed)
+    format::replay(text, Check::Sealed).map(|replayed| (replayed.state, replayed.requests))
 }
 
 /// `preread state seal`: reads a state file without trusting its trailer (a
 /// version 1 file, or one edited by hand), replays every line, and rewrites
 /// it atomically in the current format with a fresh trailer. Returns the
 /// number of requests. The operator's check of the content is what the
-/// trailer then vouches for.
+/// trailer then vouches for. A snapshot's `journal_seq` is kept, so its
+/// journal still continues it.
 ///
 /// # Errors
 ///
@@ -312,8 +451,12 @@ pub fn parse_state_requests(
 pub fn seal_state_file(path: impl AsRef<Path>) -> Result<usize, StateFileError> {
     let path = path.as_ref();
     let text = files::read_state_text(path)?;
-    let (_, requests) = format::replay(&text, Check::Unsealed)?;
-    save_state(path, &requests)?;
+    let replayed = format::replay(&text, Check::Unsealed)?;
+    let requests = replayed.requests;
+    match replayed.journal_seq {
+        None => save_state(path, &requests)?,
+        Some(seq) => save_snapshot(path, &requests, seq).map(|_| ())?,
+    }
     Ok(requests.len())
 }
 

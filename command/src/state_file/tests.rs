@@ -163,7 +163,9 @@ fn scratch() -> tempfile::TempDir {
 fn seal_converts_a_version_1_file_and_keeps_its_requests() {
     let dir = scratch();
     let path = dir.path().join("state.json");
-    let body = format::render_body(&[cluster("a"), cluster("b")]).unwrap();
+    let text = render_state(&[cluster("a"), cluster("b")]).unwrap();
+    let trailer = text.lines().last().unwrap().len() + 1;
+    let body = text[..text.len() - trailer].to_owned();
     let legacy = body.replacen("\"preread_state\":2", "\"preread_state\":1", 1);
     fs::write(&path, &legacy).unwrap();
     assert_eq!(

@@ -18,7 +18,7 @@ use command::diff::diff;
 use command::generation::{Generation, Planned, plan};
 use command::proto::{self, request::RequestType, response_content::ContentType};
 use command::state::ConfigState;
-use command::state_file::{load_state_requests, save_state};
+use command::state_file::load_state_requests;
 use command::validate::{ValidationError, check_cap_fits_buffer};
 
 use super::clients::ClientRef;
@@ -407,7 +407,7 @@ impl CommandServer {
     fn finish(&mut self, outcome: Outcome) {
         let applied = outcome.applied().len();
         let save_note = if applied > 0 {
-            self.autosave()
+            self.autosave(outcome.applied())
                 .map(|e| format!("; but the state file was not saved: {e}"))
                 .unwrap_or_default()
         } else {
@@ -480,20 +480,12 @@ impl CommandServer {
         }
     }
 
-    /// With `automatic_state_save`, rewrites the state file; the error, if
-    /// any (logged), for the answer.
-    fn autosave(&self) -> Option<String> {
-        if !self.settings.automatic_state_save {
-            return None;
-        }
-        let path = self.settings.saved_state.as_ref()?;
-        match save_state(path, &self.state.generate_requests()) {
-            Ok(()) => None,
-            Err(error) => {
-                log::error!("automatic state save to {} failed: {error}", path.display());
-                Some(error.to_string())
-            }
-        }
+    /// With `automatic_state_save`, journals the committed `steps` (synced
+    /// before the answer); the error, if any (logged), for the answer.
+    fn autosave(&mut self, steps: &[proto::Request]) -> Option<String> {
+        let error = self.saved.record(steps, &self.state).err()?;
+        log::error!("automatic state save failed: {error}");
+        Some(error.to_string())
     }
 
     /// A stop was ordered: the queued jobs will not run.

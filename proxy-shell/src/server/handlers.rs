@@ -127,7 +127,7 @@ impl CommandServer {
 
     /// Saves the committed state to `path` (the configured `saved_state`
     /// when empty).
-    fn save_to(&self, path: &str) -> proto::Response {
+    fn save_to(&mut self, path: &str) -> proto::Response {
         let path = if path.is_empty() {
             match &self.settings.saved_state {
                 Some(path) => path.clone(),
@@ -141,6 +141,16 @@ impl CommandServer {
         } else {
             PathBuf::from(path)
         };
+        if self.saved.is_saved_state(&path) {
+            // The journal beside it must start over from this snapshot.
+            return match self.saved.save_whole(&self.state) {
+                Ok(count) => ok(format!(
+                    "state saved to {} ({count} request(s))",
+                    path.display()
+                )),
+                Err(error) => failure(error.code().into(), error.to_string()),
+            };
+        }
         let requests = self.state.generate_requests();
         match save_state(&path, &requests) {
             Ok(()) => ok(format!(

@@ -4,7 +4,8 @@
 //! Owns: the Unix command socket (mode 0600, root or the proxy's own user
 //! only), the [`ConfigState`], the order bookkeeping, the serialization of
 //! state changes (one in flight at a time, in arrival order), their
-//! rollback when a worker refuses, and the state file autosave. Must never:
+//! rollback when a worker refuses, and the state file autosave (`saving`:
+//! a journal and its snapshot). Must never:
 //! commit a change before every worker applied it; leave a worker with a
 //! change the others refused; wait on a worker without a deadline.
 //!
@@ -18,6 +19,7 @@ mod clients;
 mod handlers;
 mod pending;
 mod responses;
+mod saving;
 mod signals;
 mod socket;
 mod upgrade;
@@ -48,6 +50,7 @@ use clients::{Client, ClientRef};
 pub use clients::{MAX_COMMAND_CLIENTS, MAX_QUEUED_ANSWER_BYTES};
 use handlers::Query;
 use pending::{Gathered, Pending};
+pub use saving::{COMPACT_INTERVAL, COMPACT_MIN_BYTES, COMPACT_SNAPSHOT_SHARE, SavedBase};
 
 /// How long a worker may take to answer an order (a soft stop gets its
 /// grace on top).
@@ -76,7 +79,8 @@ pub struct ServerSettings {
     /// The state file of `automatic_state_save` (and the default path of a
     /// `SaveState` without one).
     pub saved_state: Option<PathBuf>,
-    /// Rewrite `saved_state` after every accepted change.
+    /// Save every accepted change to `saved_state` (journaled, see
+    /// `saving`).
     pub automatic_state_save: bool,
     /// How long a worker may take to answer an order.
     pub order_timeout: Duration,
@@ -196,6 +200,8 @@ pub struct CommandServer {
     completed: VecDeque<Gathered<Purpose>>,
     state: ConfigState,
     changes: Changes,
+    /// The saved state's writer (`automatic_state_save`).
+    saved: saving::Saver,
     started: Instant,
     /// State changes committed since the start (the routing generation
     /// `status` reports).
@@ -233,6 +239,11 @@ impl CommandServer {
         let (mut listener, socket) = socket::bind_command_socket(&settings.socket_path)?;
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let saved = saving::Saver::new(
+            settings.saved_state.clone(),
+            settings.automatic_state_save,
+            Arc::clone(&waker),
+        );
         Ok(Self {
             settings,
             poll,
@@ -249,6 +260,7 @@ impl CommandServer {
             replies,
             pending: Pending::new(),
             completed: VecDeque::new(),
+            saved,
             state,
             changes: Changes::default(),
             started: Instant::now(),
@@ -484,6 +496,7 @@ impl CommandServer {
                 self.pump(client);
                 continue;
             }
+            self.saved.tick(&self.state);
             return;
         }
     }

@@ -48,6 +48,7 @@ impl CommandServer {
                      stops accepting and drains its sessions for up to {grace} s"
                 );
                 crate::notify::main_pid(pid);
+                self.saved.retire();
                 let answer = ok(format!(
                     "upgraded: pid {pid} took over; pid {own} drains its sessions for up to \
                      {grace} s, then exits"
@@ -86,6 +87,9 @@ impl CommandServer {
             0 => DEFAULT_TAKEOVER,
             secs => Duration::from_secs(u64::from(secs)),
         };
+        // The successor writes the saved files next: no snapshot of ours
+        // may land after its own.
+        self.saved.settle();
         let sockets = self.export_listeners()?;
         let (mut ours, theirs) =
             UnixStream::pair().map_err(|e| format!("cannot open the control socket: {e}"))?;
