@@ -1,12 +1,19 @@
 //! The control plane at 20,000 routes, sized to run in seconds: a start
 //! from a config of 200 clusters × 100 names, a one-line reload that
-//! renames one of them, and real TLS handshakes that show which names are
-//! served. The timing goals at 100,000 routes are measured by
-//! `bench/scale.sh`, not asserted here.
+//! renames one of them, batches of runtime adds cut by a kill -9 in the
+//! middle, and a restart from the saved state and its journal; real TLS
+//! handshakes show which names are served: every acknowledged one, and the
+//! batch in flight at the kill either whole or not at all. The timing goals
+//! at 100,000 routes are measured by `bench/scale.sh`, not asserted here.
 //!
 //! Loopback only; the proxy and the backend are stopped on Drop.
 
+use std::sync::mpsc;
+use std::thread;
 use std::time::{Duration, Instant};
+
+use command::channel::BlockingChannel;
+use command::proto::{self, Request, request::RequestType};
 
 use e2e::backend::{BackendConfig, TlsBackend};
 use e2e::client::tls_request;
@@ -15,6 +22,10 @@ use e2e::testkit::stderr_tail;
 
 const CLUSTERS: usize = 200;
 const NAMES: usize = 100;
+/// Frontends of one runtime batch.
+const BATCH: usize = 20;
+/// Batches acknowledged before the kill.
+const BEFORE_KILL: usize = 5;
 
 fn name(i: usize, c: usize) -> String {
     format!("n{i}-c{c}.example.com")
@@ -23,8 +34,10 @@ fn name(i: usize, c: usize) -> String {
 /// One listener, `CLUSTERS` clusters of `NAMES` exact names each, every
 /// cluster on the same backend (whose certificate is `*.example.com`).
 fn config(backend: &TlsBackend, renamed: Option<&str>) -> String {
-    let mut text =
-        String::from("worker_count = 2\n\n[[listeners]]\naddress = \"${addr:main}\"\n\n");
+    let mut text = String::from(
+        "worker_count = 2\nsaved_state = \"state.json\"\nautomatic_state_save = true\n\n\
+             [[listeners]]\naddress = \"${addr:main}\"\n\n",
+    );
     for c in 0..CLUSTERS {
         let frontends: Vec<String> = (0..NAMES)
             .map(|i| {
@@ -42,6 +55,52 @@ fn config(backend: &TlsBackend, renamed: Option<&str>) -> String {
         ));
     }
     text
+}
+
+/// The names of runtime batch `b`.
+fn batch_names(b: usize) -> Vec<String> {
+    (0..BATCH)
+        .map(|i| format!("added{b}-{i}.example.com"))
+        .collect()
+}
+
+/// Sends batches of adds on one command connection until it breaks (the
+/// kill): the number of each batch as it is acknowledged.
+fn add_batches(proxy: &ProxyProcess, acknowledged: mpsc::Sender<usize>) -> thread::JoinHandle<()> {
+    let socket = proxy.socket_path().to_owned();
+    let address = proxy.addr("main").to_string();
+    thread::spawn(move || {
+        let Ok(mut channel) = BlockingChannel::connect(&socket, Duration::from_secs(30)) else {
+            return;
+        };
+        for b in 0..1_000 {
+            let requests = batch_names(b)
+                .into_iter()
+                .map(|sni| Request {
+                    request_type: Some(RequestType::AddTcpFrontend(proto::TcpFrontend {
+                        cluster_id: "c0".to_owned(),
+                        address: address.clone(),
+                        sni: Some(sni),
+                        ..Default::default()
+                    })),
+                })
+                .collect();
+            let batch = Request {
+                request_type: Some(RequestType::ApplyChanges(proto::ChangeBatch {
+                    requests,
+                    ..Default::default()
+                })),
+            };
+            match channel.request(&batch, |_| {}) {
+                Ok(r) if r.status == proto::ResponseStatus::Ok as i32 => {
+                    if acknowledged.send(b).is_err() {
+                        return;
+                    }
+                }
+                _ => return,
+            }
+        }
+    })
 }
 
 fn served(proxy: &ProxyProcess, sni: &str) -> bool {
@@ -88,4 +147,47 @@ fn twenty_thousand_routes_start_reload_and_route() {
     let status = proxy.cli(&["status"]).expect("status");
     let said = String::from_utf8_lossy(&status.stdout);
     assert!(said.contains("generation 1"), "{said}");
+
+    // Batches of adds, cut by a kill -9 once a few were acknowledged.
+    let (tx, rx) = mpsc::channel();
+    let adder = add_batches(&proxy, tx);
+    let mut acknowledged = Vec::new();
+    while acknowledged.len() < BEFORE_KILL {
+        acknowledged.push(
+            rx.recv_timeout(Duration::from_secs(30))
+                .expect("a batch answered"),
+        );
+    }
+    proxy.kill().expect("kill -9");
+    adder.join().expect("adder");
+    acknowledged.extend(rx.try_iter());
+    let in_flight = acknowledged.len();
+    let restarting = Instant::now();
+    proxy
+        .restart(Duration::from_secs(60))
+        .expect("restart from the journal");
+    eprintln!(
+        "{} batches acknowledged; restart from the state file and journal: {:?} (debug build)",
+        acknowledged.len(),
+        restarting.elapsed()
+    );
+    for &b in &acknowledged {
+        for name in batch_names(b) {
+            assert!(served(&proxy, &name), "acknowledged {name} lost");
+        }
+    }
+    let kept: Vec<bool> = batch_names(in_flight)
+        .iter()
+        .map(|name| served(&proxy, name))
+        .collect();
+    assert!(
+        kept.iter().all(|k| *k) || kept.iter().all(|k| !*k),
+        "the batch in flight was half applied: {kept:?}"
+    );
+    assert!(
+        !served(&proxy, &batch_names(in_flight + 1)[0]),
+        "a batch never sent is served"
+    );
+    assert!(served(&proxy, "renamed.example.com"), "the reload was lost");
+    assert!(!served(&proxy, &name(5, 7)));
 }
