@@ -124,6 +124,12 @@ impl Runtime {
         Ok(())
     }
 
+    fn cluster_mut(&mut self, id: &str) -> Result<&mut ClusterBackends, Refusal> {
+        self.clusters
+            .get_mut(id)
+            .ok_or_else(|| Refusal(format!("unknown cluster {id:?}")))
+    }
+
     fn listener_mut(&mut self, address: &str) -> Result<&mut ListenerRuntime, Refusal> {
         let address = parse("listener", address)?;
         self.listeners
@@ -240,18 +246,12 @@ impl Runtime {
                 Ok(())
             }
             RequestType::UpdateCluster(cluster) => {
-                let existing = self
-                    .clusters
-                    .get_mut(cluster.cluster_id.as_str())
-                    .ok_or_else(|| Refusal(format!("unknown cluster {:?}", cluster.cluster_id)))?;
+                let existing = self.cluster_mut(&cluster.cluster_id)?;
                 existing.update_settings(cluster);
                 Ok(())
             }
             RequestType::UpdateBackend(backend) => {
-                let cluster = self
-                    .clusters
-                    .get_mut(backend.cluster_id.as_str())
-                    .ok_or_else(|| Refusal(format!("unknown cluster {:?}", backend.cluster_id)))?;
+                let cluster = self.cluster_mut(&backend.cluster_id)?;
                 cluster.add(backend);
                 Ok(())
             }
@@ -272,10 +272,7 @@ impl Runtime {
             RequestType::AddTcpFrontend(frontend) => self.frontend(frontend, true),
             RequestType::RemoveTcpFrontend(frontend) => self.frontend(frontend, false),
             RequestType::AddBackend(backend) => {
-                let cluster = self
-                    .clusters
-                    .get_mut(backend.cluster_id.as_str())
-                    .ok_or_else(|| Refusal(format!("unknown cluster {:?}", backend.cluster_id)))?;
+                let cluster = self.cluster_mut(&backend.cluster_id)?;
                 cluster.add(backend);
                 Ok(())
             }
