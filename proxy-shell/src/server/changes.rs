@@ -1,4 +1,4 @@
-//! State changes: plan them on a copy of the state as one routing
+//! State changes: plan them on the committed state as one routing
 //! generation, apply it on every worker, commit, save; or roll it back on
 //! the workers that applied it.
 //!
