@@ -29,7 +29,8 @@ impl CommandServer {
     /// Serves one request of `who`: answers it now, or marks `who` busy
     /// until its answer is ready.
     pub(super) fn handle(&mut self, who: ClientRef, request: proto::Request) {
-        let Some(kind) = &request.request_type else {
+        // Taken by value: a batch part may hold half a MiB of requests.
+        let Some(kind) = request.request_type else {
             let answer = failure(
                 ErrorCode::UnsupportedRequest.into(),
                 "the request is empty: it names no command",
@@ -56,10 +57,7 @@ impl CommandServer {
                 let answer = self.save_to(&save.path);
                 self.respond(who, &answer);
             }
-            RequestType::LoadState(load) => {
-                let path = load.path.clone();
-                self.enqueue(Some(who), Job::Load(path));
-            }
+            RequestType::LoadState(load) => self.enqueue(Some(who), Job::Load(load.path)),
             RequestType::SoftStop(_) => {
                 let answer = ok(self.start_stop(StopKind::Soft));
                 self.respond(who, &answer);
@@ -68,7 +66,7 @@ impl CommandServer {
                 let answer = ok(self.start_stop(StopKind::Hard));
                 self.respond(who, &answer);
             }
-            RequestType::AddTcpListener(_)
+            change @ (RequestType::AddTcpListener(_)
             | RequestType::UpdateTcpListener(_)
             | RequestType::RemoveListener(_)
             | RequestType::ActivateListener(_)
@@ -80,15 +78,14 @@ impl CommandServer {
             | RequestType::AddBackend(_)
             | RequestType::UpdateCluster(_)
             | RequestType::UpdateBackend(_)
-            | RequestType::RemoveBackend(_) => self.enqueue(Some(who), Job::Change(request)),
-            RequestType::ApplyChanges(batch) => {
-                let batch = batch.clone();
-                self.batch_part(who, batch);
+            | RequestType::RemoveBackend(_)) => {
+                let request = proto::Request {
+                    request_type: Some(change),
+                };
+                self.enqueue(Some(who), Job::Change(request));
             }
-            RequestType::Upgrade(upgrade) => {
-                let upgrade = upgrade.clone();
-                self.upgrade(who, upgrade);
-            }
+            RequestType::ApplyChanges(batch) => self.batch_part(who, batch),
+            RequestType::Upgrade(upgrade) => self.upgrade(who, upgrade),
         }
     }
 
