@@ -10,6 +10,7 @@ pub mod codes;
 pub mod config;
 pub mod diff;
 pub mod generation;
+pub mod listing;
 pub mod proto;
 pub mod state;
 pub mod state_file;

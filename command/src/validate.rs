@@ -1147,8 +1147,8 @@ mod tests {
         for request in [
             RequestType::Status(proto::Status {}),
             RequestType::ListListeners(proto::ListListeners {}),
-            RequestType::ListClusters(proto::ListClusters {}),
-            RequestType::ListFrontends(proto::ListFrontends {}),
+            RequestType::ListClusters(proto::ListClusters::default()),
+            RequestType::ListFrontends(proto::ListFrontends::default()),
             RequestType::QueryMetrics(proto::QueryMetrics {}),
             RequestType::SaveState(proto::SaveState { path: "x".into() }),
             RequestType::LoadState(proto::LoadState { path: "x".into() }),

@@ -190,4 +190,40 @@ fn twenty_thousand_routes_start_reload_and_route() {
     );
     assert!(served(&proxy, "renamed.example.com"), "the reload was lost");
     assert!(!served(&proxy, &name(5, 7)));
+
+    // The listing, over 1 MiB at this size had it been one answer, comes in
+    // pages: it holds exactly the names served.
+    let listed = proxy.cli(&["frontend", "list"]).expect("frontend list");
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    let text = String::from_utf8_lossy(&listed.stdout);
+    let mut names: Vec<&str> = text
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().nth(1))
+        .collect();
+    names.sort_unstable();
+    let mut expected: Vec<String> = (0..CLUSTERS)
+        .flat_map(|c| (0..NAMES).map(move |i| (i, c)))
+        .filter(|&ic| ic != (5, 7))
+        .map(|(i, c)| name(i, c))
+        .chain(["renamed.example.com".to_owned()])
+        .chain(acknowledged.iter().flat_map(|&b| batch_names(b)))
+        .chain(
+            kept.iter()
+                .all(|k| *k)
+                .then(|| batch_names(in_flight))
+                .into_iter()
+                .flatten(),
+        )
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(names.len(), expected.len(), "listed vs acknowledged");
+    assert!(
+        names.iter().zip(&expected).all(|(l, e)| l == e),
+        "the listing differs from what is served"
+    );
 }

@@ -147,7 +147,7 @@ fn tear(journal: &std::path::Path, addr: SocketAddr, life: usize) {
 
 fn listed(proxy: &ProxyProcess) -> BTreeSet<String> {
     let response = proxy
-        .apply(RequestType::ListFrontends(proto::ListFrontends {}))
+        .apply(RequestType::ListFrontends(proto::ListFrontends::default()))
         .expect("list frontends");
     match response.content.and_then(|c| c.content_type) {
         Some(ContentType::Frontends(list)) => {

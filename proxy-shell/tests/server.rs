@@ -364,7 +364,7 @@ fn content(response: proto::Response) -> ContentType {
 
 fn cluster_ids(h: &Harness) -> Vec<String> {
     let ContentType::Clusters(list) =
-        content(h.ask(RequestType::ListClusters(proto::ListClusters {})))
+        content(h.ask(RequestType::ListClusters(proto::ListClusters::default())))
     else {
         panic!("not clusters");
     };
@@ -377,8 +377,8 @@ fn cluster_ids(h: &Harness) -> Vec<String> {
 fn listings(h: &Harness) -> (ContentType, ContentType, ContentType) {
     (
         content(h.ask(RequestType::ListListeners(proto::ListListeners {}))),
-        content(h.ask(RequestType::ListClusters(proto::ListClusters {}))),
-        content(h.ask(RequestType::ListFrontends(proto::ListFrontends {}))),
+        content(h.ask(RequestType::ListClusters(proto::ListClusters::default()))),
+        content(h.ask(RequestType::ListFrontends(proto::ListFrontends::default()))),
     )
 }
 
@@ -943,7 +943,7 @@ fn pipelined_requests_are_answered_in_order() {
     raw.set_read_timeout(Some(BOUND)).expect("timeout");
     let requests = [
         cluster("alpha"),
-        RequestType::ListClusters(proto::ListClusters {}),
+        RequestType::ListClusters(proto::ListClusters::default()),
         cluster("alpha"),
         frontend("alpha", ADDR, "x.example.com"),
     ];

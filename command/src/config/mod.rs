@@ -153,6 +153,42 @@ pub fn load_config_file(path: impl AsRef<Path>) -> Result<LoadedConfig, Vec<Conf
     Ok(loaded)
 }
 
+/// The global settings of a config file, without its routing tables: what
+/// a CLI command needs to find the command socket. In TOML the root table's
+/// keys all come before the first table header, so when the text before
+/// the first line that opens with `[` parses as a config on its own, it
+/// holds every global setting, and the tables (at 100,000 routes, 0.3 s of
+/// parsing and checking) are not read. Otherwise (a header-like line inside
+/// a multi-line string or array, or a problem there) the whole file is
+/// loaded, and its problems are the answer.
+pub fn load_global_settings_file(
+    path: impl AsRef<Path>,
+) -> Result<GlobalSettings, Vec<ConfigProblem>> {
+    let path = path.as_ref();
+    let text = read_config_text(path).map_err(|problem| vec![problem])?;
+    let cut = root_table_end(&text);
+    let mut global = match load_config(&text[..cut]) {
+        Ok(loaded) => loaded.global,
+        Err(_) if cut < text.len() => load_config(&text)?.global,
+        Err(problems) => return Err(problems),
+    };
+    global.resolve_paths_beside(path);
+    Ok(global)
+}
+
+/// The byte offset of the first line that opens with `[` (after blanks),
+/// or the text's length.
+fn root_table_end(text: &str) -> usize {
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        if line.trim_start().starts_with('[') {
+            return offset;
+        }
+        offset += line.len();
+    }
+    text.len()
+}
+
 /// Every problem of a config text, in file order; empty when the config
 /// loads.
 ///
@@ -308,6 +344,59 @@ mod tests {
         assert!(
             shown[1].starts_with("3:17: E003: front_timeout = -1"),
             "{shown:?}"
+        );
+    }
+
+    fn globals_of(text: &str) -> Result<GlobalSettings, Vec<ConfigProblem>> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("preread.toml");
+        std::fs::write(&path, text).unwrap();
+        load_global_settings_file(&path).map(|mut global| {
+            // Relative paths resolve beside the file: strip the folder back.
+            if let Ok(rest) = global.command_socket.strip_prefix(dir.path()) {
+                global.command_socket = rest.to_owned();
+            }
+            global
+        })
+    }
+
+    #[test]
+    fn the_settings_come_from_the_root_table_alone() {
+        // The cluster is refused by the full check, not by the prefix's.
+        let text = "command_socket = \"a.sock\"\nworker_count = 3\n\n[clusters.x]\n\
+                    frontends = [{ address = \"nowhere\" }]\n";
+        assert!(!check_config(text).is_empty());
+        let global = globals_of(text).unwrap();
+        assert_eq!(global.command_socket, Path::new("a.sock"));
+        assert_eq!(global.worker_count, 3);
+        assert_eq!(root_table_end("a = 1\n  [t]\n"), 6);
+        assert_eq!(root_table_end("a = 1\n"), 6);
+    }
+
+    #[test]
+    fn a_header_like_line_in_a_string_falls_back_to_the_whole_file() {
+        let text = "log_level = \"warn\"\nnote = \"\"\"\n[not a header]\n\"\"\"\n\
+                    command_socket = \"b.sock\"\n";
+        let problems = globals_of(text).unwrap_err();
+        // `note` is not a key: the whole file was checked, and said so.
+        assert!(
+            problems.iter().any(|p| p.code == ErrorCode::UnknownKey),
+            "{problems:?}"
+        );
+        let text = "worker_count = 2\nlisteners = [\n[1]]\ncommand_socket = \"c.sock\"\n";
+        assert!(
+            globals_of(text).is_err(),
+            "a listener array of arrays is no config"
+        );
+    }
+
+    #[test]
+    fn a_bad_global_setting_is_the_answer() {
+        let problems =
+            globals_of("worker_count = 0\n[[listeners]]\naddress = \"x\"\n").unwrap_err();
+        assert!(
+            problems.iter().any(|p| p.message.contains("worker_count")),
+            "{problems:?}"
         );
     }
 }

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use command::channel::BlockingChannel;
-use command::config::load_config_file;
+use command::config::load_global_settings_file;
 use command::proto;
 
 use super::print::{failure_text, success_json, success_text};
@@ -29,8 +29,8 @@ pub(super) fn socket_path(globals: &Globals) -> Result<PathBuf, String> {
         return Ok(socket.clone());
     }
     let config = config_path(globals);
-    match load_config_file(&config) {
-        Ok(loaded) => Ok(loaded.global.command_socket),
+    match load_global_settings_file(&config) {
+        Ok(global) => Ok(global.command_socket),
         Err(problems) => {
             let listed: Vec<String> = problems.iter().map(ToString::to_string).collect();
             Err(format!(
@@ -75,7 +75,7 @@ pub(super) fn send_and_print(globals: &Globals, request: &proto::Request) -> Exi
             eprintln!("{}", r.message);
         }
     };
-    let response = match channel.request(request, progress) {
+    let response = match super::listing::request_all(&mut channel, request, progress) {
         Ok(response) => response,
         Err(error) => {
             eprintln!("preread: {error}");

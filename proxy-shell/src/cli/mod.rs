@@ -6,6 +6,7 @@
 
 pub mod args;
 mod client;
+mod listing;
 mod offline;
 pub mod print;
 mod reload;

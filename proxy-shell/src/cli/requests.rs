@@ -142,10 +142,10 @@ pub fn for_command(command: &Command) -> Option<proto::Request> {
             ClusterAction::Remove { id } => RequestType::RemoveCluster(proto::ClusterRef {
                 cluster_id: id.clone(),
             }),
-            ClusterAction::List => RequestType::ListClusters(proto::ListClusters {}),
+            ClusterAction::List => RequestType::ListClusters(proto::ListClusters::default()),
         },
         Command::Frontend { action } => match action {
-            FrontendAction::List => RequestType::ListFrontends(proto::ListFrontends {}),
+            FrontendAction::List => RequestType::ListFrontends(proto::ListFrontends::default()),
             FrontendAction::Tcp { action } => match action {
                 TcpFrontendAction::Add(args) => RequestType::AddTcpFrontend(frontend(args)),
                 TcpFrontendAction::Remove(args) => RequestType::RemoveTcpFrontend(frontend(args)),

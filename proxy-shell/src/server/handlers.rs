@@ -8,7 +8,8 @@
 use std::path::PathBuf;
 
 use command::codes::ErrorCode;
-use command::proto::{self, request::RequestType};
+use command::listing;
+use command::proto::{self, request::RequestType, response_content::ContentType};
 use command::state_file::save_state;
 
 use super::changes::Job;
@@ -45,12 +46,21 @@ impl CommandServer {
                 let answer = ok_with(responses::listeners(&self.state));
                 self.respond(who, &answer);
             }
-            RequestType::ListClusters(_) => {
-                let answer = ok_with(responses::clusters(&self.state));
-                self.respond(who, &answer);
+            RequestType::ListClusters(page) => {
+                let page = listing::cluster_page(&self.state, &page);
+                self.respond(who, &ok_with(ContentType::Clusters(page)));
             }
-            RequestType::ListFrontends(_) => {
-                let answer = ok_with(responses::frontends(&self.state));
+            RequestType::ListFrontends(page) => {
+                let answer = match listing::frontend_page(&self.state, &page) {
+                    Ok(page) => ok_with(ContentType::Frontends(page)),
+                    Err(error) => failure(
+                        error.code.into(),
+                        format!(
+                            "the page's starting point is not a frontend key: {}",
+                            error.message
+                        ),
+                    ),
+                };
                 self.respond(who, &answer);
             }
             RequestType::SaveState(save) => {

@@ -4,7 +4,6 @@
 //! Owns: the shape of every response (status, message, code, content).
 //! Must never: change the state or talk to a worker.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use command::proto::{self, response_content::ContentType};
@@ -53,35 +52,6 @@ pub(crate) fn listeners(state: &ConfigState) -> ContentType {
                 config: Some(config.clone()),
             })
             .collect(),
-    })
-}
-
-/// The clusters of the state, each with its backends.
-pub(crate) fn clusters(state: &ConfigState) -> ContentType {
-    let mut backends: BTreeMap<&str, Vec<proto::Backend>> = BTreeMap::new();
-    for backend in state.backends() {
-        backends
-            .entry(backend.cluster_id.as_str())
-            .or_default()
-            .push(backend.clone());
-    }
-    ContentType::Clusters(proto::ClusterList {
-        clusters: state
-            .clusters()
-            .map(|cluster| proto::ClusterEntry {
-                backends: backends
-                    .remove(cluster.cluster_id.as_str())
-                    .unwrap_or_default(),
-                cluster: Some(cluster.clone()),
-            })
-            .collect(),
-    })
-}
-
-/// The frontends of the state, canonical.
-pub(crate) fn frontends(state: &ConfigState) -> ContentType {
-    ContentType::Frontends(proto::FrontendList {
-        frontends: state.frontends().collect(),
     })
 }
 
