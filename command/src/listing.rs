@@ -202,9 +202,10 @@ mod tests {
         )
         .unwrap();
         let last = first.frontends.last().cloned().unwrap();
-        state
+        let removed = state
             .dispatch(&request(RequestType::RemoveTcpFrontend(last.clone())))
             .unwrap();
+        assert!(matches!(removed, crate::state::Applied::Changed));
         let next = frontend_page(
             &state,
             &proto::ListFrontends {

@@ -291,6 +291,7 @@ mod tests {
                 alpn: vec![],
                 tags: Default::default(),
             }],
+            more: false,
         };
         let text = success_text(&with(ContentType::Frontends(list)));
         assert!(
