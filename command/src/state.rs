@@ -144,7 +144,8 @@ impl ConfigState {
             | RequestType::SoftStop(_)
             | RequestType::HardStop(_)
             | RequestType::ApplyChanges(_)
-            | RequestType::Upgrade(_) => Err(ValidationError::new(
+            | RequestType::Upgrade(_)
+            | RequestType::ReloadFile(_) => Err(ValidationError::new(
                 ErrorCode::UnsupportedRequest,
                 "this request does not change the routing state: the command server answers \
                  it, the state does not apply it",

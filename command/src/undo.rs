@@ -106,7 +106,8 @@ impl ConfigState {
             | RequestType::SoftStop(_)
             | RequestType::HardStop(_)
             | RequestType::ApplyChanges(_)
-            | RequestType::Upgrade(_) => return None,
+            | RequestType::Upgrade(_)
+            | RequestType::ReloadFile(_) => return None,
         };
         Some(state::request(inverse))
     }

@@ -39,11 +39,16 @@ pub enum AnswerCode {
     /// The command socket already serves the most clients it serves at
     /// once.
     Busy,
+    /// `reload_file`: the proxy cannot read the file, or reads another one
+    /// at its path than the CLI did.
+    ConfigUnseen,
+    /// `reload_file`: the config has problems; nothing changed.
+    ConfigRefused,
 }
 
 impl AnswerCode {
     /// The proxy's own codes, for tests and listings.
-    pub const OWN: [Self; 8] = [
+    pub const OWN: [Self; 10] = [
         Self::WorkerRefused,
         Self::WorkerTimeout,
         Self::Permission,
@@ -52,6 +57,8 @@ impl AnswerCode {
         Self::UpgradeFailed,
         Self::BadBatch,
         Self::Busy,
+        Self::ConfigUnseen,
+        Self::ConfigRefused,
     ];
 
     /// The stable spelling on the wire and in the CLI's output.
@@ -66,6 +73,8 @@ impl AnswerCode {
             Self::UpgradeFailed => "E_UPGRADE_FAILED",
             Self::BadBatch => "E_BAD_BATCH",
             Self::Busy => "E_BUSY",
+            Self::ConfigUnseen => "E_CONFIG_UNSEEN",
+            Self::ConfigRefused => "E_CONFIG_REFUSED",
         }
     }
 }

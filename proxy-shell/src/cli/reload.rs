@@ -1,19 +1,24 @@
 //! `preread reload`: apply the difference between the config file and the
 //! running state, as one routing generation.
 //!
-//! Owns: sending the config's declarations to the proxy in bounded parts
-//! (one `apply_changes` batch marked as declarations, however large the
-//! config), and printing the proxy's report. The proxy computes the diff
+//! Owns: asking the proxy to read the config file itself (`reload_file`,
+//! with the size and CRC-32 the CLI read, so one parse instead of three at
+//! 100,000 routes), and when it cannot (another mount namespace, another
+//! user's file, an older proxy), sending the config's declarations in
+//! bounded parts (one `apply_changes` batch marked as declarations, however
+//! large the config); then printing the proxy's report. The proxy computes the diff
 //! from its own running state, validates each change, skips the refused
 //! ones and applies the others together; the skipped ones are reported,
 //! never counted as applied, so the next reload tries them again. Must
 //! never: send a part over [`PART_BYTES`], or report as applied a change
 //! the proxy did not list as applied.
 
+use std::path::Path;
 use std::process::ExitCode;
 
 use command::channel::BlockingChannel;
-use command::config::load_config_file;
+use command::codes::ErrorCode;
+use command::config::load_config;
 use command::proto::{self, request::RequestType, response_content::ContentType};
 use prost::Message;
 
@@ -94,12 +99,13 @@ fn send(
 
 pub(super) fn run(globals: &Globals) -> ExitCode {
     let path = config_path(globals);
-    let loaded = match load_config_file(&path) {
-        Ok(loaded) => loaded,
-        Err(problems) => {
-            for problem in problems {
-                eprintln!("{}:{problem}", path.display());
-            }
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            eprintln!(
+                "preread reload: cannot read config file {}: {error}",
+                path.display()
+            );
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -110,9 +116,22 @@ pub(super) fn run(globals: &Globals) -> ExitCode {
             return ExitCode::from(EXIT_FAILED);
         }
     };
-    let report = match send(&mut channel, loaded.requests().cloned().collect()) {
+    let outcome = match ask_to_read(&mut channel, &path, &bytes) {
+        Asked::Report(report) => Ok(report),
+        Asked::Refused(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+        Asked::Failed(message) => Err(Unsent::Failed(message)),
+        Asked::Unseen(why) => {
+            eprintln!("preread reload: {why}; sending the config's declarations instead");
+            send_declarations(&mut channel, &path, &bytes)
+        }
+    };
+    let report = match outcome {
         Ok(report) => report,
-        Err(message) => {
+        Err(Unsent::Config(code)) => return code,
+        Err(Unsent::Failed(message)) => {
             eprintln!("preread reload: {message}");
             return ExitCode::from(EXIT_FAILED);
         }
@@ -123,6 +142,87 @@ pub(super) fn run(globals: &Globals) -> ExitCode {
     } else {
         ExitCode::from(EXIT_FAILED)
     }
+}
+
+/// What the proxy made of `reload_file`.
+enum Asked {
+    Report(proto::BatchReport),
+    /// The config has problems (the message lists them).
+    Refused(String),
+    /// The proxy cannot read the file, reads another one, or does not know
+    /// the request (it predates it).
+    Unseen(String),
+    Failed(String),
+}
+
+/// Why no report came back.
+enum Unsent {
+    /// The config has problems, printed already: the exit status.
+    Config(ExitCode),
+    Failed(String),
+}
+
+/// Asks the proxy to read the file itself, telling it what the CLI read so
+/// that it reloads no other file of that name.
+fn ask_to_read(channel: &mut BlockingChannel, path: &Path, bytes: &[u8]) -> Asked {
+    let absolute = match std::fs::canonicalize(path) {
+        Ok(absolute) => absolute,
+        Err(error) => return Asked::Unseen(format!("cannot resolve {}: {error}", path.display())),
+    };
+    let request = wrap(RequestType::ReloadFile(proto::ReloadFile {
+        path: absolute.display().to_string(),
+        size: bytes.len() as u64,
+        crc32: crc32fast::hash(bytes),
+    }));
+    let response = match channel.request(&request, |_| {}) {
+        Ok(response) => response,
+        Err(e) => {
+            return Asked::Failed(format!(
+                "{}: the proxy did not answer: {e}",
+                AnswerCode::NoAnswer
+            ));
+        }
+    };
+    if !is_failure(&response) {
+        return match response.content.and_then(|c| c.content_type) {
+            Some(ContentType::Batch(report)) => Asked::Report(report),
+            _ => Asked::Failed("the proxy answered without a report".to_owned()),
+        };
+    }
+    let code = response.error_code.as_str();
+    if code == AnswerCode::ConfigRefused.as_str() {
+        Asked::Refused(response.message)
+    } else if code == AnswerCode::ConfigUnseen.as_str()
+        || code == AnswerCode::Validation(ErrorCode::UnsupportedRequest).as_str()
+    {
+        Asked::Unseen(response.message)
+    } else {
+        Asked::Failed(format!("{code}: {}", response.message))
+    }
+}
+
+/// The fallback: the CLI checks the config it read and sends its
+/// declarations; the proxy diffs them against its running state.
+fn send_declarations(
+    channel: &mut BlockingChannel,
+    path: &Path,
+    bytes: &[u8],
+) -> Result<proto::BatchReport, Unsent> {
+    let checked = std::str::from_utf8(bytes)
+        .map_err(|e| vec![format!(": config file is not UTF-8: {e}")])
+        .and_then(|text| {
+            load_config(text).map_err(|problems| problems.iter().map(|p| format!(":{p}")).collect())
+        });
+    let loaded = match checked {
+        Ok(loaded) => loaded,
+        Err(problems) => {
+            for problem in problems {
+                eprintln!("{}{problem}", path.display());
+            }
+            return Err(Unsent::Config(ExitCode::from(EXIT_USAGE)));
+        }
+    };
+    send(channel, loaded.requests().cloned().collect()).map_err(Unsent::Failed)
 }
 
 fn print(globals: &Globals, report: &proto::BatchReport) {

@@ -13,7 +13,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use command::config::load_config_file;
 use command::diff::diff;
 use command::generation::{Generation, Planned, plan};
 use command::proto::{self, request::RequestType, response_content::ContentType};
@@ -23,6 +22,7 @@ use command::validate::{ValidationError, check_cap_fits_buffer};
 
 use super::clients::ClientRef;
 use super::pending::Gathered;
+use super::reload_file::{self, Unread};
 use super::responses::{failure, ok, ok_with};
 use super::{CommandServer, Purpose, describe};
 use crate::answer_code::AnswerCode;
@@ -42,9 +42,13 @@ pub(super) enum Job {
     Declarations(Vec<proto::Request>),
     /// Load a state file: apply the diff from the running state to it.
     Load(String),
-    /// Reload the config file (SIGHUP): apply the diff from the running
-    /// state to its declarations, as `preread reload` does.
-    Reload(PathBuf),
+    /// Reload a config file: the proxy's own on SIGHUP (`seen` unset), or
+    /// the one `preread reload` saw: apply the diff from the running state
+    /// to its declarations.
+    Reload {
+        path: PathBuf,
+        seen: Option<proto::ReloadFile>,
+    },
 }
 
 /// Where a job's changes came from: what its answer or log line says.
@@ -56,7 +60,7 @@ enum Origin {
     Batch,
     /// A state file (`state load`).
     Load(String),
-    /// The config file, on SIGHUP.
+    /// A config file the proxy read (SIGHUP, or `preread reload`).
     Reload(PathBuf),
 }
 
@@ -295,22 +299,13 @@ impl CommandServer {
                 }
                 Some((Origin::Batch, diff(&self.state, &desired)))
             }
-            Job::Reload(path) => match load_config_file(path) {
+            Job::Reload { path, seen } => match reload_file::read(path, seen.as_ref()) {
                 Ok(loaded) => Some((
                     Origin::Reload(path.clone()),
                     diff(&self.state, &loaded.state),
                 )),
-                Err(problems) => {
-                    for problem in &problems {
-                        log::error!("reload: {}:{problem}", path.display());
-                    }
-                    let summary = format!(
-                        "reload of {} refused: {} problem(s); nothing changed",
-                        path.display(),
-                        problems.len()
-                    );
-                    log::error!("{summary}");
-                    crate::notify::ready(&summary);
+                Err(unread) => {
+                    self.refuse_reload(queued.client, path, unread);
                     None
                 }
             },
@@ -417,8 +412,12 @@ impl CommandServer {
         let unchanged = outcome.planned.unchanged;
         let answer = match &outcome.origin {
             Origin::Reload(path) => {
-                log_reload(path, applied, unchanged, &skipped, &save_note);
-                return;
+                let by_signal = outcome.client.is_none();
+                log_reload(path, applied, unchanged, &skipped, &save_note, by_signal);
+                if by_signal {
+                    return;
+                }
+                batch_answer(outcome.applied(), unchanged, &skipped, &save_note)
             }
             Origin::Change => match skipped.first() {
                 Some((_, failed)) => failure(failed.code, failed.message.clone()),
@@ -430,31 +429,7 @@ impl CommandServer {
                     self.workers.len()
                 )),
             },
-            Origin::Batch => {
-                let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-                let listed = outcome.applied().iter().take(REPORT_LIST_CAP);
-                let report = proto::BatchReport {
-                    applied: listed.cloned().collect(),
-                    applied_total: count(applied),
-                    unchanged: count(unchanged),
-                    skipped_total: count(skipped.len()),
-                    skipped: skipped
-                        .iter()
-                        .take(REPORT_LIST_CAP)
-                        .map(|(request, failed)| proto::SkippedRequest {
-                            request: Some(request.clone()),
-                            error_code: failed.code.as_str().to_owned(),
-                            message: failed.message.clone(),
-                        })
-                        .collect(),
-                };
-                let mut answer = ok_with(ContentType::Batch(report));
-                answer.message = format!(
-                    "{applied} applied, {unchanged} unchanged, {} skipped{save_note}",
-                    skipped.len()
-                );
-                answer
-            }
+            Origin::Batch => batch_answer(outcome.applied(), unchanged, &skipped, &save_note),
             Origin::Load(path) => {
                 let mut message = format!(
                     "state loaded from {path}: {applied} applied, {unchanged} unchanged, {} \
@@ -477,6 +452,37 @@ impl CommandServer {
         };
         if let Some(who) = outcome.client {
             self.respond(who, &answer);
+        }
+    }
+
+    /// A reload that read nothing to apply: logged, and answered to the
+    /// CLI that asked (on SIGHUP, systemd hears that the reload is over).
+    fn refuse_reload(&mut self, client: Option<ClientRef>, path: &Path, unread: Unread) {
+        let answer = match unread {
+            Unread::Unseen(message) => {
+                log::warn!("reload: {message}");
+                failure(AnswerCode::ConfigUnseen, message)
+            }
+            Unread::Refused(problems) => {
+                let mut message = format!(
+                    "reload of {} refused: {} problem(s); nothing changed",
+                    path.display(),
+                    problems.len()
+                );
+                for problem in &problems {
+                    log::error!("reload: {}:{problem}", path.display());
+                    message.push_str(&format!("\n{}:{problem}", path.display()));
+                }
+                failure(AnswerCode::ConfigRefused, message)
+            }
+        };
+        match client {
+            Some(who) => self.respond(who, &answer),
+            None => {
+                let summary = answer.message.lines().next().unwrap_or_default().to_owned();
+                log::error!("{summary}");
+                crate::notify::ready(&summary);
+            }
         }
     }
 
@@ -543,6 +549,40 @@ impl Outcome {
     }
 }
 
+/// The answer to a batch or a reload that a client asked for: what was
+/// applied and skipped (the first [`REPORT_LIST_CAP`] of each, with the
+/// totals).
+fn batch_answer(
+    applied: &[proto::Request],
+    unchanged: usize,
+    skipped: &[(proto::Request, Failure)],
+    save_note: &str,
+) -> proto::Response {
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    let report = proto::BatchReport {
+        applied: applied.iter().take(REPORT_LIST_CAP).cloned().collect(),
+        applied_total: count(applied.len()),
+        unchanged: count(unchanged),
+        skipped_total: count(skipped.len()),
+        skipped: skipped
+            .iter()
+            .take(REPORT_LIST_CAP)
+            .map(|(request, failed)| proto::SkippedRequest {
+                request: Some(request.clone()),
+                error_code: failed.code.as_str().to_owned(),
+                message: failed.message.clone(),
+            })
+            .collect(),
+    };
+    let mut answer = ok_with(ContentType::Batch(report));
+    answer.message = format!(
+        "{} applied, {unchanged} unchanged, {} skipped{save_note}",
+        applied.len(),
+        skipped.len()
+    );
+    answer
+}
+
 fn stopping() -> proto::Response {
     failure(
         AnswerCode::Stopping,
@@ -592,6 +632,7 @@ fn log_reload(
     unchanged: usize,
     skipped: &[(proto::Request, Failure)],
     save_note: &str,
+    by_signal: bool,
 ) {
     for (request, failed) in skipped {
         log::warn!(
@@ -608,5 +649,7 @@ fn log_reload(
         skipped.len()
     );
     log::info!("{summary}");
-    crate::notify::ready(&summary);
+    if by_signal {
+        crate::notify::ready(&summary);
+    }
 }

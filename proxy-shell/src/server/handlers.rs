@@ -96,6 +96,13 @@ impl CommandServer {
             }
             RequestType::ApplyChanges(batch) => self.batch_part(who, batch),
             RequestType::Upgrade(upgrade) => self.upgrade(who, upgrade),
+            RequestType::ReloadFile(seen) => {
+                let job = Job::Reload {
+                    path: PathBuf::from(&seen.path),
+                    seen: Some(seen),
+                };
+                self.enqueue(Some(who), job);
+            }
         }
     }
 

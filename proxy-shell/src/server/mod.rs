@@ -18,6 +18,7 @@ mod channel_mio;
 mod clients;
 mod handlers;
 mod pending;
+mod reload_file;
 mod responses;
 mod saving;
 mod signals;

@@ -68,7 +68,7 @@ impl CommandServer {
         };
         log::info!("SIGHUP: reloading {}", path.display());
         crate::notify::reloading();
-        self.enqueue(None, Job::Reload(path));
+        self.enqueue(None, Job::Reload { path, seen: None });
     }
 
     fn stop_on_signal(&mut self, signal: i32) {

@@ -1,0 +1,99 @@
+//! The config file a reload reads: the proxy's own on SIGHUP, or the one
+//! `preread reload` names, read by the proxy itself.
+//!
+//! Owns: reading the file once and making sure it is the file the CLI saw
+//! (same size and CRC-32: a proxy in another mount namespace or container
+//! sees another file at that path, and must not reload it), then loading
+//! it with the config check every other path uses. Reading the file here
+//! spares the CLI its parse and the proxy a second one of the same
+//! declarations sent over the socket. Must never: reload a file other than
+//! the one the CLI saw, or change anything when the file has a problem.
+
+use std::path::Path;
+
+use command::codes::ErrorCode;
+use command::config::{ConfigProblem, LoadedConfig, load_config};
+use command::proto;
+
+/// Why a reload read nothing it could apply.
+#[derive(Debug)]
+pub(super) enum Unread {
+    /// The file cannot be read, or is not the one the CLI saw: the CLI
+    /// sends its declarations instead.
+    Unseen(String),
+    /// The config has problems (each with its location and code).
+    Refused(Vec<ConfigProblem>),
+}
+
+/// Reads and loads the config at `path`; when `seen` is given, only if
+/// the file is the one it describes.
+pub(super) fn read(path: &Path, seen: Option<&proto::ReloadFile>) -> Result<LoadedConfig, Unread> {
+    let bytes = std::fs::read(path).map_err(|error| {
+        Unread::Unseen(format!("the proxy cannot read {}: {error}", path.display()))
+    })?;
+    if let Some(seen) = seen {
+        let (size, crc32) = (bytes.len() as u64, crc32fast::hash(&bytes));
+        if (size, crc32) != (seen.size, seen.crc32) {
+            return Err(Unread::Unseen(format!(
+                "the proxy reads another file at {}: {size} bytes with CRC-32 {crc32:08x}, \
+                 not {} bytes with {:08x}",
+                path.display(),
+                seen.size,
+                seen.crc32
+            )));
+        }
+    }
+    let text = String::from_utf8(bytes).map_err(|error| {
+        Unread::Refused(vec![ConfigProblem {
+            location: None,
+            code: ErrorCode::InvalidToml,
+            message: format!("config file {} is not UTF-8: {error}", path.display()),
+        }])
+    })?;
+    load_config(&text).map_err(Unread::Refused)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(bytes: &[u8]) -> proto::ReloadFile {
+        proto::ReloadFile {
+            path: String::new(),
+            size: bytes.len() as u64,
+            crc32: crc32fast::hash(bytes),
+        }
+    }
+
+    #[test]
+    fn only_the_file_the_cli_saw_is_loaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("preread.toml");
+        let text = "[[listeners]]\naddress = \"127.0.0.1:9443\"\n";
+        std::fs::write(&path, text).unwrap();
+        let loaded = read(&path, Some(&seen(text.as_bytes()))).unwrap();
+        assert_eq!(loaded.state.listeners().len(), 1);
+        assert!(read(&path, None).is_ok(), "SIGHUP checks nothing more");
+        let other = seen(b"[[listeners]]\naddress = \"127.0.0.1:9444\"\n");
+        assert!(
+            matches!(read(&path, Some(&other)), Err(Unread::Unseen(m)) if m.contains("another file"))
+        );
+        let missing = dir.path().join("gone.toml");
+        assert!(
+            matches!(read(&missing, None), Err(Unread::Unseen(m)) if m.contains("cannot read"))
+        );
+    }
+
+    #[test]
+    fn a_config_with_problems_is_refused_with_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("preread.toml");
+        std::fs::write(&path, "[[listeners]]\naddress = \"nowhere\"\n").unwrap();
+        let Err(Unread::Refused(problems)) = read(&path, None) else {
+            panic!("a bad address loaded")
+        };
+        assert_eq!(problems[0].code.as_str(), "E101");
+        std::fs::write(&path, b"\xff\xfe").unwrap();
+        assert!(matches!(read(&path, None), Err(Unread::Refused(_))));
+    }
+}
