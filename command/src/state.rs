@@ -25,7 +25,7 @@ use crate::proto;
 use crate::proto::request::RequestType;
 use crate::stored_frontend::StoredFrontend;
 use crate::validate::{
-    FrontendKey, ValidationError, check_cluster, cluster_differences, is_relay,
+    FrontendKey, ValidationError, check_cluster, cluster_differences, frontend_key, is_relay,
     listener_differences, parse_address, resolve_backend, resolve_frontend, resolve_listener,
 };
 
@@ -591,8 +591,8 @@ impl ConfigState {
     }
 
     fn add_frontend(&mut self, frontend: &proto::TcpFrontend) -> Result<Applied, ValidationError> {
-        let (key, canonical) = resolve_frontend(frontend)?;
-        let id = &canonical.cluster_id;
+        let key = frontend_key(frontend)?;
+        let id = &frontend.cluster_id;
         let Some(listener) = self.listeners.get(&key.address) else {
             return Err(ValidationError::new(
                 ErrorCode::UnknownListener,
@@ -612,7 +612,7 @@ impl ConfigState {
             ));
         };
         if let Some(existing) = self.frontends.get(&key) {
-            if *existing.cluster == *id && *existing.tags() == canonical.tags {
+            if *existing.cluster == *id && *existing.tags() == frontend.tags {
                 return Ok(Applied::Unchanged);
             }
             let (code, rule) = if key.sni.is_none() {
@@ -639,7 +639,7 @@ impl ConfigState {
                      first, or give the new one another sni or alpn",
                     existing.cluster,
                     existing.tags(),
-                    canonical.tags
+                    frontend.tags
                 ),
             ));
         }
@@ -695,7 +695,7 @@ impl ConfigState {
                 })?;
         }
         self.frontends
-            .insert(key, StoredFrontend::new(interned, canonical));
+            .insert(key, StoredFrontend::new(interned, &frontend.tags));
         Ok(Applied::Changed)
     }
 
@@ -703,15 +703,15 @@ impl ConfigState {
         &mut self,
         frontend: &proto::TcpFrontend,
     ) -> Result<Applied, ValidationError> {
-        let (key, canonical) = resolve_frontend(frontend)?;
+        let key = frontend_key(frontend)?;
         match self.frontends.get(&key) {
-            Some(existing) if *existing.cluster == canonical.cluster_id => {}
+            Some(existing) if *existing.cluster == frontend.cluster_id => {}
             Some(existing) => {
                 return Err(ValidationError::new(
                     ErrorCode::NotFound,
                     format!(
                         "{key} routes to cluster `{}`, not `{}`: name its own cluster to remove it",
-                        existing.cluster, canonical.cluster_id
+                        existing.cluster, frontend.cluster_id
                     ),
                 ));
             }
@@ -720,7 +720,7 @@ impl ConfigState {
                     ErrorCode::NotFound,
                     format!(
                         "there is no {key} (cluster `{}`): check `preread frontend list`",
-                        canonical.cluster_id
+                        frontend.cluster_id
                     ),
                 ));
             }

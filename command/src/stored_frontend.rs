@@ -30,11 +30,10 @@ pub(crate) struct StoredFrontend {
 }
 
 impl StoredFrontend {
-    /// The stored part of a canonical frontend routed to `cluster` (the
-    /// state's interned id of `canonical.cluster_id`).
-    pub(crate) fn new(cluster: ClusterId, canonical: proto::TcpFrontend) -> Self {
-        debug_assert_eq!(&*cluster, canonical.cluster_id, "interned another cluster");
-        let tags = (!canonical.tags.is_empty()).then(|| Box::new(canonical.tags));
+    /// The stored part of a frontend routed to `cluster` (the state's
+    /// interned id of its cluster), with these tags.
+    pub(crate) fn new(cluster: ClusterId, tags: &BTreeMap<String, String>) -> Self {
+        let tags = (!tags.is_empty()).then(|| Box::new(tags.clone()));
         Self { cluster, tags }
     }
 
@@ -80,7 +79,7 @@ mod tests {
             Ok(resolved) => resolved,
             Err(e) => panic!("{e}"),
         };
-        let stored = StoredFrontend::new(canonical.cluster_id.as_str().into(), canonical.clone());
+        let stored = StoredFrontend::new(canonical.cluster_id.as_str().into(), &canonical.tags);
         assert_eq!(stored.to_proto(&key), canonical, "not rebuilt as resolved");
         (stored, canonical)
     }

@@ -12,6 +12,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use command::diff::diff;
 use command::generation::{Generation, Planned, plan};
@@ -299,16 +300,23 @@ impl CommandServer {
                 }
                 Some((Origin::Batch, diff(&self.state, &desired)))
             }
-            Job::Reload { path, seen } => match reload_file::read(path, seen.as_ref()) {
-                Ok(loaded) => Some((
-                    Origin::Reload(path.clone()),
-                    diff(&self.state, &loaded.state),
-                )),
-                Err(unread) => {
-                    self.refuse_reload(queued.client, path, unread);
-                    None
+            Job::Reload { path, seen } => {
+                match (Instant::now(), reload_file::read(path, seen.as_ref())) {
+                    (started, Ok(loaded)) => {
+                        let changes = diff(&self.state, &loaded.state);
+                        log::info!(
+                            "reloading {}: read, checked and compared with the running state in {} ms",
+                            path.display(),
+                            started.elapsed().as_millis()
+                        );
+                        Some((Origin::Reload(path.clone()), changes))
+                    }
+                    (_, Err(unread)) => {
+                        self.refuse_reload(queued.client, path, unread);
+                        None
+                    }
                 }
-            },
+            }
             Job::Load(path) => match load_state_requests(path) {
                 Ok((loaded, _)) => Some((Origin::Load(path.clone()), diff(&self.state, &loaded))),
                 Err(error) => {
