@@ -101,6 +101,15 @@ error_codes! {
     /// A request that does not change the routing state, sent where only
     /// state changes are applied.
     UnsupportedRequest = "E403",
+    /// A route source's fragment declares a cluster that the config file or
+    /// another fragment already declares.
+    ClusterDeclaredElsewhere = "E501",
+    /// A Docker label of preread's that does not parse.
+    InvalidLabel = "E502",
+    /// Containers that share one label name disagree on a cluster setting.
+    LabelsDisagree = "E503",
+    /// A fragment's `*:PORT` listener matches several listeners.
+    AmbiguousListenerPort = "E504",
 }
 
 /// What `preread explain CODE` prints about a code.
@@ -445,6 +454,57 @@ impl ErrorCode {
                  add/remove frontend, add/remove backend.",
                 "Send the request to the command server, which answers it directly.",
             ),
+            Self::ClusterDeclaredElsewhere => (
+                "cluster already declared by another source",
+                "A route source (Docker labels, a file of the watched directory) declares a \
+                 cluster whose id the config file or another fragment already declares. A \
+                 cluster belongs to one place, so that no source can add backends to, or \
+                 change the settings of, a cluster it does not own. The fragment is left out \
+                 of the running state (`preread sources` lists it) and retried whenever any \
+                 source changes; the fragment that had the cluster first keeps it.",
+                "Cluster ids that are unique across the config file, every file of the \
+                 directory and every Docker label name.",
+                "Rename the cluster (the `[clusters.<id>]` table, or the `<name>` of \
+                 `preread.tcp.<name>.*`), or remove the other declaration.",
+            ),
+            Self::InvalidLabel => (
+                "invalid Docker label",
+                "A container label under `preread.` does not parse: an unknown key, a \
+                 missing `listener` or `port`, a port that is not 1 to 65535, an address \
+                 that is not an IP, a weight that is not an integer, an unknown \
+                 proxy_protocol, or a container with no address on its network and no \
+                 `.address` label. That container is left out of its cluster; the other \
+                 containers of the same name still serve.",
+                "`preread.tcp.<name>.listener` = ip:port or *:port (required), `.sni` or \
+                 `.sni.0`, `.sni.1`… = SNI patterns, `.alpn` = h2,http/1.1, `.port` = \
+                 1-65535 (required), `.address` = an IP, `.proxy_protocol` = none | send | \
+                 relay, `.weight` = an integer; `<name>` has no dot.",
+                "Fix the label on the container (labels change only when the container is \
+                 created again: `docker run` it anew, or `docker compose up`).",
+            ),
+            Self::LabelsDisagree => (
+                "containers of one name disagree",
+                "All running containers whose labels share one `<name>` form one cluster, \
+                 with one backend per container, so the cluster settings they carry \
+                 (`proxy_protocol`) must agree. Their routes (listener, sni, alpn) are \
+                 merged. When they disagree, the whole name is left out of the running \
+                 state until they agree again.",
+                "The same `preread.tcp.<name>.proxy_protocol` on every container of the name \
+                 (or on none).",
+                "Give every container of the name the same proxy_protocol, or use another \
+                 `<name>` for the containers that need another one.",
+            ),
+            Self::AmbiguousListenerPort => (
+                "listener port matches several listeners",
+                "In a route source, a frontend's listener may be written `*:PORT`: the one \
+                 listener of this proxy on PORT, whatever its IP, so replicas that each \
+                 listen on their own address can share one directory or one set of labels. \
+                 This proxy has several listeners on that port, so the choice is ambiguous.",
+                "`*:PORT` where exactly one listener of the config file listens on PORT, or \
+                 the listener's full address.",
+                "Write the listener's full ip:port in the fragment, or give each listener \
+                 its own port.",
+            ),
         };
         Explanation {
             title,
@@ -525,6 +585,10 @@ mod tests {
             (ErrorCode::NotFound, "E401"),
             (ErrorCode::InUse, "E402"),
             (ErrorCode::UnsupportedRequest, "E403"),
+            (ErrorCode::ClusterDeclaredElsewhere, "E501"),
+            (ErrorCode::InvalidLabel, "E502"),
+            (ErrorCode::LabelsDisagree, "E503"),
+            (ErrorCode::AmbiguousListenerPort, "E504"),
         ] {
             assert_eq!(code.as_str(), text, "{code:?}");
         }

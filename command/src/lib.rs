@@ -12,6 +12,7 @@ pub mod diff;
 pub mod generation;
 pub mod listing;
 pub mod proto;
+pub mod sources;
 pub mod state;
 pub mod state_file;
 mod stored_frontend;

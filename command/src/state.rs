@@ -138,6 +138,7 @@ impl ConfigState {
             | RequestType::ListListeners(_)
             | RequestType::ListClusters(_)
             | RequestType::ListFrontends(_)
+            | RequestType::ListSources(_)
             | RequestType::QueryMetrics(_)
             | RequestType::SaveState(_)
             | RequestType::LoadState(_)

@@ -1158,6 +1158,7 @@ mod tests {
             RequestType::ListListeners(proto::ListListeners {}),
             RequestType::ListClusters(proto::ListClusters::default()),
             RequestType::ListFrontends(proto::ListFrontends::default()),
+            RequestType::ListSources(proto::ListSources {}),
             RequestType::QueryMetrics(proto::QueryMetrics {}),
             RequestType::SaveState(proto::SaveState { path: "x".into() }),
             RequestType::LoadState(proto::LoadState { path: "x".into() }),
@@ -1209,6 +1210,11 @@ mod tests {
             ErrorCode::StateFileIntegrity,
             ErrorCode::StateFileEmpty,
             ErrorCode::StateJournalCorrupt,
+            // The route sources' own rules, tested in `sources/`.
+            ErrorCode::ClusterDeclaredElsewhere,
+            ErrorCode::InvalidLabel,
+            ErrorCode::LabelsDisagree,
+            ErrorCode::AmbiguousListenerPort,
         ]
         .into();
         let source = include_str!("validate.rs");

@@ -17,6 +17,7 @@ use toml::Spanned;
 
 use super::lines::{Problems, ranged};
 use super::raw::RawConfig;
+use super::sources::{SourceSettings, source_settings};
 use crate::codes::ErrorCode;
 
 /// Default of `command_socket`.
@@ -120,6 +121,9 @@ pub struct GlobalSettings {
     /// Seconds the command server waits on one client (for the rest of a
     /// request, or for it to read its answers), at least 1.
     pub command_client_timeout_s: u32,
+    /// The route sources merged with the file's declarations
+    /// (`[sources.*]`).
+    pub sources: SourceSettings,
 }
 
 impl GlobalSettings {
@@ -137,6 +141,12 @@ impl GlobalSettings {
         }
         if let AccessLogTarget::File(file) = &mut self.access_logs {
             resolve(file);
+        }
+        if let Some(socket) = &mut self.sources.docker {
+            resolve(socket);
+        }
+        if let Some(directory) = &mut self.sources.directory {
+            resolve(directory);
         }
     }
 }
@@ -160,6 +170,7 @@ impl Default for GlobalSettings {
             soft_stop_grace_s: DEFAULT_SOFT_STOP_GRACE_S,
             empty_saved_state: EmptySavedState::Refuse,
             command_client_timeout_s: DEFAULT_COMMAND_CLIENT_TIMEOUT_S,
+            sources: SourceSettings::default(),
         }
     }
 }
@@ -291,6 +302,7 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
             global.command_client_timeout_s = timeout;
         }
     }
+    global.sources = source_settings(raw, problems);
     global
 }
 

@@ -20,7 +20,9 @@
 //! agree on them whatever their working directories.
 //!
 //! Layout: `raw` is the file's serde shape, `global` the process-wide
-//! settings, `declarations` the routing tables turned into requests, and
+//! settings, `sources` the `[sources.*]` tables, `declarations` the routing
+//! tables turned into requests, `fragment` the files of a watched
+//! directory (cluster tables only), and
 //! `lines` the byte offset → `line:column` mapping every problem goes
 //! through; this file holds the public API and the check that runs them in
 //! order.
@@ -36,9 +38,11 @@ use crate::proto::request::RequestType;
 use crate::state::ConfigState;
 
 mod declarations;
+mod fragment;
 mod global;
 mod lines;
 mod raw;
+mod sources;
 
 pub use global::{
     AccessLogFormat, AccessLogTarget, DEFAULT_BUFFER_SIZE, DEFAULT_COMMAND_CLIENT_TIMEOUT_S,
@@ -46,6 +50,9 @@ pub use global::{
     DEFAULT_MAX_CONNECTION_ATTEMPTS, DEFAULT_MAX_CONNECTIONS, DEFAULT_SOFT_STOP_GRACE_S,
     DEFAULT_SPLICE, DEFAULT_WORKER_COUNT, EmptySavedState, GlobalSettings, MIN_BUFFER_SIZE,
 };
+
+pub use fragment::load_fragment;
+pub use sources::{DEFAULT_DOCKER_ENDPOINT, SourceSettings};
 
 use declarations::{check_caps_fit_buffers, routing_requests};
 use global::global_settings;

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use toml::Spanned;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawConfig {
     pub(super) command_socket: Option<Spanned<String>>,
@@ -41,6 +41,27 @@ pub(super) struct RawConfig {
     pub(super) listeners: Vec<Spanned<RawListener>>,
     #[serde(default)]
     pub(super) clusters: RawClusters,
+    pub(super) sources: Option<RawSources>,
+}
+
+/// `[sources.*]`: the route sources merged with the file's declarations.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSources {
+    pub(super) docker: Option<RawDockerSource>,
+    pub(super) directory: Option<RawDirectorySource>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDockerSource {
+    pub(super) endpoint: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDirectorySource {
+    pub(super) path: Spanned<String>,
 }
 
 #[derive(Deserialize)]
