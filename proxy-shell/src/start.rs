@@ -5,8 +5,9 @@
 //! declarations, unless it is empty and `empty_saved_state` says
 //! otherwise; stale temp files of killed saves are removed first; an
 //! upgrade's handover wins over both), the command
-//! socket, the workers, replaying the state on them, then the command
-//! server until a stop, and joining the workers. Must never: start with a
+//! socket, the workers, replaying the state on them, the route sources
+//! (merged with the config's declarations, whatever the boot state), then
+//! the command server until a stop, and joining the workers. Must never: start with a
 //! state the workers refused, or over another running proxy's command
 //! socket (a successor moves its own over it only once it serves).
 
@@ -77,6 +78,12 @@ pub fn run(globals: &Globals) -> ExitCode {
         }
     };
     let mut global = loaded.global;
+    let file = FileDeclarations {
+        routes: loaded.state.frontends().len(),
+        // The route sources merge with the file's declarations whatever
+        // the boot state: only then is a copy kept.
+        state: global.sources.any().then(|| loaded.state.clone()),
+    };
     // The state is what the declarations built. `loaded` lives until the
     // process ends, so its requests would otherwise stay resident for the
     // whole run (about a third of the proxy's memory at 100,000 routes).
@@ -93,7 +100,7 @@ pub fn run(globals: &Globals) -> ExitCode {
                 serve(
                     &global,
                     (state, SavedBase::Other),
-                    &config_path,
+                    (&config_path, file),
                     Some(successor),
                 )
             }
@@ -107,7 +114,15 @@ pub fn run(globals: &Globals) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    serve(&global, boot, &config_path, None)
+    serve(&global, boot, (&config_path, file), None)
+}
+
+/// The config file's routing declarations, for the route sources.
+struct FileDeclarations {
+    /// How many frontends it declares.
+    routes: usize,
+    /// Its state, when a route source merges with it.
+    state: Option<ConfigState>,
 }
 
 fn init_logging(log_level: &str) {
@@ -232,7 +247,7 @@ fn empty_state(
 fn serve(
     global: &GlobalSettings,
     (state, base): (ConfigState, SavedBase),
-    config_path: &Path,
+    (config_path, file): (&Path, FileDeclarations),
     mut successor: Option<Successor>,
 ) -> ExitCode {
     crate::fd_budget::check(global, state.listeners().len());
@@ -310,6 +325,11 @@ fn serve(
     }
     if let Err(error) = server.resume_saved_state(base) {
         log::error!("cannot save the state: {error}; the next change tries again");
+    }
+    if let Err(error) = server.start_sources(file.routes, file.state, &global.sources) {
+        log::error!("cannot start the route sources: {error}");
+        abort(&mut server, threads);
+        return ExitCode::from(EXIT_FAILED);
     }
     if let Err(error) = server.watch_signals() {
         log::error!(

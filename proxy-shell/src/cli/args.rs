@@ -104,6 +104,9 @@ pub enum Command {
     },
     /// Diff the config file against the running state and apply only the difference.
     Reload,
+    /// Each route source (the config file, Docker, a directory): last sync,
+    /// routes declared, excluded fragments with their codes.
+    Sources,
     /// Replace the running proxy by a new process of a (new) binary, with no
     /// connection refused: it hands over its listening sockets and its state.
     Upgrade {

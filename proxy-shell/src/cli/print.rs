@@ -168,6 +168,74 @@ fn metrics_text(report: &proto::MetricsReport) -> String {
     table(&header, &rows)
 }
 
+/// How long ago `unix_ms` was, for people: `never` for 0.
+fn ago(unix_ms: u64, now_ms: u64) -> String {
+    if unix_ms == 0 {
+        return "never".to_owned();
+    }
+    let ms = now_ms.saturating_sub(unix_ms);
+    format!("{:.1}s ago", ms as f64 / 1000.0)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// One row per source, then its excluded fragments, indented, each with
+/// its code.
+fn sources_text(list: &proto::SourceList, now_ms: u64) -> String {
+    let rows: Vec<Vec<String>> = list
+        .sources
+        .iter()
+        .map(|s| {
+            let status = if s.error.is_empty() {
+                "ok".to_owned()
+            } else {
+                format!("failing: {}", s.error)
+            };
+            vec![
+                s.kind.clone(),
+                s.location.clone(),
+                ago(s.last_sync_unix_ms, now_ms),
+                s.routes.to_string(),
+                s.fragments.to_string(),
+                s.excluded_total.to_string(),
+                s.errors.to_string(),
+                status,
+            ]
+        })
+        .collect();
+    let mut out = table(
+        &[
+            "KIND",
+            "LOCATION",
+            "LAST_SYNC",
+            "ROUTES",
+            "FRAGMENTS",
+            "EXCLUDED",
+            "ERRORS",
+            "STATUS",
+        ],
+        &rows,
+    );
+    for source in &list.sources {
+        for excluded in &source.excluded {
+            let _ = writeln!(
+                out,
+                "excluded {} {}: {}: {}",
+                source.kind, excluded.name, excluded.error_code, excluded.message
+            );
+        }
+        let more = (source.excluded_total as usize).saturating_sub(source.excluded.len());
+        if more > 0 {
+            let _ = writeln!(out, "… and {more} more excluded from {}", source.kind);
+        }
+    }
+    out
+}
+
 /// What to print on stdout for a successful answer, as human text.
 pub fn success_text(response: &proto::Response) -> String {
     let content = response
@@ -198,6 +266,7 @@ pub fn success_text(response: &proto::Response) -> String {
         Some(ContentType::Clusters(list)) => clusters_text(list),
         Some(ContentType::Frontends(list)) => frontends_text(list),
         Some(ContentType::Metrics(report)) => metrics_text(report),
+        Some(ContentType::Sources(list)) => sources_text(list, now_ms()),
         Some(ContentType::Batch(_)) => format!("{}\n", response.message),
         None if response.message.is_empty() => "ok\n".to_owned(),
         None => format!("{}\n", response.message),
@@ -225,6 +294,15 @@ pub fn success_json(response: &proto::Response) -> Vec<Value> {
             .collect();
         lines.push(object(json!("total"), &report.total));
         return lines;
+    }
+    if let Some(ContentType::Sources(list)) = content {
+        return list
+            .sources
+            .iter()
+            .map(|source| {
+                serde_json::to_value(source).unwrap_or_else(|e| json!({ "error": e.to_string() }))
+            })
+            .collect();
     }
     vec![serde_json::to_value(response).unwrap_or_else(|e| json!({ "error": e.to_string() }))]
 }
@@ -279,6 +357,49 @@ mod tests {
         assert_eq!(lines[2]["tcp.accepted"], 5);
         let text = success_text(&with(ContentType::Metrics(report)));
         assert!(text.contains("tcp.accepted  5      2         3"), "{text}");
+    }
+
+    #[test]
+    fn sources_list_each_source_then_its_exclusions() {
+        let list = proto::SourceList {
+            sources: vec![
+                proto::SourceEntry {
+                    kind: "file".into(),
+                    location: "/etc/preread/preread.toml".into(),
+                    last_sync_unix_ms: 10_000,
+                    routes: 3,
+                    fragments: 1,
+                    ..Default::default()
+                },
+                proto::SourceEntry {
+                    kind: "docker".into(),
+                    location: "unix:///var/run/docker.sock".into(),
+                    last_sync_unix_ms: 0,
+                    excluded: vec![proto::ExcludedFragment {
+                        name: "api".into(),
+                        error_code: "E204".into(),
+                        message: "label preread.tcp.api.sni of container /api-1: taken".into(),
+                    }],
+                    excluded_total: 2,
+                    error: "Docker is unreachable".into(),
+                    errors: 4,
+                    ..Default::default()
+                },
+            ],
+        };
+        let text = super::sources_text(&list, 12_500);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[1].starts_with("file") && lines[1].contains("2.5s ago"), "{text}");
+        assert!(lines[2].contains("never") && lines[2].contains("failing: Docker"), "{text}");
+        assert_eq!(
+            lines[3],
+            "excluded docker api: E204: label preread.tcp.api.sni of container /api-1: taken"
+        );
+        assert_eq!(lines[4], "… and 1 more excluded from docker");
+        let json = success_json(&with(ContentType::Sources(list)));
+        assert_eq!(json.len(), 2);
+        assert_eq!(json[1]["excluded"][0]["error_code"], "E204");
+        assert_eq!(json[1]["errors"], 4);
     }
 
     #[test]

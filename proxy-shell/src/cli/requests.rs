@@ -111,6 +111,7 @@ pub fn for_command(command: &Command) -> Option<proto::Request> {
             return None;
         }
         Command::Status => RequestType::Status(proto::Status {}),
+        Command::Sources => RequestType::ListSources(proto::ListSources {}),
         Command::Upgrade { binary, within } => RequestType::Upgrade(proto::Upgrade {
             binary: binary
                 .as_ref()
@@ -241,6 +242,7 @@ mod tests {
             ("preread metrics get", |r| {
                 matches!(r, RequestType::QueryMetrics(_))
             }),
+            ("preread sources", |r| matches!(r, RequestType::ListSources(_))),
         ];
         for (line, check) in cases {
             let built = build(line);

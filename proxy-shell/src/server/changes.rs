@@ -50,6 +50,9 @@ pub(super) enum Job {
         path: PathBuf,
         seen: Option<proto::ReloadFile>,
     },
+    /// A route source changed: apply the diff from the running state to
+    /// the merge of the file's declarations with every fragment.
+    Sources,
 }
 
 /// Where a job's changes came from: what its answer or log line says.
@@ -63,6 +66,8 @@ enum Origin {
     Load(String),
     /// A config file the proxy read (SIGHUP, or `preread reload`).
     Reload(PathBuf),
+    /// The route sources.
+    Sources,
 }
 
 #[derive(Debug)]
@@ -298,12 +303,18 @@ impl CommandServer {
                         return None;
                     }
                 }
+                let desired = self.sources.with_file(desired);
                 Some((Origin::Batch, diff(&self.state, &desired)))
+            }
+            Job::Sources => {
+                let desired = self.sources.merge_job()?;
+                Some((Origin::Sources, diff(&self.state, &desired)))
             }
             Job::Reload { path, seen } => {
                 match (Instant::now(), reload_file::read(path, seen.as_ref())) {
                     (started, Ok(loaded)) => {
-                        let changes = diff(&self.state, &loaded.state);
+                        let desired = self.sources.with_file(loaded.state);
+                        let changes = diff(&self.state, &desired);
                         log::info!(
                             "reloading {}: read, checked and compared with the running state in {} ms",
                             path.display(),
@@ -406,8 +417,14 @@ impl CommandServer {
         self.advance();
     }
 
-    /// Saves the state if the job changed it, and answers the job.
+    /// Saves the state if the job changed it, records a merge the workers
+    /// applied, and answers the job.
     fn finish(&mut self, outcome: Outcome) {
+        if outcome.refused.is_none() {
+            self.sources.commit();
+        } else {
+            self.sources.abandon();
+        }
         let applied = outcome.applied().len();
         let save_note = if applied > 0 {
             self.autosave(outcome.applied())
@@ -426,6 +443,10 @@ impl CommandServer {
                     return;
                 }
                 batch_answer(outcome.applied(), unchanged, &skipped, &save_note)
+            }
+            Origin::Sources => {
+                log_sources(applied, &skipped, &save_note);
+                return;
             }
             Origin::Change => match skipped.first() {
                 Some((_, failed)) => failure(failed.code, failed.message.clone()),
@@ -630,6 +651,26 @@ fn listens(state: &ConfigState, address: SocketAddr) -> bool {
     state
         .listener(&address)
         .is_some_and(|l| l.active != Some(false))
+}
+
+/// The summary of a merge of the route sources: each skipped request with
+/// its code (excluded fragments are logged when they are recorded), then
+/// the count.
+fn log_sources(applied: usize, skipped: &[(proto::Request, Failure)], save_note: &str) {
+    for (request, failed) in skipped {
+        log::warn!(
+            "route sources: skipped {}: {}: {}",
+            describe(request),
+            failed.code,
+            failed.message
+        );
+    }
+    if applied > 0 || !skipped.is_empty() {
+        log::info!(
+            "route sources: {applied} change(s) applied, {} skipped{save_note}",
+            skipped.len()
+        );
+    }
 }
 
 /// The summary of a SIGHUP reload, as `preread reload` prints it: each

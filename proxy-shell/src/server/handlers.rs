@@ -63,6 +63,10 @@ impl CommandServer {
                 };
                 self.respond(who, &answer);
             }
+            RequestType::ListSources(_) => {
+                let answer = ok_with(self.sources.list());
+                self.respond(who, &answer);
+            }
             RequestType::SaveState(save) => {
                 let answer = self.save_to(&save.path);
                 self.respond(who, &answer);

@@ -4,8 +4,9 @@
 //! Owns: the Unix command socket (mode 0600, root or the proxy's own user
 //! only), the [`ConfigState`], the order bookkeeping, the serialization of
 //! state changes (one in flight at a time, in arrival order), their
-//! rollback when a worker refuses, and the state file autosave (`saving`:
-//! a journal and its snapshot). Must never:
+//! rollback when a worker refuses, the state file autosave (`saving`:
+//! a journal and its snapshot), and the route sources' reports and merges
+//! (`sources`; their threads are in [`crate::sources`]). Must never:
 //! commit a change before every worker applied it; leave a worker with a
 //! change the others refused; wait on a worker without a deadline.
 //!
@@ -23,6 +24,7 @@ mod responses;
 mod saving;
 mod signals;
 mod socket;
+mod sources;
 mod upgrade;
 
 use std::collections::{BTreeSet, VecDeque};
@@ -210,6 +212,8 @@ pub struct CommandServer {
     stopping: Option<StopKind>,
     /// Addresses the workers listen on with inherited sockets.
     adopted: BTreeSet<SocketAddr>,
+    /// The route sources merged with the config file's declarations.
+    sources: sources::RouteSources,
 }
 
 impl fmt::Debug for CommandServer {
@@ -240,6 +244,7 @@ impl CommandServer {
         let (mut listener, socket) = socket::bind_command_socket(&settings.socket_path)?;
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let settings_config = settings.config_path.clone();
         let saved = saving::Saver::new(
             settings.saved_state.clone(),
             settings.automatic_state_save,
@@ -268,6 +273,7 @@ impl CommandServer {
             generation: 0,
             stopping: None,
             adopted: BTreeSet::new(),
+            sources: sources::RouteSources::new(settings_config.as_deref()),
         })
     }
 
@@ -409,6 +415,7 @@ impl CommandServer {
             if let Some(kind) = self.stopping
                 && !self.pending.any(|p| matches!(p, Purpose::Stop(_)))
             {
+                self.stop_sources();
                 self.finish_clients(&mut events);
                 return Ok(kind);
             }
@@ -477,6 +484,7 @@ impl CommandServer {
     /// every freed client, until nothing is left to do without waiting.
     fn settle(&mut self) {
         loop {
+            self.take_source_events();
             while let Ok(reply) = self.replies.try_recv() {
                 self.completed.extend(self.pending.record(reply));
             }
