@@ -349,8 +349,25 @@ impl TlsBackend {
     pub fn start_with_ca(addr: SocketAddr, config: BackendConfig, ca: &TestCa) -> io::Result<Self> {
         let names: Vec<&str> = config.dns_names.iter().map(String::as_str).collect();
         let leaf = ca.server_cert(&names);
+        Self::serve(addr, config, leaf, Some(ca))
+    }
+
+    /// Starts a backend on `addr` presenting `leaf`, made elsewhere (a
+    /// backend in a process of its own); `config.client_auth` is not
+    /// honoured, as there is no CA to verify with.
+    pub fn start_with_leaf(addr: SocketAddr, config: BackendConfig, leaf: Leaf) -> io::Result<Self> {
+        Self::serve(addr, config, leaf, None)
+    }
+
+    fn serve(
+        addr: SocketAddr,
+        config: BackendConfig,
+        leaf: Leaf,
+        client_ca: Option<&TestCa>,
+    ) -> io::Result<Self> {
         let alpn: Vec<&str> = config.alpn.iter().map(String::as_str).collect();
-        let server_config = certs::server_config(&leaf, &alpn, config.client_auth.then_some(ca));
+        let client_ca = client_ca.filter(|_| config.client_auth);
+        let server_config = certs::server_config(&leaf, &alpn, client_ca);
         let settings = Arc::new(TlsSettings {
             name: config.name.clone(),
             server_config,

@@ -15,6 +15,7 @@ use rcgen::{
     KeyUsagePurpose, SanType,
 };
 use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
@@ -193,6 +194,22 @@ impl Leaf {
     /// The private key, as rustls takes it.
     pub fn key(&self) -> PrivateKeyDer<'static> {
         PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone()))
+    }
+
+    /// A leaf another process made, from its certificate and PKCS#8 key
+    /// as PEM (what [`Leaf::cert_pem`] and [`Leaf::key_pem`] hold).
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self, String> {
+        let cert_der = CertificateDer::from_pem_slice(cert_pem.as_bytes())
+            .map_err(|e| format!("the certificate PEM: {e}"))?;
+        let key_der = PrivatePkcs8KeyDer::from_pem_slice(key_pem.as_bytes())
+            .map_err(|e| format!("the key PEM: {e}"))?;
+        Ok(Self {
+            names: dns_names(&cert_der),
+            cert_der,
+            cert_pem: cert_pem.to_owned(),
+            key_der: key_der.secret_pkcs8_der().to_vec(),
+            key_pem: key_pem.to_owned(),
+        })
     }
 }
 

@@ -37,6 +37,7 @@
 pub mod backend;
 pub mod certs;
 pub mod client;
+pub mod docker;
 pub mod proxy;
 pub mod testkit;
 pub mod tools;

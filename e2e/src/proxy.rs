@@ -825,6 +825,24 @@ impl ProxyProcess {
         }
     }
 
+    /// Each route source as `preread sources` reports it (`ListSources`):
+    /// the config file first.
+    pub fn sources(&self) -> Result<Vec<proto::SourceEntry>, String> {
+        let response = self.apply(RequestType::ListSources(proto::ListSources {}))?;
+        match response.content.and_then(|c| c.content_type) {
+            Some(ContentType::Sources(list)) => Ok(list.sources),
+            other => Err(format!("not a source list: {other:?}")),
+        }
+    }
+
+    /// The source of `kind` (`docker`, `directory`) of [`Self::sources`].
+    pub fn source(&self, kind: &str) -> Result<proto::SourceEntry, String> {
+        self.sources()?
+            .into_iter()
+            .find(|s| s.kind == kind)
+            .ok_or_else(|| format!("no {kind} source"))
+    }
+
     /// The metric totals over the workers (`QueryMetrics`).
     pub fn metrics(&self) -> Result<BTreeMap<String, i64>, String> {
         let response = self.apply(RequestType::QueryMetrics(proto::QueryMetrics {}))?;
