@@ -355,7 +355,11 @@ impl TlsBackend {
     /// Starts a backend on `addr` presenting `leaf`, made elsewhere (a
     /// backend in a process of its own); `config.client_auth` is not
     /// honoured, as there is no CA to verify with.
-    pub fn start_with_leaf(addr: SocketAddr, config: BackendConfig, leaf: Leaf) -> io::Result<Self> {
+    pub fn start_with_leaf(
+        addr: SocketAddr,
+        config: BackendConfig,
+        leaf: Leaf,
+    ) -> io::Result<Self> {
         Self::serve(addr, config, leaf, None)
     }
 

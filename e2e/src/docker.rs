@@ -217,7 +217,9 @@ impl Dockerd {
         }
         match wait_or_kill(&mut child, STOP) {
             Ok(Some(_)) => Ok(()),
-            Ok(None) => Err(format!("dockerd (pid {pid}) did not stop within {STOP:?}: killed")),
+            Ok(None) => Err(format!(
+                "dockerd (pid {pid}) did not stop within {STOP:?}: killed"
+            )),
             Err(e) => Err(format!("wait for dockerd (pid {pid}): {e}")),
         }
     }

@@ -40,9 +40,8 @@ fn replicas(dir: &Path) -> Vec<Replica> {
         let started: Result<Vec<Replica>, String> = ["127.0.0.2", "127.0.0.3"]
             .into_iter()
             .map(|ip| {
-                let addr: SocketAddr = format!("{ip}:{port}")
-                    .parse()
-                    .map_err(|e| format!("{e}"))?;
+                let addr: SocketAddr =
+                    format!("{ip}:{port}").parse().map_err(|e| format!("{e}"))?;
                 let config = format!(
                     "[[listeners]]\naddress = \"{addr}\"\n\n[sources.directory]\npath = \"{}\"\n",
                     dir.display()
@@ -110,12 +109,23 @@ fn both_follow(replicas: &[Replica], step: &str, expected: &[(&str, &str)]) {
             stderr_tail(&replica.proxy)
         );
     }
-    eprintln!("{step}: both replicas followed within {:?}", start.elapsed());
+    eprintln!(
+        "{step}: both replicas followed within {:?}",
+        start.elapsed()
+    );
     let [first, second] = replicas else {
         panic!("two replicas");
     };
-    assert_eq!(decisions(first), decisions(second), "{step}: decisions differ");
-    assert_eq!(excluded(first), excluded(second), "{step}: exclusions differ");
+    assert_eq!(
+        decisions(first),
+        decisions(second),
+        "{step}: decisions differ"
+    );
+    assert_eq!(
+        excluded(first),
+        excluded(second),
+        "{step}: exclusions differ"
+    );
 }
 
 fn write(dir: &Path, name: &str, text: &str) {
@@ -183,7 +193,10 @@ fn two_replicas_watching_one_directory_decide_alike_after_every_change() {
     );
     let broken = excluded(&replicas[0]);
     assert_eq!(broken.len(), 1, "{broken:?}");
-    assert_eq!((broken[0].0.as_str(), broken[0].1.as_str()), ("c.toml", "E001"));
+    assert_eq!(
+        (broken[0].0.as_str(), broken[0].1.as_str()),
+        ("c.toml", "E001")
+    );
     assert!(broken[0].2.starts_with("c.toml:1:"), "the line: {broken:?}");
     let shown = replicas[1]
         .proxy
@@ -209,8 +222,14 @@ fn two_replicas_watching_one_directory_decide_alike_after_every_change() {
         &[("a.example.com", "a-0"), ("c.example.com", "d-0")],
     );
     for replica in &replicas {
-        let source = replica.proxy.source("directory").unwrap_or_else(|e| panic!("{e}"));
+        let source = replica
+            .proxy
+            .source("directory")
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((source.routes, source.fragments), (2, 2), "{source:?}");
-        assert!(source.excluded.is_empty() && source.error.is_empty(), "{source:?}");
+        assert!(
+            source.excluded.is_empty() && source.error.is_empty(),
+            "{source:?}"
+        );
     }
 }

@@ -172,7 +172,10 @@ fn a_stopped_container_leaves_its_cluster_and_the_last_one_takes_the_route() {
         "api-2's backend is still there after {WITHIN:?}: {:?}",
         w.backends("api")
     );
-    eprintln!("stop: api-2's backend gone {:?} after docker stop", stopped.elapsed());
+    eprintln!(
+        "stop: api-2's backend gone {:?} after docker stop",
+        stopped.elapsed()
+    );
     for _ in 0..4 {
         assert_eq!(w.route("api.example.com").as_deref(), Ok("api-1"));
     }
@@ -187,7 +190,10 @@ fn a_stopped_container_leaves_its_cluster_and_the_last_one_takes_the_route() {
         "the route of api is still there after {WITHIN:?}: {:?}",
         w.route("api.example.com")
     );
-    eprintln!("stop: the route gone {:?} after the last docker stop", stopped.elapsed());
+    eprintln!(
+        "stop: the route gone {:?} after the last docker stop",
+        stopped.elapsed()
+    );
     let source = w.docker_source();
     assert_eq!((source.routes, source.fragments), (0, 0), "{source:?}");
 }
@@ -206,7 +212,11 @@ fn two_names_claiming_one_sni_exclude_the_newcomer_until_the_clash_goes() {
             .iter()
             .any(|e| e.name == "beta" && e.error_code == "E204")
     });
-    assert!(excluded, "beta is not excluded with E204: {:?}", w.docker_source());
+    assert!(
+        excluded,
+        "beta is not excluded with E204: {:?}",
+        w.docker_source()
+    );
     for _ in 0..3 {
         assert_eq!(w.route("clash.example.com").as_deref(), Ok("alpha-1"));
     }
@@ -214,7 +224,8 @@ fn two_names_claiming_one_sni_exclude_the_newcomer_until_the_clash_goes() {
     let text = String::from_utf8_lossy(&shown.stdout);
     assert!(
         text.lines()
-            .any(|l| l.starts_with("excluded docker beta: E204: ") && l.contains("clash.example.com")),
+            .any(|l| l.starts_with("excluded docker beta: E204: ")
+                && l.contains("clash.example.com")),
         "preread sources:\n{text}"
     );
 
@@ -265,7 +276,10 @@ fn a_dockerd_restart_resyncs_and_routed_traffic_goes_on_meanwhile() {
     w.docker.stop().unwrap_or_else(|e| panic!("{e}"));
     let down_at = Instant::now();
     assert!(
-        eventually(Duration::from_secs(5), || !w.docker_source().error.is_empty()),
+        eventually(Duration::from_secs(5), || !w
+            .docker_source()
+            .error
+            .is_empty()),
         "the proxy did not notice dockerd stopping: {:?}",
         w.docker_source()
     );
@@ -284,9 +298,15 @@ fn a_dockerd_restart_resyncs_and_routed_traffic_goes_on_meanwhile() {
         let source = w.docker_source();
         source.error.is_empty() && source.last_sync_unix_ms >= restarted_ms
     });
-    assert!(resynced, "no resync after the restart: {:?}", w.docker_source());
+    assert!(
+        resynced,
+        "no resync after the restart: {:?}",
+        w.docker_source()
+    );
     stop.store(true, Ordering::Relaxed);
-    let errors = traffic.join().unwrap_or_else(|_| panic!("the traffic thread panicked"));
+    let errors = traffic
+        .join()
+        .unwrap_or_else(|_| panic!("the traffic thread panicked"));
     let served = ok.load(Ordering::Relaxed);
     assert!(
         errors.is_empty(),

@@ -189,6 +189,11 @@ impl Harness {
         scripts: &[Script],
     ) -> Self {
         let (server, fakes) = server_with(settings, state, scripts);
+        Self::serve(dir, server, fakes)
+    }
+
+    /// Runs `server` on a thread of its own.
+    fn serve(dir: TempDir, server: CommandServer, fakes: Vec<Fake>) -> Self {
         let socket = server.socket_path().to_owned();
         let (tx, done) = mpsc::channel();
         thread::spawn(move || {
@@ -1340,4 +1345,125 @@ fn clients_over_the_cap_are_refused_with_e_busy() {
     }
     drop(held);
     h.stop();
+}
+
+// ---- route sources ----
+
+/// The frontends' SNI names of the running state.
+fn snis(h: &Harness) -> Vec<String> {
+    match content(h.ask(RequestType::ListFrontends(proto::ListFrontends {}))) {
+        ContentType::Frontends(list) => list.frontends.into_iter().filter_map(|f| f.sni).collect(),
+        other => panic!("not frontends: {other:?}"),
+    }
+}
+
+fn wait_snis(h: &Harness, wanted: &[&str]) {
+    let deadline = Instant::now() + BOUND;
+    loop {
+        let now = snis(h);
+        if now == wanted {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "frontends {now:?}, not {wanted:?}"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_directory_source_merges_with_the_file_and_survives_a_reload() {
+    let dir = temp_dir("sources");
+    let watched = dir.path().join("conf.d");
+    std::fs::create_dir(&watched).expect("conf.d");
+    let mut file = ConfigState::default();
+    for kind in [
+        cluster("file"),
+        listener(ADDR),
+        frontend("file", ADDR, "file.example.com"),
+    ] {
+        assert!(
+            file.dispatch(&proto::Request {
+                request_type: Some(kind)
+            })
+            .is_ok()
+        );
+    }
+    let (mut server, fakes) = server_with(
+        settings(dir.path()),
+        file.clone(),
+        &[Script::Done, Script::Done],
+    );
+    let sources = command::config::SourceSettings {
+        docker: None,
+        directory: Some(watched.clone()),
+    };
+    server
+        .start_sources(1, Some(file), &sources)
+        .expect("sources");
+    let h = Harness::serve(dir, server, fakes);
+    std::fs::write(
+        watched.join("a.toml"),
+        "[clusters.a]\nfrontends = [{ address = \"*:8443\", sni = \"a.example.com\" }]\n",
+    )
+    .expect("a.toml");
+    wait_snis(&h, &["a.example.com", "file.example.com"]);
+
+    // A reload of a file that now declares another route: the fragment stays.
+    let declarations = [
+        cluster("file"),
+        listener(ADDR),
+        frontend("file", ADDR, "new.example.com"),
+    ]
+    .into_iter()
+    .map(|kind| proto::Request {
+        request_type: Some(kind),
+    })
+    .collect();
+    let response = h.ask(RequestType::ApplyChanges(proto::ChangeBatch {
+        requests: declarations,
+        declarations: true,
+        more: false,
+    }));
+    assert_ok(&response);
+    assert_eq!(snis(&h), ["a.example.com", "new.example.com"]);
+
+    // A fragment that clashes with the file is excluded, whole; the file's
+    // new declarations are what it clashes with.
+    std::fs::write(
+        watched.join("b.toml"),
+        "[clusters.b]\nfrontends = [{ address = \"*:8443\", sni = \"new.example.com\" }]\n",
+    )
+    .expect("b.toml");
+    let deadline = Instant::now() + BOUND;
+    let directory = loop {
+        let ContentType::Sources(list) =
+            content(h.ask(RequestType::ListSources(proto::ListSources {})))
+        else {
+            panic!("not sources");
+        };
+        let directory = list
+            .sources
+            .into_iter()
+            .find(|s| s.kind == "directory")
+            .expect("directory");
+        if !directory.excluded.is_empty() {
+            break directory;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "b.toml never excluded: {directory:?}"
+        );
+        thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(directory.excluded[0].name, "b.toml");
+    assert_eq!(directory.excluded[0].error_code, "E204");
+    assert_eq!((directory.routes, directory.fragments), (1, 1));
+    assert_eq!(snis(&h), ["a.example.com", "new.example.com"]);
+    let state = h.stop();
+    assert!(
+        state.clusters().all(|c| c.cluster_id != "b"),
+        "nothing of b is recorded"
+    );
 }

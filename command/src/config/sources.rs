@@ -41,7 +41,10 @@ pub(super) fn source_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> S
             .endpoint
             .as_ref()
             .map_or(DEFAULT_DOCKER_ENDPOINT, |e| e.get_ref().as_str());
-        match endpoint.strip_prefix("unix://").filter(|path| !path.is_empty()) {
+        match endpoint
+            .strip_prefix("unix://")
+            .filter(|path| !path.is_empty())
+        {
             Some(path) => settings.docker = Some(PathBuf::from(path)),
             None => problems.push(
                 docker.endpoint.as_ref().map_or(0, |e| e.span().start),
@@ -97,7 +100,11 @@ mod tests {
                 ErrorCode::InvalidValue,
                 "2:12",
             ),
-            ("[sources.directory]\npath = \"\"\n", ErrorCode::InvalidValue, "2:8"),
+            (
+                "[sources.directory]\npath = \"\"\n",
+                ErrorCode::InvalidValue,
+                "2:8",
+            ),
             ("[sources.directory]\n", ErrorCode::InvalidToml, "1:1"),
             ("[sources.kubernetes]\n", ErrorCode::UnknownKey, "1:10"),
         ] {

@@ -75,7 +75,14 @@ mod tests {
         for yes in ["web.toml", "a.b.toml", "x-1.toml"] {
             assert!(is_fragment_file(yes), "{yes}");
         }
-        for no in [".web.toml", ".toml", "web.toml.swp", "web.toml~", "web.json", "toml"] {
+        for no in [
+            ".web.toml",
+            ".toml",
+            "web.toml.swp",
+            "web.toml~",
+            "web.json",
+            "toml",
+        ] {
             assert!(!is_fragment_file(no), "{no}");
         }
     }
@@ -116,7 +123,10 @@ mod tests {
                 panic!("{text:?} parsed");
             };
             assert_eq!(problems[0].code, code, "{text:?}: {problems:?}");
-            assert!(problems[0].message.starts_with(at), "{text:?}: {problems:?}");
+            assert!(
+                problems[0].message.starts_with(at),
+                "{text:?}: {problems:?}"
+            );
         }
         let FragmentBody::Broken(problems) = unreadable("y.toml", "permission denied").body else {
             panic!("unreadable");

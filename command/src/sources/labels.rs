@@ -387,9 +387,10 @@ mod tests {
 
     fn problems(fragment: &Fragment) -> Vec<(ErrorCode, String)> {
         match &fragment.body {
-            FragmentBody::Broken(problems) => {
-                problems.iter().map(|p| (p.code, p.message.clone())).collect()
-            }
+            FragmentBody::Broken(problems) => problems
+                .iter()
+                .map(|p| (p.code, p.message.clone()))
+                .collect(),
             FragmentBody::Declared(_) => panic!("declared"),
         }
     }
@@ -429,7 +430,11 @@ mod tests {
             backends,
             [
                 ("web-aaa000000000".into(), "127.0.0.1:9001".into(), None),
-                ("web-bbb000000000".into(), "172.17.0.2:9001".into(), Some(50)),
+                (
+                    "web-bbb000000000".into(),
+                    "172.17.0.2:9001".into(),
+                    Some(50)
+                ),
             ]
         );
         let alpns: Vec<Vec<String>> = kinds
@@ -462,7 +467,11 @@ mod tests {
         assert_eq!(names, ["container /bbb", "web", "web (container /bbb)"]);
         assert_eq!(requests(&out[1]).len(), 1 + 2 + 1, "aaa alone serves web");
         let found = problems(&out[2]);
-        assert!(found.iter().all(|(code, _)| *code == ErrorCode::InvalidLabel));
+        assert!(
+            found
+                .iter()
+                .all(|(code, _)| *code == ErrorCode::InvalidLabel)
+        );
         let keys: Vec<&str> = found
             .iter()
             .filter_map(|(_, m)| m.split_whitespace().nth(1))
@@ -497,7 +506,10 @@ mod tests {
         assert_eq!(out.len(), 1);
         let found = problems(&out[0]);
         assert_eq!(found[0].0, ErrorCode::LabelsDisagree);
-        assert!(found[0].1.contains("/aaa says none, /bbb says relay"), "{found:?}");
+        assert!(
+            found[0].1.contains("/aaa says none, /bbb says relay"),
+            "{found:?}"
+        );
     }
 
     #[test]

@@ -153,7 +153,10 @@ impl From<crate::validate::ValidationError> for Problem {
 
 /// `request`, with a frontend address `*:PORT` replaced by the address of
 /// the one listener of `state` on PORT.
-fn resolve_any_ip(state: &ConfigState, request: &proto::Request) -> Result<proto::Request, Problem> {
+fn resolve_any_ip(
+    state: &ConfigState,
+    request: &proto::Request,
+) -> Result<proto::Request, Problem> {
     let Some(RequestType::AddTcpFrontend(frontend)) = &request.request_type else {
         return Ok(request.clone());
     };
@@ -304,7 +307,13 @@ mod tests {
     fn clashes_with_the_file_and_bad_fragments_leave_the_rest() {
         let with_file = fragment("f.toml", "f", L, "file.example.com", "127.0.0.1:9001");
         let pattern = fragment("p.toml", "p", L, "bad..example.com", "127.0.0.1:9002");
-        let listener = fragment("l.toml", "l", "127.0.0.1:1", "l.example.com", "127.0.0.1:9003");
+        let listener = fragment(
+            "l.toml",
+            "l",
+            "127.0.0.1:1",
+            "l.example.com",
+            "127.0.0.1:9003",
+        );
         let owned = fragment("o.toml", "file", L, "o.example.com", "127.0.0.1:9004");
         let good = fragment("g.toml", "g", L, "g.example.com", "127.0.0.1:9005");
         let broken = Fragment {

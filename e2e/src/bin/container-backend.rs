@@ -39,7 +39,10 @@ fn parse_args() -> Result<Args, String> {
         match flag.as_str() {
             "--listen" => {
                 let text = value()?;
-                listen = Some(text.parse().map_err(|_| format!("--listen {text:?}: not IP:PORT"))?);
+                listen = Some(
+                    text.parse()
+                        .map_err(|_| format!("--listen {text:?}: not IP:PORT"))?,
+                );
             }
             "--name" => name = Some(value()?),
             "--cert" => cert = Some(value()?),
@@ -66,8 +69,9 @@ fn serve(args: &Args) -> Result<(), String> {
         signal_hook::flag::register(signal, Arc::clone(&stop))
             .map_err(|e| format!("cannot handle signal {signal}: {e}"))?;
     }
-    let backend = TlsBackend::start_with_leaf(args.listen, BackendConfig::new(&args.name, &[]), leaf)
-        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let backend =
+        TlsBackend::start_with_leaf(args.listen, BackendConfig::new(&args.name, &[]), leaf)
+            .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     println!("{} serving on {}", args.name, backend.addr());
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(20));

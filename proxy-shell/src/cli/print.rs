@@ -389,8 +389,14 @@ mod tests {
         };
         let text = super::sources_text(&list, 12_500);
         let lines: Vec<&str> = text.lines().collect();
-        assert!(lines[1].starts_with("file") && lines[1].contains("2.5s ago"), "{text}");
-        assert!(lines[2].contains("never") && lines[2].contains("failing: Docker"), "{text}");
+        assert!(
+            lines[1].starts_with("file") && lines[1].contains("2.5s ago"),
+            "{text}"
+        );
+        assert!(
+            lines[2].contains("never") && lines[2].contains("failing: Docker"),
+            "{text}"
+        );
         assert_eq!(
             lines[3],
             "excluded docker api: E204: label preread.tcp.api.sni of container /api-1: taken"

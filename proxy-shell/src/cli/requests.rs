@@ -242,7 +242,9 @@ mod tests {
             ("preread metrics get", |r| {
                 matches!(r, RequestType::QueryMetrics(_))
             }),
-            ("preread sources", |r| matches!(r, RequestType::ListSources(_))),
+            ("preread sources", |r| {
+                matches!(r, RequestType::ListSources(_))
+            }),
         ];
         for (line, check) in cases {
             let built = build(line);

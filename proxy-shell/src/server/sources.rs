@@ -235,7 +235,10 @@ impl RouteSources {
             return;
         };
         for exclusion in &excluded {
-            let known = self.slots.iter().any(|slot| slot.excluded.contains(exclusion));
+            let known = self
+                .slots
+                .iter()
+                .any(|slot| slot.excluded.contains(exclusion));
             if !known {
                 log::warn!(
                     "route source fragment {} excluded: {}: {} (retried on the next change of \
@@ -362,8 +365,7 @@ impl CommandServer {
             self.sources.record(event);
         }
         let sources = &self.sources;
-        if sources.dirty && sources.all_reported() && !sources.queued && self.stopping.is_none()
-        {
+        if sources.dirty && sources.all_reported() && !sources.queued && self.stopping.is_none() {
             self.sources.dirty = false;
             self.sources.queued = true;
             self.enqueue(None, Job::Sources);

@@ -128,7 +128,10 @@ fn read_fragment(file: &Path, name: &str) -> Fragment {
     if metadata.len() > MAX_FILE_BYTES {
         return unreadable(
             name,
-            &format!("{} bytes, over the {MAX_FILE_BYTES} a fragment file may hold", metadata.len()),
+            &format!(
+                "{} bytes, over the {MAX_FILE_BYTES} a fragment file may hold",
+                metadata.len()
+            ),
         );
     }
     match std::fs::read_to_string(file) {
@@ -155,7 +158,9 @@ mod tests {
         assert_eq!(names, ["a.toml", "b.toml", "d.toml"]);
         assert!(matches!(fragments[0].body, FragmentBody::Broken(_)));
         assert!(matches!(fragments[1].body, FragmentBody::Declared(_)));
-        assert!(matches!(&fragments[2].body, FragmentBody::Broken(p) if p[0].message.contains("not a regular file")));
+        assert!(
+            matches!(&fragments[2].body, FragmentBody::Broken(p) if p[0].message.contains("not a regular file"))
+        );
         assert!(scan(&dir.path().join("missing")).is_err());
         Ok(())
     }

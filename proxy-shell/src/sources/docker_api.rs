@@ -209,8 +209,8 @@ impl Events {
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            let event: Event = serde_json::from_slice(&line)
-                .map_err(|e| format!("an event is not JSON: {e}"))?;
+            let event: Event =
+                serde_json::from_slice(&line).map_err(|e| format!("an event is not JSON: {e}"))?;
             return Ok(event.action);
         }
     }
@@ -238,7 +238,11 @@ mod tests {
         assert_eq!(containers[0].labels.len(), 1);
         assert_eq!(containers[1].name, "def");
         assert!(!containers[1].host_network);
-        let shown: Vec<String> = containers[1].addresses.iter().map(ToString::to_string).collect();
+        let shown: Vec<String> = containers[1]
+            .addresses
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(shown, ["172.17.0.2", "172.18.0.3"], "network name order");
         Ok(())
     }
@@ -248,7 +252,12 @@ mod tests {
         for yes in ["start", "die", "stop", "destroy", "rename", "pause", "kill"] {
             assert!(changes_routes(yes), "{yes}");
         }
-        for no in ["exec_create: sh", "exec_start: sh", "health_status: healthy", ""] {
+        for no in [
+            "exec_create: sh",
+            "exec_start: sh",
+            "health_status: healthy",
+            "",
+        ] {
             assert!(!changes_routes(no), "{no}");
         }
     }

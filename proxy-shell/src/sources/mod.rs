@@ -100,15 +100,19 @@ impl SourceThreads {
             let api = docker_api::DockerApi::new(socket.clone());
             threads.docker = Some(api.clone());
             let reporter = reporter.clone();
-            threads.threads.push(spawn_named(SourceKind::Docker, move || {
-                docker::run(&api, &reporter);
-            })?);
+            threads
+                .threads
+                .push(spawn_named(SourceKind::Docker, move || {
+                    docker::run(&api, &reporter);
+                })?);
         }
         if let Some(path) = &settings.directory {
             let path: PathBuf = path.clone();
-            threads.threads.push(spawn_named(SourceKind::Directory, move || {
-                directory::run(&path, &reporter);
-            })?);
+            threads
+                .threads
+                .push(spawn_named(SourceKind::Directory, move || {
+                    directory::run(&path, &reporter);
+                })?);
         }
         Ok(threads)
     }
@@ -135,7 +139,10 @@ impl Drop for SourceThreads {
     }
 }
 
-fn spawn_named(kind: SourceKind, body: impl FnOnce() + Send + 'static) -> io::Result<JoinHandle<()>> {
+fn spawn_named(
+    kind: SourceKind,
+    body: impl FnOnce() + Send + 'static,
+) -> io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name(format!("preread-source-{kind}"))
         .spawn(body)

@@ -128,7 +128,8 @@ impl Transport for UnixTransport {
         }
         let mut byte = [0u8; 1];
         let mut reader = socket;
-        let open = matches!(reader.read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock);
+        let open =
+            matches!(reader.read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock);
         socket.set_nonblocking(false).is_ok() && open
     }
 }
