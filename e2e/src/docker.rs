@@ -203,7 +203,7 @@ impl Dockerd {
         Ok(id)
     }
 
-    /// Stops the daemon by its PID (SIGTERM, SIGKILL past [`STOP`]); with
+    /// Stops the daemon by its PID (SIGTERM, SIGKILL 20 s later); with
     /// `--live-restore` its containers keep running.
     pub fn stop(&mut self) -> Result<(), String> {
         let Some(mut child) = self.child.take() else {
