@@ -1350,45 +1350,54 @@ fn clients_over_the_cap_are_refused_with_e_busy() {
 // ---- route sources ----
 
 /// The frontends' SNI names of the running state.
-fn snis(h: &Harness) -> Vec<String> {
+fn snis(h: &Harness) -> Result<Vec<String>, String> {
     match content(h.ask(RequestType::ListFrontends(proto::ListFrontends {}))) {
-        ContentType::Frontends(list) => list.frontends.into_iter().filter_map(|f| f.sni).collect(),
-        other => panic!("not frontends: {other:?}"),
+        ContentType::Frontends(list) => {
+            Ok(list.frontends.into_iter().filter_map(|f| f.sni).collect())
+        }
+        other => Err(format!("not frontends: {other:?}")),
     }
 }
 
-fn wait_snis(h: &Harness, wanted: &[&str]) {
+/// The directory source's entry of `list_sources`.
+fn directory_source(h: &Harness) -> Result<proto::SourceEntry, String> {
+    match content(h.ask(RequestType::ListSources(proto::ListSources {}))) {
+        ContentType::Sources(list) => list
+            .sources
+            .into_iter()
+            .find(|s| s.kind == "directory")
+            .ok_or_else(|| "no directory source".to_owned()),
+        other => Err(format!("not sources: {other:?}")),
+    }
+}
+
+/// Polls `probe` until it holds, within [`BOUND`].
+fn within_bound(mut probe: impl FnMut() -> Result<bool, String>) -> Result<(), String> {
     let deadline = Instant::now() + BOUND;
-    loop {
-        let now = snis(h);
-        if now == wanted {
-            return;
+    while !probe()? {
+        if Instant::now() >= deadline {
+            return Err(format!("not within {BOUND:?}"));
         }
-        assert!(
-            Instant::now() < deadline,
-            "frontends {now:?}, not {wanted:?}"
-        );
         thread::sleep(Duration::from_millis(10));
     }
+    Ok(())
 }
 
 #[test]
-fn a_directory_source_merges_with_the_file_and_survives_a_reload() {
+fn a_directory_source_merges_with_the_file_and_survives_a_reload() -> Result<(), String> {
     let dir = temp_dir("sources");
     let watched = dir.path().join("conf.d");
-    std::fs::create_dir(&watched).expect("conf.d");
+    std::fs::create_dir(&watched).map_err(|e| format!("conf.d: {e}"))?;
     let mut file = ConfigState::default();
     for kind in [
         cluster("file"),
         listener(ADDR),
         frontend("file", ADDR, "file.example.com"),
     ] {
-        assert!(
-            file.dispatch(&proto::Request {
-                request_type: Some(kind)
-            })
-            .is_ok()
-        );
+        file.dispatch(&proto::Request {
+            request_type: Some(kind),
+        })
+        .map_err(|e| e.to_string())?;
     }
     let (mut server, fakes) = server_with(
         settings(dir.path()),
@@ -1401,14 +1410,18 @@ fn a_directory_source_merges_with_the_file_and_survives_a_reload() {
     };
     server
         .start_sources(1, Some(file), &sources)
-        .expect("sources");
+        .map_err(|e| format!("sources: {e}"))?;
     let h = Harness::serve(dir, server, fakes);
-    std::fs::write(
-        watched.join("a.toml"),
-        "[clusters.a]\nfrontends = [{ address = \"*:8443\", sni = \"a.example.com\" }]\n",
-    )
-    .expect("a.toml");
-    wait_snis(&h, &["a.example.com", "file.example.com"]);
+    let write = |name: &str, sni: &str| {
+        let cluster = name.trim_end_matches(".toml");
+        let text = format!(
+            "[clusters.{cluster}]\nfrontends = [{{ address = \"*:8443\", sni = \"{sni}\" }}]\n"
+        );
+        std::fs::write(watched.join(name), text).map_err(|e| format!("{name}: {e}"))
+    };
+    write("a.toml", "a.example.com")?;
+    within_bound(|| Ok(snis(&h)? == ["a.example.com", "file.example.com"]))
+        .map_err(|e| format!("a.toml never applied: {e}"))?;
 
     // A reload of a file that now declares another route: the fragment stays.
     let declarations = [
@@ -1427,43 +1440,21 @@ fn a_directory_source_merges_with_the_file_and_survives_a_reload() {
         more: false,
     }));
     assert_ok(&response);
-    assert_eq!(snis(&h), ["a.example.com", "new.example.com"]);
+    assert_eq!(snis(&h)?, ["a.example.com", "new.example.com"]);
 
-    // A fragment that clashes with the file is excluded, whole; the file's
-    // new declarations are what it clashes with.
-    std::fs::write(
-        watched.join("b.toml"),
-        "[clusters.b]\nfrontends = [{ address = \"*:8443\", sni = \"new.example.com\" }]\n",
-    )
-    .expect("b.toml");
-    let deadline = Instant::now() + BOUND;
-    let directory = loop {
-        let ContentType::Sources(list) =
-            content(h.ask(RequestType::ListSources(proto::ListSources {})))
-        else {
-            panic!("not sources");
-        };
-        let directory = list
-            .sources
-            .into_iter()
-            .find(|s| s.kind == "directory")
-            .expect("directory");
-        if !directory.excluded.is_empty() {
-            break directory;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "b.toml never excluded: {directory:?}"
-        );
-        thread::sleep(Duration::from_millis(10));
-    };
+    // A fragment that clashes with the reloaded file is excluded whole.
+    write("b.toml", "new.example.com")?;
+    within_bound(|| Ok(!directory_source(&h)?.excluded.is_empty()))
+        .map_err(|e| format!("b.toml never excluded: {e}"))?;
+    let directory = directory_source(&h)?;
     assert_eq!(directory.excluded[0].name, "b.toml");
     assert_eq!(directory.excluded[0].error_code, "E204");
     assert_eq!((directory.routes, directory.fragments), (1, 1));
-    assert_eq!(snis(&h), ["a.example.com", "new.example.com"]);
+    assert_eq!(snis(&h)?, ["a.example.com", "new.example.com"]);
     let state = h.stop();
     assert!(
         state.clusters().all(|c| c.cluster_id != "b"),
         "nothing of b is recorded"
     );
+    Ok(())
 }
