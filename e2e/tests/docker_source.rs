@@ -104,7 +104,7 @@ impl World {
     fn backends(&self, cluster: &str) -> Vec<String> {
         let response = self
             .proxy
-            .apply(RequestType::ListClusters(proto::ListClusters {}))
+            .apply(RequestType::ListClusters(proto::ListClusters::default()))
             .unwrap_or_else(|e| panic!("{e}"));
         let Some(ContentType::Clusters(list)) = response.content.and_then(|c| c.content_type)
         else {

@@ -1351,7 +1351,7 @@ fn clients_over_the_cap_are_refused_with_e_busy() {
 
 /// The frontends' SNI names of the running state.
 fn snis(h: &Harness) -> Result<Vec<String>, String> {
-    match content(h.ask(RequestType::ListFrontends(proto::ListFrontends {}))) {
+    match content(h.ask(RequestType::ListFrontends(proto::ListFrontends::default()))) {
         ContentType::Frontends(list) => {
             Ok(list.frontends.into_iter().filter_map(|f| f.sni).collect())
         }
@@ -1397,6 +1397,7 @@ fn a_directory_source_merges_with_the_file_and_survives_a_reload() -> Result<(),
         file.dispatch(&proto::Request {
             request_type: Some(kind),
         })
+        .map(drop)
         .map_err(|e| e.to_string())?;
     }
     let (mut server, fakes) = server_with(

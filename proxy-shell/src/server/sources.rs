@@ -30,8 +30,9 @@ use super::CommandServer;
 use super::changes::Job;
 use crate::sources::{SourceEvent, SourceThreads};
 
-/// The most exclusions `preread sources` lists per source.
-const LISTED_EXCLUSIONS: usize = 1_000;
+/// The most exclusions `preread sources` lists per source: with messages
+/// of a few hundred bytes, the answer stays far below the frame limit.
+const LISTED_EXCLUSIONS: usize = 200;
 
 /// The config file, as the first entry of `preread sources`.
 #[derive(Debug)]
