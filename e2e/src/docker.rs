@@ -7,8 +7,9 @@
 //! client aimed at its socket), the test image (imported from the
 //! `busybox-static` binary with `docker import`, no registry), and the
 //! cleanup: every container removed, the daemon stopped (SIGTERM, then
-//! SIGKILL), and the processes of the containers started here killed by
-//! their PIDs if they outlived it. `--live-restore` keeps containers
+//! SIGKILL), the mounts it left under its temp dir detached, and the
+//! processes of the containers started here killed by their PIDs if they
+//! outlived it. `--live-restore` keeps containers
 //! running while the daemon is down, as a production daemon is configured
 //! for restarts without downtime.
 //!
@@ -248,6 +249,18 @@ impl Drop for Dockerd {
         if let Err(e) = self.stop() {
             eprintln!("e2e: {e}");
         }
+        // The daemon leaves some of its mounts behind (its default network
+        // namespace, at times its data root), and a mounted temp dir cannot
+        // be removed: unmount what is under this daemon's own dir.
+        for mount in mounts_under(self.dir.path()) {
+            if let Ok(path) = std::ffi::CString::new(mount.as_os_str().as_encoded_bytes()) {
+                // SAFETY: umount2(2) with a valid C string and MNT_DETACH;
+                // the mount lies under this harness's own temp dir.
+                unsafe {
+                    libc::umount2(path.as_ptr(), libc::MNT_DETACH);
+                }
+            }
+        }
         for &(pid, started) in &self.pids {
             // The same process (same start time), not a later one that got
             // its PID.
@@ -260,6 +273,21 @@ impl Drop for Dockerd {
             }
         }
     }
+}
+
+/// The mount points below `dir`, deepest first (`/proc/self/mountinfo`,
+/// whose fifth field is the mount point).
+fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut mounts: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(PathBuf::from)
+        .filter(|point| point.starts_with(dir))
+        .collect();
+    mounts.sort_by_key(|point| std::cmp::Reverse(point.components().count()));
+    mounts.dedup();
+    mounts
 }
 
 /// The start time of process `pid` (field 22 of `/proc/PID/stat`, in clock
