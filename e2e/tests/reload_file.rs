@@ -13,6 +13,7 @@ use std::time::Duration;
 use e2e::backend::{BackendConfig, TlsBackend};
 use e2e::client::tls_request;
 use e2e::proxy::{ConfigBuilder, ProxyProcess, preread_bin};
+use e2e::tools::require_tool;
 
 const T: Duration = Duration::from_secs(10);
 
@@ -111,10 +112,10 @@ fn reload_from_own_namespace(socket: &Path, dir: &Path, config: &Path) -> std::p
         bin = preread_bin().expect("the preread binary").display(),
         socket = socket.display(),
     );
-    let out = Command::new("unshare")
+    let out = Command::new(require_tool("unshare", "util-linux"))
         .args(["-m", "--propagation", "private", "sh", "-c", &script])
         .output()
-        .expect("run unshare (util-linux)");
+        .expect("run unshare");
     let said = text(&out);
     assert!(
         !said.contains("unshare failed") && !said.contains("Operation not permitted"),
