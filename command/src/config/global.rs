@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use toml::Spanned;
 
+use super::keepalive::{TcpKeepalive, tcp_keepalive};
 use super::lines::{Problems, ranged};
 use super::raw::RawConfig;
 use super::sources::{SourceSettings, source_settings};
@@ -124,6 +125,8 @@ pub struct GlobalSettings {
     /// The route sources merged with the file's declarations
     /// (`[sources.*]`).
     pub sources: SourceSettings,
+    /// Keepalive probes on the client and backend sockets; `None` is off.
+    pub tcp_keepalive: Option<TcpKeepalive>,
 }
 
 impl GlobalSettings {
@@ -171,6 +174,7 @@ impl Default for GlobalSettings {
             empty_saved_state: EmptySavedState::Refuse,
             command_client_timeout_s: DEFAULT_COMMAND_CLIENT_TIMEOUT_S,
             sources: SourceSettings::default(),
+            tcp_keepalive: Some(TcpKeepalive::default()),
         }
     }
 }
@@ -303,6 +307,7 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
         }
     }
     global.sources = source_settings(raw, problems);
+    global.tcp_keepalive = tcp_keepalive(raw, problems);
     global
 }
 

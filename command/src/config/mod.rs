@@ -20,9 +20,10 @@
 //! agree on them whatever their working directories.
 //!
 //! Layout: `raw` is the file's serde shape, `global` the process-wide
-//! settings, `sources` the `[sources.*]` tables, `declarations` the routing
-//! tables turned into requests, `fragment` the files of a watched
-//! directory (cluster tables only), and
+//! settings (`keepalive` the TCP keepalive among them), `sources` the
+//! `[sources.*]` tables, `declarations` the routing tables turned into
+//! requests, `fragment` the files of a watched directory (cluster tables
+//! only), and
 //! `lines` the byte offset → `line:column` mapping every problem goes
 //! through; this file holds the public API and the check that runs them in
 //! order.
@@ -40,6 +41,7 @@ use crate::state::ConfigState;
 mod declarations;
 mod fragment;
 mod global;
+mod keepalive;
 mod lines;
 mod raw;
 mod sources;
@@ -49,6 +51,9 @@ pub use global::{
     DEFAULT_COMMAND_SOCKET, DEFAULT_LOG_LEVEL, DEFAULT_MAX_BUFFERS,
     DEFAULT_MAX_CONNECTION_ATTEMPTS, DEFAULT_MAX_CONNECTIONS, DEFAULT_SOFT_STOP_GRACE_S,
     DEFAULT_SPLICE, DEFAULT_WORKER_COUNT, EmptySavedState, GlobalSettings, MIN_BUFFER_SIZE,
+};
+pub use keepalive::{
+    DEFAULT_KEEPALIVE_COUNT, DEFAULT_KEEPALIVE_IDLE_S, DEFAULT_KEEPALIVE_INTERVAL_S, TcpKeepalive,
 };
 
 pub use fragment::load_fragment;

@@ -37,6 +37,10 @@ pub(super) struct RawConfig {
     pub(super) soft_stop_grace: Option<Spanned<i64>>,
     pub(super) empty_saved_state: Option<Spanned<String>>,
     pub(super) command_client_timeout: Option<Spanned<i64>>,
+    pub(super) tcp_keepalive: Option<Spanned<bool>>,
+    pub(super) tcp_keepalive_idle: Option<Spanned<i64>>,
+    pub(super) tcp_keepalive_interval: Option<Spanned<i64>>,
+    pub(super) tcp_keepalive_count: Option<Spanned<i64>>,
     #[serde(default)]
     pub(super) listeners: Vec<Spanned<RawListener>>,
     #[serde(default)]

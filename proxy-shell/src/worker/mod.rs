@@ -15,6 +15,7 @@ mod drive;
 mod event_loop;
 mod farewell;
 pub mod io;
+mod keepalive;
 pub mod lanes;
 pub mod listen;
 pub mod metrics;

@@ -18,6 +18,8 @@ pub struct WorkerSettings {
     pub max_connection_attempts: u32,
     pub access_logs: AccessLogTarget,
     pub access_log_format: AccessLogFormat,
+    /// The keepalive options of both sockets of a session; `None` is off.
+    pub tcp_keepalive: Option<socket2::TcpKeepalive>,
 }
 
 impl WorkerSettings {
@@ -34,6 +36,7 @@ impl WorkerSettings {
             max_connection_attempts: global.max_connection_attempts.max(1),
             access_logs: global.access_logs.clone(),
             access_log_format: global.access_log_format,
+            tcp_keepalive: global.tcp_keepalive.as_ref().map(super::keepalive::options),
         }
     }
 }
