@@ -1,8 +1,8 @@
 //! The decision for one window, as a pure function of the window and the
 //! listener's config.
 //!
-//! Owns: the order of the checks (PROXY header, TLS framing, ClientHello,
-//! SNI, route lookup, ALPN), the byte cap (reached, or announced past by a
+//! Owns: the order of the checks (PROXY header, the catch-all, TLS
+//! framing, ClientHello, SNI, route lookup, ALPN), the byte cap (reached, or announced past by a
 //! length already read), and the default-cluster fallback.
 //! Must never: keep state between calls (the latch and the deadline belong
 //! to [`crate::SniPrereadCore`]), or route a malformed window anywhere.
@@ -109,6 +109,9 @@ pub(crate) fn decide(
         }
     }
     learned.client_spoke |= window.len() > seen.content_offset;
+    if let Some(cluster) = &config.catch_all {
+        return Some(Output::Routed(Arc::new(seen.route(cluster, None))));
+    }
     let tls = window.get(seen.content_offset..).unwrap_or_default();
     if let [_, major, minor, _, _, ..] = *tls {
         learned.record_version = Some(u16::from_be_bytes([major, minor]));

@@ -92,7 +92,6 @@ pub(super) fn perform(
         actions.timers.silent,
         &mut timers.silent,
     );
-    let left_preread = actions.left.is_some();
     if let Some(left) = actions.left {
         ctx.metrics.gauge_add(SNI_PREREAD_ACTIVE, -1);
         if let Some(held) = session.unrouted.take() {
@@ -123,12 +122,11 @@ pub(super) fn perform(
             Drive::End(Outcome::Rejected(reason))
         }
         Next::Connect(route) => {
-            // A catch-all route was never prereaded: it counts as neither.
-            if left_preread {
-                match route.fallback {
-                    Some(reason) => ctx.metrics.incr(fallback(reason)),
-                    None => ctx.metrics.incr(SNI_PREREAD_ROUTED),
-                }
+            // A catch-all route matched no name: it counts as neither.
+            match route.fallback {
+                Some(reason) => ctx.metrics.incr(fallback(reason)),
+                None if route.matched_sni.is_some() => ctx.metrics.incr(SNI_PREREAD_ROUTED),
+                None => {}
             }
             session.route = Some(route);
             connect::start(ctx, key, session, now)
