@@ -54,17 +54,10 @@ fn catch_all_proxy(cluster: &[&str]) -> (PlainBackend, ProxyProcess) {
 /// Sends `header` then `bytes` in one write, reads the backend's answer,
 /// ends the write side and reads until the close. Returns the exact bytes
 /// the backend received on the one connection this made.
-fn exchange(
-    proxy: &ProxyProcess,
-    backend: &PlainBackend,
-    header: &[u8],
-    bytes: &[u8],
-) -> Vec<u8> {
+fn exchange(proxy: &ProxyProcess, backend: &PlainBackend, header: &[u8], bytes: &[u8]) -> Vec<u8> {
     let index = backend.accepted();
     let mut stream = client::connect(proxy.listener(), T).expect("connect to the proxy");
-    stream
-        .write_all(&[header, bytes].concat())
-        .expect("write");
+    stream.write_all(&[header, bytes].concat()).expect("write");
     let line = read_line(&mut stream)
         .unwrap_or_else(|e| panic!("no answer through the proxy: {e}\n{}", stderr_tail(proxy)));
     assert_eq!(line, "backend=plain-0");
@@ -131,13 +124,19 @@ fn relay_replays_the_header_and_send_replaces_it_with_the_real_client() {
 
     let (backend, proxy) = catch_all_proxy(&["proxy_protocol = \"relay\""]);
     let raw = exchange(&proxy, &backend, &header, &hello());
-    assert!(raw == [header.as_slice(), &hello()].concat(), "relay: {raw:?}");
+    assert!(
+        raw == [header.as_slice(), &hello()].concat(),
+        "relay: {raw:?}"
+    );
     drop(proxy);
 
     let (backend, proxy) = catch_all_proxy(&["proxy_protocol = \"send\""]);
     let raw = exchange(&proxy, &backend, &proxy_v1(source, destination), &hello());
     let Ok(ProxyParsed::Complete(sent)) = parse_proxy_header(&raw) else {
-        panic!("send: no PROXY header first: {:?}", &raw[..raw.len().min(32)]);
+        panic!(
+            "send: no PROXY header first: {:?}",
+            &raw[..raw.len().min(32)]
+        );
     };
     assert_eq!(sent.version(), 2, "preread writes v2");
     assert_eq!(sent.source(), Some(source), "the balancer's client");
@@ -188,7 +187,13 @@ fn the_per_ip_limit_counts_the_header_client_not_the_balancer() {
     let (_, destination) = inbound(0);
     let mut again = client::connect(proxy.listener(), T).expect("connect to the proxy");
     again
-        .write_all(&[proxy_v2(SocketAddr::from(([192, 0, 2, 10], 50003)), destination), hello()].concat())
+        .write_all(
+            &[
+                proxy_v2(SocketAddr::from(([192, 0, 2, 10], 50003)), destination),
+                hello(),
+            ]
+            .concat(),
+        )
         .expect("write");
     let (answer, closed) = read_to_close(&mut again, T);
     assert!(closed && answer.is_empty(), "refused: {answer:?}");
@@ -197,5 +202,9 @@ fn the_per_ip_limit_counts_the_header_client_not_the_balancer() {
         refused[0].get("proxy_client").map(String::as_str),
         Some("192.0.2.10:50003")
     );
-    assert_eq!(backend.accepted(), 2, "the refused session never reached it");
+    assert_eq!(
+        backend.accepted(),
+        2,
+        "the refused session never reached it"
+    );
 }

@@ -28,7 +28,7 @@ const ESTABLISHED: &str = "01";
 /// Whether a keepalive timer read right after the session opened was armed
 /// for `idle_s`: the kernel's timer wheel rounds a long timeout up by at
 /// most an eighth, and the read may come a moment after the arming.
-fn armed_for(idle_s: u64, (tr, when): (u8, u64)) -> bool {
+fn armed_for(idle_s: u64, (tr, when): Timer) -> bool {
     let idle = idle_s * TICKS_PER_S;
     tr == KEEPALIVE_TIMER && when + 2 * TICKS_PER_S > idle && when <= idle + idle / 8 + 10
 }
@@ -46,9 +46,11 @@ fn proc_addr(addr: SocketAddr) -> String {
     }
 }
 
-/// The pending timer (`tr`) and its expiry in ticks (`tm->when`) of every
-/// established socket matching `wanted(local, remote)`.
-fn timers(wanted: impl Fn(&str, &str) -> bool) -> Vec<(u8, u64)> {
+/// A socket's pending timer (`tr`) and its expiry in ticks (`tm->when`).
+type Timer = (u8, u64);
+
+/// The timers of every established socket matching `wanted(local, remote)`.
+fn timers(wanted: impl Fn(&str, &str) -> bool) -> Vec<Timer> {
     let text = std::fs::read_to_string("/proc/net/tcp").expect("read /proc/net/tcp");
     text.lines()
         .skip(1)
@@ -98,7 +100,7 @@ fn session_timers(
     proxy: &ProxyProcess,
     client: &TcpStream,
     backend: &PlainBackend,
-) -> (Vec<(u8, u64)>, Vec<(u8, u64)>) {
+) -> (Vec<Timer>, Vec<Timer>) {
     let front = (
         proc_addr(proxy.listener()),
         proc_addr(client.local_addr().expect("client address")),

@@ -21,6 +21,7 @@ use crate::output::{Output, Route};
 use crate::reject::{FallbackReason, RejectReason};
 use crate::routes::Lookup;
 use crate::sni::HostName;
+use crate::summary::HelloSummary;
 
 /// TLS 1.3 in `supported_versions`.
 const TLS13: u16 = 0x0304;
@@ -41,6 +42,8 @@ pub(crate) struct Learned {
     pub fault: Option<TlsError>,
     /// A complete ClientHello offered TLS 1.3 in `supported_versions`.
     pub offers_tls13: bool,
+    /// What a complete ClientHello showed of itself (ECH, versions, size).
+    pub hello: Option<HelloSummary>,
     /// The record version of the first record, once its header is in.
     pub record_version: Option<u16>,
 }
@@ -122,6 +125,7 @@ pub(crate) fn decide(
             learned.offers_tls13 = hello
                 .supported_versions
                 .is_some_and(|versions| versions.iter().any(|v| v == TLS13));
+            learned.hello = Some(HelloSummary::of(&hello));
             Some(route(config, &hello, seen, &mut learned.sni))
         }
         Ok(Parsed::Incomplete(needed)) => incomplete(config, window, needed),

@@ -19,6 +19,7 @@ use super::keepalive::{TcpKeepalive, tcp_keepalive};
 use super::lines::{Problems, ranged};
 use super::raw::RawConfig;
 use super::sources::{SourceSettings, source_settings};
+use super::syslog::{SyslogTarget, syslog_target};
 use crate::codes::ErrorCode;
 
 /// Default of `command_socket`.
@@ -39,6 +40,9 @@ pub const DEFAULT_SPLICE: bool = true;
 pub const DEFAULT_MAX_CONNECTION_ATTEMPTS: u32 = 3;
 /// Default of `soft_stop_grace`, in seconds.
 pub const DEFAULT_SOFT_STOP_GRACE_S: u32 = 30;
+/// Default of `access_log_queue`, in lines: at 10,000 closed sessions a
+/// second, the writer may stall for most of a second before a line drops.
+pub const DEFAULT_ACCESS_LOG_QUEUE: usize = 8192;
 /// Default of `command_client_timeout`, in seconds: far above what a
 /// command-line client or a scrape needs to send a request or read its
 /// answer, short enough that stuck clients do not pile up.
@@ -57,6 +61,8 @@ pub enum AccessLogTarget {
     Off,
     /// Any other value: a file path, appended to.
     File(PathBuf),
+    /// `"syslog:PATH"` or `"syslog:udp://IP:PORT"`: RFC 5424 messages.
+    Syslog(SyslogTarget),
 }
 
 /// The shape of an access log line (`access_log_format`).
@@ -103,6 +109,9 @@ pub struct GlobalSettings {
     pub access_logs: AccessLogTarget,
     /// The access log's line format.
     pub access_log_format: AccessLogFormat,
+    /// Lines the workers may queue for the access-log writer, at least 1;
+    /// past them, lines are dropped (and counted), never waited for.
+    pub access_log_queue: usize,
     /// The Prometheus text endpoint, if any.
     pub metrics_address: Option<SocketAddr>,
     /// Bytes per pooled buffer, at least [`MIN_BUFFER_SIZE`].
@@ -142,7 +151,9 @@ impl GlobalSettings {
         if let Some(saved_state) = &mut self.saved_state {
             resolve(saved_state);
         }
-        if let AccessLogTarget::File(file) = &mut self.access_logs {
+        if let AccessLogTarget::File(file) | AccessLogTarget::Syslog(SyslogTarget::Unix(file)) =
+            &mut self.access_logs
+        {
             resolve(file);
         }
         if let Some(socket) = &mut self.sources.docker {
@@ -164,6 +175,7 @@ impl Default for GlobalSettings {
             log_level: DEFAULT_LOG_LEVEL.to_owned(),
             access_logs: AccessLogTarget::Stderr,
             access_log_format: AccessLogFormat::Logfmt,
+            access_log_queue: DEFAULT_ACCESS_LOG_QUEUE,
             metrics_address: None,
             buffer_size: DEFAULT_BUFFER_SIZE,
             max_buffers: DEFAULT_MAX_BUFFERS,
@@ -230,7 +242,11 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
                 ErrorCode::InvalidValue,
                 "access_logs is empty: use \"stderr\", \"off\" or a file path".to_owned(),
             ),
-            path => global.access_logs = AccessLogTarget::File(PathBuf::from(path)),
+            other => match syslog_target(other) {
+                Some(Ok(syslog)) => global.access_logs = AccessLogTarget::Syslog(syslog),
+                Some(Err(why)) => problems.push(logs.span().start, ErrorCode::InvalidValue, why),
+                None => global.access_logs = AccessLogTarget::File(PathBuf::from(other)),
+            },
         }
     }
     if let Some(format) = &raw.access_log_format {
@@ -242,6 +258,11 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
                 ErrorCode::InvalidValue,
                 format!("access_log_format {other:?} is unknown: use \"logfmt\" or \"json\""),
             ),
+        }
+    }
+    if let Some(queue) = &raw.access_log_queue {
+        if let Some(queue) = ranged::<usize>(queue, "access_log_queue", 1, problems) {
+            global.access_log_queue = queue;
         }
     }
     if let Some(address) = &raw.metrics_address {

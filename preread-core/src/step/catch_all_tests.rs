@@ -166,7 +166,14 @@ fn the_core_routes_a_catch_all_at_the_complete_header() -> Checked {
     let Output::Routed(route) = decided else {
         return Err(format!("a catch-all routes whatever follows: {decided:?}").into());
     };
-    assert_eq!((&*route.cluster, route.content_offset), ("tcp", header.len()));
-    assert_eq!(core.fault(), None, "the bytes after the header are not judged");
+    assert_eq!(
+        (&*route.cluster, route.content_offset),
+        ("tcp", header.len())
+    );
+    assert_eq!(
+        core.fault(),
+        None,
+        "the bytes after the header are not judged"
+    );
     Ok(())
 }

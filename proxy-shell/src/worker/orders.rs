@@ -34,9 +34,6 @@ pub enum Order {
     /// Hand copies (duplicates) of the listening sockets to the main
     /// thread, for an upgrade's successor. The worker keeps accepting.
     ExportListeners,
-    /// Open the access-log file again (after logrotate moved it away): new
-    /// lines go to a file at the configured path.
-    ReopenAccessLog,
     /// Stop accepting; finish the open sessions, then exit within `grace`.
     SoftStop { grace_ms: u64 },
     /// Close everything now and exit.

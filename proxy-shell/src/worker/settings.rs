@@ -4,7 +4,7 @@
 //! computed. Must never: read the config file (the main thread hands the
 //! settings in).
 
-use command::config::{AccessLogFormat, AccessLogTarget, GlobalSettings};
+use command::config::GlobalSettings;
 
 /// What a worker needs from the global settings.
 #[derive(Debug, Clone)]
@@ -16,8 +16,6 @@ pub struct WorkerSettings {
     pub max_connections: usize,
     pub splice: bool,
     pub max_connection_attempts: u32,
-    pub access_logs: AccessLogTarget,
-    pub access_log_format: AccessLogFormat,
     /// The keepalive options of both sockets of a session; `None` is off.
     pub tcp_keepalive: Option<socket2::TcpKeepalive>,
 }
@@ -34,8 +32,6 @@ impl WorkerSettings {
             max_connections: global.max_connections.div_ceil(workers),
             splice: global.splice,
             max_connection_attempts: global.max_connection_attempts.max(1),
-            access_logs: global.access_logs.clone(),
-            access_log_format: global.access_log_format,
             tcp_keepalive: global.tcp_keepalive.as_ref().map(super::keepalive::options),
         }
     }
