@@ -43,6 +43,11 @@ pub const DEFAULT_SOFT_STOP_GRACE_S: u32 = 30;
 /// Default of `access_log_queue`, in lines: at 10,000 closed sessions a
 /// second, the writer may stall for most of a second before a line drops.
 pub const DEFAULT_ACCESS_LOG_QUEUE: usize = 8192;
+/// Default of `reject_capture`, in windows per worker.
+pub const DEFAULT_REJECT_CAPTURE: usize = 64;
+/// The most windows `reject_capture` keeps per worker: each holds up to a
+/// listener's cap (16 KiB by default).
+pub const MAX_REJECT_CAPTURE: usize = 4096;
 /// Default of `command_client_timeout`, in seconds: far above what a
 /// command-line client or a scrape needs to send a request or read its
 /// answer, short enough that stuck clients do not pile up.
@@ -112,6 +117,9 @@ pub struct GlobalSettings {
     /// Lines the workers may queue for the access-log writer, at least 1;
     /// past them, lines are dropped (and counted), never waited for.
     pub access_log_queue: usize,
+    /// Rejected and fallback windows each worker keeps for `preread
+    /// rejects`; 0 is off.
+    pub reject_capture: usize,
     /// The Prometheus text endpoint, if any.
     pub metrics_address: Option<SocketAddr>,
     /// Bytes per pooled buffer, at least [`MIN_BUFFER_SIZE`].
@@ -176,6 +184,7 @@ impl Default for GlobalSettings {
             access_logs: AccessLogTarget::Stderr,
             access_log_format: AccessLogFormat::Logfmt,
             access_log_queue: DEFAULT_ACCESS_LOG_QUEUE,
+            reject_capture: DEFAULT_REJECT_CAPTURE,
             metrics_address: None,
             buffer_size: DEFAULT_BUFFER_SIZE,
             max_buffers: DEFAULT_MAX_BUFFERS,
@@ -263,6 +272,21 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
     if let Some(queue) = &raw.access_log_queue {
         if let Some(queue) = ranged::<usize>(queue, "access_log_queue", 1, problems) {
             global.access_log_queue = queue;
+        }
+    }
+    if let Some(capture) = &raw.reject_capture {
+        match ranged::<usize>(capture, "reject_capture", 0, problems) {
+            Some(n) if n > MAX_REJECT_CAPTURE => problems.push(
+                capture.span().start,
+                ErrorCode::InvalidValue,
+                format!(
+                    "reject_capture = {n} is more than {MAX_REJECT_CAPTURE}: each window kept \
+                     holds up to a listener's cap; use at most {MAX_REJECT_CAPTURE}, or 0 to turn \
+                     capture off"
+                ),
+            ),
+            Some(n) => global.reject_capture = n,
+            None => {}
         }
     }
     if let Some(address) = &raw.metrics_address {

@@ -29,6 +29,7 @@ pub(super) struct RawConfig {
     pub(super) access_logs: Option<Spanned<String>>,
     pub(super) access_log_format: Option<Spanned<String>>,
     pub(super) access_log_queue: Option<Spanned<i64>>,
+    pub(super) reject_capture: Option<Spanned<i64>>,
     pub(super) metrics_address: Option<Spanned<String>>,
     pub(super) buffer_size: Option<Spanned<i64>>,
     pub(super) max_buffers: Option<Spanned<i64>>,

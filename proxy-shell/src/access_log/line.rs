@@ -159,7 +159,7 @@ fn logfmt_value(line: &mut String, value: &str) {
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` (RFC 3339, UTC); times before 1970 count
 /// backwards. A clock outside the years ±9999 is shown at the nearest end
 /// of that range: a line with an odd time beats no line.
-pub(super) fn rfc3339_millis(ts: SystemTime) -> String {
+pub fn rfc3339_millis(ts: SystemTime) -> String {
     let nanos = match ts.duration_since(UNIX_EPOCH) {
         Ok(after) => i128::try_from(after.as_nanos()).unwrap_or(i128::MAX),
         Err(before) => i128::try_from(before.duration().as_nanos()).map_or(i128::MIN, |n| -n),

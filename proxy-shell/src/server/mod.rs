@@ -566,7 +566,7 @@ impl CommandServer {
 
     fn on_gathered(&mut self, gathered: Gathered<Purpose>) {
         match gathered.purpose {
-            Purpose::Query { client, query } => {
+            Purpose::Query { client, ref query } => {
                 let response = self.query_response(query, &gathered);
                 self.respond(client, &response);
             }

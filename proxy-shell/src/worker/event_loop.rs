@@ -31,6 +31,7 @@ use super::metrics::Metrics;
 use super::orders::{Answer, Order, OrderId, WorkerInbox};
 use super::pipe_pool::{MAX_IDLE_PIPES, PipePool};
 use super::pool::BufferPool;
+use super::rejects::RejectRing;
 use super::runtime::Runtime;
 use super::session::Session;
 use super::settings::WorkerSettings;
@@ -96,6 +97,7 @@ impl Worker {
             timers: Timers::new(),
             metrics: Metrics::new(id),
             access_log,
+            rejects: RejectRing::new(settings.reject_capture, settings.buffer_size),
             // Seeded per worker: load balancing needs spread, not secrecy.
             rng: Rng::new(
                 0x9e37_79b9_7f4a_7c15 ^ u64::from(id).wrapping_mul(0x2545_f491_4f6c_dd1d),
@@ -257,6 +259,7 @@ impl Worker {
                 self.ctx.metrics.gauge_set(BUFFERS_IN_USE, in_use);
                 Answer::Metrics(self.ctx.metrics.snapshot())
             }
+            Order::Rejects(query) => Answer::Rejects(self.ctx.rejects.list(self.ctx.id, &query)),
             Order::ExportListeners => self.export_listeners(),
             Order::Status => Answer::Status {
                 sessions: self.sessions.len() as u64,

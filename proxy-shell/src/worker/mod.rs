@@ -23,6 +23,7 @@ pub mod pipe;
 pub mod pipe_pool;
 pub mod pool;
 mod preread;
+pub mod rejects;
 pub mod runtime;
 pub mod session;
 mod settings;

@@ -16,6 +16,8 @@ pub struct WorkerSettings {
     pub max_connections: usize,
     pub splice: bool,
     pub max_connection_attempts: u32,
+    /// Rejected and fallback windows kept for `preread rejects`; 0 is off.
+    pub reject_capture: usize,
     /// The keepalive options of both sockets of a session; `None` is off.
     pub tcp_keepalive: Option<socket2::TcpKeepalive>,
 }
@@ -32,6 +34,7 @@ impl WorkerSettings {
             max_connections: global.max_connections.div_ceil(workers),
             splice: global.splice,
             max_connection_attempts: global.max_connection_attempts.max(1),
+            reject_capture: global.reject_capture,
             tcp_keepalive: global.tcp_keepalive.as_ref().map(super::keepalive::options),
         }
     }
