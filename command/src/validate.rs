@@ -1160,6 +1160,7 @@ mod tests {
             RequestType::ListFrontends(proto::ListFrontends::default()),
             RequestType::ListSources(proto::ListSources {}),
             RequestType::QueryMetrics(proto::QueryMetrics {}),
+            RequestType::QueryRejects(proto::QueryRejects::default()),
             RequestType::SaveState(proto::SaveState { path: "x".into() }),
             RequestType::LoadState(proto::LoadState { path: "x".into() }),
             RequestType::SoftStop(proto::SoftStop {}),

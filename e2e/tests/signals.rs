@@ -128,7 +128,7 @@ fn sigusr1_reopens_the_access_log_and_loses_no_line() {
     );
     proxy.signal(libc::SIGUSR1).expect("SIGUSR1");
     proxy
-        .wait_stderr("access log reopened by every worker", T)
+        .wait_stderr("access log reopened", T)
         .unwrap_or_else(|e| panic!("{e}\n{}", stderr_tail(&proxy)));
     routed_to(&proxy, "a.example.com", "alpha-0");
     assert!(

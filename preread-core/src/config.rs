@@ -36,11 +36,18 @@ pub struct PrereadConfig {
     /// With `default_cluster`: a client silent this long after accept goes
     /// there (the shell arms the timer; the core only needs to know it is on).
     pub server_first_timeout: Option<Duration>,
+    /// A frontend without SNI: every connection goes to this cluster, its
+    /// ClientHello unread. With `expect_proxy` the core routes as soon as
+    /// the inbound PROXY header is complete (a bad one is still refused);
+    /// without, at the first bytes, which a shell need not wait for (the
+    /// preread step connects at accept). `routes` and `default_cluster`
+    /// are then unused.
+    pub catch_all: Option<ClusterId>,
 }
 
 impl PrereadConfig {
     /// A config with these routes, the default cap (16 KiB) and timeout
-    /// (5 s), no PROXY header and no default cluster.
+    /// (5 s), no PROXY header, no default cluster and no catch-all.
     pub fn new(routes: RouteTable) -> Self {
         Self {
             routes,
@@ -49,6 +56,7 @@ impl PrereadConfig {
             expect_proxy: false,
             default_cluster: None,
             server_first_timeout: None,
+            catch_all: None,
         }
     }
 }

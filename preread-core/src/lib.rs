@@ -3,8 +3,9 @@
 //!
 //! Owns: [`SniPrereadCore`] and its message contract ([`Input`], [`Output`],
 //! [`Route`]), the reject taxonomy ([`RejectReason`], [`FallbackReason`]),
-//! SNI normalization ([`sni`]), the SNI pattern validator ([`pattern`]) and
-//! the per-listener route table ([`routes`]), and the preread step
+//! SNI normalization ([`sni`]), the SNI pattern validator ([`pattern`]),
+//! the per-listener route table ([`routes`]), what a ClientHello showed of
+//! itself ([`HelloSummary`]), and the preread step
 //! ([`step`]): the shell's whole policy around the core, which the worker,
 //! the simulation and `preread inspect` all run.
 //!
@@ -184,6 +185,7 @@ pub mod rng;
 pub mod routes;
 pub mod sni;
 pub mod step;
+mod summary;
 mod verdict;
 pub mod window;
 
@@ -192,6 +194,7 @@ pub use config::{MIN_PREREAD_MAX_BYTES, PrereadConfig};
 pub use output::{Input, Output, Route};
 pub use preread::SniPrereadCore;
 pub use reject::{FallbackReason, RejectReason};
+pub use summary::{HelloSummary, TlsVersion};
 
 /// The README's code blocks, compiled and run as doctests so that the first
 /// code a reader copies works.

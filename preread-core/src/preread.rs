@@ -14,6 +14,7 @@ use crate::config::PrereadConfig;
 use crate::output::{Input, Output, Route};
 use crate::reject::{FallbackReason, RejectReason};
 use crate::sni::HostName;
+use crate::summary::HelloSummary;
 use crate::verdict::{self, Learned};
 
 /// Stand-in for a timeout so large that `now + timeout` overflows `Instant`:
@@ -113,6 +114,14 @@ impl SniPrereadCore {
     /// which rule it broke (for the alert a server would send).
     pub fn fault(&self) -> Option<preread_parser::tls::TlsError> {
         self.learned.fault
+    }
+
+    /// What a complete ClientHello showed of itself (its ECH extension, the
+    /// highest version it offered, its size), whatever the decision; `None`
+    /// until one was parsed whole, and on a catch-all listener, which
+    /// never parses it.
+    pub fn hello(&self) -> Option<HelloSummary> {
+        self.learned.hello
     }
 
     /// Whether a complete ClientHello offered TLS 1.3.

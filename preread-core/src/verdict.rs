@@ -1,8 +1,8 @@
 //! The decision for one window, as a pure function of the window and the
 //! listener's config.
 //!
-//! Owns: the order of the checks (PROXY header, TLS framing, ClientHello,
-//! SNI, route lookup, ALPN), the byte cap (reached, or announced past by a
+//! Owns: the order of the checks (PROXY header, the catch-all, TLS
+//! framing, ClientHello, SNI, route lookup, ALPN), the byte cap (reached, or announced past by a
 //! length already read), and the default-cluster fallback.
 //! Must never: keep state between calls (the latch and the deadline belong
 //! to [`crate::SniPrereadCore`]), or route a malformed window anywhere.
@@ -21,6 +21,7 @@ use crate::output::{Output, Route};
 use crate::reject::{FallbackReason, RejectReason};
 use crate::routes::Lookup;
 use crate::sni::HostName;
+use crate::summary::HelloSummary;
 
 /// TLS 1.3 in `supported_versions`.
 const TLS13: u16 = 0x0304;
@@ -41,6 +42,8 @@ pub(crate) struct Learned {
     pub fault: Option<TlsError>,
     /// A complete ClientHello offered TLS 1.3 in `supported_versions`.
     pub offers_tls13: bool,
+    /// What a complete ClientHello showed of itself (ECH, versions, size).
+    pub hello: Option<HelloSummary>,
     /// The record version of the first record, once its header is in.
     pub record_version: Option<u16>,
 }
@@ -109,6 +112,9 @@ pub(crate) fn decide(
         }
     }
     learned.client_spoke |= window.len() > seen.content_offset;
+    if let Some(cluster) = &config.catch_all {
+        return Some(Output::Routed(Arc::new(seen.route(cluster, None))));
+    }
     let tls = window.get(seen.content_offset..).unwrap_or_default();
     if let [_, major, minor, _, _, ..] = *tls {
         learned.record_version = Some(u16::from_be_bytes([major, minor]));
@@ -119,6 +125,7 @@ pub(crate) fn decide(
             learned.offers_tls13 = hello
                 .supported_versions
                 .is_some_and(|versions| versions.iter().any(|v| v == TLS13));
+            learned.hello = Some(HelloSummary::of(&hello));
             Some(route(config, &hello, seen, &mut learned.sni))
         }
         Ok(Parsed::Incomplete(needed)) => incomplete(config, window, needed),

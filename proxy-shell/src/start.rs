@@ -5,9 +5,10 @@
 //! declarations, unless it is empty and `empty_saved_state` says
 //! otherwise; stale temp files of killed saves are removed first; an
 //! upgrade's handover wins over both), the command
-//! socket, the workers, replaying the state on them, the route sources
-//! (merged with the config's declarations, whatever the boot state), then
-//! the command server until a stop, and joining the workers. Must never: start with a
+//! socket, the access-log writer, the workers, replaying the state on
+//! them, the route sources (merged with the config's declarations,
+//! whatever the boot state), then the command server until a stop, and
+//! joining the workers and then the writer. Must never: start with a
 //! state the workers refused, or over another running proxy's command
 //! socket (a successor moves its own over it only once it serves).
 
@@ -23,6 +24,7 @@ use command::state::ConfigState;
 use command::state_file::{journal_path, load_saved_state, remove_stale_temp_files};
 use command::validate::check_cap_fits_buffer;
 
+use crate::access_log;
 use crate::cli::{EXIT_FAILED, EXIT_USAGE, Globals};
 use crate::handover::Inherited;
 use crate::server::{CommandServer, SavedBase, ServerSettings, StopKind};
@@ -32,6 +34,11 @@ use crate::worker::{self, WorkerSettings};
 /// How long `start` waits for the worker threads to end after they
 /// answered the stop.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long `start` waits, after the workers, for the access-log writer to
+/// write the lines still queued (a writer stuck on a pipe nobody reads is
+/// left behind).
+const WRITER_FINISH: Duration = Duration::from_secs(2);
 
 /// Runs `preread start`.
 pub fn run(globals: &Globals) -> ExitCode {
@@ -274,6 +281,23 @@ fn serve(
             return ExitCode::from(EXIT_FAILED);
         }
     };
+    let (access_log, writer) = match access_log::start(
+        &global.access_logs,
+        global.access_log_format,
+        global.access_log_queue,
+    ) {
+        Ok(started) => started,
+        Err(error) => {
+            let why = format!(
+                "cannot open the access log {:?}: {error}",
+                global.access_logs
+            );
+            return fail(&mut server, Vec::new(), successor.as_mut(), &why);
+        }
+    };
+    if let Some(writer) = &writer {
+        server.set_access_log(writer.reopener());
+    }
     let mut threads = Vec::new();
     let count = u32::try_from(global.worker_count.max(1)).unwrap_or(u32::MAX);
     let mut hands = match &mut successor {
@@ -291,6 +315,7 @@ fn serve(
             replies_tx.clone(),
             server.waker(),
             hands.next().unwrap_or_default(),
+            access_log.clone(),
         ) {
             Ok((handle, thread)) => {
                 server.add_worker(handle);
@@ -303,6 +328,9 @@ fn serve(
         }
     }
     drop(replies_tx);
+    // The workers hold the queue now: once they are gone, so is every
+    // sender, and the writer knows no line can come.
+    drop(access_log);
 
     match server.boot() {
         Ok(sent) => log::debug!("boot: {sent} request(s) applied by every worker"),
@@ -367,6 +395,9 @@ fn serve(
     let outcome = server.run();
     drop(server);
     join_all(threads);
+    if let Some(writer) = writer {
+        writer.finish(WRITER_FINISH);
+    }
     match outcome {
         Ok(kind) => {
             log::info!("preread stopped ({kind:?} stop)");

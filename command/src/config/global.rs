@@ -15,9 +15,11 @@ use std::path::{Path, PathBuf};
 
 use toml::Spanned;
 
+use super::keepalive::{TcpKeepalive, tcp_keepalive};
 use super::lines::{Problems, ranged};
 use super::raw::RawConfig;
 use super::sources::{SourceSettings, source_settings};
+use super::syslog::{SyslogTarget, syslog_target};
 use crate::codes::ErrorCode;
 
 /// Default of `command_socket`.
@@ -38,6 +40,14 @@ pub const DEFAULT_SPLICE: bool = true;
 pub const DEFAULT_MAX_CONNECTION_ATTEMPTS: u32 = 3;
 /// Default of `soft_stop_grace`, in seconds.
 pub const DEFAULT_SOFT_STOP_GRACE_S: u32 = 30;
+/// Default of `access_log_queue`, in lines: at 10,000 closed sessions a
+/// second, the writer may stall for most of a second before a line drops.
+pub const DEFAULT_ACCESS_LOG_QUEUE: usize = 8192;
+/// Default of `reject_capture`, in windows per worker.
+pub const DEFAULT_REJECT_CAPTURE: usize = 64;
+/// The most windows `reject_capture` keeps per worker: each holds up to a
+/// listener's cap (16 KiB by default).
+pub const MAX_REJECT_CAPTURE: usize = 4096;
 /// Default of `command_client_timeout`, in seconds: far above what a
 /// command-line client or a scrape needs to send a request or read its
 /// answer, short enough that stuck clients do not pile up.
@@ -56,6 +66,8 @@ pub enum AccessLogTarget {
     Off,
     /// Any other value: a file path, appended to.
     File(PathBuf),
+    /// `"syslog:PATH"` or `"syslog:udp://IP:PORT"`: RFC 5424 messages.
+    Syslog(SyslogTarget),
 }
 
 /// The shape of an access log line (`access_log_format`).
@@ -102,6 +114,12 @@ pub struct GlobalSettings {
     pub access_logs: AccessLogTarget,
     /// The access log's line format.
     pub access_log_format: AccessLogFormat,
+    /// Lines the workers may queue for the access-log writer, at least 1;
+    /// past them, lines are dropped (and counted), never waited for.
+    pub access_log_queue: usize,
+    /// Rejected and fallback windows each worker keeps for `preread
+    /// rejects`; 0 is off.
+    pub reject_capture: usize,
     /// The Prometheus text endpoint, if any.
     pub metrics_address: Option<SocketAddr>,
     /// Bytes per pooled buffer, at least [`MIN_BUFFER_SIZE`].
@@ -124,6 +142,8 @@ pub struct GlobalSettings {
     /// The route sources merged with the file's declarations
     /// (`[sources.*]`).
     pub sources: SourceSettings,
+    /// Keepalive probes on the client and backend sockets; `None` is off.
+    pub tcp_keepalive: Option<TcpKeepalive>,
 }
 
 impl GlobalSettings {
@@ -139,7 +159,9 @@ impl GlobalSettings {
         if let Some(saved_state) = &mut self.saved_state {
             resolve(saved_state);
         }
-        if let AccessLogTarget::File(file) = &mut self.access_logs {
+        if let AccessLogTarget::File(file) | AccessLogTarget::Syslog(SyslogTarget::Unix(file)) =
+            &mut self.access_logs
+        {
             resolve(file);
         }
         if let Some(socket) = &mut self.sources.docker {
@@ -161,6 +183,8 @@ impl Default for GlobalSettings {
             log_level: DEFAULT_LOG_LEVEL.to_owned(),
             access_logs: AccessLogTarget::Stderr,
             access_log_format: AccessLogFormat::Logfmt,
+            access_log_queue: DEFAULT_ACCESS_LOG_QUEUE,
+            reject_capture: DEFAULT_REJECT_CAPTURE,
             metrics_address: None,
             buffer_size: DEFAULT_BUFFER_SIZE,
             max_buffers: DEFAULT_MAX_BUFFERS,
@@ -171,6 +195,7 @@ impl Default for GlobalSettings {
             empty_saved_state: EmptySavedState::Refuse,
             command_client_timeout_s: DEFAULT_COMMAND_CLIENT_TIMEOUT_S,
             sources: SourceSettings::default(),
+            tcp_keepalive: Some(TcpKeepalive::default()),
         }
     }
 }
@@ -226,7 +251,11 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
                 ErrorCode::InvalidValue,
                 "access_logs is empty: use \"stderr\", \"off\" or a file path".to_owned(),
             ),
-            path => global.access_logs = AccessLogTarget::File(PathBuf::from(path)),
+            other => match syslog_target(other) {
+                Some(Ok(syslog)) => global.access_logs = AccessLogTarget::Syslog(syslog),
+                Some(Err(why)) => problems.push(logs.span().start, ErrorCode::InvalidValue, why),
+                None => global.access_logs = AccessLogTarget::File(PathBuf::from(other)),
+            },
         }
     }
     if let Some(format) = &raw.access_log_format {
@@ -238,6 +267,26 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
                 ErrorCode::InvalidValue,
                 format!("access_log_format {other:?} is unknown: use \"logfmt\" or \"json\""),
             ),
+        }
+    }
+    if let Some(queue) = &raw.access_log_queue {
+        if let Some(queue) = ranged::<usize>(queue, "access_log_queue", 1, problems) {
+            global.access_log_queue = queue;
+        }
+    }
+    if let Some(capture) = &raw.reject_capture {
+        match ranged::<usize>(capture, "reject_capture", 0, problems) {
+            Some(n) if n > MAX_REJECT_CAPTURE => problems.push(
+                capture.span().start,
+                ErrorCode::InvalidValue,
+                format!(
+                    "reject_capture = {n} is more than {MAX_REJECT_CAPTURE}: each window kept \
+                     holds up to a listener's cap; use at most {MAX_REJECT_CAPTURE}, or 0 to turn \
+                     capture off"
+                ),
+            ),
+            Some(n) => global.reject_capture = n,
+            None => {}
         }
     }
     if let Some(address) = &raw.metrics_address {
@@ -303,6 +352,7 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
         }
     }
     global.sources = source_settings(raw, problems);
+    global.tcp_keepalive = tcp_keepalive(raw, problems);
     global
 }
 

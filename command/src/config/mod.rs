@@ -14,15 +14,17 @@
 //! names, value types and ranges, the spellings of enumerations, and the
 //! global settings.
 //!
-//! Paths in the file (`command_socket`, `saved_state`, `access_logs`) are
+//! Paths in the file (`command_socket`, `saved_state`, `access_logs`, a
+//! `syslog:` socket path) are
 //! kept as written by [`load_config`]; [`load_config_file`] resolves a
 //! relative one against the config file's folder, so the proxy and the CLI
 //! agree on them whatever their working directories.
 //!
 //! Layout: `raw` is the file's serde shape, `global` the process-wide
-//! settings, `sources` the `[sources.*]` tables, `declarations` the routing
-//! tables turned into requests, `fragment` the files of a watched
-//! directory (cluster tables only), and
+//! settings (`keepalive` the TCP keepalive and `syslog` the syslog targets
+//! of the access log among them), `sources` the `[sources.*]` tables,
+//! `declarations` the routing tables turned into requests, `fragment` the
+//! files of a watched directory (cluster tables only), and
 //! `lines` the byte offset → `line:column` mapping every problem goes
 //! through; this file holds the public API and the check that runs them in
 //! order.
@@ -40,16 +42,23 @@ use crate::state::ConfigState;
 mod declarations;
 mod fragment;
 mod global;
+mod keepalive;
 mod lines;
 mod raw;
 mod sources;
+mod syslog;
 
 pub use global::{
-    AccessLogFormat, AccessLogTarget, DEFAULT_BUFFER_SIZE, DEFAULT_COMMAND_CLIENT_TIMEOUT_S,
-    DEFAULT_COMMAND_SOCKET, DEFAULT_LOG_LEVEL, DEFAULT_MAX_BUFFERS,
-    DEFAULT_MAX_CONNECTION_ATTEMPTS, DEFAULT_MAX_CONNECTIONS, DEFAULT_SOFT_STOP_GRACE_S,
-    DEFAULT_SPLICE, DEFAULT_WORKER_COUNT, EmptySavedState, GlobalSettings, MIN_BUFFER_SIZE,
+    AccessLogFormat, AccessLogTarget, DEFAULT_ACCESS_LOG_QUEUE, DEFAULT_BUFFER_SIZE,
+    DEFAULT_COMMAND_CLIENT_TIMEOUT_S, DEFAULT_COMMAND_SOCKET, DEFAULT_LOG_LEVEL,
+    DEFAULT_MAX_BUFFERS, DEFAULT_MAX_CONNECTION_ATTEMPTS, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_REJECT_CAPTURE, DEFAULT_SOFT_STOP_GRACE_S, DEFAULT_SPLICE, DEFAULT_WORKER_COUNT,
+    EmptySavedState, GlobalSettings, MAX_REJECT_CAPTURE, MIN_BUFFER_SIZE,
 };
+pub use keepalive::{
+    DEFAULT_KEEPALIVE_COUNT, DEFAULT_KEEPALIVE_IDLE_S, DEFAULT_KEEPALIVE_INTERVAL_S, TcpKeepalive,
+};
+pub use syslog::SyslogTarget;
 
 pub use fragment::load_fragment;
 pub use sources::{DEFAULT_DOCKER_ENDPOINT, SourceSettings};

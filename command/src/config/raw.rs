@@ -28,6 +28,8 @@ pub(super) struct RawConfig {
     pub(super) log_level: Option<Spanned<String>>,
     pub(super) access_logs: Option<Spanned<String>>,
     pub(super) access_log_format: Option<Spanned<String>>,
+    pub(super) access_log_queue: Option<Spanned<i64>>,
+    pub(super) reject_capture: Option<Spanned<i64>>,
     pub(super) metrics_address: Option<Spanned<String>>,
     pub(super) buffer_size: Option<Spanned<i64>>,
     pub(super) max_buffers: Option<Spanned<i64>>,
@@ -37,6 +39,10 @@ pub(super) struct RawConfig {
     pub(super) soft_stop_grace: Option<Spanned<i64>>,
     pub(super) empty_saved_state: Option<Spanned<String>>,
     pub(super) command_client_timeout: Option<Spanned<i64>>,
+    pub(super) tcp_keepalive: Option<Spanned<bool>>,
+    pub(super) tcp_keepalive_idle: Option<Spanned<i64>>,
+    pub(super) tcp_keepalive_interval: Option<Spanned<i64>>,
+    pub(super) tcp_keepalive_count: Option<Spanned<i64>>,
     #[serde(default)]
     pub(super) listeners: Vec<Spanned<RawListener>>,
     #[serde(default)]

@@ -16,7 +16,8 @@
 //!   timers cancelled), whatever ends it;
 //! - what ends it: connect to a cluster, close silently, refuse a client
 //!   that stayed silent past a timeout, or close with a reject reason; a
-//!   catch-all listener connects at accept, unread;
+//!   catch-all listener connects at accept, unread, or, behind a load
+//!   balancer (`expect_proxy`), once its PROXY header is complete;
 //! - what a rejected client is told ([`Farewell`]: the fatal alert a TLS
 //!   server would send, a bare close, or a reset, per [`RejectWith`]);
 //! - the PROXY handoff of the routed cluster ([`handoff`]).
@@ -95,8 +96,10 @@ pub struct PrereadStep {
 
 impl PrereadStep {
     /// A connection just accepted on `listener`. On a catch-all listener
-    /// the answer is `Next::Connect` at once and the step never prereads;
-    /// otherwise it is `Next::Read`, the session is in the preread stage
+    /// without `expect_proxy` the answer is `Next::Connect` at once and the
+    /// step never prereads; otherwise (a catch-all listener reads the PROXY
+    /// header first, which the backend must not get as data) it is
+    /// `Next::Read`, the session is in the preread stage
     /// ([`Self::is_reading`]: raise the gauge), the server-first timer is
     /// armed when the listener has one, and the silence timer (the preread
     /// timeout from now) unless a server-first timer at least as long sends
@@ -109,7 +112,9 @@ impl PrereadStep {
             armed: Armed::default(),
             stage: Stage::Reading,
         };
-        if let Some(cluster) = &listener.catch_all {
+        if let Some(cluster) = listener.catch_all()
+            && !listener.config.expect_proxy
+        {
             step.stage = Stage::Left { preread_time: None };
             let route = Route::unread(cluster.clone(), None);
             let actions = Actions {
@@ -341,6 +346,8 @@ impl PrereadStep {
     }
 }
 
+#[cfg(test)]
+mod catch_all_tests;
 #[cfg(test)]
 mod test_hello;
 #[cfg(test)]

@@ -102,6 +102,21 @@ pub enum Command {
         #[command(subcommand)]
         action: MetricsAction,
     },
+    /// The last rejected and fallback sessions each worker captured, with
+    /// the bytes they sent (`reject_capture`), newest first.
+    Rejects {
+        /// Only this reason, as the access log spells it after `rejected:`
+        /// or `fallback:` (e.g. not_tls, sni_unmatched).
+        #[arg(long, value_parser = reject_reason)]
+        reason: Option<String>,
+        /// Only this listener, ip:port.
+        #[arg(long)]
+        listener: Option<std::net::SocketAddr>,
+        /// Also write each window to DIR as a .bin file, which `preread
+        /// inspect -c CONFIG --listener ADDR FILE` replays.
+        #[arg(long, value_name = "DIR")]
+        dump: Option<PathBuf>,
+    },
     /// Diff the config file against the running state and apply only the difference.
     Reload,
     /// Each route source (the config file, Docker, a directory): last sync,
@@ -368,6 +383,20 @@ pub enum StateAction {
 pub enum MetricsAction {
     /// All metrics, per worker and in total.
     Get,
+}
+
+/// A reason `rejects --reason` can match: a reject or a fallback reason.
+fn reject_reason(text: &str) -> Result<String, String> {
+    let known: Vec<&str> = preread_core::RejectReason::ALL
+        .iter()
+        .map(|r| r.as_str())
+        .chain(preread_core::FallbackReason::ALL.iter().map(|r| r.as_str()))
+        .collect();
+    if known.contains(&text) {
+        Ok(text.to_owned())
+    } else {
+        Err(format!("unknown reason; use one of {}", known.join(", ")))
+    }
 }
 
 /// One size of `inspect --reads`: a read adds at least one byte.

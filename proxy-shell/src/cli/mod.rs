@@ -9,6 +9,7 @@ mod client;
 mod listing;
 mod offline;
 pub mod print;
+mod rejects;
 mod reload;
 pub mod requests;
 
@@ -60,6 +61,10 @@ pub fn run(cli: Cli) -> ExitCode {
             action: StateAction::Seal { file },
         } => offline::state_seal(file, globals.json),
         Command::Reload => reload::run(&globals),
+        Command::Rejects { dump, .. } => match requests::for_command(&cli.command) {
+            Some(request) => rejects::run(&globals, &request, dump.as_deref()),
+            None => ExitCode::from(EXIT_USAGE),
+        },
         Command::Start => crate::start::run(&globals),
         Command::Upgrade { within, .. } => {
             // The answer comes once the new process took over (or failed to).

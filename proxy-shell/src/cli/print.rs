@@ -236,6 +236,73 @@ fn sources_text(list: &proto::SourceList, now_ms: u64) -> String {
     out
 }
 
+/// The captured windows as a table, one row each, newest first; `files`
+/// are where `--dump` wrote them (empty without it).
+pub fn rejects_text(list: &proto::RejectList, files: &[String]) -> String {
+    let rows: Vec<Vec<String>> = list
+        .windows
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let mut row = vec![
+                capture_time(w.at_unix_ms),
+                w.worker.to_string(),
+                w.listener.clone(),
+                w.client.clone(),
+                opt(w.proxy_client.as_ref()),
+                w.outcome.clone(),
+                w.window.len().to_string(),
+            ];
+            row.extend(files.get(i).cloned());
+            row
+        })
+        .collect();
+    let mut header = vec![
+        "TIME",
+        "WORKER",
+        "LISTENER",
+        "CLIENT",
+        "PROXY_CLIENT",
+        "OUTCOME",
+        "BYTES",
+    ];
+    if !files.is_empty() {
+        header.push("FILE");
+    }
+    table(&header, &rows)
+}
+
+/// The captured windows as JSON lines, the bytes in hex.
+pub fn rejects_json(list: &proto::RejectList, files: &[String]) -> Vec<Value> {
+    list.windows
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let hex = w.window.iter().fold(String::new(), |mut out, b| {
+                let _ = write!(out, "{b:02x}");
+                out
+            });
+            json!({
+                "ts": capture_time(w.at_unix_ms),
+                "worker": w.worker,
+                "seq": w.seq,
+                "listener": w.listener,
+                "client": w.client,
+                "proxy_client": w.proxy_client,
+                "outcome": w.outcome,
+                "bytes": w.window.len(),
+                "hex": hex,
+                "file": files.get(i),
+            })
+        })
+        .collect()
+}
+
+fn capture_time(at_unix_ms: u64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(at_unix_ms);
+    crate::access_log::rfc3339_millis(at)
+}
+
 /// What to print on stdout for a successful answer, as human text.
 pub fn success_text(response: &proto::Response) -> String {
     let content = response
@@ -267,6 +334,7 @@ pub fn success_text(response: &proto::Response) -> String {
         Some(ContentType::Frontends(list)) => frontends_text(list),
         Some(ContentType::Metrics(report)) => metrics_text(report),
         Some(ContentType::Sources(list)) => sources_text(list, now_ms()),
+        Some(ContentType::Rejects(list)) => rejects_text(list, &[]),
         Some(ContentType::Batch(_)) => format!("{}\n", response.message),
         None if response.message.is_empty() => "ok\n".to_owned(),
         None => format!("{}\n", response.message),
@@ -303,6 +371,9 @@ pub fn success_json(response: &proto::Response) -> Vec<Value> {
                 serde_json::to_value(source).unwrap_or_else(|e| json!({ "error": e.to_string() }))
             })
             .collect();
+    }
+    if let Some(ContentType::Rejects(list)) = content {
+        return rejects_json(list, &[]);
     }
     vec![serde_json::to_value(response).unwrap_or_else(|e| json!({ "error": e.to_string() }))]
 }

@@ -177,6 +177,12 @@ pub fn for_command(command: &Command) -> Option<proto::Request> {
         Command::Metrics {
             action: MetricsAction::Get,
         } => RequestType::QueryMetrics(proto::QueryMetrics {}),
+        Command::Rejects {
+            reason, listener, ..
+        } => RequestType::QueryRejects(proto::QueryRejects {
+            reason: reason.clone(),
+            listener: listener.map(|a| a.to_string()),
+        }),
     };
     Some(request(request_type))
 }
@@ -245,6 +251,18 @@ mod tests {
             ("preread sources", |r| {
                 matches!(r, RequestType::ListSources(_))
             }),
+            (
+                "preread rejects",
+                |r| matches!(r, RequestType::QueryRejects(q) if q.reason.is_none() && q.listener.is_none()),
+            ),
+            (
+                "preread rejects --reason not_tls --listener 127.0.0.1:8443 --dump /tmp/d",
+                |r| {
+                    matches!(r, RequestType::QueryRejects(q)
+                        if q.reason.as_deref() == Some("not_tls")
+                            && q.listener.as_deref() == Some("127.0.0.1:8443"))
+                },
+            ),
         ];
         for (line, check) in cases {
             let built = build(line);

@@ -20,10 +20,12 @@ use super::{CommandServer, Purpose, StopKind};
 use crate::worker::orders::Order;
 
 /// A read-only question for the workers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Query {
     Status,
     Metrics,
+    /// The captured windows that match.
+    Rejects(proto::QueryRejects),
 }
 
 impl CommandServer {
@@ -42,6 +44,7 @@ impl CommandServer {
         match kind {
             RequestType::Status(_) => self.query(who, Query::Status),
             RequestType::QueryMetrics(_) => self.query(who, Query::Metrics),
+            RequestType::QueryRejects(filter) => self.query(who, Query::Rejects(filter)),
             RequestType::ListListeners(_) => {
                 let answer = ok_with(responses::listeners(&self.state));
                 self.respond(who, &answer);
@@ -113,9 +116,10 @@ impl CommandServer {
     /// Asks every worker; `who` waits for the gathered answer.
     fn query(&mut self, who: ClientRef, query: Query) {
         self.set_busy(who);
-        let order = match query {
+        let order = match &query {
             Query::Status => Order::Status,
             Query::Metrics => Order::Metrics,
+            Query::Rejects(filter) => Order::Rejects(filter.clone()),
         };
         let timeout = self.settings.order_timeout;
         self.broadcast(order, Purpose::Query { client: who, query }, None, timeout);
@@ -124,7 +128,7 @@ impl CommandServer {
     /// The answer to a query once every worker answered (or timed out).
     pub(super) fn query_response(
         &self,
-        query: Query,
+        query: &Query,
         gathered: &Gathered<Purpose>,
     ) -> proto::Response {
         if let Some((_, code, message)) = gathered.first_failure() {
@@ -139,6 +143,7 @@ impl CommandServer {
                 &gathered.answers,
             ),
             Query::Metrics => responses::metrics(&gathered.answers),
+            Query::Rejects(_) => responses::rejects(&gathered.answers),
         };
         ok_with(content)
     }

@@ -45,6 +45,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use signal_hook_mio::v1_0::Signals;
 use slab::Slab;
 
+use crate::access_log::Reopener;
 use crate::answer_code::AnswerCode;
 use crate::worker::listen::ensure_unbound;
 use crate::worker::orders::{Answer, Order, OrderId, Reply, WorkerHandle};
@@ -177,8 +178,6 @@ enum Purpose {
     Boot,
     /// Duplicates of the listening sockets, for an upgrade's successor.
     Export,
-    /// Reopening the access log (SIGUSR1).
-    ReopenAccessLog,
 }
 
 /// The main thread's command server. See the module documentation.
@@ -214,6 +213,9 @@ pub struct CommandServer {
     adopted: BTreeSet<SocketAddr>,
     /// The route sources merged with the config file's declarations.
     sources: sources::RouteSources,
+    /// Asks the access-log writer to reopen its file (SIGUSR1); `None`
+    /// when the log is off.
+    access_log: Option<Reopener>,
 }
 
 impl fmt::Debug for CommandServer {
@@ -274,6 +276,7 @@ impl CommandServer {
             stopping: None,
             adopted: BTreeSet::new(),
             sources: sources::RouteSources::new(settings_config.as_deref()),
+            access_log: None,
         })
     }
 
@@ -317,6 +320,11 @@ impl CommandServer {
     /// The waker workers wake after each answer.
     pub fn waker(&self) -> Arc<Waker> {
         Arc::clone(&self.waker)
+    }
+
+    /// Where SIGUSR1 sends its reopen: the access-log writer.
+    pub fn set_access_log(&mut self, reopener: Reopener) {
+        self.access_log = Some(reopener);
     }
 
     /// Adds a worker: every later order goes to it too.
@@ -558,7 +566,7 @@ impl CommandServer {
 
     fn on_gathered(&mut self, gathered: Gathered<Purpose>) {
         match gathered.purpose {
-            Purpose::Query { client, query } => {
+            Purpose::Query { client, ref query } => {
                 let response = self.query_response(query, &gathered);
                 self.respond(client, &response);
             }
@@ -579,10 +587,6 @@ impl CommandServer {
             },
             // `wait_for` takes these itself; one that reaches here is stale.
             Purpose::Boot | Purpose::Export => {}
-            Purpose::ReopenAccessLog => match gathered.first_failure() {
-                Some((_, code, message)) => log::warn!("access log reopen: {code}: {message}"),
-                None => log::info!("access log reopened by every worker"),
-            },
         }
     }
 

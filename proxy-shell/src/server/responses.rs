@@ -99,6 +99,41 @@ pub(crate) fn metrics(answers: &[(u32, Answer)]) -> ContentType {
     ContentType::Metrics(proto::MetricsReport { workers, total })
 }
 
+/// Room for the windows in one answer, under the channel's 1 MiB frame
+/// with what else the answer holds.
+const REJECTS_BUDGET: usize = 960 * 1024;
+
+/// The captured windows of every worker, newest first, as many as fit in
+/// one answer; the rest are counted.
+pub(crate) fn rejects(answers: &[(u32, Answer)]) -> ContentType {
+    let mut windows: Vec<&proto::CapturedWindow> = answers
+        .iter()
+        .filter_map(|(_, answer)| match answer {
+            Answer::Rejects(windows) => Some(windows),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    windows.sort_by_key(|w| std::cmp::Reverse((w.at_unix_ms, w.seq, w.worker)));
+    let mut room = REJECTS_BUDGET;
+    let mut kept = Vec::new();
+    let mut left_out = 0u32;
+    for window in windows {
+        // The bytes and a generous allowance for the fields around them.
+        let size = window.window.len() + 256;
+        if size <= room {
+            room -= size;
+            kept.push(window.clone());
+        } else {
+            left_out = left_out.saturating_add(1);
+        }
+    }
+    ContentType::Rejects(proto::RejectList {
+        windows: kept,
+        left_out,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,5 +157,56 @@ mod tests {
         assert_eq!(total, vec![("a", 1), ("b", 5), ("c", 4)]);
         let ids: Vec<u32> = report.workers.iter().map(|w| w.worker_id).collect();
         assert_eq!(ids, vec![0, 1], "the reply's worker id wins");
+    }
+
+    fn captured(worker: u32, at_unix_ms: u64, len: usize) -> proto::CapturedWindow {
+        proto::CapturedWindow {
+            worker,
+            at_unix_ms,
+            window: vec![0x16; len],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn rejects_are_merged_newest_first_and_cut_to_one_frame() -> Result<(), String> {
+        let answers = [
+            (
+                0,
+                Answer::Rejects(vec![captured(0, 30, 10), captured(0, 10, 10)]),
+            ),
+            (1, Answer::Rejects(vec![captured(1, 20, 10)])),
+        ];
+        let ContentType::Rejects(list) = rejects(&answers) else {
+            return Err("not a list of captured windows".to_owned());
+        };
+        let order: Vec<(u32, u64)> = list
+            .windows
+            .iter()
+            .map(|w| (w.worker, w.at_unix_ms))
+            .collect();
+        assert_eq!(order, [(0, 30), (1, 20), (0, 10)]);
+        assert_eq!(list.left_out, 0);
+
+        let big = REJECTS_BUDGET / 2;
+        let answers = [(
+            0,
+            Answer::Rejects(vec![
+                captured(0, 3, big),
+                captured(0, 2, big),
+                captured(0, 1, 10),
+            ]),
+        )];
+        let ContentType::Rejects(list) = rejects(&answers) else {
+            return Err("not a list of captured windows".to_owned());
+        };
+        let kept: Vec<u64> = list.windows.iter().map(|w| w.at_unix_ms).collect();
+        assert_eq!(
+            kept,
+            [3, 1],
+            "the second large window does not fit; the small one does"
+        );
+        assert_eq!(list.left_out, 1);
+        Ok(())
     }
 }

@@ -4,7 +4,7 @@
 //! Owns: which signals the command server watches and what each does:
 //! SIGHUP reloads the config file the proxy started from (the diff of
 //! `preread reload`, run as one job with its skip-and-retry rules); SIGUSR1
-//! has every worker reopen its access-log file (logrotate's `postrotate`);
+//! has the access-log writer reopen its file (logrotate's `postrotate`);
 //! SIGTERM and SIGINT stop softly, a second one at once; SIGQUIT stops at
 //! once. Must never: block the command thread, or act on a reload while
 //! the proxy is stopping.
@@ -16,8 +16,7 @@ use signal_hook::consts::signal::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1};
 use signal_hook_mio::v1_0::Signals;
 
 use super::changes::Job;
-use super::{CommandServer, Purpose, SIGNALS, StopKind};
-use crate::worker::orders::Order;
+use super::{CommandServer, SIGNALS, StopKind};
 
 impl CommandServer {
     /// Watches the signals of the module doc on the server's poll.
@@ -38,16 +37,13 @@ impl CommandServer {
         for signal in received {
             match signal {
                 SIGHUP => self.reload_on_signal(),
-                SIGUSR1 => {
-                    log::info!("SIGUSR1: reopening the access log");
-                    let timeout = self.settings.order_timeout;
-                    self.broadcast(
-                        Order::ReopenAccessLog,
-                        Purpose::ReopenAccessLog,
-                        None,
-                        timeout,
-                    );
-                }
+                SIGUSR1 => match &self.access_log {
+                    Some(writer) => {
+                        log::info!("SIGUSR1: reopening the access log");
+                        writer.reopen();
+                    }
+                    None => log::info!("SIGUSR1: the access log is off, nothing to reopen"),
+                },
                 SIGQUIT => {
                     log::warn!("SIGQUIT: hard stop");
                     self.start_stop(StopKind::Hard);

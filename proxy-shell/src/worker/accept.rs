@@ -24,6 +24,7 @@ use slab::Slab;
 
 use super::close::close;
 use super::ctx::{Ctx, Drive, TimerKind};
+use super::keepalive;
 use super::preread;
 use super::session::Session;
 use super::shortage::{is_connection_error, is_out_of_descriptors};
@@ -103,6 +104,7 @@ fn open(
     let now = Instant::now();
     let local = front.local_addr().unwrap_or(address);
     let _ = front.set_nodelay(true);
+    keepalive::apply(&front, ctx.settings.tcp_keepalive.as_ref(), "client");
     let entry = sessions.vacant_entry();
     let key = entry.key();
     if let Err(e) = ctx.registry.register(

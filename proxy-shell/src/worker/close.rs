@@ -3,7 +3,8 @@
 //! Owns: [`close`], where the preread stage is left (through the step), the
 //! timers, both sockets, the buffers, the pipes, the gauges, the backend and
 //! per-IP counts, the refusal and byte counters and the access-log line are
-//! settled, exactly once per session.
+//! settled, exactly once per session (a line the writer's queue has no room
+//! for is counted in `access_log.dropped_total` instead).
 //!
 //! Must never: be bypassed (a session removed anywhere else is left
 //! half-accounted), count anything twice, or write an access-log line for a
@@ -13,14 +14,14 @@ use std::time::{Instant, SystemTime};
 
 use log::trace;
 
-use super::access_log::AccessLogEntry;
 use super::ctx::Ctx;
 use super::preread;
 use super::session::{Phase, Session};
 use super::vocabulary::{
-    BACKEND_CONNECTIONS, BYTES_IN, BYTES_OUT, Outcome, TCP_ACTIVE, backend_bytes,
-    backend_connections, cluster_bytes,
+    ACCESS_LOG_DROPPED, BACKEND_CONNECTIONS, BYTES_IN, BYTES_OUT, Outcome, TCP_ACTIVE,
+    backend_bytes, backend_connections, cluster_bytes,
 };
+use crate::access_log::AccessLogEntry;
 
 /// Closes a session already taken out of the slab: settles every count
 /// exactly once, then writes its access-log line.
@@ -90,7 +91,8 @@ pub(super) fn close(ctx: &mut Ctx, key: usize, mut session: Session, outcome: Ou
     log(ctx, &session, outcome, now);
 }
 
-/// The session's access-log line.
+/// The session's access-log line, offered to the writer; a full queue
+/// drops it, counted.
 fn log(ctx: &mut Ctx, session: &Session, outcome: Outcome, now: Instant) {
     let core = session.step.core();
     let route = session.route.as_ref();
@@ -123,6 +125,9 @@ fn log(ctx: &mut Ctx, session: &Session, outcome: Outcome, now: Instant) {
         proxy_client: route
             .and_then(|r| r.proxy_source)
             .or_else(|| core.proxy_source()),
+        hello: core.hello(),
     };
-    ctx.access_log.write(&entry);
+    if ctx.access_log.submit(&entry).is_err() {
+        ctx.metrics.incr(ACCESS_LOG_DROPPED);
+    }
 }

@@ -29,6 +29,7 @@ use preread_core::step::{ProxyMode, handoff};
 use super::backends::HealthChange;
 use super::ctx::{Ctx, Drive, TimerKind};
 use super::io::Ready;
+use super::keepalive;
 use super::pipe::open_lanes;
 use super::session::{Phase, Session};
 use super::shortage::{RETRY_EVERY, is_local};
@@ -144,6 +145,7 @@ fn open_backend(
             OpenError::Backend(e)
         }
     })?;
+    keepalive::apply(&stream, ctx.settings.tcp_keepalive.as_ref(), "backend");
     ctx.registry
         .register(
             &mut stream,

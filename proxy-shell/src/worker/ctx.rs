@@ -2,7 +2,8 @@
 //! and close runs against, and what one of them concludes.
 //!
 //! Owns: [`Ctx`] (the poll registry, the routing runtime, the buffer and
-//! pipe pools, the timers, the metrics, the access log, the load-balancing
+//! pipe pools, the timers, the metrics, the access-log queue, the ring of
+//! rejected windows, the load-balancing
 //! generator, the unrouted counts, the dirty list and the gate of the
 //! shortage warnings), the kinds of session timer, and [`Drive`]. Must
 //! never: hold a session (sessions live in the event loop's slab, and are
@@ -14,10 +15,10 @@ use mio::Registry;
 use preread_core::rng::Rng;
 use preread_core::step::{StepTimer, TimerAction};
 
-use super::access_log::AccessLog;
 use super::metrics::Metrics;
 use super::pipe_pool::PipePool;
 use super::pool::BufferPool;
+use super::rejects::RejectRing;
 use super::runtime::Runtime;
 use super::session::Session;
 use super::settings::WorkerSettings;
@@ -25,6 +26,7 @@ use super::shortage::ShortageLog;
 use super::timers::{TimerId, Timers};
 use super::unrouted::Unrouted;
 use super::vocabulary::Outcome;
+use crate::access_log::AccessLogQueue;
 
 /// Why a session timer was armed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +75,10 @@ pub(super) struct Ctx {
     pub(super) pipes: PipePool,
     pub(super) timers: Timers<TimerKey>,
     pub(super) metrics: Metrics,
-    pub(super) access_log: AccessLog,
+    /// Where closed sessions' lines are offered to the access-log writer.
+    pub(super) access_log: AccessLogQueue,
+    /// The last rejected and fallback windows, for `preread rejects`.
+    pub(super) rejects: RejectRing,
     pub(super) rng: Rng,
     /// Unrouted connections per listener and client IP.
     pub(super) unrouted: Unrouted,

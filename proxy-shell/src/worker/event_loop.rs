@@ -22,7 +22,6 @@ use slab::Slab;
 
 use super::accept::{Accepted, accept};
 use super::accept_retry::AcceptRetry;
-use super::access_log::AccessLog;
 use super::close::close;
 use super::ctx::{Ctx, Drive};
 use super::drive::drive;
@@ -32,6 +31,7 @@ use super::metrics::Metrics;
 use super::orders::{Answer, Order, OrderId, WorkerInbox};
 use super::pipe_pool::{MAX_IDLE_PIPES, PipePool};
 use super::pool::BufferPool;
+use super::rejects::RejectRing;
 use super::runtime::Runtime;
 use super::session::Session;
 use super::settings::WorkerSettings;
@@ -41,6 +41,7 @@ use super::timers::Timers;
 use super::tokens::{LISTENER_BASE, Side, WAKER_TOKEN, session_of};
 use super::unrouted::Unrouted;
 use super::vocabulary::{BUFFERS_IN_USE, Outcome, RefuseReason};
+use crate::access_log::AccessLogQueue;
 use crate::answer_code::AnswerCode;
 
 /// A soft stop in progress: sessions drain until `deadline`.
@@ -80,19 +81,13 @@ impl Worker {
         poll: Poll,
         settings: WorkerSettings,
         inbox: WorkerInbox,
+        access_log: AccessLogQueue,
         inherited: Vec<(SocketAddr, std::net::TcpListener)>,
     ) -> io::Result<Self> {
         let mut by_address: HashMap<SocketAddr, Vec<std::net::TcpListener>> = HashMap::new();
         for (address, listener) in inherited {
             by_address.entry(address).or_default().push(listener);
         }
-        let access_log = AccessLog::open(&settings.access_logs, settings.access_log_format)
-            .map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("cannot open the access log {:?}: {e}", settings.access_logs),
-                )
-            })?;
         let ctx = Ctx {
             id,
             registry: poll.registry().try_clone()?,
@@ -102,6 +97,7 @@ impl Worker {
             timers: Timers::new(),
             metrics: Metrics::new(id),
             access_log,
+            rejects: RejectRing::new(settings.reject_capture, settings.buffer_size),
             // Seeded per worker: load balancing needs spread, not secrecy.
             rng: Rng::new(
                 0x9e37_79b9_7f4a_7c15 ^ u64::from(id).wrapping_mul(0x2545_f491_4f6c_dd1d),
@@ -263,23 +259,7 @@ impl Worker {
                 self.ctx.metrics.gauge_set(BUFFERS_IN_USE, in_use);
                 Answer::Metrics(self.ctx.metrics.snapshot())
             }
-            Order::ReopenAccessLog => {
-                let settings = &self.ctx.settings;
-                match AccessLog::open(&settings.access_logs, settings.access_log_format) {
-                    Ok(log) => {
-                        self.ctx.access_log = log;
-                        Answer::Done
-                    }
-                    Err(e) => Answer::Refused {
-                        code: AnswerCode::WorkerRefused,
-                        message: format!(
-                            "worker {}: cannot reopen the access log {:?}: {e}; it keeps writing \
-                             to the file it had",
-                            self.ctx.id, settings.access_logs
-                        ),
-                    },
-                }
-            }
+            Order::Rejects(query) => Answer::Rejects(self.ctx.rejects.list(self.ctx.id, &query)),
             Order::ExportListeners => self.export_listeners(),
             Order::Status => Answer::Status {
                 sessions: self.sessions.len() as u64,

@@ -332,6 +332,7 @@ mod tests {
             "bytes_in",
             "bytes_out",
             "session.loop_guard",
+            "access_log.dropped_total",
             "tcp.sni_preread.duration.count",
             "tcp.sni_preread.duration.p99",
         ]) {
@@ -419,9 +420,9 @@ mod tests {
         assert_eq!(snapshot.worker_id, 7);
         assert_eq!(snapshot.values["tcp.sni_preread.rejected.no_sni"], 1);
         assert_eq!(snapshot.values["tcp.sni_preread.rejected.not_tls"], 0);
-        // 17 fixed, 11 rejects, 5 fallbacks, 11 refusals, 12 + 4 histogram
+        // 18 fixed, 11 rejects, 5 fallbacks, 11 refusals, 12 + 4 histogram
         // fields.
-        assert_eq!(snapshot.values.len(), 17 + 11 + 5 + 11 + 16);
+        assert_eq!(snapshot.values.len(), 18 + 11 + 5 + 11 + 16);
     }
 
     #[test]

@@ -6,7 +6,6 @@
 
 mod accept;
 mod accept_retry;
-pub mod access_log;
 pub mod backends;
 mod close;
 mod connect;
@@ -15,6 +14,7 @@ mod drive;
 mod event_loop;
 mod farewell;
 pub mod io;
+mod keepalive;
 pub mod lanes;
 pub mod listen;
 pub mod metrics;
@@ -23,6 +23,7 @@ pub mod pipe;
 pub mod pipe_pool;
 pub mod pool;
 mod preread;
+pub mod rejects;
 pub mod runtime;
 pub mod session;
 mod settings;
@@ -42,6 +43,8 @@ use std::thread::JoinHandle;
 
 use mio::{Poll, Waker};
 
+use crate::access_log::AccessLogQueue;
+
 use orders::{Reply, WorkerHandle, WorkerInbox};
 pub use settings::WorkerSettings;
 use tokens::WAKER_TOKEN;
@@ -50,12 +53,14 @@ use tokens::WAKER_TOKEN;
 /// `replies` and wakes `main_waker` after each answer. `inherited` are
 /// listening sockets an upgrade handed over: the worker accepts on them
 /// when the state says to listen at their address, instead of binding.
+/// Its sessions' access-log lines go to `access_log`.
 pub fn spawn(
     id: u32,
     settings: WorkerSettings,
     replies: Sender<Reply>,
     main_waker: Arc<Waker>,
     inherited: Vec<(SocketAddr, std::net::TcpListener)>,
+    access_log: AccessLogQueue,
 ) -> stdio::Result<(WorkerHandle, JoinHandle<()>)> {
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
@@ -66,7 +71,7 @@ pub fn spawn(
         replies,
         main_waker,
     };
-    let mut worker = event_loop::Worker::new(id, poll, settings, inbox, inherited)?;
+    let mut worker = event_loop::Worker::new(id, poll, settings, inbox, access_log, inherited)?;
     let thread = std::thread::Builder::new()
         .name(format!("preread-worker-{id}"))
         .spawn(move || worker.run())?;

@@ -31,12 +31,11 @@ pub enum Order {
     Metrics,
     /// Report this worker's sessions and listeners.
     Status,
+    /// Report the captured windows that match.
+    Rejects(proto::QueryRejects),
     /// Hand copies (duplicates) of the listening sockets to the main
     /// thread, for an upgrade's successor. The worker keeps accepting.
     ExportListeners,
-    /// Open the access-log file again (after logrotate moved it away): new
-    /// lines go to a file at the configured path.
-    ReopenAccessLog,
     /// Stop accepting; finish the open sessions, then exit within `grace`.
     SoftStop { grace_ms: u64 },
     /// Close everything now and exit.
@@ -56,6 +55,8 @@ pub enum Answer {
     Status { sessions: u64, listeners: u32 },
     /// Duplicates of the worker's listening sockets, by address.
     Listeners(Arc<Vec<(SocketAddr, OwnedFd)>>),
+    /// The worker's captured windows, newest first.
+    Rejects(Vec<proto::CapturedWindow>),
 }
 
 /// One answer, tagged with the worker and the order it answers.

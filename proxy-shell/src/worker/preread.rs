@@ -5,12 +5,13 @@
 //! connection holds none), the capped read the step budgets, and performing
 //! the step's actions: its timers, the preread gauge and duration, the
 //! unrouted count it gives back, the counters of routes, fallbacks and
-//! rejects, a reject's farewell (the
+//! rejects, the capture of a reject's or a fallback's window (`rejects.rs`),
+//! a reject's farewell (the
 //! alert or the reset, `farewell.rs`), and the hand-over to the connect
 //! gate. Must never: decide anything the step decides (budget,
 //! timers, exit, route), consume the window, or contact a backend itself.
 
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use log::debug;
 use preread_core::step::{Actions, Close, Event, Next, StepTimer};
@@ -19,6 +20,7 @@ use super::connect;
 use super::ctx::{Ctx, Drive};
 use super::farewell;
 use super::pool::Checkout;
+use super::rejects::Captured;
 use super::session::Session;
 use super::vocabulary::{
     Outcome, RefuseReason, SNI_PREREAD_ACTIVE, SNI_PREREAD_DURATION, SNI_PREREAD_ROUTED, fallback,
@@ -92,7 +94,6 @@ pub(super) fn perform(
         actions.timers.silent,
         &mut timers.silent,
     );
-    let left_preread = actions.left.is_some();
     if let Some(left) = actions.left {
         ctx.metrics.gauge_add(SNI_PREREAD_ACTIVE, -1);
         if let Some(held) = session.unrouted.take() {
@@ -119,19 +120,36 @@ pub(super) fn perform(
         }
         Next::Close(Close::Rejected(reason)) => {
             ctx.metrics.incr(rejected(reason));
+            capture(ctx, session, Outcome::Rejected(reason));
             farewell::say(&mut session.front, actions.farewell);
             Drive::End(Outcome::Rejected(reason))
         }
         Next::Connect(route) => {
-            // A catch-all route was never prereaded: it counts as neither.
-            if left_preread {
-                match route.fallback {
-                    Some(reason) => ctx.metrics.incr(fallback(reason)),
-                    None => ctx.metrics.incr(SNI_PREREAD_ROUTED),
+            // A catch-all route matched no name: it counts as neither.
+            match route.fallback {
+                Some(reason) => {
+                    ctx.metrics.incr(fallback(reason));
+                    capture(ctx, session, Outcome::Fallback(reason));
                 }
+                None if route.matched_sni.is_some() => ctx.metrics.incr(SNI_PREREAD_ROUTED),
+                None => {}
             }
             session.route = Some(route);
             connect::start(ctx, key, session, now)
         }
     }
+}
+
+/// Keeps the session's window in the worker's ring of rejected and
+/// fallback sessions, as it was at the decision.
+fn capture(ctx: &mut Ctx, session: &Session, outcome: Outcome) {
+    let window = session.front_buf.as_ref().map_or(&[][..], Checkout::data);
+    let what = Captured {
+        at: SystemTime::now(),
+        listener: session.listener,
+        client: session.client,
+        proxy_client: session.step.core().proxy_source(),
+        outcome,
+    };
+    ctx.rejects.capture(window, what);
 }

@@ -290,7 +290,7 @@ impl Runtime {
         let cluster = self.cluster_id(&frontend.cluster_id);
         let listener = self.listener_mut(&frontend.address)?;
         let Some(sni) = &frontend.sni else {
-            listener.preread.catch_all = if add { Some(cluster?) } else { None };
+            listener.preread.config.catch_all = if add { Some(cluster?) } else { None };
             return Ok(());
         };
         let pattern = validate_sni_pattern(sni).map_err(|e| Refusal(e.to_string()))?;

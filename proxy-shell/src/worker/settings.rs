@@ -4,7 +4,7 @@
 //! computed. Must never: read the config file (the main thread hands the
 //! settings in).
 
-use command::config::{AccessLogFormat, AccessLogTarget, GlobalSettings};
+use command::config::GlobalSettings;
 
 /// What a worker needs from the global settings.
 #[derive(Debug, Clone)]
@@ -16,8 +16,10 @@ pub struct WorkerSettings {
     pub max_connections: usize,
     pub splice: bool,
     pub max_connection_attempts: u32,
-    pub access_logs: AccessLogTarget,
-    pub access_log_format: AccessLogFormat,
+    /// Rejected and fallback windows kept for `preread rejects`; 0 is off.
+    pub reject_capture: usize,
+    /// The keepalive options of both sockets of a session; `None` is off.
+    pub tcp_keepalive: Option<socket2::TcpKeepalive>,
 }
 
 impl WorkerSettings {
@@ -32,8 +34,8 @@ impl WorkerSettings {
             max_connections: global.max_connections.div_ceil(workers),
             splice: global.splice,
             max_connection_attempts: global.max_connection_attempts.max(1),
-            access_logs: global.access_logs.clone(),
-            access_log_format: global.access_log_format,
+            reject_capture: global.reject_capture,
+            tcp_keepalive: global.tcp_keepalive.as_ref().map(super::keepalive::options),
         }
     }
 }

@@ -32,11 +32,12 @@ pub struct Held {
 pub struct Full;
 
 /// The limit of the listener a connection arrived on (0: none). A
-/// catch-all listener routes at accept, so nothing there is unrouted; a
+/// catch-all listener routes at accept, or once the load balancer's PROXY
+/// header is in, so the TCP peer it would count is that balancer; a
 /// listener that is gone has none.
 pub fn limit(listener: Option<&ListenerRuntime>) -> u32 {
     listener
-        .filter(|l| l.preread.catch_all.is_none())
+        .filter(|l| l.preread.catch_all().is_none())
         .map_or(0, |l| l.max_unrouted_per_ip)
 }
 

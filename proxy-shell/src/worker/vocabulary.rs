@@ -52,6 +52,9 @@ pub const BUFFERS_IN_USE: &str = "buffers.in_use";
 pub const SPLICE_FALLBACKS: &str = "splice.fallbacks";
 /// Counter: kernel pipes created for splicing (the rest were reused).
 pub const SPLICE_PIPES_CREATED: &str = "splice.pipes_created";
+/// Counter: access-log lines dropped because the writer's queue was full
+/// (a slow disk, a pipe nobody reads): the worker never waits for it.
+pub const ACCESS_LOG_DROPPED: &str = "access_log.dropped_total";
 
 /// The counter of connections refused by the core for `reason`.
 pub fn rejected(reason: RejectReason) -> &'static str {
@@ -250,6 +253,7 @@ pub fn fixed_names() -> impl Iterator<Item = &'static str> {
         BUFFERS_IN_USE,
         SPLICE_FALLBACKS,
         SPLICE_PIPES_CREATED,
+        ACCESS_LOG_DROPPED,
     ]
     .into_iter()
     .chain(RejectReason::ALL.map(rejected))

@@ -1,0 +1,360 @@
+//! One access-log line: the fields of a closed session and their two
+//! spellings, logfmt and JSON.
+//!
+//! Owns: the line format of doc/configure.md (keys and their order, quoting,
+//! absent values) and the timestamp format (RFC 3339, UTC, milliseconds,
+//! by the `time` crate's calendar). Must never: print a value the reader
+//! could mistake for a key, or a raw control byte from the wire.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use command::config::AccessLogFormat;
+use preread_core::HelloSummary;
+use preread_parser::tls::EchKind;
+use serde_json::{Map, Value};
+use time::macros::format_description;
+use time::{OffsetDateTime, PrimitiveDateTime};
+
+use crate::worker::vocabulary::Outcome;
+
+/// One closed session.
+#[derive(Debug, Clone)]
+pub struct AccessLogEntry<'a> {
+    pub ts: SystemTime,
+    pub listener: SocketAddr,
+    pub client: SocketAddr,
+    pub sni: Option<&'a str>,
+    pub alpn: Option<&'a str>,
+    pub cluster: Option<&'a str>,
+    pub backend: Option<&'a str>,
+    pub outcome: Outcome,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub duration_ms: u64,
+    pub preread_ms: Option<u64>,
+    /// The client address of the inbound PROXY header, when the listener
+    /// expects one and it gave one: the real client behind a load balancer.
+    pub proxy_client: Option<SocketAddr>,
+    /// What the ClientHello showed of itself, once one was parsed whole:
+    /// `ech`, `tls_version` and `hello_bytes`.
+    pub hello: Option<HelloSummary>,
+}
+
+impl AccessLogEntry<'_> {
+    /// The line, without its newline, keys in doc/configure.md's order:
+    /// the twelve base keys, then `proxy_client`, `ech`, `tls_version` and
+    /// `hello_bytes`.
+    pub fn format(&self, format: AccessLogFormat) -> String {
+        let ts = rfc3339_millis(self.ts);
+        let texts = [
+            ("ts", Some(ts)),
+            ("listener", Some(self.listener.to_string())),
+            ("client", Some(self.client.to_string())),
+            ("sni", self.sni.map(str::to_owned)),
+            ("alpn", self.alpn.map(str::to_owned)),
+            ("cluster", self.cluster.map(str::to_owned)),
+            ("backend", self.backend.map(str::to_owned)),
+            ("outcome", Some(self.outcome.to_string())),
+        ];
+        let numbers = [
+            ("bytes_in", Some(self.bytes_in)),
+            ("bytes_out", Some(self.bytes_out)),
+            ("duration_ms", Some(self.duration_ms)),
+            ("preread_ms", self.preread_ms),
+        ];
+        let proxy_client = self.proxy_client.map(|a| a.to_string());
+        let hello = self.hello.as_ref();
+        let tails = [
+            ("proxy_client", proxy_client),
+            (
+                "ech",
+                hello.map(|h| h.ech.map_or("absent", EchKind::as_str).to_owned()),
+            ),
+            ("tls_version", hello.map(|h| h.version.to_string())),
+        ];
+        let hello_bytes = hello.map(|h| h.len as u64);
+        match format {
+            AccessLogFormat::Logfmt => {
+                let mut line = String::with_capacity(256);
+                for (key, value) in texts {
+                    logfmt_pair(&mut line, key, value.as_deref());
+                }
+                for (key, value) in numbers {
+                    logfmt_pair(&mut line, key, value.map(|n| n.to_string()).as_deref());
+                }
+                for (key, value) in tails {
+                    logfmt_pair(&mut line, key, value.as_deref());
+                }
+                let bytes = hello_bytes.map(|n| n.to_string());
+                logfmt_pair(&mut line, "hello_bytes", bytes.as_deref());
+                line
+            }
+            AccessLogFormat::Json => {
+                let mut object = Map::new();
+                for (key, value) in texts {
+                    object.insert(key.into(), value.map_or(Value::Null, Value::String));
+                }
+                for (key, value) in numbers {
+                    object.insert(key.into(), value.map_or(Value::Null, Value::from));
+                }
+                for (key, value) in tails {
+                    object.insert(key.into(), value.map_or(Value::Null, Value::String));
+                }
+                object.insert(
+                    "hello_bytes".into(),
+                    hello_bytes.map_or(Value::Null, Value::from),
+                );
+                Value::Object(object).to_string()
+            }
+        }
+    }
+}
+
+/// Appends ` key=value` (no leading space for the first pair); an absent
+/// value is `-`.
+fn logfmt_pair(line: &mut String, key: &str, value: Option<&str>) {
+    if !line.is_empty() {
+        line.push(' ');
+    }
+    line.push_str(key);
+    line.push('=');
+    match value {
+        None => line.push('-'),
+        Some(value) => logfmt_value(line, value),
+    }
+}
+
+/// A value bare when it is plain printable ASCII, else quoted with escapes.
+/// Empty and `-` are quoted too, so they never read as "absent".
+fn logfmt_value(line: &mut String, value: &str) {
+    let bare = !value.is_empty()
+        && value != "-"
+        && value
+            .chars()
+            .all(|c| c.is_ascii_graphic() && !matches!(c, '"' | '=' | '\\'));
+    if bare {
+        line.push_str(value);
+        return;
+    }
+    line.push('"');
+    for c in value.chars() {
+        match c {
+            '"' => line.push_str("\\\""),
+            '\\' => line.push_str("\\\\"),
+            '\n' => line.push_str("\\n"),
+            '\r' => line.push_str("\\r"),
+            '\t' => line.push_str("\\t"),
+            // ALPN comes off the wire: no raw control byte reaches the log.
+            c if c.is_control() => {
+                let _ = write!(line, "\\u{:04x}", u32::from(c));
+            }
+            c => line.push(c),
+        }
+    }
+    line.push('"');
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` (RFC 3339, UTC); times before 1970 count
+/// backwards. A clock outside the years ±9999 is shown at the nearest end
+/// of that range: a line with an odd time beats no line.
+pub fn rfc3339_millis(ts: SystemTime) -> String {
+    let nanos = match ts.duration_since(UNIX_EPOCH) {
+        Ok(after) => i128::try_from(after.as_nanos()).unwrap_or(i128::MAX),
+        Err(before) => i128::try_from(before.duration().as_nanos()).map_or(i128::MIN, |n| -n),
+    };
+    let at = OffsetDateTime::from_unix_timestamp_nanos(nanos).unwrap_or_else(|_| {
+        let end = if nanos < 0 {
+            PrimitiveDateTime::MIN
+        } else {
+            PrimitiveDateTime::MAX
+        };
+        end.assume_utc()
+    });
+    let format =
+        format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
+    at.format(&format).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv6Addr, SocketAddr};
+    use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+    use command::config::AccessLogFormat;
+    use preread_core::routes::RouteTable;
+    use preread_core::{
+        FallbackReason, HelloSummary, Input, PrereadConfig, RejectReason, SniPrereadCore,
+    };
+
+    use super::{AccessLogEntry, rfc3339_millis};
+    use crate::worker::vocabulary::{Outcome, RefuseReason};
+
+    fn at(ms: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(ms)
+    }
+
+    /// The summary the core makes of a captured Chromium hello: an outer
+    /// (GREASE) ECH extension, TLS 1.3 offered, 1921 bytes of records.
+    fn chromium() -> Option<HelloSummary> {
+        let window = include_bytes!("../../../testdata/clienthellos/chromium_a_1.bin");
+        let mut core = SniPrereadCore::new();
+        let config = PrereadConfig::new(RouteTable::new());
+        let input = Input::Bytes {
+            buf: window,
+            now: Instant::now(),
+        };
+        let _ = core.handle_input(&config, input);
+        core.hello()
+    }
+
+    fn routed() -> AccessLogEntry<'static> {
+        AccessLogEntry {
+            ts: at(1_709_210_096_789),
+            listener: SocketAddr::from(([127, 0, 0, 1], 8443)),
+            client: SocketAddr::from((Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 7), 50000)),
+            sni: Some("a.example.com"),
+            alpn: Some("h2"),
+            cluster: Some("alpha"),
+            backend: Some("alpha-0"),
+            outcome: Outcome::Routed,
+            bytes_in: 517,
+            bytes_out: 4096,
+            duration_ms: 1234,
+            preread_ms: Some(3),
+            proxy_client: None,
+            hello: chromium(),
+        }
+    }
+
+    fn rejected() -> AccessLogEntry<'static> {
+        AccessLogEntry {
+            sni: None,
+            alpn: None,
+            cluster: None,
+            backend: None,
+            outcome: Outcome::Rejected(RejectReason::NotTls),
+            bytes_out: 0,
+            preread_ms: None,
+            proxy_client: Some(SocketAddr::from(([192, 0, 2, 10], 51234))),
+            hello: None,
+            ..routed()
+        }
+    }
+
+    #[test]
+    fn logfmt_lines() {
+        assert_eq!(
+            routed().format(AccessLogFormat::Logfmt),
+            "ts=2024-02-29T12:34:56.789Z listener=127.0.0.1:8443 client=[2001:db8::7]:50000 \
+             sni=a.example.com alpn=h2 cluster=alpha backend=alpha-0 outcome=routed \
+             bytes_in=517 bytes_out=4096 duration_ms=1234 preread_ms=3 proxy_client=- \
+             ech=outer tls_version=1.3 hello_bytes=1921"
+        );
+        assert_eq!(
+            rejected().format(AccessLogFormat::Logfmt),
+            "ts=2024-02-29T12:34:56.789Z listener=127.0.0.1:8443 client=[2001:db8::7]:50000 \
+             sni=- alpn=- cluster=- backend=- outcome=rejected:not_tls \
+             bytes_in=517 bytes_out=0 duration_ms=1234 preread_ms=- proxy_client=192.0.2.10:51234 \
+             ech=- tls_version=- hello_bytes=-"
+        );
+    }
+
+    #[test]
+    fn json_lines() {
+        assert_eq!(
+            routed().format(AccessLogFormat::Json),
+            r#"{"ts":"2024-02-29T12:34:56.789Z","listener":"127.0.0.1:8443","client":"[2001:db8::7]:50000","sni":"a.example.com","alpn":"h2","cluster":"alpha","backend":"alpha-0","outcome":"routed","bytes_in":517,"bytes_out":4096,"duration_ms":1234,"preread_ms":3,"proxy_client":null,"ech":"outer","tls_version":"1.3","hello_bytes":1921}"#
+        );
+        assert_eq!(
+            rejected().format(AccessLogFormat::Json),
+            r#"{"ts":"2024-02-29T12:34:56.789Z","listener":"127.0.0.1:8443","client":"[2001:db8::7]:50000","sni":null,"alpn":null,"cluster":null,"backend":null,"outcome":"rejected:not_tls","bytes_in":517,"bytes_out":0,"duration_ms":1234,"preread_ms":null,"proxy_client":"192.0.2.10:51234","ech":null,"tls_version":null,"hello_bytes":null}"#
+        );
+    }
+
+    #[test]
+    fn a_hello_without_ech_is_absent_not_unknown() {
+        let window = include_bytes!("../../../testdata/clienthellos/curl_tls12.bin");
+        let mut core = SniPrereadCore::new();
+        let input = Input::Bytes {
+            buf: window,
+            now: Instant::now(),
+        };
+        let _ = core.handle_input(&PrereadConfig::new(RouteTable::new()), input);
+        let entry = AccessLogEntry {
+            hello: core.hello(),
+            ..routed()
+        };
+        let line = entry.format(AccessLogFormat::Logfmt);
+        assert!(
+            line.ends_with(" ech=absent tls_version=1.2 hello_bytes=224"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn outcomes_display() {
+        let shown = [
+            Outcome::Routed,
+            Outcome::Fallback(FallbackReason::ServerFirst),
+            Outcome::Rejected(RejectReason::TooLarge),
+            Outcome::Refused(RefuseReason::PoolExhausted),
+        ]
+        .map(|outcome| outcome.to_string());
+        assert_eq!(
+            shown,
+            [
+                "routed",
+                "fallback:server_first",
+                "rejected:too_large",
+                "refused:pool_exhausted"
+            ]
+        );
+    }
+
+    #[test]
+    fn logfmt_quotes_what_could_be_misread() {
+        let entry = AccessLogEntry {
+            alpn: Some("my proto=\"x\"\\"),
+            cluster: Some(""),
+            backend: Some("-"),
+            sni: Some("ctl\u{1}\n"),
+            ..routed()
+        };
+        let line = entry.format(AccessLogFormat::Logfmt);
+        assert!(
+            line.contains(r#" sni="ctl\u0001\n" alpn="my proto=\"x\"\\" cluster="" backend="-" "#),
+            "{line}"
+        );
+        let json = entry.format(AccessLogFormat::Json);
+        assert!(json.contains(r#""alpn":"my proto=\"x\"\\""#), "{json}");
+    }
+
+    #[test]
+    fn rfc3339_of_known_instants() {
+        let known = [
+            (0, "1970-01-01T00:00:00.000Z"),
+            (951_825_600_001, "2000-02-29T12:00:00.001Z"),
+            (1_709_251_199_999, "2024-02-29T23:59:59.999Z"),
+            (1_709_251_200_000, "2024-03-01T00:00:00.000Z"),
+            (2_147_483_648_000, "2038-01-19T03:14:08.000Z"),
+            (4_107_456_000_000, "2100-02-28T00:00:00.000Z"),
+            (4_107_542_400_000, "2100-03-01T00:00:00.000Z"),
+            (253_402_300_799_999, "9999-12-31T23:59:59.999Z"),
+        ];
+        for (ms, text) in known {
+            assert_eq!(rfc3339_millis(at(ms)), text, "{ms}");
+        }
+        let before = UNIX_EPOCH - Duration::from_millis(1);
+        assert_eq!(rfc3339_millis(before), "1969-12-31T23:59:59.999Z");
+        // Microseconds are cut, not rounded: the line never runs ahead.
+        let late = at(1_000) + Duration::from_micros(999);
+        assert_eq!(rfc3339_millis(late), "1970-01-01T00:00:01.000Z");
+        assert_eq!(
+            rfc3339_millis(at(253_402_300_800_000)),
+            "9999-12-31T23:59:59.999Z",
+            "past year 9999: the end of the range"
+        );
+    }
+}

@@ -1,0 +1,210 @@
+//! The worker's ring of the last rejected and fallback sessions, with the
+//! bytes each one sent, for `preread rejects`.
+//!
+//! Owns: [`RejectRing`]: `reject_capture` slots, each with a buffer
+//! reserved when the ring is made (as large as a pooled buffer, which
+//! holds any window), filled in turn (the oldest is overwritten), and
+//! listed newest first, filtered by reason and listener.
+//! Must never: allocate when a window is captured (the slot's buffer is
+//! reused; a window never outgrows a pooled buffer), keep a window past the
+//! listener's cap, or hold anything of a session but a copy.
+
+use std::net::SocketAddr;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use command::proto;
+
+use super::vocabulary::Outcome;
+
+/// A session to capture, besides its window.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Captured {
+    pub(super) at: SystemTime,
+    pub(super) listener: SocketAddr,
+    pub(super) client: SocketAddr,
+    pub(super) proxy_client: Option<SocketAddr>,
+    /// `Rejected(_)` or `Fallback(_)`.
+    pub(super) outcome: Outcome,
+}
+
+#[derive(Debug)]
+struct Slot {
+    /// The worker's capture count when this slot was filled; `None` until
+    /// it is.
+    seq: Option<u64>,
+    what: Option<Captured>,
+    window: Vec<u8>,
+}
+
+/// The last `reject_capture` captures of one worker.
+#[derive(Debug)]
+pub struct RejectRing {
+    slots: Vec<Slot>,
+    window_capacity: usize,
+    /// Captures made so far; the next one goes to `seq % slots.len()`.
+    seq: u64,
+}
+
+impl RejectRing {
+    /// A ring of `capacity` slots (0: capture is off), each with a buffer
+    /// of `window_capacity` bytes reserved now: the memory is the kernel's
+    /// to give as windows are written, and a capture never allocates.
+    pub fn new(capacity: usize, window_capacity: usize) -> Self {
+        let slots = (0..capacity)
+            .map(|_| Slot {
+                seq: None,
+                what: None,
+                window: Vec::with_capacity(window_capacity),
+            })
+            .collect();
+        Self {
+            slots,
+            window_capacity,
+            seq: 0,
+        }
+    }
+
+    /// Keeps a copy of `window` (the session's bytes at its decision) and
+    /// of `what`, over the oldest capture once the ring is full.
+    pub(super) fn capture(&mut self, window: &[u8], what: Captured) {
+        let Some(index) = usize::try_from(self.seq)
+            .ok()
+            .and_then(|seq| seq.checked_rem(self.slots.len()))
+        else {
+            return;
+        };
+        let Some(slot) = self.slots.get_mut(index) else {
+            return;
+        };
+        slot.seq = Some(self.seq);
+        slot.what = Some(what);
+        slot.window.clear();
+        let kept = window.len().min(self.window_capacity);
+        slot.window.extend_from_slice(&window[..kept]);
+        self.seq += 1;
+    }
+
+    /// The captures that match `query`, newest first, for the answer of
+    /// worker `worker`.
+    pub fn list(&self, worker: u32, query: &proto::QueryRejects) -> Vec<proto::CapturedWindow> {
+        let listener = query
+            .listener
+            .as_deref()
+            .map(|text| text.parse::<SocketAddr>().ok());
+        let mut matching: Vec<(u64, &Captured, &[u8])> = self
+            .slots
+            .iter()
+            .filter_map(|slot| Some((slot.seq?, slot.what.as_ref()?, slot.window.as_slice())))
+            .filter(|(_, what, _)| {
+                let reason = reason_of(what.outcome);
+                query
+                    .reason
+                    .as_deref()
+                    .is_none_or(|wanted| wanted == reason)
+                    && listener.is_none_or(|wanted| wanted == Some(what.listener))
+            })
+            .collect();
+        matching.sort_by_key(|(seq, ..)| std::cmp::Reverse(*seq));
+        matching
+            .into_iter()
+            .map(|(seq, what, window)| proto::CapturedWindow {
+                worker,
+                seq,
+                at_unix_ms: what
+                    .at
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                listener: what.listener.to_string(),
+                client: what.client.to_string(),
+                proxy_client: what.proxy_client.map(|a| a.to_string()),
+                outcome: what.outcome.to_string(),
+                window: window.to_vec(),
+            })
+            .collect()
+    }
+}
+
+/// The reason of an outcome, as the access log spells it after the colon.
+fn reason_of(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::Rejected(reason) => reason.as_str(),
+        Outcome::Fallback(reason) => reason.as_str(),
+        Outcome::Refused(reason) => reason.as_str(),
+        Outcome::Routed => "routed",
+        Outcome::Silent => "silent",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::time::UNIX_EPOCH;
+
+    use command::proto::QueryRejects;
+    use preread_core::{FallbackReason, RejectReason};
+
+    use super::{Captured, RejectRing};
+    use crate::worker::vocabulary::Outcome;
+
+    fn what(port: u16, outcome: Outcome) -> Captured {
+        Captured {
+            at: UNIX_EPOCH,
+            listener: SocketAddr::from(([127, 0, 0, 1], port)),
+            client: SocketAddr::from(([127, 0, 0, 2], 40000)),
+            proxy_client: None,
+            outcome,
+        }
+    }
+
+    #[test]
+    fn the_ring_keeps_the_newest_and_reuses_its_buffers() {
+        let mut ring = RejectRing::new(2, 8);
+        let not_tls = Outcome::Rejected(RejectReason::NotTls);
+        let buffers: Vec<*const u8> = ring.slots.iter().map(|s| s.window.as_ptr()).collect();
+        ring.capture(b"one", what(1, not_tls));
+        ring.capture(b"two", what(1, not_tls));
+        ring.capture(b"three-and-more", what(1, not_tls));
+        let listed = ring.list(0, &QueryRejects::default());
+        let windows: Vec<&[u8]> = listed.iter().map(|w| w.window.as_slice()).collect();
+        assert_eq!(windows, [&b"three-an"[..], b"two"], "newest first, capped");
+        assert_eq!(listed.iter().map(|w| w.seq).collect::<Vec<_>>(), [2, 1]);
+        let after: Vec<*const u8> = ring.slots.iter().map(|s| s.window.as_ptr()).collect();
+        assert_eq!(buffers, after, "each slot kept the buffer it was made with");
+        assert_eq!(listed[0].outcome, "rejected:not_tls");
+    }
+
+    #[test]
+    fn filters_by_reason_and_listener_and_zero_is_off() {
+        let mut ring = RejectRing::new(4, 16);
+        ring.capture(b"a", what(1, Outcome::Rejected(RejectReason::NotTls)));
+        ring.capture(
+            b"b",
+            what(2, Outcome::Fallback(FallbackReason::SniUnmatched)),
+        );
+        ring.capture(b"c", what(2, Outcome::Rejected(RejectReason::NotTls)));
+        let query = |reason: Option<&str>, listener: Option<&str>| QueryRejects {
+            reason: reason.map(str::to_owned),
+            listener: listener.map(str::to_owned),
+        };
+        let windows = |q: QueryRejects| -> Vec<Vec<u8>> {
+            ring.list(3, &q).into_iter().map(|w| w.window).collect()
+        };
+        assert_eq!(
+            windows(query(Some("not_tls"), None)),
+            [b"c".to_vec(), b"a".to_vec()]
+        );
+        assert_eq!(
+            windows(query(None, Some("127.0.0.1:2"))),
+            [b"c".to_vec(), b"b".to_vec()]
+        );
+        assert_eq!(
+            windows(query(Some("sni_unmatched"), Some("127.0.0.1:2"))),
+            [b"b".to_vec()]
+        );
+        assert!(windows(query(None, Some("not an address"))).is_empty());
+
+        let mut off = RejectRing::new(0, 16);
+        off.capture(b"a", what(1, Outcome::Rejected(RejectReason::NotTls)));
+        assert!(off.list(0, &QueryRejects::default()).is_empty());
+    }
+}
