@@ -5,12 +5,14 @@
 //! rules that decide whether it may be applied. Must never: touch a data
 //! socket or a session; the worker applies what this crate accepted.
 
+pub mod backend_address;
 pub mod channel;
 pub mod codes;
 pub mod config;
 pub mod diff;
 pub mod generation;
 pub mod listing;
+pub mod health_check;
 pub mod proto;
 pub mod sources;
 pub mod state;

@@ -20,13 +20,15 @@ use std::time::Duration;
 use preread_core::PrereadConfig;
 use preread_core::routes::{AlpnSet, ClusterId, RouteConflict, RouteTable};
 
+use crate::backend_address::BackendAddress;
 use crate::codes::ErrorCode;
 use crate::proto;
 use crate::proto::request::RequestType;
 use crate::stored_frontend::StoredFrontend;
 use crate::validate::{
-    FrontendKey, ValidationError, check_cluster, cluster_differences, frontend_key, is_relay,
-    listener_differences, parse_address, resolve_backend, resolve_frontend, resolve_listener,
+    FrontendKey, ValidationError, cluster_differences, frontend_key, is_relay,
+    listener_differences, parse_address, resolve_backend, resolve_cluster, resolve_frontend,
+    resolve_listener,
 };
 
 /// What an accepted request did.
@@ -140,6 +142,7 @@ impl ConfigState {
             | RequestType::ListFrontends(_)
             | RequestType::ListSources(_)
             | RequestType::QueryMetrics(_)
+            | RequestType::ListBackends(_)
             | RequestType::SaveState(_)
             | RequestType::LoadState(_)
             | RequestType::SoftStop(_)
@@ -239,6 +242,11 @@ impl ConfigState {
         }
         for (id, cluster) in &self.clusters {
             debug_assert_eq!(cluster.cluster_id, **id, "cluster under a wrong key");
+            debug_assert_eq!(
+                resolve_cluster(cluster).as_ref(),
+                Ok(cluster),
+                "cluster {id} not canonical"
+            );
         }
         let mut tables: BTreeMap<SocketAddr, RouteTable> = BTreeMap::new();
         for (key, stored) in &self.frontends {
@@ -480,7 +488,7 @@ impl ConfigState {
     }
 
     fn add_cluster(&mut self, cluster: &proto::Cluster) -> Result<Applied, ValidationError> {
-        check_cluster(cluster)?;
+        let cluster = &resolve_cluster(cluster)?;
         match self.clusters.get(cluster.cluster_id.as_str()) {
             Some(existing) if existing == cluster => Ok(Applied::Unchanged),
             Some(existing) => Err(ValidationError::new(
@@ -504,7 +512,7 @@ impl ConfigState {
     /// Changes an existing cluster's settings in place; its frontends,
     /// backends and the listeners that name it stay.
     fn update_cluster(&mut self, cluster: &proto::Cluster) -> Result<Applied, ValidationError> {
-        check_cluster(cluster)?;
+        let cluster = &resolve_cluster(cluster)?;
         let id = &cluster.cluster_id;
         let Some(existing) = self.clusters.get(id.as_str()) else {
             return Err(ValidationError::new(
@@ -760,14 +768,17 @@ impl ConfigState {
                 ErrorCode::BackendConflict,
                 format!(
                     "backend `{id}` of cluster `{cluster}` already exists as {} (weight {:?}, \
-                     backup {}), not {} (weight {:?}, backup {}): remove it first, or use \
-                     another backend_id",
+                     backup {}, max_connections {:?}), not {} (weight {:?}, backup {}, \
+                     max_connections {:?}): change it in place with `backend update`, or \
+                     remove it first, or use another backend_id",
                     existing.address,
                     existing.weight,
                     existing.backup,
+                    existing.max_connections,
                     canonical.address,
                     canonical.weight,
-                    canonical.backup
+                    canonical.backup,
+                    canonical.max_connections
                 ),
             )),
             None => {
@@ -777,8 +788,9 @@ impl ConfigState {
         }
     }
 
-    /// Changes an existing backend's weight or backup flag in place; its
-    /// address and cluster are its identity and stay.
+    /// Changes an existing backend's weight, backup flag or
+    /// `max_connections` in place; its address and cluster are its identity
+    /// and stay.
     fn update_backend(&mut self, backend: &proto::Backend) -> Result<Applied, ValidationError> {
         let canonical = resolve_backend(backend)?;
         let (id, cluster) = (&canonical.backend_id, &canonical.cluster_id);
@@ -796,7 +808,8 @@ impl ConfigState {
                 ErrorCode::BackendConflict,
                 format!(
                     "backend `{id}` of cluster `{cluster}` is {}, not {}: an update changes the \
-                     weight and the backup flag only; remove it and add it at its new address",
+                     weight, the backup flag and max_connections only; remove it and add it at \
+                     its new address",
                     existing.address, canonical.address
                 ),
             ));
@@ -813,7 +826,7 @@ impl ConfigState {
             "backend `{}` of cluster `{}`",
             backend.backend_id, backend.cluster_id
         );
-        let address = parse_address(&what, &backend.address)?;
+        let address = BackendAddress::parse(&what, &backend.address)?;
         match self.backends.get(&backend.backend_id) {
             Some(existing)
                 if existing.cluster_id == backend.cluster_id
@@ -900,6 +913,7 @@ mod tests {
                 address: "127.0.0.1:09001".into(),
                 weight: None,
                 backup: false,
+                max_connections: None,
             }),
         );
         s
@@ -925,6 +939,7 @@ mod tests {
                 load_balancing: lb as i32,
                 proxy_protocol: pp as i32,
                 max_connections_per_ip: 7,
+                health_check: None,
             })
         };
         use proto::{LoadBalancing as Lb, ProxyProtocol as Pp};
@@ -967,6 +982,7 @@ mod tests {
                 address: address.into(),
                 weight: Some(weight),
                 backup: true,
+                max_connections: None,
             })
         };
         changed(&mut s, backend("127.0.0.1:9001", 250));
@@ -1058,6 +1074,7 @@ mod tests {
                 address: "127.0.0.1:9001".into(),
                 weight: Some(100),
                 backup: false,
+                max_connections: None,
             }),
             RequestType::ActivateListener(proto::ListenerAddress {
                 address: "127.0.0.1:443".into(),

@@ -102,6 +102,7 @@ impl ConfigState {
             | RequestType::ListFrontends(_)
             | RequestType::ListSources(_)
             | RequestType::QueryMetrics(_)
+            | RequestType::ListBackends(_)
             | RequestType::SaveState(_)
             | RequestType::LoadState(_)
             | RequestType::SoftStop(_)

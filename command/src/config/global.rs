@@ -38,6 +38,8 @@ pub const DEFAULT_SPLICE: bool = true;
 pub const DEFAULT_MAX_CONNECTION_ATTEMPTS: u32 = 3;
 /// Default of `soft_stop_grace`, in seconds.
 pub const DEFAULT_SOFT_STOP_GRACE_S: u32 = 30;
+/// Default of `resolve_interval`, in seconds.
+pub const DEFAULT_RESOLVE_INTERVAL_S: u32 = 30;
 /// Default of `command_client_timeout`, in seconds: far above what a
 /// command-line client or a scrape needs to send a request or read its
 /// answer, short enough that stuck clients do not pile up.
@@ -124,6 +126,8 @@ pub struct GlobalSettings {
     /// The route sources merged with the file's declarations
     /// (`[sources.*]`).
     pub sources: SourceSettings,
+    /// Seconds between two resolutions of each named backend, at least 1.
+    pub resolve_interval_s: u32,
 }
 
 impl GlobalSettings {
@@ -171,6 +175,7 @@ impl Default for GlobalSettings {
             empty_saved_state: EmptySavedState::Refuse,
             command_client_timeout_s: DEFAULT_COMMAND_CLIENT_TIMEOUT_S,
             sources: SourceSettings::default(),
+            resolve_interval_s: DEFAULT_RESOLVE_INTERVAL_S,
         }
     }
 }
@@ -303,6 +308,11 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
         }
     }
     global.sources = source_settings(raw, problems);
+    if let Some(interval) = &raw.resolve_interval {
+        if let Some(interval) = ranged::<u32>(interval, "resolve_interval", 1, problems) {
+            global.resolve_interval_s = interval;
+        }
+    }
     global
 }
 

@@ -40,6 +40,7 @@ use crate::state::ConfigState;
 mod declarations;
 mod fragment;
 mod global;
+mod health_check;
 mod lines;
 mod raw;
 mod sources;
@@ -47,7 +48,8 @@ mod sources;
 pub use global::{
     AccessLogFormat, AccessLogTarget, DEFAULT_BUFFER_SIZE, DEFAULT_COMMAND_CLIENT_TIMEOUT_S,
     DEFAULT_COMMAND_SOCKET, DEFAULT_LOG_LEVEL, DEFAULT_MAX_BUFFERS,
-    DEFAULT_MAX_CONNECTION_ATTEMPTS, DEFAULT_MAX_CONNECTIONS, DEFAULT_SOFT_STOP_GRACE_S,
+    DEFAULT_MAX_CONNECTION_ATTEMPTS, DEFAULT_MAX_CONNECTIONS, DEFAULT_RESOLVE_INTERVAL_S,
+    DEFAULT_SOFT_STOP_GRACE_S,
     DEFAULT_SPLICE, DEFAULT_WORKER_COUNT, EmptySavedState, GlobalSettings, MIN_BUFFER_SIZE,
 };
 
