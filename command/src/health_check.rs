@@ -36,9 +36,7 @@ pub fn resolve_health_check(
         ));
     }
     let interval = check.interval_ms.unwrap_or(DEFAULT_INTERVAL_MS);
-    let timeout = check
-        .timeout_ms
-        .unwrap_or(DEFAULT_TIMEOUT_MS.min(interval));
+    let timeout = check.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS.min(interval));
     if interval == 0 || timeout == 0 {
         return Err(ValidationError::new(
             ErrorCode::InvalidTimeout,
@@ -135,10 +133,7 @@ mod tests {
     #[test]
     fn bad_values_are_refused_with_their_code() {
         let code = |c: proto::HealthCheck| resolve_health_check("c", &c).map_err(|e| e.code);
-        assert_eq!(
-            code(check(Some(0), None)),
-            Err(ErrorCode::InvalidTimeout)
-        );
+        assert_eq!(code(check(Some(0), None)), Err(ErrorCode::InvalidTimeout));
         assert_eq!(
             code(check(Some(100), Some(0))),
             Err(ErrorCode::InvalidTimeout)

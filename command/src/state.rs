@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use preread_core::PrereadConfig;
+use preread_core::pattern::SniPattern;
 use preread_core::routes::{AlpnSet, ClusterId, RouteConflict, RouteTable};
 
 use crate::backend_address::BackendAddress;
@@ -184,6 +185,19 @@ impl ConfigState {
     /// The backends (weight resolved), by backend id.
     pub fn backends(&self) -> impl ExactSizeIterator<Item = &proto::Backend> {
         self.backends.values()
+    }
+
+    /// The first exact SNI (no wildcard) of the frontends routed to
+    /// `cluster`, in the order of [`frontends`](Self::frontends): the name
+    /// a TLS health check of the cluster's backends asks for.
+    #[must_use]
+    pub fn first_exact_sni(&self, cluster: &str) -> Option<&str> {
+        self.frontends
+            .iter()
+            .find_map(|(key, stored)| match &key.sni {
+                Some(SniPattern::Exact(name)) if *stored.cluster == *cluster => Some(name.as_str()),
+                _ => None,
+            })
     }
 
     /// The SNI routes of the listener at `address`.
@@ -927,6 +941,58 @@ mod tests {
         };
         assert_eq!(*state, before, "a refused request changed the state");
         error.code
+    }
+
+    #[test]
+    fn the_first_exact_sni_of_a_cluster_skips_wildcards_and_other_clusters() {
+        let mut s = sample();
+        assert_eq!(s.first_exact_sni("a"), None, "only a wildcard so far");
+        for (cluster, sni) in [
+            ("fb", "b.example.net"),
+            ("a", "z.example.com"),
+            ("a", "m.example.com"),
+        ] {
+            changed(
+                &mut s,
+                RequestType::AddTcpFrontend(proto::TcpFrontend {
+                    cluster_id: cluster.into(),
+                    address: "127.0.0.1:443".into(),
+                    sni: Some(sni.into()),
+                    alpn: vec![],
+                    tags: Default::default(),
+                }),
+            );
+        }
+        assert_eq!(s.first_exact_sni("a"), Some("m.example.com"));
+        assert_eq!(s.first_exact_sni("fb"), Some("b.example.net"));
+        assert_eq!(s.first_exact_sni("nobody"), None);
+    }
+
+    #[test]
+    fn a_cluster_keeps_its_health_check_resolved() {
+        let mut s = sample();
+        changed(
+            &mut s,
+            RequestType::UpdateCluster(proto::Cluster {
+                cluster_id: "a".into(),
+                health_check: Some(proto::HealthCheck {
+                    interval_ms: Some(500),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        );
+        assert_eq!(
+            s.clusters.get("a").and_then(|c| c.health_check),
+            Some(proto::HealthCheck {
+                kind: proto::HealthCheckKind::Tcp as i32,
+                interval_ms: Some(500),
+                timeout_ms: Some(500),
+                rise: Some(2),
+                fall: Some(3),
+            })
+        );
+        s.check_invariants();
     }
 
     #[test]

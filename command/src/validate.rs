@@ -689,7 +689,11 @@ mod tests {
         }
         ok(
             &mut s,
-            &req(RequestType::AddBackend(backend("a", "a-1", "DB.internal:5432"))),
+            &req(RequestType::AddBackend(backend(
+                "a",
+                "a-1",
+                "DB.internal:5432",
+            ))),
         );
         assert_eq!(
             s.backends.get("a-1").map(|b| b.address.as_str()),

@@ -349,11 +349,11 @@ fn render_config(requests: &[proto::Request]) -> (String, Vec<usize>) {
                     c.max_connections_per_ip
                 );
                 if let Some(check) = &c.health_check {
-                    let kind = match proto::HealthCheckKind::try_from(check.kind).expect("generated")
-                    {
-                        proto::HealthCheckKind::Tcp => "tcp",
-                        proto::HealthCheckKind::Tls => "tls",
-                    };
+                    let kind =
+                        match proto::HealthCheckKind::try_from(check.kind).expect("generated") {
+                            proto::HealthCheckKind::Tcp => "tcp",
+                            proto::HealthCheckKind::Tls => "tls",
+                        };
                     let interval = check
                         .interval_ms
                         .map(|ms| format!(", interval = \"{ms}ms\""))

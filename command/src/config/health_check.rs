@@ -100,7 +100,7 @@ mod tests {
     fn loaded_check(health_check: &str) -> Option<proto::HealthCheck> {
         let loaded = load_config(&cluster_with(health_check)).ok()?;
         loaded.requests().find_map(|r| match &r.request_type {
-            Some(RequestType::AddCluster(c)) => c.health_check.clone(),
+            Some(RequestType::AddCluster(c)) => c.health_check,
             _ => None,
         })
     }
@@ -161,9 +161,10 @@ mod tests {
             "a timeout past the interval is the cluster's refusal, at its table"
         );
         assert_eq!(
-            located("{ kind = \"tcp\", every = \"1s\" }").first().map(|p| p.2),
+            located("{ kind = \"tcp\", every = \"1s\" }")
+                .first()
+                .map(|p| p.2),
             Some(ErrorCode::UnknownKey)
         );
     }
-
 }

@@ -106,6 +106,7 @@ fn clusters_text(list: &proto::ClusterList) -> String {
                 lb_name(c.load_balancing).to_owned(),
                 pp_name(c.proxy_protocol).to_owned(),
                 c.max_connections_per_ip.to_string(),
+                command::health_check::describe_health_check(c.health_check.as_ref()),
                 backends.join(", "),
             ]
         })
@@ -116,7 +117,65 @@ fn clusters_text(list: &proto::ClusterList) -> String {
             "LOAD_BALANCING",
             "PROXY_PROTOCOL",
             "MAX_PER_IP",
+            "HEALTH_CHECK",
             "BACKENDS",
+        ],
+        &rows,
+    )
+}
+
+/// `2026-11-30T18:00:23Z`, from milliseconds since the Unix epoch.
+fn since(ms: u64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+fn backends_text(list: &proto::BackendList) -> String {
+    let rows: Vec<Vec<String>> = list
+        .backends
+        .iter()
+        .map(|status| {
+            let b = status.backend.clone().unwrap_or_default();
+            let instance = if status.instance.is_empty() {
+                "-".to_owned()
+            } else {
+                status.instance.clone()
+            };
+            let mut flags = format!("w{}", opt(b.weight));
+            if b.backup {
+                flags.push_str(" backup");
+            }
+            if let Some(max) = b.max_connections.filter(|&max| max > 0) {
+                flags.push_str(&format!(" max{max}"));
+            }
+            vec![
+                b.cluster_id,
+                b.backend_id,
+                b.address,
+                instance,
+                flags,
+                if status.up { "up" } else { "down" }.to_owned(),
+                since(status.since_ms),
+                status.connections.to_string(),
+                if status.last_error.is_empty() {
+                    "-".to_owned()
+                } else {
+                    status.last_error.clone()
+                },
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "CLUSTER",
+            "BACKEND",
+            "ADDRESS",
+            "INSTANCE",
+            "SETTINGS",
+            "HEALTH",
+            "SINCE",
+            "CONNECTIONS",
+            "LAST_ERROR",
         ],
         &rows,
     )
@@ -265,6 +324,7 @@ pub fn success_text(response: &proto::Response) -> String {
         Some(ContentType::Listeners(list)) => listeners_text(list),
         Some(ContentType::Clusters(list)) => clusters_text(list),
         Some(ContentType::Frontends(list)) => frontends_text(list),
+        Some(ContentType::Backends(list)) => backends_text(list),
         Some(ContentType::Metrics(report)) => metrics_text(report),
         Some(ContentType::Sources(list)) => sources_text(list, now_ms()),
         Some(ContentType::Batch(_)) => format!("{}\n", response.message),

@@ -67,6 +67,10 @@ impl CommandServer {
                 let answer = ok_with(self.sources.list());
                 self.respond(who, &answer);
             }
+            RequestType::ListBackends(_) => {
+                let answer = ok_with(responses::backends(&self.state, &self.shared.registry));
+                self.respond(who, &answer);
+            }
             RequestType::SaveState(save) => {
                 let answer = self.save_to(&save.path);
                 self.respond(who, &answer);
@@ -138,7 +142,10 @@ impl CommandServer {
                 self.generation,
                 &gathered.answers,
             ),
-            Query::Metrics => responses::metrics(&gathered.answers),
+            Query::Metrics => responses::metrics(
+                &gathered.answers,
+                self.shared.counters.metrics(&self.shared.registry),
+            ),
         };
         ok_with(content)
     }

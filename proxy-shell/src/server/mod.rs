@@ -46,6 +46,7 @@ use signal_hook_mio::v1_0::Signals;
 use slab::Slab;
 
 use crate::answer_code::AnswerCode;
+use crate::shared::Shared;
 use crate::worker::listen::ensure_unbound;
 use crate::worker::orders::{Answer, Order, OrderId, Reply, WorkerHandle};
 use changes::Changes;
@@ -214,6 +215,9 @@ pub struct CommandServer {
     adopted: BTreeSet<SocketAddr>,
     /// The route sources merged with the config file's declarations.
     sources: sources::RouteSources,
+    /// What the threads of the process share: the registry of backends
+    /// (kept in step with each committed state), the health counters.
+    shared: Arc<Shared>,
 }
 
 impl fmt::Debug for CommandServer {
@@ -274,7 +278,14 @@ impl CommandServer {
             stopping: None,
             adopted: BTreeSet::new(),
             sources: sources::RouteSources::new(settings_config.as_deref()),
+            shared: Shared::new(&GlobalSettings::default()),
         })
+    }
+
+    /// Shares the process's state with the server: the one the workers
+    /// were given, so `backend list` and the metrics show what they do.
+    pub fn share(&mut self, shared: Arc<Shared>) {
+        self.shared = shared;
     }
 
     /// Like [`bind`](Self::bind), for an upgrade's successor: the command
@@ -375,6 +386,7 @@ impl CommandServer {
         };
         let count = generation.len();
         if count == 0 {
+            self.shared.registry.sync(&self.state, Instant::now());
             return Ok(0);
         }
         let id = self.broadcast(
@@ -392,6 +404,7 @@ impl CommandServer {
                 message,
             });
         }
+        self.shared.registry.sync(&self.state, Instant::now());
         Ok(count)
     }
 

@@ -4,12 +4,14 @@
 //! Owns: the shape of every response (status, message, code, content).
 //! Must never: change the state or talk to a worker.
 
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::time::{Duration, UNIX_EPOCH};
 
 use command::proto::{self, response_content::ContentType};
 use command::state::ConfigState;
 
 use crate::answer_code::AnswerCode;
+use crate::shared::registry::Registry;
 use crate::worker::orders::Answer;
 
 /// An OK answer with a message and no content.
@@ -81,10 +83,49 @@ pub(crate) fn status(
     })
 }
 
+/// Every backend of the state, one entry per instance (a name that
+/// resolved to nothing has one without an address), with its health as
+/// the registry holds it.
+pub(crate) fn backends(state: &ConfigState, registry: &Registry) -> ContentType {
+    let mut list = Vec::new();
+    for backend in state.backends() {
+        let shared = registry.find(backend);
+        let instances = shared.as_ref().map(|s| s.instances()).unwrap_or_default();
+        if instances.is_empty() {
+            let error = shared.and_then(|s| s.resolution().error);
+            list.push(proto::BackendStatus {
+                backend: Some(backend.clone()),
+                instance: String::new(),
+                up: false,
+                since_ms: 0,
+                last_error: error.unwrap_or_else(|| "not resolved yet".to_owned()),
+                connections: 0,
+            });
+            continue;
+        }
+        for instance in instances.iter() {
+            let status = instance.status();
+            list.push(proto::BackendStatus {
+                backend: Some(backend.clone()),
+                instance: instance.address().to_string(),
+                up: status.up,
+                since_ms: status
+                    .since
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                last_error: status.last_error.unwrap_or_default(),
+                connections: status.connections,
+            });
+        }
+    }
+    ContentType::Backends(proto::BackendList { backends: list })
+}
+
 /// The metrics of every worker, by worker id, and their total: counters
 /// and gauges summed, histogram quantiles re-estimated from the summed
-/// buckets (a sum of per-worker p99s means nothing).
-pub(crate) fn metrics(answers: &[(u32, Answer)]) -> ContentType {
+/// buckets (a sum of per-worker p99s means nothing), with the process-wide
+/// ones (`process`: health and resolution) in the total only.
+pub(crate) fn metrics(answers: &[(u32, Answer)], process: BTreeMap<String, i64>) -> ContentType {
     let workers: Vec<proto::WorkerMetrics> = answers
         .iter()
         .filter_map(|(worker, answer)| match answer {
@@ -95,7 +136,8 @@ pub(crate) fn metrics(answers: &[(u32, Answer)]) -> ContentType {
             _ => None,
         })
         .collect();
-    let total = crate::worker::metrics::totals(&workers);
+    let mut total = crate::worker::metrics::totals(&workers);
+    total.extend(process);
     ContentType::Metrics(proto::MetricsReport { workers, total })
 }
 
@@ -112,14 +154,29 @@ mod tests {
 
     #[test]
     fn metrics_total_is_a_per_name_sum() {
-        let ContentType::Metrics(report) = metrics(&[
-            (0, worker(&[("a", 1), ("b", 2)])),
-            (1, worker(&[("b", 3), ("c", 4)])),
-        ]) else {
+        let process = BTreeMap::from([("backend.down".to_owned(), 2)]);
+        let ContentType::Metrics(report) = metrics(
+            &[
+                (0, worker(&[("a", 1), ("b", 2)])),
+                (1, worker(&[("b", 3), ("c", 4)])),
+            ],
+            process,
+        ) else {
             panic!("not metrics");
         };
         let total: Vec<(&str, i64)> = report.total.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-        assert_eq!(total, vec![("a", 1), ("b", 5), ("c", 4)]);
+        assert_eq!(
+            total,
+            vec![("a", 1), ("b", 5), ("backend.down", 2), ("c", 4)],
+            "the process-wide names are in the total"
+        );
+        assert!(
+            report
+                .workers
+                .iter()
+                .all(|w| !w.values.contains_key("backend.down")),
+            "and in no worker's column"
+        );
         let ids: Vec<u32> = report.workers.iter().map(|w| w.worker_id).collect();
         assert_eq!(ids, vec![0, 1], "the reply's worker id wins");
     }
