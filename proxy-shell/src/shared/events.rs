@@ -41,12 +41,15 @@ impl Counters {
                     None => "; its checks bring it back".to_owned(),
                 };
                 log::warn!(
-                    "backend {backend} of {cluster} ({address}) is down ({by}): {why}{next}"
+                    "backend {backend} of {cluster} is down: {why} (instance {address}, seen by \
+                     {by}){next}"
                 );
             }
             Change::Up => {
                 self.recovered.fetch_add(1, Ordering::Relaxed);
-                log::info!("backend {backend} of {cluster} ({address}) is up again ({by})");
+                log::info!(
+                    "backend {backend} of {cluster} is up again (instance {address}, seen by {by})"
+                );
             }
         }
     }

@@ -232,7 +232,7 @@ pub(super) fn failed(ctx: &mut Ctx, session: &mut Session, now: Instant, why: &s
     if let Some(transition) = lease.report(Observed::Failed(why.to_owned()), now, checks) {
         ctx.shared
             .counters
-            .announce(lease.instance(), &transition, "client connections");
+            .announce(lease.instance(), &transition, "its clients' connections");
     }
 }
 

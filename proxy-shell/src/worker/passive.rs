@@ -66,7 +66,7 @@ pub(super) fn judge(ctx: &mut Ctx, session: &mut Session, fault: Option<&PipeFau
     if let Some(transition) = lease.report(observed, now, checks) {
         ctx.shared
             .counters
-            .announce(lease.instance(), &transition, "client connections");
+            .announce(lease.instance(), &transition, "its clients' connections");
     }
 }
 

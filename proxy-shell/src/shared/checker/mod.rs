@@ -259,7 +259,7 @@ impl Checker {
         let source = Source::Check(target.plan.checks);
         if let Some(transition) = target.instance.observe(source, observed, Instant::now()) {
             self.counters
-                .announce(&target.instance, &transition, "health check");
+                .announce(&target.instance, &transition, "its health checks");
         }
     }
 }
