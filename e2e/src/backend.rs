@@ -658,7 +658,7 @@ impl PlainBackend {
     /// # Panics
     /// When no port can be bound.
     pub fn start_echo(name: &str) -> Self {
-        let handler: Handler = Arc::new(|recorder| serve_echo(recorder));
+        let handler: Handler = Arc::new(serve_echo);
         Server::start(name, SocketAddr::from(([127, 0, 0, 1], 0)), handler)
             .map(|server| Self {
                 name: name.to_owned(),

@@ -9,6 +9,8 @@ use std::fmt::Write as _;
 use command::proto::{self, response_content::ContentType};
 use serde_json::{Map, Value, json};
 
+use crate::worker::vocabulary::is_process_wide;
+
 fn lb_name(value: i32) -> &'static str {
     match proto::LoadBalancing::try_from(value) {
         Ok(proto::LoadBalancing::RoundRobin) => "round_robin",
@@ -124,8 +126,12 @@ fn clusters_text(list: &proto::ClusterList) -> String {
     )
 }
 
-/// `2026-11-30T18:00:23Z`, from milliseconds since the Unix epoch.
+/// `2026-11-30T18:00:23Z`, from milliseconds since the Unix epoch; `-`
+/// for 0 (no instance, so no state).
 fn since(ms: u64) -> String {
+    if ms == 0 {
+        return "-".to_owned();
+    }
     let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
     humantime::format_rfc3339_seconds(at).to_string()
 }
@@ -215,10 +221,12 @@ fn metrics_text(report: &proto::MetricsReport) -> String {
         .iter()
         .map(|(name, total)| {
             let mut row = vec![name.clone(), total.to_string()];
-            row.extend(report.workers.iter().map(|w| {
-                w.values
-                    .get(name)
-                    .map_or_else(|| "0".to_owned(), i64::to_string)
+            // A process-wide name has no worker's share to show.
+            let process_wide = is_process_wide(name);
+            row.extend(report.workers.iter().map(|w| match w.values.get(name) {
+                Some(value) => value.to_string(),
+                None if process_wide => "-".to_owned(),
+                None => "0".to_owned(),
             }));
             row
         })
@@ -415,8 +423,75 @@ mod tests {
         assert_eq!(lines[1]["tcp.accepted"], 3);
         assert_eq!(lines[2]["worker"], "total");
         assert_eq!(lines[2]["tcp.accepted"], 5);
+        let mut report = report;
+        report.total.insert("backend.down".to_owned(), 1);
         let text = success_text(&with(ContentType::Metrics(report)));
         assert!(text.contains("tcp.accepted  5      2         3"), "{text}");
+        assert!(
+            text.contains("backend.down  1      -         -"),
+            "a process-wide name has no worker column: {text}"
+        );
+    }
+
+    #[test]
+    fn backends_table_shows_each_instance_with_its_health() {
+        let backend = proto::Backend {
+            cluster_id: "db".into(),
+            backend_id: "db-0".into(),
+            address: "db.internal:5432".into(),
+            weight: Some(100),
+            backup: false,
+            max_connections: Some(50),
+        };
+        let list = proto::BackendList {
+            backends: vec![
+                proto::BackendStatus {
+                    backend: Some(backend.clone()),
+                    instance: "10.0.0.1:5432".into(),
+                    up: true,
+                    since_ms: 1_764_612_023_000,
+                    last_error: String::new(),
+                    connections: 3,
+                },
+                proto::BackendStatus {
+                    backend: Some(backend),
+                    instance: "10.0.0.2:5432".into(),
+                    up: false,
+                    since_ms: 1_764_612_024_500,
+                    last_error: "check: connect to 10.0.0.2:5432 failed".into(),
+                    connections: 0,
+                },
+            ],
+        };
+        let text = success_text(&with(ContentType::Backends(list)));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(
+            lines[0].starts_with("CLUSTER") && lines[0].contains("LAST_ERROR"),
+            "{text}"
+        );
+        for (line, expected) in lines[1..].iter().zip([
+            [
+                "10.0.0.1:5432",
+                "w100 max50",
+                "up",
+                "2025-12-01T18:00:23Z",
+                "3",
+                "-",
+            ],
+            [
+                "10.0.0.2:5432",
+                "w100 max50",
+                "down",
+                "2025-12-01T18:00:24Z",
+                "0",
+                "failed",
+            ],
+        ]) {
+            for field in expected {
+                assert!(line.contains(field), "{field:?} in {line:?}");
+            }
+        }
     }
 
     #[test]

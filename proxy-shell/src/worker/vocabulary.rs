@@ -98,6 +98,16 @@ pub fn backend_up(id: &str) -> String {
     format!("backend.{id}.up")
 }
 
+/// Whether `name` is counted for the whole process rather than by a
+/// worker: backend health and name resolution. Such a name is in the
+/// metrics' total only.
+pub fn is_process_wide(name: &str) -> bool {
+    matches!(
+        name,
+        BACKEND_DOWN | BACKEND_RECOVERED | BACKEND_RESOLVE_ERRORS
+    ) || (name.starts_with("backend.") && name.ends_with(".up"))
+}
+
 /// The byte counters (`bytes_in`, `bytes_out`) of cluster `id`.
 pub fn cluster_bytes(id: &str) -> [String; 2] {
     [
@@ -321,6 +331,22 @@ mod tests {
                 "{metric}"
             );
         }
+    }
+
+    #[test]
+    fn health_and_resolution_are_the_process_wide_names() {
+        for name in [
+            "backend.down",
+            "backend.recovered",
+            "backend.resolve.errors",
+            &super::backend_up("alpha-0"),
+        ] {
+            assert!(super::is_process_wide(name), "{name}");
+        }
+        for name in fixed_names() {
+            assert!(!super::is_process_wide(name), "{name}");
+        }
+        assert!(!super::is_process_wide("backend.alpha-0.connections"));
     }
 
     #[test]
