@@ -34,7 +34,7 @@ const FALL: u32 = 2;
 /// What a state change may take past interval × rise (or fall): the
 /// check's own time, the checker's wake-up, the polling of `backend list`,
 /// a loaded machine.
-const SLACK: Duration = Duration::from_millis(400);
+const SLACK: Duration = Duration::from_millis(500);
 
 fn health_check(kind: &str) -> String {
     format!(

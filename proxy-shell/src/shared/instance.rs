@@ -145,10 +145,15 @@ impl Instance {
         now: Instant,
         checks: Option<Checks>,
     ) -> Option<Lease> {
-        let probe = !self.is_up();
-        if probe && !self.record().health.start_probe(now, checks) {
-            return None;
-        }
+        // Asked again under the lock: the instance may have come up since
+        // the flag was read.
+        let probe = !self.is_up() && {
+            let mut record = self.record();
+            if !record.health.is_up() && !record.health.start_probe(now, checks) {
+                return None;
+            }
+            !record.health.is_up()
+        };
         let counted = self
             .active
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |active| {

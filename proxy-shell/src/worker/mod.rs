@@ -29,7 +29,7 @@ mod preread;
 pub mod runtime;
 pub mod session;
 mod settings;
-mod shortage;
+pub(crate) mod shortage;
 pub mod splice;
 mod timer;
 pub mod timers;

@@ -7,8 +7,9 @@
 //! a time), each check's `timeout`, feeding each result to the instance's
 //! health (where every worker reads it at once), and the ClientHello of
 //! each TLS cluster, built once per SNI. Must never: block (every socket is
-//! non-blocking), run on a worker thread, or keep checking an instance the
-//! state no longer holds.
+//! non-blocking), run on a worker thread, keep checking an instance the
+//! state no longer holds, or blame a backend for this host's shortage (a
+//! check that could not open its socket is no result).
 
 mod hello;
 mod probe;
@@ -25,8 +26,9 @@ use slab::Slab;
 use super::events::Counters;
 use super::instance::{Instance, Observed, Source};
 use super::registry::{CheckPlan, Registry};
+use crate::worker::shortage::{ShortageLog, is_local};
 use hello::client_hello;
-use probe::Probe;
+use probe::{Checked, Probe};
 
 /// The longest the checker sleeps: it looks for changes of the registry
 /// (new backends, new addresses, new checks) at least this often.
@@ -56,6 +58,7 @@ pub fn spawn(registry: Arc<Registry>, counters: Arc<Counters>) -> io::Result<()>
         probes: Slab::new(),
         seen: None,
         hellos: HashMap::new(),
+        shortage: ShortageLog::default(),
     };
     std::thread::Builder::new()
         .name("preread-checker".into())
@@ -75,6 +78,8 @@ struct Checker {
     seen: Option<u64>,
     /// ClientHellos by SNI (`None`: without SNI, which names no server).
     hellos: HashMap<Option<String>, Arc<[u8]>>,
+    /// Keeps the warnings about checks this host could not run few.
+    shortage: ShortageLog,
 }
 
 impl Checker {
@@ -123,7 +128,7 @@ impl Checker {
                     probe.timed_out(timeout)
                 });
                 if let Some(why) = why {
-                    self.finish(key, Err(why));
+                    self.finish(key, Checked::Failed(why));
                 }
             }
         }
@@ -191,7 +196,7 @@ impl Checker {
                 true => match self.hello(plan.sni.as_deref(), address.ip()) {
                     Ok(hello) => Some(hello),
                     Err(why) => {
-                        self.result(key, Err(why));
+                        self.result(key, Checked::Failed(why));
                         continue;
                     }
                 },
@@ -209,7 +214,15 @@ impl Checker {
                 Ok(probe) => {
                     self.probes.insert(probe);
                 }
-                Err(e) => self.result(key, Err(format!("connect to {address} failed: {e}"))),
+                Err(e) => {
+                    let why = format!("connect to {address} failed: {e}");
+                    let checked = if is_local(&e) {
+                        Checked::Local(why)
+                    } else {
+                        Checked::Failed(why)
+                    };
+                    self.result(key, checked);
+                }
             }
         }
     }
@@ -228,7 +241,7 @@ impl Checker {
     }
 
     /// A probe is over: its socket closes, its result goes to health.
-    fn finish(&mut self, key: usize, result: Result<(), String>) {
+    fn finish(&mut self, key: usize, result: Checked) {
         if let Some(probe) = self.probes.try_remove(key) {
             let target = probe.target;
             probe.finish(self.poll.registry());
@@ -236,7 +249,7 @@ impl Checker {
         }
     }
 
-    fn result(&mut self, key: usize, result: Result<(), String>) {
+    fn result(&mut self, key: usize, result: Checked) {
         let Some(target) = self.targets.get_mut(&key) else {
             return;
         };
@@ -246,14 +259,26 @@ impl Checker {
             return;
         }
         let observed = match result {
-            Ok(()) => Observed::Passed,
-            Err(why) => {
+            Checked::Passed => Observed::Passed,
+            Checked::Failed(why) => {
                 log::debug!(
                     "check of backend {} ({}) failed: {why}",
                     target.instance.backend(),
                     target.instance.address()
                 );
                 Observed::Failed(format!("check: {why}"))
+            }
+            Checked::Local(why) => {
+                if let Some(held_back) = self.shortage.admit(Instant::now()) {
+                    log::warn!(
+                        "cannot check backend {} ({}): {why}; this host is short (descriptors, \
+                         memory or local ports), not the backend, which keeps its health \
+                         ({held_back} more since the last warning)",
+                        target.instance.backend(),
+                        target.instance.address()
+                    );
+                }
+                return;
             }
         };
         let source = Source::Check(target.plan.checks);

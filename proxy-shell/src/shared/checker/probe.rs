@@ -15,6 +15,29 @@ use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 
 use super::hello::{ANSWER_HEAD, Answer, tls_answer};
+use crate::worker::shortage::is_local;
+
+/// How a check ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Checked {
+    Passed,
+    /// The backend failed it; the text says how.
+    Failed(String),
+    /// This host ran short (descriptors, memory, local ports): the backend
+    /// was never reached, and is not blamed.
+    Local(String),
+}
+
+impl Checked {
+    /// A socket error of the check, the backend's or this host's.
+    fn of_error(context: String, error: &io::Error) -> Self {
+        if is_local(error) {
+            Self::Local(context)
+        } else {
+            Self::Failed(context)
+        }
+    }
+}
 
 #[derive(Debug)]
 enum Stage {
@@ -64,33 +87,33 @@ impl Probe {
     }
 
     /// Moves as far as the socket allows; the check's result once known.
-    pub(super) fn advance(&mut self) -> Option<Result<(), String>> {
+    pub(super) fn advance(&mut self) -> Option<Checked> {
         loop {
             match &mut self.stage {
                 Stage::Connecting => {
                     // mio: connected once no error is pending and the peer
                     // address is known.
+                    let failed = |e: io::Error| {
+                        let context = format!("connect to {} failed: {e}", self.address);
+                        Some(Checked::of_error(context, &e))
+                    };
                     match self.stream.take_error() {
-                        Ok(Some(e)) | Err(e) => {
-                            return Some(Err(format!("connect to {} failed: {e}", self.address)));
-                        }
+                        Ok(Some(e)) | Err(e) => return failed(e),
                         Ok(None) => {}
                     }
                     match self.stream.peer_addr() {
                         Ok(_) => {}
                         Err(e) if e.kind() == io::ErrorKind::NotConnected => return None,
-                        Err(e) => {
-                            return Some(Err(format!("connect to {} failed: {e}", self.address)));
-                        }
+                        Err(e) => return failed(e),
                     }
                     if self.hello.is_none() {
-                        return Some(Ok(()));
+                        return Some(Checked::Passed);
                     }
                     self.stage = Stage::Sending(0);
                 }
                 Stage::Sending(sent) => {
                     let Some(hello) = self.hello.as_deref() else {
-                        return Some(Ok(()));
+                        return Some(Checked::Passed);
                     };
                     if *sent >= hello.len() {
                         self.stage = Stage::Reading {
@@ -103,12 +126,14 @@ impl Probe {
                         Ok(n) => *sent += n,
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => return Some(Err(format!("sending the ClientHello: {e}"))),
+                        Err(e) => {
+                            return Some(Checked::Failed(format!("sending the ClientHello: {e}")));
+                        }
                     }
                 }
                 Stage::Reading { head, len } => match self.stream.read(&mut head[*len..]) {
                     Ok(0) => {
-                        return Some(Err(format!(
+                        return Some(Checked::Failed(format!(
                             "closed after the ClientHello without a TLS record ({} byte(s) back)",
                             *len
                         )));
@@ -116,23 +141,23 @@ impl Probe {
                     Ok(n) => {
                         *len += n;
                         match tls_answer(&head[..*len]) {
-                            Answer::Tls => return Some(Ok(())),
+                            Answer::Tls => return Some(Checked::Passed),
                             Answer::NotTls => {
-                                return Some(Err(format!(
+                                return Some(Checked::Failed(format!(
                                     "answered the ClientHello with bytes no TLS server sends \
                                      (first bytes {:02x?})",
                                     &head[..*len]
                                 )));
                             }
                             Answer::Incomplete if *len == ANSWER_HEAD => {
-                                return Some(Err("a truncated TLS record".to_owned()));
+                                return Some(Checked::Failed("a truncated TLS record".to_owned()));
                             }
                             Answer::Incomplete => {}
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Some(Err(format!("reading the answer: {e}"))),
+                    Err(e) => return Some(Checked::Failed(format!("reading the answer: {e}"))),
                 },
             }
         }
