@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -185,6 +186,18 @@ impl ConfigState {
     /// The backends (weight resolved), by backend id.
     pub fn backends(&self) -> impl ExactSizeIterator<Item = &proto::Backend> {
         self.backends.values()
+    }
+
+    /// The backends whose id comes after `after` (all of them for
+    /// `None`), by backend id.
+    pub fn backends_after<'a>(
+        &'a self,
+        after: Option<&'a str>,
+    ) -> impl Iterator<Item = &'a proto::Backend> + 'a {
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.backends
+            .range::<str, _>((from, Bound::Unbounded))
+            .map(|(_, backend)| backend)
     }
 
     /// The first exact SNI (no wildcard) of the frontends routed to

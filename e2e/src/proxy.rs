@@ -880,12 +880,27 @@ impl ProxyProcess {
         }
     }
 
-    /// `backend list`: every backend instance with its health.
+    /// `backend list`: every backend instance with its health, page after
+    /// page.
     pub fn backends(&self) -> Result<Vec<proto::BackendStatus>, String> {
-        let response = self.apply(RequestType::ListBackends(proto::ListBackends {}))?;
-        match response.content.and_then(|content| content.content_type) {
-            Some(ContentType::Backends(list)) => Ok(list.backends),
-            other => Err(format!("ListBackends answered {other:?}")),
+        let mut all: Vec<proto::BackendStatus> = Vec::new();
+        loop {
+            let after = all
+                .last()
+                .and_then(|s| s.backend.as_ref())
+                .map(|b| b.backend_id.clone());
+            let page = proto::ListBackends { after, limit: 0 };
+            let response = self.apply(RequestType::ListBackends(page))?;
+            match response.content.and_then(|content| content.content_type) {
+                Some(ContentType::Backends(list)) => {
+                    let more = list.more && !list.backends.is_empty();
+                    all.extend(list.backends);
+                    if !more {
+                        return Ok(all);
+                    }
+                }
+                other => return Err(format!("ListBackends answered {other:?}")),
+            }
         }
     }
 

@@ -462,6 +462,7 @@ mod tests {
                     connections: 0,
                 },
             ],
+            more: false,
         };
         let text = success_text(&with(ContentType::Backends(list)));
         let lines: Vec<&str> = text.lines().collect();

@@ -176,7 +176,7 @@ pub fn for_command(command: &Command) -> Option<proto::Request> {
                 backend_id: backend_id.clone(),
                 address: address.clone(),
             }),
-            BackendAction::List => RequestType::ListBackends(proto::ListBackends {}),
+            BackendAction::List => RequestType::ListBackends(proto::ListBackends::default()),
         },
         Command::State { action } => match action {
             StateAction::Save { file } => RequestType::SaveState(proto::SaveState {

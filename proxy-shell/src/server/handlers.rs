@@ -67,9 +67,9 @@ impl CommandServer {
                 let answer = ok_with(self.sources.list());
                 self.respond(who, &answer);
             }
-            RequestType::ListBackends(_) => {
-                let answer = ok_with(responses::backends(&self.state, &self.shared.registry));
-                self.respond(who, &answer);
+            RequestType::ListBackends(page) => {
+                let list = responses::backends(&self.state, &self.shared.registry, &page);
+                self.respond(who, &ok_with(list));
             }
             RequestType::SaveState(save) => {
                 let answer = self.save_to(&save.path);

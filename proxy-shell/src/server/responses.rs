@@ -7,8 +7,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
 
+use command::listing::fill_by;
 use command::proto::{self, response_content::ContentType};
 use command::state::ConfigState;
+use prost::Message;
 
 use crate::answer_code::AnswerCode;
 use crate::shared::registry::Registry;
@@ -83,29 +85,48 @@ pub(crate) fn status(
     })
 }
 
-/// Every backend of the state, one entry per instance (a name that
-/// resolved to nothing has one without an address), with its health as
-/// the registry holds it.
-pub(crate) fn backends(state: &ConfigState, registry: &Registry) -> ContentType {
-    let mut list = Vec::new();
-    for backend in state.backends() {
-        let shared = registry.find(backend);
-        let instances = shared.as_ref().map(|s| s.instances()).unwrap_or_default();
-        if instances.is_empty() {
-            let error = shared.and_then(|s| s.resolution().error);
-            list.push(proto::BackendStatus {
-                backend: Some(backend.clone()),
-                instance: String::new(),
-                up: false,
-                since_ms: 0,
-                last_error: error.unwrap_or_else(|| "not resolved yet".to_owned()),
-                connections: 0,
-            });
-            continue;
-        }
-        for instance in instances.iter() {
+/// The page of backends after `request.after`, in backend id order, one
+/// entry per instance (a name that resolved to nothing has one without an
+/// address), with its health as the registry holds it. A backend's
+/// instances are never split over two pages.
+pub(crate) fn backends(
+    state: &ConfigState,
+    registry: &Registry,
+    request: &proto::ListBackends,
+) -> ContentType {
+    let groups = state
+        .backends_after(request.after.as_deref())
+        .map(|backend| statuses(backend, registry));
+    let mut page = Vec::new();
+    let more = fill_by(groups, request.limit, &mut page, |group| {
+        group.iter().map(|s| s.encoded_len() + 8).sum()
+    });
+    ContentType::Backends(proto::BackendList {
+        backends: page.into_iter().flatten().collect(),
+        more,
+    })
+}
+
+/// The rows of one backend: one per instance.
+fn statuses(backend: &proto::Backend, registry: &Registry) -> Vec<proto::BackendStatus> {
+    let shared = registry.find(backend);
+    let instances = shared.as_ref().map(|s| s.instances()).unwrap_or_default();
+    if instances.is_empty() {
+        let error = shared.and_then(|s| s.resolution().error);
+        return vec![proto::BackendStatus {
+            backend: Some(backend.clone()),
+            instance: String::new(),
+            up: false,
+            since_ms: 0,
+            last_error: error.unwrap_or_else(|| "not resolved yet".to_owned()),
+            connections: 0,
+        }];
+    }
+    instances
+        .iter()
+        .map(|instance| {
             let status = instance.status();
-            list.push(proto::BackendStatus {
+            proto::BackendStatus {
                 backend: Some(backend.clone()),
                 instance: instance.address().to_string(),
                 up: status.up,
@@ -115,10 +136,9 @@ pub(crate) fn backends(state: &ConfigState, registry: &Registry) -> ContentType 
                     .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                 last_error: status.last_error.unwrap_or_default(),
                 connections: status.connections,
-            });
-        }
-    }
-    ContentType::Backends(proto::BackendList { backends: list })
+            }
+        })
+        .collect()
 }
 
 /// The metrics of every worker, by worker id, and their total: counters
@@ -150,6 +170,89 @@ mod tests {
             worker_id: 99,
             values: values.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
         })
+    }
+
+    /// A state of cluster `c` with backends `b0`, `b1` at `127.0.0.1` and
+    /// `b2` at a name, and a registry in step with it.
+    fn with_backends() -> Result<(ConfigState, Registry), String> {
+        use command::proto::request::RequestType;
+        let mut state = ConfigState::default();
+        let cluster = proto::Cluster {
+            cluster_id: "c".into(),
+            ..Default::default()
+        };
+        let mut requests = vec![RequestType::AddCluster(cluster)];
+        for (id, address) in [
+            ("b0", "127.0.0.1:9000"),
+            ("b1", "127.0.0.1:9001"),
+            ("b2", "db.internal:5432"),
+        ] {
+            requests.push(RequestType::AddBackend(proto::Backend {
+                cluster_id: "c".into(),
+                backend_id: id.into(),
+                address: address.into(),
+                ..Default::default()
+            }));
+        }
+        for kind in requests {
+            let request = proto::Request {
+                request_type: Some(kind),
+            };
+            state.dispatch(&request).map_err(|e| e.to_string())?;
+        }
+        let registry = Registry::default();
+        registry.sync(&state, std::time::Instant::now());
+        Ok((state, registry))
+    }
+
+    fn page(
+        state: &ConfigState,
+        registry: &Registry,
+        after: Option<&str>,
+        limit: u32,
+    ) -> proto::BackendList {
+        let request = proto::ListBackends {
+            after: after.map(str::to_owned),
+            limit,
+        };
+        match backends(state, registry, &request) {
+            ContentType::Backends(list) => list,
+            _ => proto::BackendList::default(),
+        }
+    }
+
+    #[test]
+    fn backends_come_in_pages_with_a_row_per_instance() -> Result<(), String> {
+        let (state, registry) = with_backends()?;
+        let first = page(&state, &registry, None, 2);
+        let ids: Vec<&str> = first
+            .backends
+            .iter()
+            .filter_map(|s| s.backend.as_ref().map(|b| b.backend_id.as_str()))
+            .collect();
+        assert_eq!((ids, first.more), (vec!["b0", "b1"], true));
+        assert!(
+            first
+                .backends
+                .iter()
+                .all(|s| s.up && s.instance.starts_with("127.0.0.1:"))
+        );
+        let rest = page(&state, &registry, Some("b1"), 0);
+        assert!(!rest.more);
+        assert_eq!(rest.backends.len(), 1, "{rest:?}");
+        let unresolved = &rest.backends[0];
+        assert_eq!(
+            (
+                unresolved.instance.as_str(),
+                unresolved.up,
+                unresolved.since_ms
+            ),
+            ("", false, 0),
+            "a name not resolved yet has one row, down, with no address"
+        );
+        assert_eq!(unresolved.last_error, "not resolved yet");
+        assert_eq!(page(&state, &registry, None, 0).backends.len(), 3);
+        Ok(())
     }
 
     #[test]
