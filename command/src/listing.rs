@@ -28,8 +28,9 @@ fn fill<T: Message>(entries: impl Iterator<Item = T>, limit: u32, page: &mut Vec
     fill_by(entries, limit, page, Message::encoded_len)
 }
 
-/// [`fill`] for entries whose encoded size `len` tells (a group of
-/// messages that must stay on one page, such as a backend's instances).
+/// Takes entries while they fit the page (whose encoded size `len` tells:
+/// a group of messages that must stay on one page, such as a backend's
+/// instances); whether any were left.
 pub fn fill_by<T>(
     entries: impl Iterator<Item = T>,
     limit: u32,

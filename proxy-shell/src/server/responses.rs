@@ -198,7 +198,7 @@ mod tests {
             let request = proto::Request {
                 request_type: Some(kind),
             };
-            state.dispatch(&request).map_err(|e| e.to_string())?;
+            let _applied = state.dispatch(&request).map_err(|e| e.to_string())?;
         }
         let registry = Registry::default();
         registry.sync(&state, std::time::Instant::now());
