@@ -222,8 +222,10 @@ fn a_backend_that_closes_before_its_first_byte_is_taken_down_passively() {
     let statuses = proxy
         .wait_backend("slam", down, T)
         .unwrap_or_else(|e| panic!("{e}\nstderr:\n{}", stderr_tail(&proxy)));
-    assert_eq!(
-        statuses[0].last_error, "closed the connection before sending a byte",
+    // A close, or a reset when the replayed hello met the closed socket.
+    let error = &statuses[0].last_error;
+    assert!(
+        error.ends_with("the connection before sending a byte"),
         "{statuses:?}"
     );
     assert_eq!(slam.accepted(), 3);
