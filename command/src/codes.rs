@@ -261,12 +261,16 @@ impl ErrorCode {
             ),
             Self::InvalidAddress => (
                 "invalid socket address",
-                "A listener, frontend or backend address is not an IP address and port, or \
-                 its port is 0. Host names are not resolved: a proxy's addresses must not \
-                 change behind its back. Addresses are stored canonically, so \
-                 `127.0.0.1:0080` and `127.0.0.1:80` are the same.",
-                "`127.0.0.1:8443`, `0.0.0.0:443`, `[::1]:8443`, `[::]:443`; port 1 to 65535.",
-                "Write the address as `ip:port` (IPv6 in brackets) with a fixed, non-zero port.",
+                "A listener, frontend or `metrics_address` is not an IP address and port, or a \
+                 backend is neither `ip:port` nor `name:port`, or the port is 0. A listener \
+                 binds an address of this host, so it takes no name; a backend's name is \
+                 resolved by the proxy (at load and every `resolve_interval`). Addresses are \
+                 stored canonically, so `127.0.0.1:0080` and `127.0.0.1:80` are the same, and \
+                 so are `DB.internal.:5432` and `db.internal:5432`.",
+                "`127.0.0.1:8443`, `0.0.0.0:443`, `[::1]:8443`, `[::]:443`; for backends also \
+                 `db.internal:5432` or `localhost:9001`; port 1 to 65535.",
+                "Write the address as `ip:port` (IPv6 in brackets), or `name:port` for a \
+                 backend, with a fixed, non-zero port.",
             ),
             Self::PrereadMaxBytesTooSmall => (
                 "sni_preread_max_bytes is too small",

@@ -272,6 +272,7 @@ mod tests {
             address: address.into(),
             weight: None,
             backup: false,
+            max_connections: None,
         })
     }
 
@@ -393,6 +394,7 @@ mod tests {
                     address: address.into(),
                     weight: Some(weight),
                     backup: false,
+                    max_connections: None,
                 }),
             ])
         };

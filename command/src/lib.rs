@@ -5,11 +5,13 @@
 //! rules that decide whether it may be applied. Must never: touch a data
 //! socket or a session; the worker applies what this crate accepted.
 
+pub mod backend_address;
 pub mod channel;
 pub mod codes;
 pub mod config;
 pub mod diff;
 pub mod generation;
+pub mod health_check;
 pub mod listing;
 pub mod proto;
 pub mod sources;

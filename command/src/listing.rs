@@ -1,4 +1,5 @@
-//! The running state in pages, for `cluster list` and `frontend list`.
+//! The running state in pages, for `cluster list` and `frontend list`
+//! (and the rule `backend list` pages by, [`fill_by`]).
 //!
 //! Owns: where a page starts (after the last entry of the previous one,
 //! so a change between two pages neither repeats nor reorders an entry)
@@ -24,6 +25,18 @@ pub const PAGE_BYTES: usize = 512 << 10;
 
 /// Takes entries while they fit the page; whether any were left.
 fn fill<T: Message>(entries: impl Iterator<Item = T>, limit: u32, page: &mut Vec<T>) -> bool {
+    fill_by(entries, limit, page, Message::encoded_len)
+}
+
+/// Takes entries while they fit the page (whose encoded size `len` tells:
+/// a group of messages that must stay on one page, such as a backend's
+/// instances); whether any were left.
+pub fn fill_by<T>(
+    entries: impl Iterator<Item = T>,
+    limit: u32,
+    page: &mut Vec<T>,
+    len: impl Fn(&T) -> usize,
+) -> bool {
     let limit = if limit == 0 {
         usize::MAX
     } else {
@@ -33,7 +46,7 @@ fn fill<T: Message>(entries: impl Iterator<Item = T>, limit: u32, page: &mut Vec
     let mut entries = entries.peekable();
     while let Some(entry) = entries.peek() {
         // A repeated field costs its length prefix and tag besides the entry.
-        let len = entry.encoded_len() + 8;
+        let len = len(entry) + 8;
         if page.len() >= limit || (!page.is_empty() && bytes + len > PAGE_BYTES) {
             return true;
         }

@@ -14,19 +14,23 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
 
 use preread_core::PrereadConfig;
+use preread_core::pattern::SniPattern;
 use preread_core::routes::{AlpnSet, ClusterId, RouteConflict, RouteTable};
 
+use crate::backend_address::BackendAddress;
 use crate::codes::ErrorCode;
 use crate::proto;
 use crate::proto::request::RequestType;
 use crate::stored_frontend::StoredFrontend;
 use crate::validate::{
-    FrontendKey, ValidationError, check_cluster, cluster_differences, frontend_key, is_relay,
-    listener_differences, parse_address, resolve_backend, resolve_frontend, resolve_listener,
+    FrontendKey, ValidationError, cluster_differences, frontend_key, is_relay,
+    listener_differences, parse_address, resolve_backend, resolve_cluster, resolve_frontend,
+    resolve_listener,
 };
 
 /// What an accepted request did.
@@ -141,6 +145,7 @@ impl ConfigState {
             | RequestType::ListSources(_)
             | RequestType::QueryMetrics(_)
             | RequestType::QueryRejects(_)
+            | RequestType::ListBackends(_)
             | RequestType::SaveState(_)
             | RequestType::LoadState(_)
             | RequestType::SoftStop(_)
@@ -182,6 +187,31 @@ impl ConfigState {
     /// The backends (weight resolved), by backend id.
     pub fn backends(&self) -> impl ExactSizeIterator<Item = &proto::Backend> {
         self.backends.values()
+    }
+
+    /// The backends whose id comes after `after` (all of them for
+    /// `None`), by backend id.
+    pub fn backends_after<'a>(
+        &'a self,
+        after: Option<&'a str>,
+    ) -> impl Iterator<Item = &'a proto::Backend> + 'a {
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.backends
+            .range::<str, _>((from, Bound::Unbounded))
+            .map(|(_, backend)| backend)
+    }
+
+    /// The first exact SNI (no wildcard) of the frontends routed to
+    /// `cluster`, in the order of [`frontends`](Self::frontends): the name
+    /// a TLS health check of the cluster's backends asks for.
+    #[must_use]
+    pub fn first_exact_sni(&self, cluster: &str) -> Option<&str> {
+        self.frontends
+            .iter()
+            .find_map(|(key, stored)| match &key.sni {
+                Some(SniPattern::Exact(name)) if *stored.cluster == *cluster => Some(name.as_str()),
+                _ => None,
+            })
     }
 
     /// The SNI routes of the listener at `address`.
@@ -240,6 +270,11 @@ impl ConfigState {
         }
         for (id, cluster) in &self.clusters {
             debug_assert_eq!(cluster.cluster_id, **id, "cluster under a wrong key");
+            debug_assert_eq!(
+                resolve_cluster(cluster).as_ref(),
+                Ok(cluster),
+                "cluster {id} not canonical"
+            );
         }
         let mut tables: BTreeMap<SocketAddr, RouteTable> = BTreeMap::new();
         for (key, stored) in &self.frontends {
@@ -481,7 +516,7 @@ impl ConfigState {
     }
 
     fn add_cluster(&mut self, cluster: &proto::Cluster) -> Result<Applied, ValidationError> {
-        check_cluster(cluster)?;
+        let cluster = &resolve_cluster(cluster)?;
         match self.clusters.get(cluster.cluster_id.as_str()) {
             Some(existing) if existing == cluster => Ok(Applied::Unchanged),
             Some(existing) => Err(ValidationError::new(
@@ -505,7 +540,7 @@ impl ConfigState {
     /// Changes an existing cluster's settings in place; its frontends,
     /// backends and the listeners that name it stay.
     fn update_cluster(&mut self, cluster: &proto::Cluster) -> Result<Applied, ValidationError> {
-        check_cluster(cluster)?;
+        let cluster = &resolve_cluster(cluster)?;
         let id = &cluster.cluster_id;
         let Some(existing) = self.clusters.get(id.as_str()) else {
             return Err(ValidationError::new(
@@ -761,14 +796,17 @@ impl ConfigState {
                 ErrorCode::BackendConflict,
                 format!(
                     "backend `{id}` of cluster `{cluster}` already exists as {} (weight {:?}, \
-                     backup {}), not {} (weight {:?}, backup {}): remove it first, or use \
-                     another backend_id",
+                     backup {}, max_connections {:?}), not {} (weight {:?}, backup {}, \
+                     max_connections {:?}): change it in place with `backend update`, or \
+                     remove it first, or use another backend_id",
                     existing.address,
                     existing.weight,
                     existing.backup,
+                    existing.max_connections,
                     canonical.address,
                     canonical.weight,
-                    canonical.backup
+                    canonical.backup,
+                    canonical.max_connections
                 ),
             )),
             None => {
@@ -778,8 +816,9 @@ impl ConfigState {
         }
     }
 
-    /// Changes an existing backend's weight or backup flag in place; its
-    /// address and cluster are its identity and stay.
+    /// Changes an existing backend's weight, backup flag or
+    /// `max_connections` in place; its address and cluster are its identity
+    /// and stay.
     fn update_backend(&mut self, backend: &proto::Backend) -> Result<Applied, ValidationError> {
         let canonical = resolve_backend(backend)?;
         let (id, cluster) = (&canonical.backend_id, &canonical.cluster_id);
@@ -797,7 +836,8 @@ impl ConfigState {
                 ErrorCode::BackendConflict,
                 format!(
                     "backend `{id}` of cluster `{cluster}` is {}, not {}: an update changes the \
-                     weight and the backup flag only; remove it and add it at its new address",
+                     weight, the backup flag and max_connections only; remove it and add it at \
+                     its new address",
                     existing.address, canonical.address
                 ),
             ));
@@ -814,7 +854,7 @@ impl ConfigState {
             "backend `{}` of cluster `{}`",
             backend.backend_id, backend.cluster_id
         );
-        let address = parse_address(&what, &backend.address)?;
+        let address = BackendAddress::parse(&what, &backend.address)?;
         match self.backends.get(&backend.backend_id) {
             Some(existing)
                 if existing.cluster_id == backend.cluster_id
@@ -901,6 +941,7 @@ mod tests {
                 address: "127.0.0.1:09001".into(),
                 weight: None,
                 backup: false,
+                max_connections: None,
             }),
         );
         s
@@ -917,6 +958,58 @@ mod tests {
     }
 
     #[test]
+    fn the_first_exact_sni_of_a_cluster_skips_wildcards_and_other_clusters() {
+        let mut s = sample();
+        assert_eq!(s.first_exact_sni("a"), None, "only a wildcard so far");
+        for (cluster, sni) in [
+            ("fb", "b.example.net"),
+            ("a", "z.example.com"),
+            ("a", "m.example.com"),
+        ] {
+            changed(
+                &mut s,
+                RequestType::AddTcpFrontend(proto::TcpFrontend {
+                    cluster_id: cluster.into(),
+                    address: "127.0.0.1:443".into(),
+                    sni: Some(sni.into()),
+                    alpn: vec![],
+                    tags: Default::default(),
+                }),
+            );
+        }
+        assert_eq!(s.first_exact_sni("a"), Some("m.example.com"));
+        assert_eq!(s.first_exact_sni("fb"), Some("b.example.net"));
+        assert_eq!(s.first_exact_sni("nobody"), None);
+    }
+
+    #[test]
+    fn a_cluster_keeps_its_health_check_resolved() {
+        let mut s = sample();
+        changed(
+            &mut s,
+            RequestType::UpdateCluster(proto::Cluster {
+                cluster_id: "a".into(),
+                health_check: Some(proto::HealthCheck {
+                    interval_ms: Some(500),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        );
+        assert_eq!(
+            s.clusters.get("a").and_then(|c| c.health_check),
+            Some(proto::HealthCheck {
+                kind: proto::HealthCheckKind::Tcp as i32,
+                interval_ms: Some(500),
+                timeout_ms: Some(500),
+                rise: Some(2),
+                fall: Some(3),
+            })
+        );
+        s.check_invariants();
+    }
+
+    #[test]
     fn a_cluster_is_updated_in_place_and_keeps_its_routes() {
         let mut s = sample();
         let frontends = s.frontends().count();
@@ -926,6 +1019,7 @@ mod tests {
                 load_balancing: lb as i32,
                 proxy_protocol: pp as i32,
                 max_connections_per_ip: 7,
+                health_check: None,
             })
         };
         use proto::{LoadBalancing as Lb, ProxyProtocol as Pp};
@@ -968,6 +1062,7 @@ mod tests {
                 address: address.into(),
                 weight: Some(weight),
                 backup: true,
+                max_connections: None,
             })
         };
         changed(&mut s, backend("127.0.0.1:9001", 250));
@@ -1059,6 +1154,7 @@ mod tests {
                 address: "127.0.0.1:9001".into(),
                 weight: Some(100),
                 backup: false,
+                max_connections: None,
             }),
             RequestType::ActivateListener(proto::ListenerAddress {
                 address: "127.0.0.1:443".into(),

@@ -103,6 +103,7 @@ impl ConfigState {
             | RequestType::ListSources(_)
             | RequestType::QueryMetrics(_)
             | RequestType::QueryRejects(_)
+            | RequestType::ListBackends(_)
             | RequestType::SaveState(_)
             | RequestType::LoadState(_)
             | RequestType::SoftStop(_)

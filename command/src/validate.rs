@@ -16,7 +16,9 @@ use preread_core::MIN_PREREAD_MAX_BYTES;
 use preread_core::pattern::{SniPattern, validate_sni_pattern};
 use preread_core::routes::AlpnSet;
 
+use crate::backend_address::BackendAddress;
 use crate::codes::ErrorCode;
+use crate::health_check::{describe_health_check, resolve_health_check};
 use crate::proto;
 
 /// Default `sni_preread_timeout`, in milliseconds.
@@ -357,11 +359,32 @@ pub(crate) fn cluster_differences(existing: &proto::Cluster, requested: &proto::
     if !per_ip.is_empty() {
         changes.push(per_ip);
     }
+    if existing.health_check != requested.health_check {
+        changes.push(format!(
+            "health_check {} → {}",
+            describe_health_check(existing.health_check.as_ref()),
+            describe_health_check(requested.health_check.as_ref())
+        ));
+    }
     changes.join(", ")
 }
 
+/// The cluster with its enum values checked and its health check's
+/// defaults resolved: the form the state stores.
+pub(crate) fn resolve_cluster(cluster: &proto::Cluster) -> Result<proto::Cluster, ValidationError> {
+    check_cluster(cluster)?;
+    let health_check = match &cluster.health_check {
+        Some(check) => Some(resolve_health_check(&cluster.cluster_id, check)?),
+        None => None,
+    };
+    Ok(proto::Cluster {
+        health_check,
+        ..cluster.clone()
+    })
+}
+
 /// The cluster with its enum values checked.
-pub(crate) fn check_cluster(cluster: &proto::Cluster) -> Result<(), ValidationError> {
+fn check_cluster(cluster: &proto::Cluster) -> Result<(), ValidationError> {
     validate_id("cluster", &cluster.cluster_id)?;
     let id = &cluster.cluster_id;
     if proto::LoadBalancing::try_from(cluster.load_balancing).is_err() {
@@ -481,21 +504,23 @@ pub(crate) fn frontend_key(frontend: &proto::TcpFrontend) -> Result<FrontendKey,
     Ok(FrontendKey { address, sni, alpn })
 }
 
-/// The backend with its ids and address checked, its address canonical and
-/// its weight resolved.
+/// The backend with its ids and address checked, its address canonical
+/// (an `ip:port` as `SocketAddr` prints it, or a lowercase `name:port`)
+/// and its weight and `max_connections` resolved.
 pub(crate) fn resolve_backend(backend: &proto::Backend) -> Result<proto::Backend, ValidationError> {
     validate_id("backend", &backend.backend_id)?;
     let what = format!(
         "backend `{}` of cluster `{}`",
         backend.backend_id, backend.cluster_id
     );
-    let address = parse_address(&what, &backend.address)?;
+    let address = BackendAddress::parse(&what, &backend.address)?;
     Ok(proto::Backend {
         cluster_id: backend.cluster_id.clone(),
         backend_id: backend.backend_id.clone(),
         address: address.to_string(),
         weight: Some(backend.weight.unwrap_or(DEFAULT_WEIGHT)),
         backup: backend.backup,
+        max_connections: Some(backend.max_connections.unwrap_or(0)),
     })
 }
 
@@ -569,6 +594,7 @@ mod tests {
             address: address.into(),
             weight: None,
             backup: false,
+            max_connections: None,
         }
     }
 
@@ -653,10 +679,26 @@ mod tests {
             &add_frontend("a", "nowhere", Some("x.example.com"), &[]),
             ErrorCode::InvalidAddress,
         );
-        refused(
+        for bad in ["db", "db:0", "127.0.0.300:80", "[::1]"] {
+            let m = refused(
+                &mut s,
+                &req(RequestType::AddBackend(backend("a", "a-1", bad))),
+                ErrorCode::InvalidAddress,
+            );
+            assert!(m.contains("name:port") || m.contains("port 0"), "{m}");
+        }
+        ok(
             &mut s,
-            &req(RequestType::AddBackend(backend("a", "a-1", "db:5432"))),
-            ErrorCode::InvalidAddress,
+            &req(RequestType::AddBackend(backend(
+                "a",
+                "a-1",
+                "DB.internal:5432",
+            ))),
+        );
+        assert_eq!(
+            s.backends.get("a-1").map(|b| b.address.as_str()),
+            Some("db.internal:5432"),
+            "a name is accepted and stored canonical"
         );
         refused(
             &mut s,

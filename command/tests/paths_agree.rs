@@ -50,7 +50,13 @@ const BAD_SNIS: &[&str] = &[
 const GOOD_ALPNS: &[&str] = &["h2", "http/1.1", "acme-tls/1"];
 const BAD_ALPNS: &[&str] = &[""];
 const BACKEND_IDS: &[&str] = &["b0", "b1", "b2", "bad id", ""];
-const BACKEND_ADDRESSES: &[&str] = &["127.0.0.1:9001", "127.0.0.1:9002", "db:5432", "127.0.0.1:0"];
+const BACKEND_ADDRESSES: &[&str] = &[
+    "127.0.0.1:9001",
+    "127.0.0.1:9002",
+    "DB.internal:5432",
+    "db",
+    "127.0.0.1:0",
+];
 
 /// Mostly a good value, sometimes a bad one.
 fn mostly(
@@ -77,17 +83,33 @@ fn small_option<T: Clone + std::fmt::Debug + 'static>(
 
 fn cluster(id: String) -> impl Strategy<Value = proto::Cluster> {
     let proxy_protocol = prop::sample::select(&[0i32, 0, 0, 0, 1, 1, 1, 2][..]);
+    let health_check = prop::option::weighted(
+        0.3,
+        (0..2i32, small_option(&[0u32, 200, 5_000])).prop_map(|(kind, interval_ms)| {
+            proto::HealthCheck {
+                kind,
+                interval_ms,
+                timeout_ms: None,
+                rise: None,
+                fall: None,
+            }
+        }),
+    );
     (
         0..4i32,
         proxy_protocol,
         prop::sample::select(&[0u32, 0, 10][..]),
+        health_check,
     )
         .prop_map(
-            move |(load_balancing, proxy_protocol, max_connections_per_ip)| proto::Cluster {
-                cluster_id: id.clone(),
-                load_balancing,
-                proxy_protocol,
-                max_connections_per_ip,
+            move |(load_balancing, proxy_protocol, max_connections_per_ip, health_check)| {
+                proto::Cluster {
+                    cluster_id: id.clone(),
+                    load_balancing,
+                    proxy_protocol,
+                    max_connections_per_ip,
+                    health_check,
+                }
             },
         )
 }
@@ -191,14 +213,16 @@ fn backend(cluster_ids: Vec<String>) -> impl Strategy<Value = proto::Backend> {
         pick(BACKEND_ADDRESSES),
         small_option(&[0u32, 5, 100]),
         prop::bool::weighted(0.2),
+        small_option(&[0u32, 2]),
     )
         .prop_map(
-            |(cluster_id, backend_id, address, weight, backup)| proto::Backend {
+            |(cluster_id, backend_id, address, weight, backup, max_connections)| proto::Backend {
                 cluster_id,
                 backend_id,
                 address,
                 weight,
                 backup,
+                max_connections,
             },
         )
 }
@@ -324,6 +348,18 @@ fn render_config(requests: &[proto::Request]) -> (String, Vec<usize>) {
                     proxy_protocol_name(c.proxy_protocol),
                     c.max_connections_per_ip
                 );
+                if let Some(check) = &c.health_check {
+                    let kind =
+                        match proto::HealthCheckKind::try_from(check.kind).expect("generated") {
+                            proto::HealthCheckKind::Tcp => "tcp",
+                            proto::HealthCheckKind::Tls => "tls",
+                        };
+                    let interval = check
+                        .interval_ms
+                        .map(|ms| format!(", interval = \"{ms}ms\""))
+                        .unwrap_or_default();
+                    let _ = writeln!(text, "health_check = {{ kind = \"{kind}\"{interval} }}");
+                }
             }
             RequestType::AddTcpListener(l) => {
                 header(&mut text, "[[listeners]]".to_owned());
@@ -378,6 +414,9 @@ fn render_config(requests: &[proto::Request]) -> (String, Vec<usize>) {
                     let _ = writeln!(text, "weight = {weight}");
                 }
                 let _ = writeln!(text, "backup = {}", b.backup);
+                if let Some(max) = b.max_connections {
+                    let _ = writeln!(text, "max_connections = {max}");
+                }
             }
             other => panic!("not renderable: {other:?}"),
         }

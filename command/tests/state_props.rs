@@ -40,7 +40,7 @@ const SNIS: &[&str] = &[
 ];
 const PROTOCOLS: &[&str] = &["h2", "http/1.1", "acme-tls/1"];
 const BACKEND_IDS: &[&str] = &["b0", "b1", "b2", "b3"];
-const BACKEND_ADDRS: &[&str] = &["127.0.0.1:9001", "127.0.0.1:9002"];
+const BACKEND_ADDRS: &[&str] = &["127.0.0.1:9001", "127.0.0.1:9002", "db.internal:5432"];
 
 fn req(kind: RequestType) -> proto::Request {
     proto::Request {
@@ -118,27 +118,42 @@ fn backend() -> impl Strategy<Value = proto::Backend> {
         pick(BACKEND_ADDRS),
         prop_oneof![Just(None), Just(Some(1)), Just(Some(100))],
         any::<bool>(),
+        prop_oneof![Just(None), Just(Some(0)), Just(Some(2))],
     )
         .prop_map(
-            |(cluster_id, backend_id, address, weight, backup)| proto::Backend {
+            |(cluster_id, backend_id, address, weight, backup, max_connections)| proto::Backend {
                 cluster_id,
                 backend_id,
                 address,
                 weight,
                 backup,
+                max_connections,
             },
         )
 }
 
 fn add_cluster() -> impl Strategy<Value = RequestType> {
-    (pick(CLUSTERS), 0..4_i32, 0..3_i32).prop_map(|(cluster_id, lb, pp)| {
-        RequestType::AddCluster(proto::Cluster {
-            cluster_id,
-            load_balancing: lb,
-            proxy_protocol: pp,
-            max_connections_per_ip: 0,
-        })
-    })
+    let health_check = prop_oneof![
+        Just(None),
+        (0..2_i32).prop_map(|kind| Some(proto::HealthCheck {
+            kind,
+            interval_ms: Some(500),
+            timeout_ms: None,
+            rise: None,
+            fall: Some(2),
+        })),
+    ];
+    (pick(CLUSTERS), 0..4_i32, 0..3_i32, health_check).prop_map(
+        |(cluster_id, lb, pp, health_check)| {
+            RequestType::AddCluster(proto::Cluster {
+                cluster_id,
+                load_balancing: lb,
+                proxy_protocol: pp,
+                max_connections_per_ip: 0,
+                health_check,
+            })
+        },
+    )
 }
 
 /// One state-changing request over the universe.

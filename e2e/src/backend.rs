@@ -30,6 +30,11 @@
 //! echoes everything until the client's FIN, then writes `bye\n` and closes.
 //! It never strips anything: a PROXY header is echoed like the rest.
 //!
+//! Two more plain behaviours, for health tests: [`PlainBackend::start_echo`]
+//! echoes every byte from the first (a ClientHello comes back as it went),
+//! and [`PlainBackend::start_closing`] closes each connection at once,
+//! before sending or reading a byte.
+//!
 //! Each connection is served by its own thread with 30 s idle timeouts; a
 //! backend stops on Drop (its sockets are shut down, threads joined within
 //! a bound).
@@ -647,6 +652,39 @@ impl PlainBackend {
             .unwrap_or_else(|err| panic!("start a plain backend: {err}"))
     }
 
+    /// Starts a backend on 127.0.0.1 that echoes every byte it gets, from
+    /// the first, until the client's FIN.
+    ///
+    /// # Panics
+    /// When no port can be bound.
+    pub fn start_echo(name: &str) -> Self {
+        let handler: Handler = Arc::new(serve_echo);
+        Server::start(name, SocketAddr::from(([127, 0, 0, 1], 0)), handler)
+            .map(|server| Self {
+                name: name.to_owned(),
+                server,
+            })
+            .unwrap_or_else(|err| panic!("start an echo backend: {err}"))
+    }
+
+    /// Starts a backend on 127.0.0.1 that closes every connection as soon
+    /// as it accepts it, without a byte.
+    ///
+    /// # Panics
+    /// When no port can be bound.
+    pub fn start_closing(name: &str) -> Self {
+        let handler: Handler = Arc::new(|recorder| {
+            drop(recorder);
+            Ok(())
+        });
+        Server::start(name, SocketAddr::from(([127, 0, 0, 1], 0)), handler)
+            .map(|server| Self {
+                name: name.to_owned(),
+                server,
+            })
+            .unwrap_or_else(|err| panic!("start a closing backend: {err}"))
+    }
+
     /// Starts a plain backend on `addr` (port 0: a free one).
     pub fn start_on(addr: SocketAddr, name: &str, speaks_first: bool) -> io::Result<Self> {
         let line = format!("backend={name}\n");
@@ -681,6 +719,21 @@ impl PlainBackend {
     /// Errors of finished connections.
     pub fn errors(&self) -> Vec<String> {
         self.server.errors()
+    }
+}
+
+fn serve_echo(mut rec: Recorder) -> Result<(), String> {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match rec.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => rec
+                .write_all(&buf[..n])
+                .map_err(|e| format!("echo backend: echo: {e}"))?,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) if is_eof(&err) => return Ok(()),
+            Err(err) => return Err(format!("echo backend: read: {err}")),
+        }
     }
 }
 

@@ -12,7 +12,8 @@
 //! - [`client`]: TLS requests and streams, raw byte exchanges, slow clients,
 //!   PROXY headers;
 //! - [`proxy`]: the `preread` process with a config in a temp dir, its
-//!   command socket, metrics, stderr (access logs), signals.
+//!   command socket, metrics, stderr (access logs), signals;
+//! - [`openssl`]: `openssl s_server`, a TLS server that is not rustls.
 //!
 //! Only loopback is used; every wait is bounded; processes and threads
 //! started here are stopped on Drop.
@@ -38,6 +39,7 @@ pub mod backend;
 pub mod certs;
 pub mod client;
 pub mod docker;
+pub mod openssl;
 pub mod proxy;
 pub mod testkit;
 pub mod tools;

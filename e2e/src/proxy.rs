@@ -379,14 +379,28 @@ impl ConfigBuilder {
     /// `weight = 10, backup = true`.
     #[must_use]
     pub fn backend_with(
-        mut self,
+        self,
         cluster: &str,
         backend_id: &str,
         addr: SocketAddr,
         extra: &str,
     ) -> Self {
+        self.backend_at(cluster, backend_id, &addr.to_string(), extra)
+    }
+
+    /// A backend of `cluster` at `address` as written (`name:port`, or
+    /// anything the test wants the proxy to judge), with raw extra fields.
+    #[must_use]
+    pub fn backend_at(
+        mut self,
+        cluster: &str,
+        backend_id: &str,
+        address: &str,
+        extra: &str,
+    ) -> Self {
         let mut entry = format!(
-            "{{ address = \"{addr}\", backend_id = {}",
+            "{{ address = {}, backend_id = {}",
+            toml_str(address),
             toml_str(backend_id)
         );
         if !extra.trim().is_empty() {
@@ -849,6 +863,69 @@ impl ProxyProcess {
         match response.content.and_then(|content| content.content_type) {
             Some(ContentType::Metrics(report)) => Ok(report.total.into_iter().collect()),
             other => Err(format!("QueryMetrics answered {other:?}")),
+        }
+    }
+
+    /// One metric of each worker, in worker order (0 where a worker does
+    /// not have it).
+    pub fn per_worker(&self, name: &str) -> Result<Vec<i64>, String> {
+        let response = self.apply(RequestType::QueryMetrics(proto::QueryMetrics {}))?;
+        match response.content.and_then(|content| content.content_type) {
+            Some(ContentType::Metrics(report)) => Ok(report
+                .workers
+                .iter()
+                .map(|w| w.values.get(name).copied().unwrap_or(0))
+                .collect()),
+            other => Err(format!("QueryMetrics answered {other:?}")),
+        }
+    }
+
+    /// `backend list`: every backend instance with its health, page after
+    /// page.
+    pub fn backends(&self) -> Result<Vec<proto::BackendStatus>, String> {
+        let mut all: Vec<proto::BackendStatus> = Vec::new();
+        loop {
+            let after = all
+                .last()
+                .and_then(|s| s.backend.as_ref())
+                .map(|b| b.backend_id.clone());
+            let page = proto::ListBackends { after, limit: 0 };
+            let response = self.apply(RequestType::ListBackends(page))?;
+            match response.content.and_then(|content| content.content_type) {
+                Some(ContentType::Backends(list)) => {
+                    let more = list.more && !list.backends.is_empty();
+                    all.extend(list.backends);
+                    if !more {
+                        return Ok(all);
+                    }
+                }
+                other => return Err(format!("ListBackends answered {other:?}")),
+            }
+        }
+    }
+
+    /// Polls `backend list` until the instances of backend `id` satisfy
+    /// `accept` (or `timeout` passes: `Err` with the last listing).
+    pub fn wait_backend(
+        &self,
+        id: &str,
+        accept: impl Fn(&[proto::BackendStatus]) -> bool,
+        timeout: Duration,
+    ) -> Result<Vec<proto::BackendStatus>, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let of_id: Vec<proto::BackendStatus> = self
+                .backends()?
+                .into_iter()
+                .filter(|b| b.backend.as_ref().is_some_and(|b| b.backend_id == id))
+                .collect();
+            if accept(&of_id) {
+                return Ok(of_id);
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("backend {id} after {timeout:?}: {of_id:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 

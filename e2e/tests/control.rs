@@ -183,6 +183,7 @@ fn backend(cluster: &str, id: &str, addr: SocketAddr) -> proto::Backend {
         address: addr.to_string(),
         weight: None,
         backup: false,
+        max_connections: None,
     }
 }
 

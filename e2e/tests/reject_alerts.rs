@@ -11,18 +11,17 @@
 //! started here is killed by its PID on overrun or Drop. Run
 //! `cargo build -p proxy-shell --bin preread` first.
 
-use std::fs::File;
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use e2e::certs::TestCa;
 use e2e::client::{self, End};
-use e2e::proxy::{ConfigBuilder, ProxyProcess, free_addr};
-use e2e::testkit::{TempDir, capture, start, stderr_tail, tail};
-use e2e::tools::{require_tool, run, wait_or_kill};
+use e2e::openssl::OpensslServer;
+use e2e::proxy::{ConfigBuilder, ProxyProcess};
+use e2e::testkit::{TempDir, capture, start, stderr_tail};
+use e2e::tools::{require_tool, run};
 
 /// The bound of a wait (a read, a metric, a server's start).
 const T: Duration = Duration::from_secs(5);
@@ -58,128 +57,38 @@ fn error_code(line: &str) -> Option<&str> {
     Some(&line[at..at + "error:".len() + code.len()])
 }
 
+/// The name `openssl s_server` has a second certificate for.
+const OTHER: &str = "other.example.com";
+
 /// `openssl s_server` on loopback, with a certificate for
-/// `default.example.com` and, for the SNI `other.example.com`, a second
-/// one; any other SNI gets a fatal `unrecognized_name` alert
-/// (`-servername_fatal`). Answers `GET /` with a status page (`-www`).
-/// Killed (SIGKILL to its PID) on Drop.
-struct OpensslServer {
-    child: Child,
-    /// Held open so the server never sees an EOF on its stdin.
-    _stdin: ChildStdin,
-    addr: SocketAddr,
-    dir: TempDir,
-}
-
-impl OpensslServer {
-    const OTHER: &'static str = "other.example.com";
-
-    fn start(openssl: &Path, ca: &TestCa) -> Self {
-        let dir = TempDir::new("s_server");
-        let write = |name: &str, text: &str| {
-            let path = dir.path().join(name);
-            std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-        };
-        let default = ca.server_cert(&["default.example.com"]);
-        let other = ca.server_cert(&[Self::OTHER]);
-        write("default.crt", &default.cert_pem);
-        write("default.key", &default.key_pem);
-        write("other.crt", &other.cert_pem);
-        write("other.key", &other.key_pem);
-        let mut last = String::new();
-        for _ in 0..3 {
-            let addr = free_addr();
-            match Self::attempt(openssl, dir.path(), addr) {
-                Ok((child, stdin)) => {
-                    return Self {
-                        child,
-                        _stdin: stdin,
-                        addr,
-                        dir,
-                    };
-                }
-                Err(err) => last = err,
-            }
-        }
-        panic!("openssl s_server did not start in 3 attempts; last:\n{last}");
-    }
-
-    /// Spawns the server and waits (at most [`T`]) for its `ACCEPT` line.
-    fn attempt(
-        openssl: &Path,
-        dir: &Path,
-        addr: SocketAddr,
-    ) -> Result<(Child, ChildStdin), String> {
-        let out_path = dir.join("s_server.out");
-        let err_path = dir.join("s_server.err");
-        let create =
-            |path: &Path| File::create(path).map_err(|e| format!("{}: {e}", path.display()));
-        let accept = addr.to_string();
-        let mut child = Command::new(openssl)
-            .args([
-                "s_server",
-                "-accept",
-                &accept,
-                "-cert",
-                "default.crt",
-                "-key",
-                "default.key",
-                "-servername",
-                Self::OTHER,
-                "-cert2",
-                "other.crt",
-                "-key2",
-                "other.key",
-                "-servername_fatal",
-                "-www",
-                "-ign_eof",
-            ])
-            .current_dir(dir)
-            .stdin(Stdio::piped())
-            .stdout(create(&out_path)?)
-            .stderr(create(&err_path)?)
-            .spawn()
-            .map_err(|e| format!("spawn {} s_server: {e}", openssl.display()))?;
-        let stdin = child.stdin.take().ok_or("no stdin pipe")?;
-        let read = |path: &Path| {
-            String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
-        };
-        let deadline = Instant::now() + T;
-        loop {
-            if read(&out_path).lines().any(|line| line.trim() == "ACCEPT") {
-                return Ok((child, stdin));
-            }
-            let exited = child.try_wait().map_err(|e| format!("wait: {e}"))?;
-            if exited.is_some() || Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "s_server on {addr}: {}; stdout:\n{}\nstderr:\n{}",
-                    exited.map_or_else(|| format!("no ACCEPT within {T:?}"), |s| s.to_string()),
-                    read(&out_path),
-                    read(&err_path)
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for OpensslServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        if !matches!(wait_or_kill(&mut self.child, T), Ok(Some(_))) {
-            eprintln!(
-                "reject_alerts: s_server pid {} did not exit",
-                self.child.id()
-            );
-        }
-        if std::thread::panicking() {
-            let text =
-                std::fs::read_to_string(self.dir.path().join("s_server.err")).unwrap_or_default();
-            eprintln!("reject_alerts: s_server stderr:\n{}", tail(&text, 20));
-        }
-    }
+/// `default.example.com` and, for the SNI [`OTHER`], a second one; any
+/// other SNI gets a fatal `unrecognized_name` alert (`-servername_fatal`).
+/// Answers `GET /` with a status page (`-www`).
+fn openssl_server(openssl: &Path, ca: &TestCa) -> OpensslServer {
+    let default = ca.server_cert(&["default.example.com"]);
+    let other = ca.server_cert(&[OTHER]);
+    let files = [
+        ("default.crt", default.cert_pem.as_str()),
+        ("default.key", default.key_pem.as_str()),
+        ("other.crt", other.cert_pem.as_str()),
+        ("other.key", other.key_pem.as_str()),
+    ];
+    let args = [
+        "-cert",
+        "default.crt",
+        "-key",
+        "default.key",
+        "-servername",
+        OTHER,
+        "-cert2",
+        "other.crt",
+        "-key2",
+        "other.key",
+        "-servername_fatal",
+        "-www",
+        "-ign_eof",
+    ];
+    OpensslServer::start(openssl, &files, &args)
 }
 
 /// Sends `bytes` as a client would (no half-close) and reads until the
@@ -307,23 +216,22 @@ fn curl_names_the_same_alert_as_against_openssl_s_server() {
         ran
     };
 
-    let server = OpensslServer::start(&openssl, &ca);
+    let server = openssl_server(&openssl, &ca);
     // The control: the name it has is served (status page, exit 0), so its
     // refusal below is about the name alone.
-    let served = curl_to(OpensslServer::OTHER, server.addr);
+    let served = curl_to(OTHER, server.addr());
     assert!(
         served.status.success() && served.stdout.contains("s_server"),
-        "curl to s_server for {}:\n{}",
-        OpensslServer::OTHER,
+        "curl to s_server for {OTHER}:\n{}",
         served.both()
     );
-    let real = curl_to(UNKNOWN, server.addr);
+    let real = curl_to(UNKNOWN, server.addr());
     // On the wire: one fatal unrecognized_name alert, then EOF, from both
     // (curl's own hello for www.b.example.com, a name neither has). The
     // record version may differ: s_server writes 0x0303, the proxy follows
     // the client's record version (0x0301 in this capture).
     let hello = capture("curl_http11.bin");
-    let (from_server, server_end) = send_and_read(server.addr, &hello);
+    let (from_server, server_end) = send_and_read(server.addr(), &hello);
     drop(server);
 
     let proxy = only_a_h2();

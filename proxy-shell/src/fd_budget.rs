@@ -21,13 +21,14 @@ use crate::worker::pipe_pool::MAX_IDLE_PIPES;
 /// Descriptors kept for everything that is no session, listener or pipe:
 /// the standard streams, the command socket and its clients, the command
 /// server's poll and signal descriptors, the metrics endpoint, state-file
-/// saves and an access-log file.
+/// saves, an access-log file, and the health checker's poll and checks in
+/// flight.
 pub const RESERVE: u64 = 64;
 
 /// The descriptors a config can hold open at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
-    /// The session cap, as the workers' shares add up (each rounded up).
+    /// The session cap, counted once for the whole process.
     pub connections: u64,
     pub splice: bool,
     pub workers: u64,
@@ -39,7 +40,7 @@ impl Budget {
     pub fn of(global: &GlobalSettings, listeners: usize) -> Self {
         let workers = global.worker_count.max(1) as u64;
         Self {
-            connections: (global.max_connections as u64).div_ceil(workers) * workers,
+            connections: global.max_connections as u64,
             splice: global.splice,
             workers,
             listeners: listeners as u64,
@@ -179,11 +180,11 @@ mod tests {
             ..GlobalSettings::default()
         };
         let spliced = Budget::of(&global, 2);
-        // 3 shares of 3334: the cap as the workers enforce it.
-        assert_eq!(spliced.connections, 10_002);
+        // One cap for the process, whatever the number of workers.
+        assert_eq!(spliced.connections, 10_000);
         let idle = 2 * MAX_IDLE_PIPES as u64 * 3;
         assert_eq!(spliced.fixed(), idle + 3 * (2 + 2) + RESERVE);
-        assert_eq!(spliced.total(), 6 * 10_002 + spliced.fixed());
+        assert_eq!(spliced.total(), 6 * 10_000 + spliced.fixed());
         let copied = Budget::of(
             &GlobalSettings {
                 splice: false,
@@ -191,13 +192,13 @@ mod tests {
             },
             2,
         );
-        assert_eq!(copied.total(), 2 * 10_002 + 3 * 4 + RESERVE);
-        assert_eq!(copied.connections_within(copied.total()), 10_002);
+        assert_eq!(copied.total(), 2 * 10_000 + 3 * 4 + RESERVE);
+        assert_eq!(copied.connections_within(copied.total()), 10_000);
         assert_eq!(copied.connections_within(10), 0);
         let text = spliced.to_string();
         assert!(
             text.starts_with(
-                "6 per connection (2 sockets and 2 splice pipes) × max_connections 10002"
+                "6 per connection (2 sockets and 2 splice pipes) × max_connections 10000"
             ),
             "{text}"
         );

@@ -17,6 +17,7 @@ pub mod inspect;
 pub mod metrics_http;
 pub mod notify;
 pub mod server;
+pub mod shared;
 pub mod sources;
 pub mod start;
 pub mod takeover;

@@ -5,16 +5,17 @@
 //! declarations, unless it is empty and `empty_saved_state` says
 //! otherwise; stale temp files of killed saves are removed first; an
 //! upgrade's handover wins over both), the command
-//! socket, the access-log writer, the workers, replaying the state on
-//! them, the route sources (merged with the config's declarations,
-//! whatever the boot state), then the command server until a stop, and
-//! joining the workers and then the writer. Must never: start with a
+//! socket, the access-log writer, the state the threads share, the
+//! workers, replaying the state on them, the route sources (merged with
+//! the config's declarations, whatever the boot state), the resolver and
+//! the health checker, then the command server until a stop, and joining
+//! the workers and then the writer. Must never: start with a
 //! state the workers refused, or over another running proxy's command
 //! socket (a successor moves its own over it only once it serves).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,7 @@ use crate::access_log;
 use crate::cli::{EXIT_FAILED, EXIT_USAGE, Globals};
 use crate::handover::Inherited;
 use crate::server::{CommandServer, SavedBase, ServerSettings, StopKind};
+use crate::shared::{Shared, checker, resolve};
 use crate::takeover::{self, Successor};
 use crate::worker::{self, WorkerSettings};
 
@@ -39,6 +41,10 @@ const JOIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// write the lines still queued (a writer stuck on a pipe nobody reads is
 /// left behind).
 const WRITER_FINISH: Duration = Duration::from_secs(2);
+
+/// How long `start` waits for the first resolution of the named backends
+/// before it says it is ready.
+const FIRST_RESOLUTION_WAIT: Duration = Duration::from_secs(5);
 
 /// Runs `preread start`.
 pub fn run(globals: &Globals) -> ExitCode {
@@ -298,6 +304,8 @@ fn serve(
     if let Some(writer) = &writer {
         server.set_access_log(writer.reopener());
     }
+    let shared = Shared::new(global);
+    server.share(Arc::clone(&shared));
     let mut threads = Vec::new();
     let count = u32::try_from(global.worker_count.max(1)).unwrap_or(u32::MAX);
     let mut hands = match &mut successor {
@@ -311,7 +319,7 @@ fn serve(
     for id in 0..count {
         match worker::spawn(
             id,
-            WorkerSettings::from_global(global),
+            (WorkerSettings::from_global(global), Arc::clone(&shared)),
             replies_tx.clone(),
             server.waker(),
             hands.next().unwrap_or_default(),
@@ -338,6 +346,9 @@ fn serve(
             let why = format!("{error}");
             return fail(&mut server, threads, successor.as_mut(), &why);
         }
+    }
+    if let Err(why) = start_backend_threads(&shared, global) {
+        return fail(&mut server, threads, successor.as_mut(), &why);
     }
     let upgraded = successor.is_some();
     if let Some(mut s) = successor.take() {
@@ -408,6 +419,30 @@ fn serve(
             ExitCode::from(EXIT_FAILED)
         }
     }
+}
+
+/// Starts the resolver of named backends and the health checker, then
+/// waits (at most [`FIRST_RESOLUTION_WAIT`]) for every name of the boot
+/// state to have been tried once, so a named backend serves from the first
+/// connection. A name that does not resolve is logged by the resolver and
+/// does not hold the start.
+fn start_backend_threads(shared: &Arc<Shared>, global: &GlobalSettings) -> Result<(), String> {
+    let interval = Duration::from_secs(u64::from(global.resolve_interval_s.max(1)));
+    let first = resolve::spawn(
+        Arc::clone(&shared.registry),
+        Arc::clone(&shared.counters),
+        interval,
+    )
+    .map_err(|e| format!("cannot start the resolver of named backends: {e}"))?;
+    checker::spawn(Arc::clone(&shared.registry), Arc::clone(&shared.counters))
+        .map_err(|e| format!("cannot start the health checker: {e}"))?;
+    if !first.wait(FIRST_RESOLUTION_WAIT) {
+        log::warn!(
+            "named backends not all resolved within {FIRST_RESOLUTION_WAIT:?}: serving, and \
+             they take connections once they resolve"
+        );
+    }
+    Ok(())
 }
 
 /// A start that cannot go on: an upgrade's old process hears why, the

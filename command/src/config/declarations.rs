@@ -3,7 +3,8 @@
 //!
 //! Owns: the mapping of each table to the request the command socket would
 //! carry, the spellings of enumerations (`protocol`, `load_balancing`,
-//! `proxy_protocol`), generated backend ids, the order of the requests
+//! `proxy_protocol`; a `health_check`'s are in `health_check.rs`),
+//! generated backend ids, the order of the requests
 //! (clusters, listeners, frontends, backends; document order within each
 //! group), and the check that a listener's preread cap fits in a buffer.
 //!
@@ -16,6 +17,7 @@ use toml::Spanned;
 
 use super::LocatedRequest;
 use super::global::GlobalSettings;
+use super::health_check::health_check;
 use super::lines::{Problems, ranged};
 use super::raw::RawConfig;
 use crate::codes::ErrorCode;
@@ -133,6 +135,10 @@ pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> V
             .as_ref()
             .and_then(|value| ranged::<u32>(value, "max_connections_per_ip", 0, problems))
             .unwrap_or(0);
+        let health_check = cluster
+            .health_check
+            .as_ref()
+            .map(|check| health_check(check.get_ref(), problems));
         clusters.push((
             position,
             RequestType::AddCluster(proto::Cluster {
@@ -140,6 +146,7 @@ pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> V
                 load_balancing: load_balancing as i32,
                 proxy_protocol: proxy_protocol as i32,
                 max_connections_per_ip,
+                health_check,
             }),
         ));
 
@@ -165,6 +172,10 @@ pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> V
                 .weight
                 .as_ref()
                 .and_then(|value| ranged::<u32>(value, "weight", 0, problems));
+            let max_connections = backend
+                .max_connections
+                .as_ref()
+                .and_then(|value| ranged::<u32>(value, "max_connections", 0, problems));
             backends.push((
                 position,
                 RequestType::AddBackend(proto::Backend {
@@ -175,6 +186,7 @@ pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> V
                     address: backend.address,
                     weight,
                     backup: backend.backup.unwrap_or(false),
+                    max_connections,
                 }),
             ));
         }

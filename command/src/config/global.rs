@@ -48,6 +48,8 @@ pub const DEFAULT_REJECT_CAPTURE: usize = 64;
 /// The most windows `reject_capture` keeps per worker: each holds up to a
 /// listener's cap (16 KiB by default).
 pub const MAX_REJECT_CAPTURE: usize = 4096;
+/// Default of `resolve_interval`, in seconds.
+pub const DEFAULT_RESOLVE_INTERVAL_S: u32 = 30;
 /// Default of `command_client_timeout`, in seconds: far above what a
 /// command-line client or a scrape needs to send a request or read its
 /// answer, short enough that stuck clients do not pile up.
@@ -144,6 +146,8 @@ pub struct GlobalSettings {
     pub sources: SourceSettings,
     /// Keepalive probes on the client and backend sockets; `None` is off.
     pub tcp_keepalive: Option<TcpKeepalive>,
+    /// Seconds between two resolutions of each named backend, at least 1.
+    pub resolve_interval_s: u32,
 }
 
 impl GlobalSettings {
@@ -196,6 +200,7 @@ impl Default for GlobalSettings {
             command_client_timeout_s: DEFAULT_COMMAND_CLIENT_TIMEOUT_S,
             sources: SourceSettings::default(),
             tcp_keepalive: Some(TcpKeepalive::default()),
+            resolve_interval_s: DEFAULT_RESOLVE_INTERVAL_S,
         }
     }
 }
@@ -353,6 +358,11 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
     }
     global.sources = source_settings(raw, problems);
     global.tcp_keepalive = tcp_keepalive(raw, problems);
+    if let Some(interval) = &raw.resolve_interval {
+        if let Some(interval) = ranged::<u32>(interval, "resolve_interval", 1, problems) {
+            global.resolve_interval_s = interval;
+        }
+    }
     global
 }
 

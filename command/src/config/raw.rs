@@ -43,6 +43,7 @@ pub(super) struct RawConfig {
     pub(super) tcp_keepalive_idle: Option<Spanned<i64>>,
     pub(super) tcp_keepalive_interval: Option<Spanned<i64>>,
     pub(super) tcp_keepalive_count: Option<Spanned<i64>>,
+    pub(super) resolve_interval: Option<Spanned<i64>>,
     #[serde(default)]
     pub(super) listeners: Vec<Spanned<RawListener>>,
     #[serde(default)]
@@ -94,6 +95,7 @@ pub(super) struct RawCluster {
     pub(super) load_balancing: Option<Spanned<String>>,
     pub(super) proxy_protocol: Option<Spanned<String>>,
     pub(super) max_connections_per_ip: Option<Spanned<i64>>,
+    pub(super) health_check: Option<Spanned<RawHealthCheck>>,
     #[serde(default)]
     pub(super) frontends: Vec<Spanned<RawFrontend>>,
     #[serde(default)]
@@ -118,6 +120,27 @@ pub(super) struct RawBackend {
     pub(super) backend_id: Option<String>,
     pub(super) weight: Option<Spanned<i64>>,
     pub(super) backup: Option<bool>,
+    pub(super) max_connections: Option<Spanned<i64>>,
+}
+
+/// A cluster's `health_check = { kind, interval, timeout, rise, fall }`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHealthCheck {
+    pub(super) kind: Option<Spanned<String>>,
+    pub(super) interval: Option<Spanned<RawDuration>>,
+    pub(super) timeout: Option<Spanned<RawDuration>>,
+    pub(super) rise: Option<Spanned<i64>>,
+    pub(super) fall: Option<Spanned<i64>>,
+}
+
+/// A duration as written: a bare integer (in the key's unit) or a string
+/// with its unit (`"1500ms"`, `"2s"`).
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawDuration {
+    Integer(i64),
+    Text(String),
 }
 
 /// `[clusters.<id>]` tables, in the order the deserializer yields them

@@ -302,6 +302,7 @@ fn cluster(name: &str, members: &[Member<'_>]) -> Fragment {
             load_balancing: proto::LoadBalancing::RoundRobin as i32,
             proxy_protocol: proxy_protocol as i32,
             max_connections_per_ip: 0,
+            health_check: None,
         })),
         origin: format!(
             "labels {TCP_PREFIX}{name}.* of container(s) {}",
@@ -339,6 +340,7 @@ fn cluster(name: &str, members: &[Member<'_>]) -> Fragment {
                 address: member.backend.to_string(),
                 weight: member.weight,
                 backup: false,
+                max_connections: None,
             })),
             origin: format!(
                 "labels {TCP_PREFIX}{name}.port/.address of container {}",

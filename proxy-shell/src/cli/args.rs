@@ -279,9 +279,33 @@ pub struct ClusterArgs {
     /// PROXY protocol towards the backends.
     #[arg(long, value_enum, default_value = "none")]
     pub proxy_protocol: ProxyProtocolArg,
-    /// Concurrent connections per client address; 0 = unlimited.
+    /// Concurrent connections per client address, for the whole process;
+    /// 0 = unlimited.
     #[arg(long, default_value_t = 0)]
     pub max_connections_per_ip: u32,
+    /// Check every backend actively: a connect (tcp), or a ClientHello
+    /// answered by a TLS record (tls).
+    #[arg(long, value_enum)]
+    pub health_check: Option<HealthCheckArg>,
+    /// Time between two checks of a backend: "500ms", "2s" (a bare number
+    /// is seconds); default 2s.
+    #[arg(long, requires = "health_check", value_parser = duration_ms)]
+    pub health_check_interval: Option<u32>,
+    /// Time one check may take, at most the interval; default 1s.
+    #[arg(long, requires = "health_check", value_parser = duration_ms)]
+    pub health_check_timeout: Option<u32>,
+    /// Checks passed in a row that bring a down backend up; default 2.
+    #[arg(long, requires = "health_check")]
+    pub health_check_rise: Option<u32>,
+    /// Checks failed in a row that take an up backend down; default 3.
+    #[arg(long, requires = "health_check")]
+    pub health_check_fall: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum HealthCheckArg {
+    Tcp,
+    Tls,
 }
 
 #[derive(Debug, Subcommand)]
@@ -323,8 +347,9 @@ pub struct FrontendArgs {
 pub enum BackendAction {
     /// Add a backend to a cluster.
     Add(BackendArgs),
-    /// Change a backend's weight or backup flag in place (its address is
-    /// its identity: to move it, remove it and add it again).
+    /// Change a backend's weight, backup flag or max_connections in place
+    /// (its address is its identity: to move it, remove it and add it
+    /// again).
     Update(BackendArgs),
     /// Remove a backend.
     Remove {
@@ -333,10 +358,13 @@ pub enum BackendAction {
         cluster: String,
         #[arg(long)]
         backend_id: String,
-        /// ip:port
+        /// ip:port or name:port, as it was added.
         #[arg(short = 'a', long)]
         address: String,
     },
+    /// Every backend instance with its health (up or down, since when, the
+    /// last error) and its connections, for the whole process.
+    List,
 }
 
 /// A backend, as `backend add` and `backend update` take it.
@@ -347,7 +375,7 @@ pub struct BackendArgs {
     pub cluster: String,
     #[arg(long)]
     pub backend_id: String,
-    /// ip:port
+    /// ip:port, or name:port (resolved every resolve_interval).
     #[arg(short = 'a', long)]
     pub address: String,
     /// Relative weight for load balancing.
@@ -356,6 +384,10 @@ pub struct BackendArgs {
     /// Use only when no primary backend is usable.
     #[arg(long)]
     pub backup: bool,
+    /// Connections open at once to each instance, for the whole process;
+    /// 0 (the default) is no limit.
+    #[arg(long)]
+    pub max_connections: Option<u32>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -397,6 +429,19 @@ fn reject_reason(text: &str) -> Result<String, String> {
     } else {
         Err(format!("unknown reason; use one of {}", known.join(", ")))
     }
+}
+
+/// A duration in milliseconds: "500ms", "2s", or a bare number of seconds,
+/// as the config file writes it.
+fn duration_ms(text: &str) -> Result<u32, String> {
+    let text = text.trim();
+    let duration = match text.parse::<u64>() {
+        Ok(seconds) => Some(std::time::Duration::from_secs(seconds)),
+        Err(_) => humantime::parse_duration(text).ok(),
+    };
+    duration
+        .and_then(|d| u32::try_from(d.as_millis()).ok())
+        .ok_or_else(|| format!("{text:?} is not a duration: write e.g. \"500ms\" or \"2s\""))
 }
 
 /// One size of `inspect --reads`: a read adds at least one byte.

@@ -1,5 +1,5 @@
-//! `cluster list` and `frontend list`: every page of a listing, gathered
-//! into the one answer that `print` shows.
+//! `cluster list`, `frontend list` and `backend list`: every page of a
+//! listing, gathered into the one answer that `print` shows.
 //!
 //! Owns: asking page after page, each starting after the last entry of
 //! the one before, until the proxy says no more follow. Must never: loop
@@ -22,6 +22,7 @@ pub(super) fn request_all(
     let next = match &request.request_type {
         Some(RequestType::ListFrontends(page)) => Next::Frontends(page.limit),
         Some(RequestType::ListClusters(page)) => Next::Clusters(page.limit),
+        Some(RequestType::ListBackends(page)) => Next::Backends(page.limit),
         _ => return Ok(first),
     };
     loop {
@@ -47,6 +48,7 @@ fn describe(error: ChannelError) -> String {
 enum Next {
     Frontends(u32),
     Clusters(u32),
+    Backends(u32),
 }
 
 const STUCK: &str = "the proxy answered an empty page with more to follow: is it older \
@@ -74,6 +76,15 @@ impl Next {
                     limit: *limit,
                 })
             }
+            (Self::Backends(limit), ContentType::Backends(list)) if list.more => {
+                let Some(last) = list.backends.last().and_then(|s| s.backend.as_ref()) else {
+                    return Err(STUCK.to_owned());
+                };
+                RequestType::ListBackends(proto::ListBackends {
+                    after: Some(last.backend_id.clone()),
+                    limit: *limit,
+                })
+            }
             _ => return Ok(None),
         };
         Ok(Some(proto::Request {
@@ -90,6 +101,10 @@ impl Next {
             }
             (ContentType::Clusters(list), ContentType::Clusters(page)) => {
                 list.clusters.extend(page.clusters);
+                list.more = page.more;
+            }
+            (ContentType::Backends(list), ContentType::Backends(page)) => {
+                list.backends.extend(page.backends);
                 list.more = page.more;
             }
             _ => return Err("the proxy answered a page with another kind of list".to_owned()),

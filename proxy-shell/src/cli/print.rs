@@ -9,6 +9,8 @@ use std::fmt::Write as _;
 use command::proto::{self, response_content::ContentType};
 use serde_json::{Map, Value, json};
 
+use crate::worker::vocabulary::is_process_wide;
+
 fn lb_name(value: i32) -> &'static str {
     match proto::LoadBalancing::try_from(value) {
         Ok(proto::LoadBalancing::RoundRobin) => "round_robin",
@@ -106,6 +108,7 @@ fn clusters_text(list: &proto::ClusterList) -> String {
                 lb_name(c.load_balancing).to_owned(),
                 pp_name(c.proxy_protocol).to_owned(),
                 c.max_connections_per_ip.to_string(),
+                command::health_check::describe_health_check(c.health_check.as_ref()),
                 backends.join(", "),
             ]
         })
@@ -116,7 +119,69 @@ fn clusters_text(list: &proto::ClusterList) -> String {
             "LOAD_BALANCING",
             "PROXY_PROTOCOL",
             "MAX_PER_IP",
+            "HEALTH_CHECK",
             "BACKENDS",
+        ],
+        &rows,
+    )
+}
+
+/// `2026-11-30T18:00:23Z`, from milliseconds since the Unix epoch; `-`
+/// for 0 (no instance, so no state).
+fn since(ms: u64) -> String {
+    if ms == 0 {
+        return "-".to_owned();
+    }
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+fn backends_text(list: &proto::BackendList) -> String {
+    let rows: Vec<Vec<String>> = list
+        .backends
+        .iter()
+        .map(|status| {
+            let b = status.backend.clone().unwrap_or_default();
+            let instance = if status.instance.is_empty() {
+                "-".to_owned()
+            } else {
+                status.instance.clone()
+            };
+            let mut flags = format!("w{}", opt(b.weight));
+            if b.backup {
+                flags.push_str(" backup");
+            }
+            if let Some(max) = b.max_connections.filter(|&max| max > 0) {
+                flags.push_str(&format!(" max{max}"));
+            }
+            vec![
+                b.cluster_id,
+                b.backend_id,
+                b.address,
+                instance,
+                flags,
+                if status.up { "up" } else { "down" }.to_owned(),
+                since(status.since_ms),
+                status.connections.to_string(),
+                if status.last_error.is_empty() {
+                    "-".to_owned()
+                } else {
+                    status.last_error.clone()
+                },
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "CLUSTER",
+            "BACKEND",
+            "ADDRESS",
+            "INSTANCE",
+            "SETTINGS",
+            "HEALTH",
+            "SINCE",
+            "CONNECTIONS",
+            "LAST_ERROR",
         ],
         &rows,
     )
@@ -156,10 +221,12 @@ fn metrics_text(report: &proto::MetricsReport) -> String {
         .iter()
         .map(|(name, total)| {
             let mut row = vec![name.clone(), total.to_string()];
-            row.extend(report.workers.iter().map(|w| {
-                w.values
-                    .get(name)
-                    .map_or_else(|| "0".to_owned(), i64::to_string)
+            // A process-wide name has no worker's share to show.
+            let process_wide = is_process_wide(name);
+            row.extend(report.workers.iter().map(|w| match w.values.get(name) {
+                Some(value) => value.to_string(),
+                None if process_wide => "-".to_owned(),
+                None => "0".to_owned(),
             }));
             row
         })
@@ -332,6 +399,7 @@ pub fn success_text(response: &proto::Response) -> String {
         Some(ContentType::Listeners(list)) => listeners_text(list),
         Some(ContentType::Clusters(list)) => clusters_text(list),
         Some(ContentType::Frontends(list)) => frontends_text(list),
+        Some(ContentType::Backends(list)) => backends_text(list),
         Some(ContentType::Metrics(report)) => metrics_text(report),
         Some(ContentType::Sources(list)) => sources_text(list, now_ms()),
         Some(ContentType::Rejects(list)) => rejects_text(list, &[]),
@@ -426,8 +494,76 @@ mod tests {
         assert_eq!(lines[1]["tcp.accepted"], 3);
         assert_eq!(lines[2]["worker"], "total");
         assert_eq!(lines[2]["tcp.accepted"], 5);
+        let mut report = report;
+        report.total.insert("backend.down".to_owned(), 1);
         let text = success_text(&with(ContentType::Metrics(report)));
         assert!(text.contains("tcp.accepted  5      2         3"), "{text}");
+        assert!(
+            text.contains("backend.down  1      -         -"),
+            "a process-wide name has no worker column: {text}"
+        );
+    }
+
+    #[test]
+    fn backends_table_shows_each_instance_with_its_health() {
+        let backend = proto::Backend {
+            cluster_id: "db".into(),
+            backend_id: "db-0".into(),
+            address: "db.internal:5432".into(),
+            weight: Some(100),
+            backup: false,
+            max_connections: Some(50),
+        };
+        let list = proto::BackendList {
+            backends: vec![
+                proto::BackendStatus {
+                    backend: Some(backend.clone()),
+                    instance: "10.0.0.1:5432".into(),
+                    up: true,
+                    since_ms: 1_764_612_023_000,
+                    last_error: String::new(),
+                    connections: 3,
+                },
+                proto::BackendStatus {
+                    backend: Some(backend),
+                    instance: "10.0.0.2:5432".into(),
+                    up: false,
+                    since_ms: 1_764_612_024_500,
+                    last_error: "check: connect to 10.0.0.2:5432 failed".into(),
+                    connections: 0,
+                },
+            ],
+            more: false,
+        };
+        let text = success_text(&with(ContentType::Backends(list)));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(
+            lines[0].starts_with("CLUSTER") && lines[0].contains("LAST_ERROR"),
+            "{text}"
+        );
+        for (line, expected) in lines[1..].iter().zip([
+            [
+                "10.0.0.1:5432",
+                "w100 max50",
+                "up",
+                "2025-12-01T18:00:23Z",
+                "3",
+                "-",
+            ],
+            [
+                "10.0.0.2:5432",
+                "w100 max50",
+                "down",
+                "2025-12-01T18:00:24Z",
+                "0",
+                "failed",
+            ],
+        ]) {
+            for field in expected {
+                assert!(line.contains(field), "{field:?} in {line:?}");
+            }
+        }
     }
 
     #[test]

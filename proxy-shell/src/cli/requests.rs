@@ -8,8 +8,8 @@ use command::proto::{self, request::RequestType};
 
 use super::args::{
     BackendAction, BackendArgs, ClusterAction, ClusterArgs, Command, FrontendAction, FrontendArgs,
-    ListenerAction, LoadBalancingArg, MetricsAction, ProxyProtocolArg, RejectWithArg, StateAction,
-    TcpFrontendAction, TcpListenerAction, TcpListenerArgs,
+    HealthCheckArg, ListenerAction, LoadBalancingArg, MetricsAction, ProxyProtocolArg,
+    RejectWithArg, StateAction, TcpFrontendAction, TcpListenerAction, TcpListenerArgs,
 };
 
 fn request(request_type: RequestType) -> proto::Request {
@@ -49,6 +49,17 @@ fn cluster(args: &ClusterArgs) -> proto::Cluster {
         load_balancing: load_balancing(args.load_balancing).into(),
         proxy_protocol: proxy_protocol(args.proxy_protocol).into(),
         max_connections_per_ip: args.max_connections_per_ip,
+        health_check: args.health_check.map(|kind| proto::HealthCheck {
+            kind: match kind {
+                HealthCheckArg::Tcp => proto::HealthCheckKind::Tcp,
+                HealthCheckArg::Tls => proto::HealthCheckKind::Tls,
+            }
+            .into(),
+            interval_ms: args.health_check_interval,
+            timeout_ms: args.health_check_timeout,
+            rise: args.health_check_rise,
+            fall: args.health_check_fall,
+        }),
     }
 }
 
@@ -59,6 +70,7 @@ fn backend(args: &BackendArgs) -> proto::Backend {
         address: args.address.clone(),
         weight: args.weight,
         backup: args.backup,
+        max_connections: args.max_connections,
     }
 }
 
@@ -164,6 +176,7 @@ pub fn for_command(command: &Command) -> Option<proto::Request> {
                 backend_id: backend_id.clone(),
                 address: address.clone(),
             }),
+            BackendAction::List => RequestType::ListBackends(proto::ListBackends::default()),
         },
         Command::State { action } => match action {
             StateAction::Save { file } => RequestType::SaveState(proto::SaveState {

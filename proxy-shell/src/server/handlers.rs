@@ -70,6 +70,10 @@ impl CommandServer {
                 let answer = ok_with(self.sources.list());
                 self.respond(who, &answer);
             }
+            RequestType::ListBackends(page) => {
+                let list = responses::backends(&self.state, &self.shared.registry, &page);
+                self.respond(who, &ok_with(list));
+            }
             RequestType::SaveState(save) => {
                 let answer = self.save_to(&save.path);
                 self.respond(who, &answer);
@@ -142,7 +146,10 @@ impl CommandServer {
                 self.generation,
                 &gathered.answers,
             ),
-            Query::Metrics => responses::metrics(&gathered.answers),
+            Query::Metrics => responses::metrics(
+                &gathered.answers,
+                self.shared.counters.metrics(&self.shared.registry),
+            ),
             Query::Rejects(_) => responses::rejects(&gathered.answers),
         };
         ok_with(content)

@@ -47,6 +47,7 @@ use slab::Slab;
 
 use crate::access_log::Reopener;
 use crate::answer_code::AnswerCode;
+use crate::shared::Shared;
 use crate::worker::listen::ensure_unbound;
 use crate::worker::orders::{Answer, Order, OrderId, Reply, WorkerHandle};
 use changes::Changes;
@@ -216,6 +217,9 @@ pub struct CommandServer {
     /// Asks the access-log writer to reopen its file (SIGUSR1); `None`
     /// when the log is off.
     access_log: Option<Reopener>,
+    /// What the threads of the process share: the registry of backends
+    /// (kept in step with each committed state), the health counters.
+    shared: Arc<Shared>,
 }
 
 impl fmt::Debug for CommandServer {
@@ -277,7 +281,14 @@ impl CommandServer {
             adopted: BTreeSet::new(),
             sources: sources::RouteSources::new(settings_config.as_deref()),
             access_log: None,
+            shared: Shared::new(&GlobalSettings::default()),
         })
+    }
+
+    /// Shares the process's state with the server: the one the workers
+    /// were given, so `backend list` and the metrics show what they do.
+    pub fn share(&mut self, shared: Arc<Shared>) {
+        self.shared = shared;
     }
 
     /// Like [`bind`](Self::bind), for an upgrade's successor: the command
@@ -383,6 +394,7 @@ impl CommandServer {
         };
         let count = generation.len();
         if count == 0 {
+            self.shared.registry.sync(&self.state, Instant::now());
             return Ok(0);
         }
         let id = self.broadcast(
@@ -400,6 +412,7 @@ impl CommandServer {
                 message,
             });
         }
+        self.shared.registry.sync(&self.state, Instant::now());
         Ok(count)
     }
 

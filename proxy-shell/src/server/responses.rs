@@ -4,12 +4,16 @@
 //! Owns: the shape of every response (status, message, code, content).
 //! Must never: change the state or talk to a worker.
 
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::time::{Duration, UNIX_EPOCH};
 
+use command::listing::fill_by;
 use command::proto::{self, response_content::ContentType};
 use command::state::ConfigState;
+use prost::Message;
 
 use crate::answer_code::AnswerCode;
+use crate::shared::registry::Registry;
 use crate::worker::orders::Answer;
 
 /// An OK answer with a message and no content.
@@ -81,10 +85,67 @@ pub(crate) fn status(
     })
 }
 
+/// The page of backends after `request.after`, in backend id order, one
+/// entry per instance (a name that resolved to nothing has one without an
+/// address), with its health as the registry holds it. A backend's
+/// instances are never split over two pages.
+pub(crate) fn backends(
+    state: &ConfigState,
+    registry: &Registry,
+    request: &proto::ListBackends,
+) -> ContentType {
+    let groups = state
+        .backends_after(request.after.as_deref())
+        .map(|backend| statuses(backend, registry));
+    let mut page = Vec::new();
+    let more = fill_by(groups, request.limit, &mut page, |group| {
+        group.iter().map(|s| s.encoded_len() + 8).sum()
+    });
+    ContentType::Backends(proto::BackendList {
+        backends: page.into_iter().flatten().collect(),
+        more,
+    })
+}
+
+/// The rows of one backend: one per instance.
+fn statuses(backend: &proto::Backend, registry: &Registry) -> Vec<proto::BackendStatus> {
+    let shared = registry.find(backend);
+    let instances = shared.as_ref().map(|s| s.instances()).unwrap_or_default();
+    if instances.is_empty() {
+        let error = shared.and_then(|s| s.resolution().error);
+        return vec![proto::BackendStatus {
+            backend: Some(backend.clone()),
+            instance: String::new(),
+            up: false,
+            since_ms: 0,
+            last_error: error.unwrap_or_else(|| "not resolved yet".to_owned()),
+            connections: 0,
+        }];
+    }
+    instances
+        .iter()
+        .map(|instance| {
+            let status = instance.status();
+            proto::BackendStatus {
+                backend: Some(backend.clone()),
+                instance: instance.address().to_string(),
+                up: status.up,
+                since_ms: status
+                    .since
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                last_error: status.last_error.unwrap_or_default(),
+                connections: status.connections,
+            }
+        })
+        .collect()
+}
+
 /// The metrics of every worker, by worker id, and their total: counters
 /// and gauges summed, histogram quantiles re-estimated from the summed
-/// buckets (a sum of per-worker p99s means nothing).
-pub(crate) fn metrics(answers: &[(u32, Answer)]) -> ContentType {
+/// buckets (a sum of per-worker p99s means nothing), with the process-wide
+/// ones (`process`: health and resolution) in the total only.
+pub(crate) fn metrics(answers: &[(u32, Answer)], process: BTreeMap<String, i64>) -> ContentType {
     let workers: Vec<proto::WorkerMetrics> = answers
         .iter()
         .filter_map(|(worker, answer)| match answer {
@@ -95,7 +156,8 @@ pub(crate) fn metrics(answers: &[(u32, Answer)]) -> ContentType {
             _ => None,
         })
         .collect();
-    let total = crate::worker::metrics::totals(&workers);
+    let mut total = crate::worker::metrics::totals(&workers);
+    total.extend(process);
     ContentType::Metrics(proto::MetricsReport { workers, total })
 }
 
@@ -145,16 +207,114 @@ mod tests {
         })
     }
 
+    /// A state of cluster `c` with backends `b0`, `b1` at `127.0.0.1` and
+    /// `b2` at a name, and a registry in step with it.
+    fn with_backends() -> Result<(ConfigState, Registry), String> {
+        use command::proto::request::RequestType;
+        let mut state = ConfigState::default();
+        let cluster = proto::Cluster {
+            cluster_id: "c".into(),
+            ..Default::default()
+        };
+        let mut requests = vec![RequestType::AddCluster(cluster)];
+        for (id, address) in [
+            ("b0", "127.0.0.1:9000"),
+            ("b1", "127.0.0.1:9001"),
+            ("b2", "db.internal:5432"),
+        ] {
+            requests.push(RequestType::AddBackend(proto::Backend {
+                cluster_id: "c".into(),
+                backend_id: id.into(),
+                address: address.into(),
+                ..Default::default()
+            }));
+        }
+        for kind in requests {
+            let request = proto::Request {
+                request_type: Some(kind),
+            };
+            let _applied = state.dispatch(&request).map_err(|e| e.to_string())?;
+        }
+        let registry = Registry::default();
+        registry.sync(&state, std::time::Instant::now());
+        Ok((state, registry))
+    }
+
+    fn page(
+        state: &ConfigState,
+        registry: &Registry,
+        after: Option<&str>,
+        limit: u32,
+    ) -> proto::BackendList {
+        let request = proto::ListBackends {
+            after: after.map(str::to_owned),
+            limit,
+        };
+        match backends(state, registry, &request) {
+            ContentType::Backends(list) => list,
+            _ => proto::BackendList::default(),
+        }
+    }
+
+    #[test]
+    fn backends_come_in_pages_with_a_row_per_instance() -> Result<(), String> {
+        let (state, registry) = with_backends()?;
+        let first = page(&state, &registry, None, 2);
+        let ids: Vec<&str> = first
+            .backends
+            .iter()
+            .filter_map(|s| s.backend.as_ref().map(|b| b.backend_id.as_str()))
+            .collect();
+        assert_eq!((ids, first.more), (vec!["b0", "b1"], true));
+        assert!(
+            first
+                .backends
+                .iter()
+                .all(|s| s.up && s.instance.starts_with("127.0.0.1:"))
+        );
+        let rest = page(&state, &registry, Some("b1"), 0);
+        assert!(!rest.more);
+        assert_eq!(rest.backends.len(), 1, "{rest:?}");
+        let unresolved = &rest.backends[0];
+        assert_eq!(
+            (
+                unresolved.instance.as_str(),
+                unresolved.up,
+                unresolved.since_ms
+            ),
+            ("", false, 0),
+            "a name not resolved yet has one row, down, with no address"
+        );
+        assert_eq!(unresolved.last_error, "not resolved yet");
+        assert_eq!(page(&state, &registry, None, 0).backends.len(), 3);
+        Ok(())
+    }
+
     #[test]
     fn metrics_total_is_a_per_name_sum() {
-        let ContentType::Metrics(report) = metrics(&[
-            (0, worker(&[("a", 1), ("b", 2)])),
-            (1, worker(&[("b", 3), ("c", 4)])),
-        ]) else {
+        let process = BTreeMap::from([("backend.down".to_owned(), 2)]);
+        let ContentType::Metrics(report) = metrics(
+            &[
+                (0, worker(&[("a", 1), ("b", 2)])),
+                (1, worker(&[("b", 3), ("c", 4)])),
+            ],
+            process,
+        ) else {
             panic!("not metrics");
         };
         let total: Vec<(&str, i64)> = report.total.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-        assert_eq!(total, vec![("a", 1), ("b", 5), ("c", 4)]);
+        assert_eq!(
+            total,
+            vec![("a", 1), ("b", 5), ("backend.down", 2), ("c", 4)],
+            "the process-wide names are in the total"
+        );
+        assert!(
+            report
+                .workers
+                .iter()
+                .all(|w| !w.values.contains_key("backend.down")),
+            "and in no worker's column"
+        );
         let ids: Vec<u32> = report.workers.iter().map(|w| w.worker_id).collect();
         assert_eq!(ids, vec![0, 1], "the reply's worker id wins");
     }

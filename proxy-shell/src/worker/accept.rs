@@ -3,7 +3,9 @@
 //!
 //! Owns: the order of the checks at accept (`max_connections`, then a free
 //! buffer in the pool, then the listener's `max_unrouted_per_ip` for the
-//! client's address), what a refused connection counts, how an accept
+//! client's address; each counted for the whole process, with one atomic
+//! operation or one shard of a map, no lock across a syscall), what a
+//! refused connection counts, how an accept
 //! loop ends ([`Accepted`]: drained, or short of a resource, counted in
 //! `tcp.accept.emfile` when it is descriptors), and the start of a session:
 //! its front socket registered, its front idle timer, and the preread
@@ -33,6 +35,7 @@ use super::unrouted::{self, Full, Held};
 use super::vocabulary::{
     Outcome, RefuseReason, SNI_PREREAD_ACTIVE, TCP_ACCEPT_EMFILE, TCP_ACCEPTED, TCP_ACTIVE,
 };
+use crate::shared::admission::Slot;
 
 /// How an accept loop ended.
 #[derive(Debug)]
@@ -71,35 +74,35 @@ pub(super) fn accept(
         };
         ctx.metrics.incr(TCP_ACCEPTED);
         let limit = unrouted::limit(ctx.runtime.listeners.get(&address));
-        let admitted = if sessions.len() >= ctx.settings.max_connections {
-            Err(RefuseReason::MaxConnections)
-        } else if ctx.pool.in_use() >= ctx.pool.capacity() {
-            Err(RefuseReason::PoolExhausted)
-        } else {
-            (ctx.unrouted.admit(address, client.ip(), limit))
-                .map_err(|Full| RefuseReason::UnroutedPerIp)
+        let admitted = match ctx.shared.sessions.try_take() {
+            None => Err(RefuseReason::MaxConnections),
+            Some(_) if ctx.pool.is_exhausted() => Err(RefuseReason::PoolExhausted),
+            Some(slot) => (ctx.unrouted.admit(address, client.ip(), limit))
+                .map(|held| (slot, held))
+                .map_err(|Full| RefuseReason::UnroutedPerIp),
         };
-        let held = match admitted {
-            Ok(held) => held,
+        let (slot, held) = match admitted {
+            Ok(admitted) => admitted,
             Err(reason) => {
                 ctx.metrics.incr(reason.metric_name());
                 debug!("refused {client} on {address}: {reason}");
                 continue;
             }
         };
-        open(ctx, sessions, address, stream, client, held);
+        open(ctx, sessions, address, stream, client, (slot, held));
     }
 }
 
-/// Opens the session of an admitted client, which carries its unrouted
-/// count (`held`) until it leaves the preread stage.
+/// Opens the session of an admitted client, which carries its place in
+/// `max_connections` (`slot`) until it closes and its unrouted count
+/// (`held`) until it leaves the preread stage.
 fn open(
     ctx: &mut Ctx,
     sessions: &mut Slab<Session>,
     address: SocketAddr,
     mut front: TcpStream,
     client: SocketAddr,
-    held: Option<Held>,
+    (slot, held): (Slot, Option<Held>),
 ) {
     let now = Instant::now();
     let local = front.local_addr().unwrap_or(address);
@@ -136,6 +139,7 @@ fn open(
     let front_timeout = runtime.front_timeout;
     let (step, actions) = PrereadStep::accept(&runtime.preread, now);
     let session = entry.insert(Session::accepted(address, local, client, front, step, now));
+    session.slot = Some(slot);
     session.unrouted = held;
     session.timers.front_idle = Some(ctx.schedule(key, TimerKind::FrontIdle, now + front_timeout));
     if session.step.is_reading() {

@@ -1,10 +1,12 @@
 //! The single exit of every session.
 //!
 //! Owns: [`close`], where the preread stage is left (through the step), the
-//! timers, both sockets, the buffers, the pipes, the gauges, the backend and
-//! per-IP counts, the refusal and byte counters and the access-log line are
-//! settled, exactly once per session (a line the writer's queue has no room
-//! for is counted in `access_log.dropped_total` instead).
+//! timers, both sockets, the buffers, the pipes, the gauges, the refusal
+//! and byte counters and the access-log line are settled, exactly once per
+//! session (a line the writer's queue has no room for is counted in
+//! `access_log.dropped_total` instead); the process-wide counts (the
+//! session's slot, its per-IP count, its backend lease) are given back when
+//! the session is dropped here.
 //!
 //! Must never: be bypassed (a session removed anywhere else is left
 //! half-accounted), count anything twice, or write an access-log line for a
@@ -50,20 +52,10 @@ pub(super) fn close(ctx: &mut Ctx, key: usize, mut session: Session, outcome: Ou
         ctx.metrics.incr(reason.metric_name());
     }
     let piped = session.phase == Phase::Pipe;
-    if let Some(cluster) = &session.cluster
-        && let Some(backends) = ctx.runtime.clusters.get_mut(cluster)
-    {
-        if let Some(ip) = session.admitted_ip {
-            backends.release_ip(ip);
-        }
-        if let Some(backend) = session.backend {
-            backends.release(backend);
-            if piped {
-                ctx.metrics.gauge_add(BACKEND_CONNECTIONS, -1);
-                if let Some(id) = &session.backend_id {
-                    ctx.metrics.gauge_add(&backend_connections(id), -1);
-                }
-            }
+    if piped && session.lease.is_some() {
+        ctx.metrics.gauge_add(BACKEND_CONNECTIONS, -1);
+        if let Some(id) = &session.backend_id {
+            ctx.metrics.gauge_add(&backend_connections(id), -1);
         }
     }
     let (bytes_in, bytes_out) = (session.bytes_in as i64, session.bytes_out as i64);

@@ -2,11 +2,11 @@
 //! a backend, retries on the next one, and the switch to the pipe.
 //!
 //! Owns: the per-(cluster, source IP) admission, the non-blocking connect and
-//! its timer, what a failed connect counts and reports to passive health,
-//! what a backend socket this host could not open counts and how it is
-//! retried (a local error: `backend.connect.local_errors`, then
-//! `refused:local_resources` past `connect_timeout`), the
-//! health-change logs, deciding that a connect completed, and setting up
+//! its timer, what a failed connect counts and reports to passive health
+//! (the instance's, shared by every worker), what a backend socket this
+//! host could not open counts and how it is retried (a local error:
+//! `backend.connect.local_errors`, then `refused:local_resources` past
+//! `connect_timeout`), deciding that a connect completed, and setting up
 //! the pipe (the step's PROXY handoff plan, the lanes, the idle timer) once
 //! it has.
 //!
@@ -21,12 +21,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use command::proto::ProxyProtocol;
-use log::{debug, info, trace, warn};
+use log::{debug, trace, warn};
 use mio::Interest;
 use mio::net::TcpStream;
 use preread_core::step::{ProxyMode, handoff};
 
-use super::backends::HealthChange;
+use super::backends::NoBackend;
 use super::ctx::{Ctx, Drive, TimerKind};
 use super::io::Ready;
 use super::keepalive;
@@ -36,9 +36,9 @@ use super::shortage::{RETRY_EVERY, is_local};
 use super::tokens::{Side, session_token};
 use super::vocabulary::{
     BACKEND_CONNECT_ERRORS, BACKEND_CONNECT_LOCAL_ERRORS, BACKEND_CONNECT_RETRIES,
-    BACKEND_CONNECTIONS, BACKEND_DOWN, Outcome, RefuseReason, SPLICE_PIPES_CREATED,
-    backend_connections,
+    BACKEND_CONNECTIONS, Outcome, RefuseReason, SPLICE_PIPES_CREATED, backend_connections,
 };
+use crate::shared::instance::Observed;
 
 /// Used only if the session's listener was removed mid-connect.
 const FALLBACK_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -69,10 +69,10 @@ pub(super) fn start(ctx: &mut Ctx, key: usize, session: &mut Session, now: Insta
     };
     // Known before the limit check, so a refusal names whose limit it was.
     session.cluster = Some(route.cluster.clone());
-    if !backends.admit_ip(source) {
-        return refused(RefuseReason::PerIpLimit);
+    match backends.admit_ip(source) {
+        Ok(hold) => session.per_ip = Some(hold),
+        Err(_) => return refused(RefuseReason::PerIpLimit),
     }
-    session.admitted_ip = Some(source);
     session.phase = Phase::Connecting;
     next(ctx, key, session, now)
 }
@@ -90,19 +90,19 @@ pub(super) fn next(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instan
         if attempts >= ctx.settings.max_connection_attempts {
             return refused(RefuseReason::BackendUnavailable);
         }
-        let Some(backend) = backends.pick(now, &mut ctx.rng, &session.tried) else {
-            return refused(RefuseReason::BackendUnavailable);
+        let lease = match backends.pick(now, &mut ctx.rng, &session.tried) {
+            Ok(lease) => lease,
+            Err(NoBackend::Full) => return refused(RefuseReason::BackendFull),
+            Err(NoBackend::Unavailable) => return refused(RefuseReason::BackendUnavailable),
         };
-        let (Some(address), Some(id)) = (backends.address(backend), backends.id(backend)) else {
-            return refused(RefuseReason::BackendUnavailable);
-        };
-        session.backend_id = Some(id.to_owned());
-        backends.connect_started(backend);
+        let instance = std::sync::Arc::clone(lease.instance());
+        let address = instance.address();
+        session.backend_id = Some(instance.backend().to_owned());
         if attempts > 0 {
             ctx.metrics.incr(BACKEND_CONNECT_RETRIES);
         }
-        session.tried.push(backend);
-        session.backend = Some(backend);
+        session.tried.push(instance);
+        session.lease = Some(lease);
         match open_backend(ctx, key, session, address) {
             Ok(()) => {
                 let timeout = ctx
@@ -115,7 +115,12 @@ pub(super) fn next(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instan
             }
             Err(OpenError::Backend(e)) => {
                 debug!("connect to {address} failed at once: {e}");
-                failed(ctx, session, now);
+                failed(
+                    ctx,
+                    session,
+                    now,
+                    &format!("connect to {address} failed: {e}"),
+                );
             }
             Err(OpenError::Local(e)) => return local_error(ctx, key, session, &e, now),
         }
@@ -188,10 +193,9 @@ fn local_error(
         let _ = ctx.registry.deregister(&mut back);
     }
     ctx.cancel(session.timers.connect.take());
-    if let (Some(cluster), Some(backend)) = (&session.cluster, session.backend.take()) {
-        if let Some(backends) = ctx.runtime.clusters.get_mut(cluster) {
-            backends.release(backend);
-        }
+    // Dropped unreported: the backend is not to blame, and its probe (if
+    // it was one) is free again.
+    if session.lease.take().is_some() {
         // Pushed by this attempt, which does not count as one.
         session.tried.pop();
     }
@@ -211,38 +215,26 @@ fn local_error(
     Drive::Continue { progressed: true }
 }
 
-/// A connect failed (refused, reset, timed out): count it, mark the
-/// backend's health, drop the socket. The caller tries the next one.
-pub(super) fn failed(ctx: &mut Ctx, session: &mut Session, now: Instant) {
+/// A connect failed (refused, reset, timed out; `why` says which): count
+/// it, tell the instance's health, drop the socket. The caller tries the
+/// next one.
+pub(super) fn failed(ctx: &mut Ctx, session: &mut Session, now: Instant, why: &str) {
     ctx.metrics.incr(BACKEND_CONNECT_ERRORS);
     if let Some(mut back) = session.back.take() {
         let _ = ctx.registry.deregister(&mut back);
     }
     ctx.cancel(session.timers.connect.take());
-    let (Some(cluster), Some(backend)) = (session.cluster.clone(), session.backend.take()) else {
+    session.backend_id = None;
+    let Some(mut lease) = session.lease.take() else {
         return;
     };
-    session.backend_id = None;
-    if let Some(backends) = ctx.runtime.clusters.get_mut(&cluster) {
-        backends.release(backend);
-        let change = backends.connect_failed(backend, now);
-        health_changed(ctx, &cluster, change);
-    }
-}
-
-fn health_changed(ctx: &mut Ctx, cluster: &str, change: Option<HealthChange>) {
-    match change {
-        Some(HealthChange::Down {
-            backend_id,
-            retry_in,
-        }) => {
-            ctx.metrics.incr(BACKEND_DOWN);
-            warn!("backend {backend_id} of {cluster} is down; next try in {retry_in:?}");
-        }
-        Some(HealthChange::Up { backend_id }) => {
-            info!("backend {backend_id} of {cluster} is up again");
-        }
-        None => {}
+    let checks = (session.cluster.as_ref())
+        .and_then(|cluster| ctx.runtime.clusters.get(cluster))
+        .and_then(|backends| backends.checks());
+    if let Some(transition) = lease.report(Observed::Failed(why.to_owned()), now, checks) {
+        ctx.shared
+            .counters
+            .announce(lease.instance(), &transition, "its clients' connections");
     }
 }
 
@@ -275,7 +267,8 @@ pub(super) fn drive(ctx: &mut Ctx, key: usize, session: &mut Session, now: Insta
                 "connect of {} to {:?} failed: {e}",
                 session.client, session.backend_id
             );
-            failed(ctx, session, now);
+            let why = format!("connect failed: {e}");
+            failed(ctx, session, now, &why);
             next(ctx, key, session, now)
         }
         Ok(true) => connected_to_backend(ctx, key, session, now),
@@ -288,15 +281,18 @@ fn connected_to_backend(ctx: &mut Ctx, key: usize, session: &mut Session, now: I
     if let Some(back) = &session.back {
         let _ = back.set_nodelay(true);
     }
-    let (Some(cluster), Some(backend)) = (session.cluster.clone(), session.backend) else {
+    if session.lease.is_none() {
         return refused(RefuseReason::BackendUnavailable);
-    };
-    let Some(backends) = ctx.runtime.clusters.get_mut(&cluster) else {
+    }
+    let Some(cluster) = session.cluster.as_ref() else {
         return refused(RefuseReason::ClusterUnknown);
     };
-    let change = backends.connect_succeeded(backend, now);
+    let Some(backends) = ctx.runtime.clusters.get(cluster) else {
+        return refused(RefuseReason::ClusterUnknown);
+    };
+    // Passive health waits for the backend's first byte (`passive.rs`): a
+    // backend that accepts and closes at once must not pass for healthy.
     let mode = proxy_mode(backends.proxy_protocol());
-    health_changed(ctx, &cluster, change);
     ctx.metrics.gauge_add(BACKEND_CONNECTIONS, 1);
     if let Some(id) = &session.backend_id {
         ctx.metrics.gauge_add(&backend_connections(id), 1);

@@ -3,12 +3,13 @@
 //!
 //! Owns: [`Ctx`] (the poll registry, the routing runtime, the buffer and
 //! pipe pools, the timers, the metrics, the access-log queue, the ring of
-//! rejected windows, the load-balancing
-//! generator, the unrouted counts, the dirty list and the gate of the
-//! shortage warnings), the kinds of session timer, and [`Drive`]. Must
+//! rejected windows, the load-balancing generator, the unrouted counts, the
+//! process-wide shared state, the dirty list and the gate of the shortage
+//! warnings), the kinds of session timer, and [`Drive`]. Must
 //! never: hold a session (sessions live in the event loop's slab, and are
 //! handed to each function beside the context), or block.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use mio::Registry;
@@ -27,6 +28,7 @@ use super::timers::{TimerId, Timers};
 use super::unrouted::Unrouted;
 use super::vocabulary::Outcome;
 use crate::access_log::AccessLogQueue;
+use crate::shared::Shared;
 
 /// Why a session timer was armed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +84,8 @@ pub(super) struct Ctx {
     pub(super) rng: Rng,
     /// Unrouted connections per listener and client IP.
     pub(super) unrouted: Unrouted,
+    /// The session cap, the health and the counts every worker shares.
+    pub(super) shared: Arc<Shared>,
     /// Sessions to drive in this turn.
     pub(super) dirty: Vec<usize>,
     /// Keeps the warnings about backend sockets this host could not open

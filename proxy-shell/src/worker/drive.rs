@@ -6,7 +6,7 @@
 //! spurious wake-up cannot turn into a spin), and what the pipe phase does
 //! around `pipe::pipe` (lending pooled buffers to copying directions,
 //! taking back the spliced ones, counting fallbacks, relaying a reset of
-//! one side to the other). The preread phase lives in `preread.rs`, the
+//! one side to the other, and handing each step to passive health). The preread phase lives in `preread.rs`, the
 //! connect phase in `connect.rs`.
 //!
 //! Must never: end a session itself (it answers [`Drive::End`] and the
@@ -19,6 +19,7 @@ use log::{debug, warn};
 use super::connect;
 use super::ctx::{Ctx, Drive};
 use super::farewell;
+use super::passive;
 use super::pipe::{PipeFault, PipeStep, buffers_wanted, lend_buffer, pipe, spare_buffers};
 use super::preread;
 use super::session::{Phase, Session};
@@ -65,6 +66,11 @@ fn drive_pipe(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instant) ->
         lend_buffer(session, buf);
     }
     let step = pipe(session, now);
+    let fault = match &step {
+        PipeStep::Failed(fault) => Some(fault),
+        _ => None,
+    };
+    passive::judge(ctx, session, fault, now);
     for buf in spare_buffers(session).into_iter().flatten() {
         ctx.pool.give_back(buf);
     }

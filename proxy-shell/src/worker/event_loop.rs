@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use command::generation::Generation;
@@ -43,6 +44,7 @@ use super::unrouted::Unrouted;
 use super::vocabulary::{BUFFERS_IN_USE, Outcome, RefuseReason};
 use crate::access_log::AccessLogQueue;
 use crate::answer_code::AnswerCode;
+use crate::shared::Shared;
 
 /// A soft stop in progress: sessions drain until `deadline`.
 #[derive(Debug, Clone, Copy)]
@@ -79,7 +81,7 @@ impl Worker {
     pub(super) fn new(
         id: u32,
         poll: Poll,
-        settings: WorkerSettings,
+        (settings, shared): (WorkerSettings, Arc<Shared>),
         inbox: WorkerInbox,
         access_log: AccessLogQueue,
         inherited: Vec<(SocketAddr, std::net::TcpListener)>,
@@ -91,8 +93,8 @@ impl Worker {
         let ctx = Ctx {
             id,
             registry: poll.registry().try_clone()?,
-            runtime: Runtime::new(settings.buffer_size),
-            pool: BufferPool::new(settings.buffer_size, settings.max_buffers),
+            runtime: Runtime::new(settings.buffer_size, Arc::clone(&shared.registry)),
+            pool: BufferPool::new(settings.buffer_size, Arc::clone(&shared.buffers)),
             pipes: PipePool::new(MAX_IDLE_PIPES),
             timers: Timers::new(),
             metrics: Metrics::new(id),
@@ -102,7 +104,8 @@ impl Worker {
             rng: Rng::new(
                 0x9e37_79b9_7f4a_7c15 ^ u64::from(id).wrapping_mul(0x2545_f491_4f6c_dd1d),
             ),
-            unrouted: Unrouted::default(),
+            unrouted: Unrouted::new(Arc::clone(&shared.unrouted)),
+            shared,
             dirty: Vec::new(),
             local_errors_log: ShortageLog::default(),
             settings,
@@ -396,7 +399,7 @@ impl Worker {
                 }
             }
         }
-        Answer::Listeners(std::sync::Arc::new(exported))
+        Answer::Listeners(Arc::new(exported))
     }
 
     fn close_listeners(&mut self) {

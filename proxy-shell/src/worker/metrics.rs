@@ -22,7 +22,7 @@ use super::vocabulary::{SNI_PREREAD_DURATION, fixed_names};
 /// A name ending in one of these is a gauge; every other name is a counter.
 /// One rule for the registry and the exporter, since worker snapshots reach
 /// the exporter as bare names.
-const GAUGE_SUFFIXES: [&str; 5] = [".active", ".connections", ".in_use", ".p50", ".p99"];
+const GAUGE_SUFFIXES: [&str; 6] = [".active", ".connections", ".in_use", ".p50", ".p99", ".up"];
 
 /// Histogram bucket upper bounds in milliseconds; a last bucket is +Inf.
 const BUCKETS_MS: [u64; 12] = [1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000];
@@ -328,7 +328,7 @@ mod tests {
             "backend.connections",
             "backend.connect.errors",
             "backend.connect.retries",
-            "backend.down",
+            "tcp.refused.backend_full",
             "bytes_in",
             "bytes_out",
             "session.loop_guard",
@@ -420,9 +420,9 @@ mod tests {
         assert_eq!(snapshot.worker_id, 7);
         assert_eq!(snapshot.values["tcp.sni_preread.rejected.no_sni"], 1);
         assert_eq!(snapshot.values["tcp.sni_preread.rejected.not_tls"], 0);
-        // 18 fixed, 11 rejects, 5 fallbacks, 11 refusals, 12 + 4 histogram
+        // 18 fixed, 11 rejects, 5 fallbacks, 12 refusals, 12 + 4 histogram
         // fields.
-        assert_eq!(snapshot.values.len(), 18 + 11 + 5 + 11 + 16);
+        assert_eq!(snapshot.values.len(), 18 + 11 + 5 + 12 + 16);
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! The worker: one thread with its own mio `Poll`, its own `SO_REUSEPORT`
-//! listening sockets and its own copy of the routing state.
+//! listening sockets and its own copy of the routing state; what the
+//! workers must agree on (caps, per-IP counts, backend health) they share
+//! through `crate::shared`.
 //!
 //! Owns: every data-path socket and session of its thread. Must never:
 //! share a session or a buffer with another thread, or block.
@@ -19,6 +21,7 @@ pub mod lanes;
 pub mod listen;
 pub mod metrics;
 pub mod orders;
+mod passive;
 pub mod pipe;
 pub mod pipe_pool;
 pub mod pool;
@@ -27,7 +30,7 @@ pub mod rejects;
 pub mod runtime;
 pub mod session;
 mod settings;
-mod shortage;
+pub(crate) mod shortage;
 pub mod splice;
 mod timer;
 pub mod timers;
@@ -44,19 +47,21 @@ use std::thread::JoinHandle;
 use mio::{Poll, Waker};
 
 use crate::access_log::AccessLogQueue;
+use crate::shared::Shared;
 
 use orders::{Reply, WorkerHandle, WorkerInbox};
 pub use settings::WorkerSettings;
 use tokens::WAKER_TOKEN;
 
-/// Starts worker `id` on its own thread. It answers every order on
-/// `replies` and wakes `main_waker` after each answer. `inherited` are
-/// listening sockets an upgrade handed over: the worker accepts on them
-/// when the state says to listen at their address, instead of binding.
-/// Its sessions' access-log lines go to `access_log`.
+/// Starts worker `id` on its own thread, sharing `shared` with the other
+/// workers. It answers every order on `replies` and wakes `main_waker`
+/// after each answer. `inherited` are listening sockets an upgrade handed
+/// over: the worker accepts on them when the state says to listen at their
+/// address, instead of binding. Its sessions' access-log lines go to
+/// `access_log`.
 pub fn spawn(
     id: u32,
-    settings: WorkerSettings,
+    settings: (WorkerSettings, Arc<Shared>),
     replies: Sender<Reply>,
     main_waker: Arc<Waker>,
     inherited: Vec<(SocketAddr, std::net::TcpListener)>,

@@ -1,13 +1,19 @@
 //! The per-worker pool of fixed-size byte buffers, and [`Checkout`], the
 //! owned buffer a session holds while it reads and writes.
 //!
-//! Owns: the admission cap on buffers (`max_buffers`), lazy allocation, and a
-//! capped free list so that memory returns to a steady state after a burst.
-//! Must never: lock or be shared between threads (one pool per worker), hand
-//! out more than `max_buffers` buffers, or zero a buffer on reuse (every byte
-//! a session reads is written by `read` before `data` exposes it).
+//! Owns: lazy allocation, a capped free list so that memory returns to a
+//! steady state after a burst, and taking each buffer out of the
+//! process-wide cap (`max_buffers`, one atomic count for every worker's
+//! pool: a worker whose buffers are all out still gets one while the
+//! process has room). Must never: lock or share its free list between
+//! threads (one pool per worker), let the workers together hold more than
+//! `max_buffers` buffers, or zero a buffer on reuse (every byte a session
+//! reads is written by `read` before `data` exposes it).
 
 use std::fmt;
+use std::sync::Arc;
+
+use crate::shared::admission::Slots;
 
 /// Buffers kept for reuse at most. Beyond this, a returned buffer is freed:
 /// a burst of connections must not pin its peak memory forever, while the
@@ -18,29 +24,32 @@ const FREE_LIST_CAP: usize = 256;
 #[derive(Debug)]
 pub struct BufferPool {
     buffer_size: usize,
-    max_buffers: usize,
+    /// The process-wide count of buffers out, capped at `max_buffers`.
+    cap: Arc<Slots>,
+    /// Buffers of this pool out now.
     in_use: usize,
     /// Cleared buffers ready for reuse, at most `max_buffers.min(FREE_LIST_CAP)`.
     free: Vec<Checkout>,
 }
 
 impl BufferPool {
-    /// A pool of at most `max_buffers` buffers of `buffer_size` bytes each.
+    /// A pool of buffers of `buffer_size` bytes, each counted in `cap`.
     /// Allocates nothing yet: buffers are created on first checkout.
-    pub fn new(buffer_size: usize, max_buffers: usize) -> Self {
+    pub fn new(buffer_size: usize, cap: Arc<Slots>) -> Self {
         debug_assert!(buffer_size > 0, "a zero-byte buffer cannot hold a read");
         Self {
             buffer_size,
-            max_buffers,
+            cap,
             in_use: 0,
             free: Vec::new(),
         }
     }
 
-    /// A buffer for a session, or `None` when `max_buffers` are out: the
-    /// caller refuses the connection (`tcp.refused.pool_exhausted`).
+    /// A buffer for a session, or `None` when `max_buffers` are out in the
+    /// whole process: the caller refuses the connection
+    /// (`tcp.refused.pool_exhausted`).
     pub fn checkout(&mut self) -> Option<Checkout> {
-        if self.in_use >= self.max_buffers {
+        if !self.cap.try_acquire() {
             return None;
         }
         self.in_use += 1;
@@ -61,20 +70,21 @@ impl BufferPool {
             "a buffer of another pool"
         );
         self.in_use = self.in_use.saturating_sub(1);
-        if self.free.len() < self.max_buffers.min(FREE_LIST_CAP) {
+        self.cap.give_back();
+        if self.free.len() < self.cap.cap().min(FREE_LIST_CAP) {
             buffer.clear();
             self.free.push(buffer);
         }
     }
 
-    /// Buffers currently checked out.
+    /// Buffers of this pool currently checked out.
     pub fn in_use(&self) -> usize {
         self.in_use
     }
 
-    /// The most buffers that can be out at once (`max_buffers`).
-    pub fn capacity(&self) -> usize {
-        self.max_buffers
+    /// Every buffer the process may hold is out, in this pool or another.
+    pub fn is_exhausted(&self) -> bool {
+        self.cap.is_full()
     }
 }
 
@@ -164,6 +174,11 @@ impl fmt::Debug for Checkout {
 #[cfg(test)]
 mod tests {
     use super::{BufferPool, FREE_LIST_CAP};
+    use crate::shared::admission::Slots;
+
+    fn pool(buffer_size: usize, max_buffers: usize) -> BufferPool {
+        BufferPool::new(buffer_size, Slots::new(max_buffers))
+    }
 
     fn write(buffer: &mut super::Checkout, bytes: &[u8]) {
         let space = buffer.space();
@@ -173,11 +188,8 @@ mod tests {
 
     #[test]
     fn allocates_lazily() {
-        let mut pool = BufferPool::new(16_384, 10_000);
-        assert_eq!(
-            (pool.in_use(), pool.capacity(), pool.free.len()),
-            (0, 10_000, 0)
-        );
+        let mut pool = pool(16_384, 10_000);
+        assert_eq!((pool.in_use(), pool.free.len()), (0, 0));
         let buffer = pool.checkout();
         assert!(buffer.is_some());
         assert_eq!((pool.in_use(), pool.free.len()), (1, 0));
@@ -185,10 +197,11 @@ mod tests {
 
     #[test]
     fn exhaustion_and_give_back() {
-        let mut pool = BufferPool::new(8, 2);
+        let mut pool = pool(8, 2);
         let a = pool.checkout();
         let b = pool.checkout();
         assert!(pool.checkout().is_none(), "a third buffer past max_buffers");
+        assert!(pool.is_exhausted());
         assert_eq!(pool.in_use(), 2);
         for buffer in [a, b].into_iter().flatten() {
             pool.give_back(buffer);
@@ -199,8 +212,26 @@ mod tests {
     }
 
     #[test]
+    fn two_pools_share_one_cap() {
+        let cap = Slots::new(3);
+        let mut one = BufferPool::new(8, std::sync::Arc::clone(&cap));
+        let mut other = BufferPool::new(8, std::sync::Arc::clone(&cap));
+        let taken: Vec<_> = [one.checkout(), one.checkout(), one.checkout()]
+            .into_iter()
+            .flatten()
+            .collect();
+        assert_eq!(taken.len(), 3, "one worker may take the whole cap");
+        assert!(other.checkout().is_none() && other.is_exhausted());
+        for buffer in taken {
+            one.give_back(buffer);
+        }
+        assert!(other.checkout().is_some(), "room again, for any worker");
+        assert_eq!(cap.taken(), 1);
+    }
+
+    #[test]
     fn a_buffer_is_reused_cleared_but_not_zeroed() {
-        let mut pool = BufferPool::new(8, 4);
+        let mut pool = pool(8, 4);
         let mut buffer = pool.checkout().unwrap();
         write(&mut buffer, b"abc");
         let address = buffer.data().as_ptr();
@@ -221,7 +252,7 @@ mod tests {
 
     #[test]
     fn the_free_list_is_capped() {
-        let mut pool = BufferPool::new(4, FREE_LIST_CAP + 10);
+        let mut pool = pool(4, FREE_LIST_CAP + 10);
         let all: Vec<_> = std::iter::from_fn(|| pool.checkout()).collect();
         assert_eq!(all.len(), FREE_LIST_CAP + 10);
         for buffer in all {
@@ -233,7 +264,7 @@ mod tests {
 
     #[test]
     fn space_after_a_partial_consume_is_the_tail() {
-        let mut pool = BufferPool::new(8, 1);
+        let mut pool = pool(8, 1);
         let mut buffer = pool.checkout().unwrap();
         write(&mut buffer, b"hello");
         buffer.consume(2);
@@ -246,7 +277,7 @@ mod tests {
 
     #[test]
     fn compaction_keeps_the_data_intact() {
-        let mut pool = BufferPool::new(8, 1);
+        let mut pool = pool(8, 1);
         let mut buffer = pool.checkout().unwrap();
         write(&mut buffer, b"01234567");
         assert!(
@@ -263,7 +294,7 @@ mod tests {
 
     #[test]
     fn consuming_everything_rewinds() {
-        let mut pool = BufferPool::new(8, 1);
+        let mut pool = pool(8, 1);
         let mut buffer = pool.checkout().unwrap();
         write(&mut buffer, b"abcd");
         buffer.consume(4);

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use command::generation::Generation;
 use command::proto::{self, request::RequestType};
@@ -25,6 +25,7 @@ use preread_core::routes::{AlpnSet, ClusterId, RouteTable};
 use preread_core::step::{PrereadListener, RejectWith};
 
 use super::backends::ClusterBackends;
+use crate::shared::registry::Registry;
 
 /// One listener as the data path needs it.
 #[derive(Debug)]
@@ -51,6 +52,8 @@ pub struct Runtime {
     pub listeners: HashMap<SocketAddr, ListenerRuntime>,
     pub clusters: HashMap<ClusterId, ClusterBackends>,
     buffer_size: usize,
+    /// Where each cluster and backend finds what the workers share of it.
+    registry: Arc<Registry>,
 }
 
 /// A listener's `reject_with` in the step's words.
@@ -76,11 +79,12 @@ fn alpn_set(names: &[String]) -> Result<AlpnSet, Refusal> {
 }
 
 impl Runtime {
-    pub fn new(buffer_size: usize) -> Self {
+    pub fn new(buffer_size: usize, registry: Arc<Registry>) -> Self {
         Self {
             listeners: HashMap::new(),
             clusters: HashMap::new(),
             buffer_size,
+            registry,
         }
     }
 
@@ -252,7 +256,7 @@ impl Runtime {
             }
             RequestType::UpdateBackend(backend) => {
                 let cluster = self.cluster_mut(&backend.cluster_id)?;
-                cluster.add(backend);
+                cluster.add(backend, Instant::now());
                 Ok(())
             }
             RequestType::AddCluster(cluster) => {
@@ -260,7 +264,8 @@ impl Runtime {
                     Some(existing) => existing.update_settings(cluster),
                     None => {
                         let id: ClusterId = Arc::from(cluster.cluster_id.as_str());
-                        self.clusters.insert(id, ClusterBackends::new(cluster));
+                        let backends = ClusterBackends::new(cluster, &self.registry);
+                        self.clusters.insert(id, backends);
                     }
                 }
                 Ok(())
@@ -273,7 +278,7 @@ impl Runtime {
             RequestType::RemoveTcpFrontend(frontend) => self.frontend(frontend, false),
             RequestType::AddBackend(backend) => {
                 let cluster = self.cluster_mut(&backend.cluster_id)?;
-                cluster.add(backend);
+                cluster.add(backend, Instant::now());
                 Ok(())
             }
             RequestType::RemoveBackend(backend) => {

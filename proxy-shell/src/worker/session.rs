@@ -16,12 +16,13 @@ use preread_core::Route;
 use preread_core::routes::ClusterId;
 use preread_core::step::PrereadStep;
 
-use super::backends::BackendRef;
 use super::io::{Ready, read_some};
 use super::lanes::Lanes;
 use super::pool::Checkout;
 use super::timers::TimerId;
 use super::unrouted::Held;
+use crate::shared::admission::{IpHold, Slot};
+use crate::shared::instance::{Instance, Lease};
 
 /// Where a session is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,10 +85,18 @@ pub struct Session {
     pub prefix: Vec<u8>,
     pub route: Option<Arc<Route>>,
     pub cluster: Option<ClusterId>,
-    pub backend: Option<BackendRef>,
+    /// The connection to the backend instance, counted from its pick.
+    pub lease: Option<Lease>,
     pub backend_id: Option<String>,
-    pub tried: Vec<BackendRef>,
-    pub admitted_ip: Option<IpAddr>,
+    /// The instances this connection tried, so it never tries one twice.
+    pub tried: Vec<Arc<Instance>>,
+    /// The session's place in the process's `max_connections`.
+    pub slot: Option<Slot>,
+    /// Its count in the cluster's `max_connections_per_ip`.
+    pub per_ip: Option<IpHold<IpAddr>>,
+    /// Passive health has heard how the piped backend did (its first byte,
+    /// or a close or reset before one).
+    pub backend_judged: bool,
     /// Until when a backend socket this host could not open is retried
     /// (set at the first such local error).
     pub local_retry_until: Option<Instant>,
@@ -136,10 +145,12 @@ impl Session {
             prefix: Vec::new(),
             route: None,
             cluster: None,
-            backend: None,
+            lease: None,
             backend_id: None,
             tried: Vec::new(),
-            admitted_ip: None,
+            slot: None,
+            per_ip: None,
+            backend_judged: false,
             local_retry_until: None,
             unrouted: None,
             accepted_at: now,

@@ -1,8 +1,9 @@
 //! What a worker takes from the global settings.
 //!
-//! Owns: [`WorkerSettings`] and how one worker's share of the global caps is
-//! computed. Must never: read the config file (the main thread hands the
-//! settings in).
+//! Owns: [`WorkerSettings`]. Must never: read the config file (the main
+//! thread hands the settings in), or hold a cap of its own: `max_buffers`
+//! and `max_connections` are counted once for the process
+//! (`shared::Shared`), not split between the workers.
 
 use command::config::GlobalSettings;
 
@@ -10,10 +11,6 @@ use command::config::GlobalSettings;
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
     pub buffer_size: usize,
-    /// This worker's share of the global buffer pool.
-    pub max_buffers: usize,
-    /// This worker's share of the global session cap.
-    pub max_connections: usize,
     pub splice: bool,
     pub max_connection_attempts: u32,
     /// Rejected and fallback windows kept for `preread rejects`; 0 is off.
@@ -23,15 +20,10 @@ pub struct WorkerSettings {
 }
 
 impl WorkerSettings {
-    /// The settings of one worker out of `worker_count`: the pool and the
-    /// session cap are split evenly (rounded up), since each worker admits
-    /// on its own without locks.
+    /// The settings of every worker.
     pub fn from_global(global: &GlobalSettings) -> Self {
-        let workers = global.worker_count.max(1);
         Self {
             buffer_size: global.buffer_size,
-            max_buffers: global.max_buffers.div_ceil(workers),
-            max_connections: global.max_connections.div_ceil(workers),
             splice: global.splice,
             max_connection_attempts: global.max_connection_attempts.max(1),
             reject_capture: global.reject_capture,

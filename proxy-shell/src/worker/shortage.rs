@@ -21,7 +21,7 @@ pub(super) const RETRY_EVERY: Duration = Duration::from_millis(100);
 pub(super) const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// The process (`EMFILE`) or the system (`ENFILE`) has no descriptor left.
-pub(super) fn is_out_of_descriptors(error: &io::Error) -> bool {
+pub(crate) fn is_out_of_descriptors(error: &io::Error) -> bool {
     matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
 }
 
@@ -47,8 +47,9 @@ pub(super) fn is_connection_error(error: &io::Error) -> bool {
 
 /// Creating, registering or connecting a backend socket failed for lack of
 /// this host's resources: descriptors, kernel buffers or memory, or a free
-/// local port (`EADDRNOTAVAIL`). The backend was never reached.
-pub(super) fn is_local(error: &io::Error) -> bool {
+/// local port (`EADDRNOTAVAIL`). The backend was never reached (the health
+/// checker asks this too, so a shortage never takes a backend down).
+pub(crate) fn is_local(error: &io::Error) -> bool {
     is_out_of_descriptors(error)
         || matches!(
             error.raw_os_error(),
@@ -59,7 +60,7 @@ pub(super) fn is_local(error: &io::Error) -> bool {
 /// Lets a warning through at most once per [`WARN_EVERY`], and says how
 /// many were held back before it.
 #[derive(Debug, Default)]
-pub(super) struct ShortageLog {
+pub(crate) struct ShortageLog {
     last: Option<Instant>,
     held_back: u64,
 }
@@ -67,7 +68,7 @@ pub(super) struct ShortageLog {
 impl ShortageLog {
     /// `Some(held back since the last warning)` when a warning may be
     /// logged at `now`; `None` when this one is held back.
-    pub(super) fn admit(&mut self, now: Instant) -> Option<u64> {
+    pub(crate) fn admit(&mut self, now: Instant) -> Option<u64> {
         if self
             .last
             .is_some_and(|last| now.saturating_duration_since(last) < WARN_EVERY)

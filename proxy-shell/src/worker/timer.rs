@@ -51,7 +51,16 @@ pub(super) fn fired(
                 "connect of {} to {:?} timed out",
                 session.client, session.backend_id
             );
-            connect::failed(ctx, session, now);
+            let timeout = ctx
+                .runtime
+                .listeners
+                .get(&session.listener)
+                .map(|l| l.connect_timeout);
+            let why = match timeout {
+                Some(timeout) => format!("connect not done within {timeout:?}"),
+                None => "connect timed out".to_owned(),
+            };
+            connect::failed(ctx, session, now, &why);
             connect::next(ctx, key, session, now)
         }
         TimerKind::LocalRetry => {

@@ -40,8 +40,14 @@ pub const BACKEND_CONNECT_ERRORS: &str = "backend.connect.errors";
 pub const BACKEND_CONNECT_LOCAL_ERRORS: &str = "backend.connect.local_errors";
 /// Counter: connects to a further backend after a failed one.
 pub const BACKEND_CONNECT_RETRIES: &str = "backend.connect.retries";
-/// Counter: backends marked down.
+/// Counter: backend instances marked down, once for the whole process
+/// (passive or active health).
 pub const BACKEND_DOWN: &str = "backend.down";
+/// Counter: backend instances that came back up, once for the process.
+pub const BACKEND_RECOVERED: &str = "backend.recovered";
+/// Counter: resolutions of a named backend that failed (its last good set
+/// of addresses stays).
+pub const BACKEND_RESOLVE_ERRORS: &str = "backend.resolve.errors";
 /// Counter: bytes from clients.
 pub const BYTES_IN: &str = "bytes_in";
 /// Counter: bytes to clients.
@@ -89,6 +95,22 @@ pub fn backend_connections(id: &str) -> String {
     format!("backend.{id}.connections")
 }
 
+/// The gauge of backend `id`'s instances that are up (0 or 1 for an
+/// `ip:port`), for the whole process.
+pub fn backend_up(id: &str) -> String {
+    format!("backend.{id}.up")
+}
+
+/// Whether `name` is counted for the whole process rather than by a
+/// worker: backend health and name resolution. Such a name is in the
+/// metrics' total only.
+pub fn is_process_wide(name: &str) -> bool {
+    matches!(
+        name,
+        BACKEND_DOWN | BACKEND_RECOVERED | BACKEND_RESOLVE_ERRORS
+    ) || (name.starts_with("backend.") && name.ends_with(".up"))
+}
+
 /// The byte counters (`bytes_in`, `bytes_out`) of cluster `id`.
 pub fn cluster_bytes(id: &str) -> [String; 2] {
     [
@@ -121,8 +143,12 @@ pub enum RefuseReason {
     /// The client sent nothing (past a load balancer's PROXY header)
     /// within `sni_preread_timeout` of the accept, or of the header.
     SilentTimeout,
-    /// No backend of the cluster could be connected.
+    /// No backend of the cluster could be connected: none up (the
+    /// connection is refused at once), or every one tried failed.
     BackendUnavailable,
+    /// Every instance the connection could go to holds its backend's
+    /// `max_connections`.
+    BackendFull,
     /// This host ran short (descriptors, memory, local ports) opening the
     /// backend socket: no backend is to blame.
     LocalResources,
@@ -138,13 +164,14 @@ pub enum RefuseReason {
 
 impl RefuseReason {
     /// Every reason, for tests and metric registration.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::PoolExhausted,
         Self::MaxConnections,
         Self::PerIpLimit,
         Self::UnroutedPerIp,
         Self::SilentTimeout,
         Self::BackendUnavailable,
+        Self::BackendFull,
         Self::LocalResources,
         Self::ClusterUnknown,
         Self::ListenerRemoved,
@@ -161,6 +188,7 @@ impl RefuseReason {
             Self::UnroutedPerIp => "unrouted_per_ip",
             Self::SilentTimeout => "silent_timeout",
             Self::BackendUnavailable => "backend_unavailable",
+            Self::BackendFull => "backend_full",
             Self::LocalResources => "local_resources",
             Self::ClusterUnknown => "cluster_unknown",
             Self::ListenerRemoved => "listener_removed",
@@ -178,6 +206,7 @@ impl RefuseReason {
             Self::UnroutedPerIp => "tcp.refused.unrouted_per_ip",
             Self::SilentTimeout => "tcp.refused.silent_timeout",
             Self::BackendUnavailable => "tcp.refused.backend_unavailable",
+            Self::BackendFull => "tcp.refused.backend_full",
             Self::LocalResources => "tcp.refused.local_resources",
             Self::ClusterUnknown => "tcp.refused.cluster_unknown",
             Self::ListenerRemoved => "tcp.refused.listener_removed",
@@ -247,7 +276,6 @@ pub fn fixed_names() -> impl Iterator<Item = &'static str> {
         BACKEND_CONNECT_ERRORS,
         BACKEND_CONNECT_LOCAL_ERRORS,
         BACKEND_CONNECT_RETRIES,
-        BACKEND_DOWN,
         BYTES_IN,
         BYTES_OUT,
         BUFFERS_IN_USE,
@@ -307,6 +335,22 @@ mod tests {
                 "{metric}"
             );
         }
+    }
+
+    #[test]
+    fn health_and_resolution_are_the_process_wide_names() {
+        for name in [
+            "backend.down",
+            "backend.recovered",
+            "backend.resolve.errors",
+            &super::backend_up("alpha-0"),
+        ] {
+            assert!(super::is_process_wide(name), "{name}");
+        }
+        for name in fixed_names() {
+            assert!(!super::is_process_wide(name), "{name}");
+        }
+        assert!(!super::is_process_wide("backend.alpha-0.connections"));
     }
 
     #[test]

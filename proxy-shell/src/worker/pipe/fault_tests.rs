@@ -23,7 +23,7 @@ fn a_reset_is_the_fault_of_the_side_that_reset_copying_or_splicing() {
             let (client, front) = pair();
             let (server, back) = pair();
             let mut session = session(front, back);
-            let mut pool = BufferPool::new(16 * 1024, 4);
+            let mut pool = BufferPool::new(16 * 1024, crate::shared::admission::Slots::new(4));
             let mut pipes = PipePool::new(2);
             open_lanes(&mut session, splice.then_some(&mut pipes));
             let (gone, _kept) = match side {

@@ -145,7 +145,7 @@ fn write_all(mut stream: std::net::TcpStream, bytes: Vec<u8>) -> JoinHandle<()> 
 fn inherited_window_then_answer(splice: bool) -> (Session, BufferPool) {
     let (mut client, front) = pair();
     let (mut server, back) = pair();
-    let mut pool = BufferPool::new(16 * 1024, 4);
+    let mut pool = BufferPool::new(16 * 1024, crate::shared::admission::Slots::new(4));
     let mut session = session(front, back);
     let mut window = pool.checkout().expect("a buffer");
     window.space()[..6].copy_from_slice(b"HELLO|");
@@ -207,7 +207,7 @@ fn both_ways_under_backpressure(splice: bool) {
     const LEN: usize = 8 << 20;
     let (client, front) = pair();
     let (server, back) = pair();
-    let mut pool = BufferPool::new(16 * 1024, 4);
+    let mut pool = BufferPool::new(16 * 1024, crate::shared::admission::Slots::new(4));
     let mut session = session(front, back);
     let mut pipes = PipePool::new(4);
     open_lanes(&mut session, splice.then_some(&mut pipes));
@@ -273,7 +273,7 @@ fn bytes_left_in_the_kernel_pipe_go_out_before_copied_ones() {
         }
     }
     assert_eq!(pipe.pending(), 4);
-    let mut pool = BufferPool::new(16 * 1024, 4);
+    let mut pool = BufferPool::new(16 * 1024, crate::shared::admission::Slots::new(4));
     let mut session = session(front, back);
     // As after a refused splice: the pipe's bytes still to deliver.
     session.lanes.up = Lane::Unsplice(pipe);
@@ -322,7 +322,7 @@ fn refused_splice(both: bool) {
     if both {
         refuse_splice_into(&front);
     }
-    let mut pool = BufferPool::new(16 * 1024, 4);
+    let mut pool = BufferPool::new(16 * 1024, crate::shared::admission::Slots::new(4));
     let mut session = session(front, back);
     open_lanes(&mut session, Some(&mut PipePool::new(4)));
     let (up, down) = (pattern(LEN, 3), pattern(LEN, 5));
@@ -410,7 +410,7 @@ fn nothing_is_spliced_while_the_prefix_or_the_window_waits() {
     while unread(&front) < 9 && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(1));
     }
-    let mut pool = BufferPool::new(64, 1);
+    let mut pool = BufferPool::new(64, crate::shared::admission::Slots::new(1));
     let mut lane = Lane::Splice(SplicePipe::new().expect("pipe"));
     let mut src_ready = Ready {
         readable: true,
@@ -522,7 +522,7 @@ fn a_full_kernel_pipe_keeps_the_source_readable() {
 fn a_fin_waits_until_the_kernel_pipe_drained() {
     let (mut client, front) = pair();
     let (mut server, back) = pair();
-    let mut pool = BufferPool::new(64, 2);
+    let mut pool = BufferPool::new(64, crate::shared::admission::Slots::new(2));
     let mut session = session(front, back);
     open_lanes(&mut session, Some(&mut PipePool::new(4)));
     client.write_all(b"DATA").expect("write");

@@ -1,0 +1,55 @@
+//! What the threads of the process share, so that it behaves as one proxy
+//! whatever `worker_count` is: admission counts, backend health, and named
+//! backends' addresses.
+//!
+//! Owns: [`Shared`] (the session and buffer caps, the unrouted counts per
+//! listener and address, the registry of clusters and backends, the
+//! process-wide counters), and the two threads that work on the registry
+//! beside the workers: the health checker (`checker`) and the resolver
+//! (`resolve`). Must never: be locked by a worker across a syscall, or on
+//! the accept path beyond one atomic operation or one shard of a map.
+
+pub mod admission;
+pub mod checker;
+pub mod events;
+pub mod health;
+pub mod instance;
+pub mod registry;
+pub mod resolve;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use command::config::GlobalSettings;
+
+use admission::{PerIp, Slots};
+use events::Counters;
+use registry::Registry;
+
+/// The counts and state every thread of the process shares.
+#[derive(Debug)]
+pub struct Shared {
+    /// Open sessions, capped at `max_connections`.
+    pub sessions: Arc<Slots>,
+    /// Pooled buffers checked out by all workers, capped at `max_buffers`.
+    pub buffers: Arc<Slots>,
+    /// Connections not routed yet, per listener and client address
+    /// (`max_unrouted_per_ip`).
+    pub unrouted: Arc<PerIp<(SocketAddr, IpAddr)>>,
+    pub registry: Arc<Registry>,
+    pub counters: Arc<Counters>,
+}
+
+impl Shared {
+    /// The shared state of a process started with `global`.
+    #[must_use]
+    pub fn new(global: &GlobalSettings) -> Arc<Self> {
+        Arc::new(Self {
+            sessions: Slots::new(global.max_connections),
+            buffers: Slots::new(global.max_buffers),
+            unrouted: PerIp::new(),
+            registry: Arc::new(Registry::default()),
+            counters: Arc::new(Counters::default()),
+        })
+    }
+}
