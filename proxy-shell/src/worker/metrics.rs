@@ -420,9 +420,9 @@ mod tests {
         assert_eq!(snapshot.worker_id, 7);
         assert_eq!(snapshot.values["tcp.sni_preread.rejected.no_sni"], 1);
         assert_eq!(snapshot.values["tcp.sni_preread.rejected.not_tls"], 0);
-        // 18 fixed, 11 rejects, 5 fallbacks, 12 refusals, 12 + 4 histogram
+        // 17 fixed, 11 rejects, 5 fallbacks, 12 refusals, 12 + 4 histogram
         // fields.
-        assert_eq!(snapshot.values.len(), 18 + 11 + 5 + 12 + 16);
+        assert_eq!(snapshot.values.len(), 17 + 11 + 5 + 12 + 16);
     }
 
     #[test]
