@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the peer proxies of the data-path benchmark (Debian's haproxy and
-# nginx, with nginx's stream module) when missing, and prints their versions.
+# nginx, with nginx's stream module) and strace when missing, and prints
+# their versions.
 # The packages' own services are not used: bench/run.sh starts each peer in
 # the foreground with its own config on loopback ports, and stops it by PID.
 #
@@ -18,6 +19,9 @@ fi
 if ! ls /usr/lib/nginx/modules/ngx_stream_module.so >/dev/null 2>&1; then
     need+=(libnginx-mod-stream)
 fi
+
+# strace: the syscalls-per-connection phase attaches it to each proxy.
+command -v strace >/dev/null 2>&1 || need+=(strace)
 
 if ((${#need[@]})); then
     echo "peers: installing ${need[*]}" >&2
@@ -38,3 +42,4 @@ fi
 haproxy -v | sed -n 1p
 nginx -v 2>&1
 ls /usr/lib/nginx/modules/ngx_stream_module.so
+strace -V | sed -n 1p

@@ -8,12 +8,15 @@
 # Installs the peers if missing (bench/peers.sh), builds preread and the bench
 # tool in release (fat LTO: a few minutes), records the machine, then runs
 # `target/release/bench` (e2e/src/bin/bench.rs; its header lists the
-# options). Writes under target/bench/<UTC time>/ (BENCH_OUT overrides):
+# options; its phases are throughput, rate, memory and syscalls, the last
+# one `strace -c -f` attached to each proxy for a fixed connection count).
+# Writes under target/bench/<UTC time>/ (BENCH_OUT overrides):
 #   machine.txt   CPU, kernel, versions, limits, other busy processes
 #   loadavg.txt   /proc/loadavg and the busiest processes every 5 s
 #   raw.jsonl     one JSON object per measurement
 #   summary.md    the tables (also printed)
-#   logs/, work/  proxies' stderr when not empty; HAProxy/nginx configs
+#   logs/, work/  proxies' stderr when not empty; HAProxy/nginx configs;
+#                 work/strace-<target>-<rep>.txt, strace's own summaries
 # and points target/bench/latest at it. Everything it starts is stopped by
 # PID; the bench is bounded (each phase, and `timeout` around the whole).
 set -euo pipefail
@@ -46,6 +49,7 @@ out=$(cd "$out" && pwd)
     echo "haproxy: $(haproxy -v | sed -n 1p)"
     echo "nginx: $(nginx -v 2>&1)"
     echo "rustc: $(rustc -V)"
+    echo "strace: $(strace -V | sed -n 1p)"
     echo "ulimit -n: $(ulimit -n)"
     echo "splice in the worker: $(grep -ln 'libc::splice' proxy-shell/src/worker/*.rs | tr '\n' ' ')"
     for s in net.ipv4.tcp_tw_reuse net.ipv4.ip_local_port_range net.core.somaxconn; do

@@ -11,6 +11,7 @@
 //!   established connection sets;
 //! - [`targets`]: what a connection goes through: nothing (direct),
 //!   preread, HAProxy, nginx: configs, processes, stop by PID;
+//! - [`syscalls`]: `strace -c -f` on a running proxy, its summary parsed;
 //! - [`report`]: raw records (JSON lines) and the median/spread summary.
 //!
 //! Every loop is bounded in count and time; only loopback is used.
@@ -19,6 +20,7 @@ pub(crate) mod backends;
 pub(crate) mod clients;
 pub(crate) mod procfs;
 pub(crate) mod report;
+pub(crate) mod syscalls;
 pub(crate) mod targets;
 
 /// The SNI of `testdata/clienthellos/curl_h2.bin`, routed by every proxy.

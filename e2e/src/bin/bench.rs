@@ -3,11 +3,11 @@
 //! everything, installs the peers and runs this; `doc/performance.md`
 //! ("Data path") has the method and the results.
 //!
-//! Usage: `bench [--out DIR] [--phases throughput,rate,memory]
+//! Usage: `bench [--out DIR] [--phases throughput,rate,memory,syscalls]
 //! [--targets direct,preread-splice,preread-copy,haproxy,haproxy-splice,nginx]
 //! [--reps 3]
 //! [--bytes N] [--conns N] [--concurrency N] [--rate-bound SECONDS]
-//! [--slow N] [--sessions N] [--hello FILE]`
+//! [--slow N] [--sessions N] [--strace-conns N] [--hello FILE]`
 //!
 //! Phases, each repeated `--reps` times with the targets interleaved (their
 //! order rotated by one each repetition), every proxy started fresh for each
@@ -20,7 +20,12 @@
 //!   `--concurrency` at a time; connections/s and proxy CPU per connection;
 //!   then again while `--slow` clients drip a hello one byte per second;
 //! - `memory`: VmRSS idle, with `--sessions` idle connections (nothing
-//!   sent), and (fresh process) with `--sessions` established idle sessions.
+//!   sent), (fresh process) with `--sessions` partial hellos (the first
+//!   100 bytes, then nothing), and (fresh process) with `--sessions`
+//!   established idle sessions;
+//! - `syscalls`: `strace -c -f` attached to a fresh proxy for
+//!   `--strace-conns` (default 3,000) connections of the rate test, after
+//!   the warm-up; syscalls per connection, in total and per syscall.
 //!
 //! Raw records go to `DIR/raw.jsonl` as they come, the summary to
 //! `DIR/summary.md` (and stdout).
@@ -37,12 +42,15 @@ use bench::backends::{HoldBackend, RpcBackend};
 use bench::clients::{self, SlowClients};
 use bench::procfs::{self, CpuTicks};
 use bench::report::{Record, Sink, fmt_stats, ratios, series};
+use bench::syscalls::{Tracer, breakdown};
 use bench::targets::{Kind, Running};
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 /// Request and answer sizes of the connection-rate test.
 const RATE_PAYLOAD: u64 = 64;
 const RATE_ANSWER: u64 = 64;
+/// Bytes of the hello a partial-hello connection sends.
+const PARTIAL: usize = 100;
 
 #[derive(Debug)]
 struct Options {
@@ -56,6 +64,7 @@ struct Options {
     rate_bound: Duration,
     slow: usize,
     sessions: usize,
+    strace_conns: u64,
     hello: Vec<u8>,
     hello_path: PathBuf,
 }
@@ -64,7 +73,9 @@ fn parse_args() -> Result<Options, String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut options = Options {
         out: root.join("target/bench/latest"),
-        phases: vec!["throughput".into(), "rate".into(), "memory".into()],
+        phases: ["throughput", "rate", "memory", "syscalls"]
+            .map(str::to_owned)
+            .to_vec(),
         targets: [
             "direct",
             "preread-splice",
@@ -83,6 +94,7 @@ fn parse_args() -> Result<Options, String> {
         rate_bound: Duration::from_secs(60),
         slow: 1000,
         sessions: 1000,
+        strace_conns: 3000,
         hello: Vec::new(),
         hello_path: root.join("testdata/clienthellos/curl_h2.bin"),
     };
@@ -112,6 +124,7 @@ fn parse_args() -> Result<Options, String> {
             "--rate-bound" => options.rate_bound = Duration::from_secs(number(value()?)?),
             "--slow" => options.slow = usize::try_from(number(value()?)?).unwrap_or(0),
             "--sessions" => options.sessions = usize::try_from(number(value()?)?).unwrap_or(0),
+            "--strace-conns" => options.strace_conns = number(value()?)?.max(1),
             "--hello" => options.hello_path = PathBuf::from(value()?),
             "-h" | "--help" => {
                 return Err("see the header of e2e/src/bin/bench.rs for the usage".into());
@@ -366,7 +379,7 @@ fn memory(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Ki
         Ok(rpc) => rpc,
         Err(e) => return eprintln!("bench: rpc backend: {e}"),
     };
-    for test in ["mem_idle", "mem_established"] {
+    for test in ["mem_idle", "mem_partial", "mem_established"] {
         let mut record = Record::new(test, kind.name(), rep);
         let running = match Running::start(kind, unused.addr(), hold.addr(), &work) {
             Ok(running) => running,
@@ -385,6 +398,10 @@ fn memory(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Ki
         let n = o.sessions;
         let opened = if test == "mem_idle" {
             clients::open_idle(running.hold, n)
+        } else if test == "mem_partial" {
+            // The record header and the start of the handshake: the
+            // proxy holds a window and waits for the rest.
+            clients::open_established(running.hold, &o.hello[..o.hello.len().min(PARTIAL)], n)
         } else {
             clients::open_established(running.hold, &o.hello, n).and_then(|streams| {
                 let deadline = Instant::now() + Duration::from_secs(30);
@@ -438,6 +455,172 @@ fn memory(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Ki
         hold.clear();
     }
     unused.stop();
+}
+
+/// Syscalls per connection: strace attached to a fresh proxy after the
+/// rate test's warm-up, for `--strace-conns` connections.
+fn syscalls(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Kind) {
+    if kind == Kind::Direct {
+        return;
+    }
+    let work = o.out.join("work");
+    let mut record = Record::new("syscalls", kind.name(), rep);
+    let rpc = match RpcBackend::start(o.hello.len(), o.concurrency * 2 + 8) {
+        Ok(rpc) => rpc,
+        Err(e) => return eprintln!("bench: rpc backend: {e}"),
+    };
+    let running = match Running::start(kind, rpc.addr(), hold.addr(), &work) {
+        Ok(running) => running,
+        Err(e) => {
+            record.note("error", e);
+            sink.push(record);
+            return rpc.stop();
+        }
+    };
+    let run = |n: u64| {
+        clients::rate(
+            running.rate,
+            &o.hello,
+            n,
+            o.concurrency,
+            RATE_PAYLOAD,
+            RATE_ANSWER,
+            o.rate_bound,
+        )
+    };
+    let _ = run(500);
+    let trace = o
+        .out
+        .join("work")
+        .join(format!("strace-{}-{rep}.txt", kind.name()));
+    let traced = running
+        .pid()
+        .ok_or_else(|| "no proxy process".to_owned())
+        .and_then(|pid| Tracer::attach(pid, &trace))
+        .and_then(|tracer| {
+            let outcome = run(o.strace_conns);
+            tracer.finish(&trace).map(|counts| (outcome, counts))
+        });
+    match traced {
+        Ok((outcome, counts)) if outcome.ok > 0 => {
+            let conns = outcome.ok as f64;
+            let total: u64 = counts.values().map(|c| c.calls).sum();
+            record
+                .value("ok", conns)
+                .value("failed", outcome.failed as f64)
+                .value("syscalls_per_conn", total as f64 / conns);
+            for (name, count) in &counts {
+                record.value(&format!("sys_{name}"), count.calls as f64 / conns);
+                if count.errors > 0 {
+                    record.value(&format!("err_{name}"), count.errors as f64 / conns);
+                }
+            }
+        }
+        Ok(_) => {
+            record.note("error", "no connection completed under strace");
+        }
+        Err(e) => {
+            record.note("error", e);
+        }
+    }
+    sink.push(record);
+    keep_stderr(
+        &o.out,
+        &format!("syscalls-{}-{rep}", kind.name()),
+        &running.stop(),
+    );
+    rpc.stop();
+}
+
+/// Per syscall, (name, calls per connection, errors per connection): the
+/// median over the repetitions of one target.
+fn syscall_rows(records: &[Record], name: &str) -> Vec<(String, f64, f64)> {
+    let mut keys: Vec<String> = records
+        .iter()
+        .filter(|r| r.test == "syscalls" && r.target == name)
+        .flat_map(|r| r.values.keys().cloned())
+        .filter_map(|k| k.strip_prefix("sys_").map(str::to_owned))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    let median = |key: &str| {
+        let values = series(records, "syscalls", name, key);
+        if values.is_empty() {
+            0.0
+        } else {
+            bench::report::stats(&values).0
+        }
+    };
+    keys.into_iter()
+        .map(|k| {
+            let calls = median(&format!("sys_{k}"));
+            let errors = median(&format!("err_{k}"));
+            (k, calls, errors)
+        })
+        .collect()
+}
+
+/// The median of `key` in `test` over `targets`' repetitions, the lowest
+/// of those targets that have it.
+fn lowest_median(records: &[Record], test: &str, targets: &[&str], key: &str) -> Option<f64> {
+    targets
+        .iter()
+        .map(|t| bench::report::stats(&series(records, test, t, key)).0)
+        .filter(|v| !v.is_nan())
+        .min_by(f64::total_cmp)
+}
+
+fn median(records: &[Record], test: &str, target: &str, key: &str) -> f64 {
+    bench::report::stats(&series(records, test, target, key)).0
+}
+
+/// The ratios, from this run's medians: preread's CPU per
+/// connection against the lower of HAProxy's and nginx's, and its spliced
+/// throughput and CPU per GiB against HAProxy's splice.
+fn ratio_lines(records: &[Record]) -> String {
+    let mut out = String::new();
+    let peers = ["haproxy", "nginx"];
+    if let Some(best) = lowest_median(records, "rate", &peers, "proxy_cpu_us_per_conn") {
+        for name in ["preread-copy", "preread-splice"] {
+            let mine = median(records, "rate", name, "proxy_cpu_us_per_conn");
+            if !mine.is_nan() {
+                out.push_str(&format!(
+                    "- {name}: CPU per connection {mine:.1} µs = **{:.2}×** the lower peer's {best:.1} µs\n",
+                    mine / best
+                ));
+            }
+        }
+    }
+    for name in ["preread-copy", "preread-splice"] {
+        let mine = median(records, "syscalls", name, "syscalls_per_conn");
+        if let (false, Some(best)) = (
+            mine.is_nan(),
+            lowest_median(records, "syscalls", &peers, "syscalls_per_conn"),
+        ) {
+            out.push_str(&format!(
+                "- {name}: {mine:.1} syscalls per connection = **{:.2}×** the lower peer's {best:.1}\n",
+                mine / best
+            ));
+        }
+    }
+    for test in ["upload", "download"] {
+        let (mine, theirs) = (
+            median(records, test, "preread-splice", "gib_s"),
+            median(records, test, "haproxy-splice", "gib_s"),
+        );
+        let (my_cpu, their_cpu) = (
+            median(records, test, "preread-splice", "proxy_cpu_s_per_gib"),
+            median(records, test, "haproxy-splice", "proxy_cpu_s_per_gib"),
+        );
+        if !(mine / theirs).is_nan() {
+            out.push_str(&format!(
+                "- {test}, preread-splice vs haproxy-splice: **{:.2}×** the GiB/s, **{:.2}×** the CPU per GiB\n",
+                mine / theirs,
+                my_cpu / their_cpu
+            ));
+        }
+    }
+    out
 }
 
 fn summary(o: &Options, records: &[Record]) -> String {
@@ -546,9 +729,9 @@ fn summary(o: &Options, records: &[Record]) -> String {
             "### Memory: VmRSS, {} connections\n\n",
             o.sessions
         ));
-        out.push_str(
-            "| target | idle RSS KiB | + idle conns KiB | KiB per idle conn | idle RSS KiB (2nd start) | + established KiB | KiB per established | fds / pipe fds established | machine Slab KiB per established (noisy) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-        );
+        out.push_str(&format!(
+            "| target | idle RSS KiB | + idle conns KiB | KiB per idle conn | KiB per partial hello ({PARTIAL} B) | idle RSS KiB (2nd start) | + established KiB | KiB per established | fds / pipe fds established | machine Slab KiB per established (noisy) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        ));
         for name in names.iter().filter(|n| **n != "direct") {
             let fds = bench::report::stats(&series(records, "mem_established", name, "fds")).0;
             let pipes =
@@ -560,6 +743,7 @@ fn summary(o: &Options, records: &[Record]) -> String {
                     fmt_stats(&series(records, "mem_idle", name, "rss_before_kib"), 0),
                     fmt_stats(&series(records, "mem_idle", name, "rss_kib"), 0),
                     fmt_stats(&series(records, "mem_idle", name, "kib_per_conn"), 2),
+                    fmt_stats(&series(records, "mem_partial", name, "kib_per_conn"), 2),
                     fmt_stats(
                         &series(records, "mem_established", name, "rss_before_kib"),
                         0,
@@ -574,6 +758,30 @@ fn summary(o: &Options, records: &[Record]) -> String {
                 ],
             );
         }
+        out.push('\n');
+    }
+    if has("syscalls") {
+        out.push_str(&format!(
+            "### Syscalls per connection: strace -c -f, {} connections, {} at a time, median of {} runs\n\n",
+            o.strace_conns, o.concurrency, o.reps
+        ));
+        out.push_str("| target | syscalls per connection | per syscall (calls per connection, errors) |\n|---|---:|---|\n");
+        for name in names.iter().filter(|n| **n != "direct") {
+            line(
+                &mut out,
+                vec![
+                    (*name).to_owned(),
+                    fmt_stats(&series(records, "syscalls", name, "syscalls_per_conn"), 1),
+                    breakdown(&syscall_rows(records, name)),
+                ],
+            );
+        }
+        out.push('\n');
+    }
+    let ratio_text = ratio_lines(records);
+    if !ratio_text.is_empty() {
+        out.push_str("### Ratios (medians of this run)\n\n");
+        out.push_str(&ratio_text);
         out.push('\n');
     }
     let errors: Vec<String> = records
@@ -638,6 +846,7 @@ fn main() -> ExitCode {
                     "throughput" => throughput(&o, &mut sink, &hold, rep, kind),
                     "rate" => rate(&o, &mut sink, &hold, rep, kind),
                     "memory" => memory(&o, &mut sink, &hold, rep, kind),
+                    "syscalls" => syscalls(&o, &mut sink, &hold, rep, kind),
                     other => eprintln!("bench: unknown phase {other}"),
                 }
             }
