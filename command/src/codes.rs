@@ -172,8 +172,8 @@ impl ErrorCode {
                 "invalid value in the config file",
                 "A config value has the right type but is not one of the accepted values \
                  (an unknown load-balancing algorithm or proxy-protocol mode, a negative \
-                 count, an unknown log format, an sni_preread_max_bytes above buffer_size, \
-                 also over the command socket and in a saved state file).",
+                 count, an unknown log format, also over the command socket and in a saved state \
+                 file).",
                 "The values listed for the key in doc/configure.md, e.g. load_balancing = \
                  \"round_robin\" | \"random\" | \"least_connections\" | \"power_of_two\".",
                 "Replace the value with one of the accepted ones.",
@@ -277,9 +277,9 @@ impl ErrorCode {
                 "The preread window cap must hold at least a TLS record header (5 bytes), or \
                  no ClientHello could ever be read. A real ClientHello needs far more: 512 to \
                  2048 bytes usually, more with post-quantum key shares.",
-                "sni_preread_max_bytes >= 5; the default 16384 holds any ClientHello in one \
-                 record.",
-                "Raise sni_preread_max_bytes, or remove it to use the default 16384.",
+                "sni_preread_max_bytes >= 5; the default 65536 holds a ClientHello of \
+                 several records (post-quantum key shares, large session tickets).",
+                "Raise sni_preread_max_bytes, or remove it to use the default 65536.",
             ),
             Self::InvalidTimeout => (
                 "a timeout is 0",

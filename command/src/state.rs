@@ -1236,7 +1236,7 @@ mod tests {
         let config = s.listeners().next().cloned().unwrap_or_default();
         assert_eq!(config.active, Some(false));
         assert_eq!(config.default_cluster, None);
-        assert_eq!(config.sni_preread_max_bytes, Some(16_384));
+        assert_eq!(config.sni_preread_max_bytes, Some(65_536));
         assert_eq!(
             ok(&mut s, RequestType::ActivateListener(at())),
             Applied::Changed

@@ -24,7 +24,7 @@ use crate::proto;
 /// Default `sni_preread_timeout`, in milliseconds.
 pub const DEFAULT_SNI_PREREAD_TIMEOUT_MS: u32 = 5_000;
 /// Default `sni_preread_max_bytes`.
-pub const DEFAULT_SNI_PREREAD_MAX_BYTES: u32 = 16_384;
+pub const DEFAULT_SNI_PREREAD_MAX_BYTES: u32 = 65_536;
 /// Default `front_timeout`, in seconds.
 pub const DEFAULT_FRONT_TIMEOUT_S: u32 = 60;
 /// Default `back_timeout`, in seconds.
@@ -264,40 +264,6 @@ macro_rules! differences {
         )+
         changes.join(", ")
     }};
-}
-
-/// Refuses a listener request whose explicit `sni_preread_max_bytes` is
-/// above the process's `buffer_size`: a preread window lives in one pooled
-/// buffer, so the worker would silently shrink the cap and refuse, as too
-/// large, the ClientHellos the operator meant to allow. The config loader
-/// checks the same rule with the key's position; this is its form for
-/// requests (the command socket, state files).
-pub fn check_cap_fits_buffer(
-    request: &proto::Request,
-    buffer_size: usize,
-) -> Result<(), ValidationError> {
-    let config = match &request.request_type {
-        Some(
-            proto::request::RequestType::AddTcpListener(config)
-            | proto::request::RequestType::UpdateTcpListener(config),
-        ) => config,
-        _ => return Ok(()),
-    };
-    match config.sni_preread_max_bytes {
-        Some(cap) if usize::try_from(cap).is_ok_and(|cap| cap > buffer_size) => {
-            Err(ValidationError::new(
-                ErrorCode::InvalidValue,
-                format!(
-                    "listener {}: sni_preread_max_bytes = {cap} is more than buffer_size = \
-                     {buffer_size}: the preread window lives in one buffer, so the cap would \
-                     silently be {buffer_size}; lower sni_preread_max_bytes, or restart with \
-                     buffer_size of at least {cap}",
-                    config.address
-                ),
-            ))
-        }
-        _ => Ok(()),
-    }
 }
 
 /// The settings in which two resolved listener configs differ, as
@@ -1271,53 +1237,5 @@ mod tests {
                 "no dispatch test for {code} ({code:?})"
             );
         }
-    }
-}
-
-#[cfg(test)]
-mod cap_tests {
-    use super::*;
-    use crate::proto::request::RequestType;
-
-    fn with_cap(update: bool, cap: Option<u32>) -> proto::Request {
-        let config = proto::TcpListenerConfig {
-            address: "127.0.0.1:8443".into(),
-            sni_preread_max_bytes: cap,
-            ..Default::default()
-        };
-        proto::Request {
-            request_type: Some(if update {
-                RequestType::UpdateTcpListener(config)
-            } else {
-                RequestType::AddTcpListener(config)
-            }),
-        }
-    }
-
-    #[test]
-    fn a_cap_above_the_buffer_is_refused_with_e003() {
-        for update in [false, true] {
-            let Err(error) = check_cap_fits_buffer(&with_cap(update, Some(16_385)), 16_384) else {
-                panic!("a cap one byte above the buffer passed (update: {update})")
-            };
-            assert_eq!(error.code, ErrorCode::InvalidValue);
-            assert!(
-                error.message.contains("127.0.0.1:8443") && error.message.contains("16384"),
-                "{}",
-                error.message
-            );
-            assert_eq!(
-                check_cap_fits_buffer(&with_cap(update, Some(16_384)), 16_384),
-                Ok(())
-            );
-            assert_eq!(
-                check_cap_fits_buffer(&with_cap(update, None), 4_096),
-                Ok(())
-            );
-        }
-        let other = proto::Request {
-            request_type: Some(RequestType::AddCluster(proto::Cluster::default())),
-        };
-        assert_eq!(check_cap_fits_buffer(&other, 5), Ok(()));
     }
 }

@@ -933,23 +933,6 @@ fn a_second_preread_cannot_share_a_port() {
     assert!(accepts(first.addr("main")));
 }
 
-#[test]
-fn a_state_file_with_a_cap_above_buffer_size_refuses_the_start() {
-    let listener = free_addr();
-    let config = format!(
-        "command_socket = \"preread.sock\"\nsaved_state = \"state.json\"\nbuffer_size = 16384\n\n\
-         [[listeners]]\naddress = \"{listener}\"\n"
-    );
-    let state = seal(&format!(
-        "{{\"preread_state\":2}}\n\
-         {{\"request_type\":{{\"add_tcp_listener\":{{\"address\":\"{listener}\",\"expect_proxy\":false,\"sni_preread_timeout\":5000,\"sni_preread_max_bytes\":65536,\"default_cluster\":null,\"server_first_timeout\":null,\"front_timeout\":60,\"back_timeout\":30,\"connect_timeout\":3,\"active\":true}}}}}}\n"
-    ));
-    let stderr = refused_start("bigcap", &config, Some(&state), 2);
-    assert!(stderr.contains("E003"), "{stderr}");
-    assert!(stderr.contains("buffer_size"), "{stderr}");
-    assert!(!accepts(listener), "the listener was opened");
-}
-
 // ---------------------------------------------------------------------------
 // 6. Every socket subcommand through the CLI
 // ---------------------------------------------------------------------------

@@ -56,10 +56,13 @@ fn backend<R: Send + 'static>(
     (addr, handle)
 }
 
-/// A listener whose `default_cluster` is `plain`, with `splice` on or off.
+/// A listener whose `default_cluster` is `plain`, with `splice` on (from
+/// the first byte: `splice_threshold = 0`, so that these short exchanges
+/// go through kernel pipes) or off.
 fn start(splice: bool, backend: SocketAddr) -> ProxyProcess {
     let config = ConfigBuilder::new()
         .global(&format!("splice = {splice}"))
+        .global("splice_threshold = 0")
         .listener("main", &["default_cluster = \"plain\""])
         .frontend("tls", "main", Some("tls.example.com"), &[])
         .backend("tls", "tls-0", backend)

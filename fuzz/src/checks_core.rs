@@ -37,6 +37,7 @@ use preread_core::step::{
     Actions, Close, Event, Farewell, Fed, Next, PrereadListener, PrereadStep, StepTimer,
     TimerAction, TimerPlan,
 };
+use preread_core::window::FIRST_WINDOW_BYTES;
 use preread_core::{Input, Output, PrereadConfig, RejectReason, SniPrereadCore};
 use preread_parser::proxy::parse_proxy_header;
 
@@ -58,10 +59,6 @@ const MAX_STEPS: usize = 24;
 const ROUTES: &[(&str, &[&str], &str)] = crate::route_pool::POOL;
 
 const DEFAULT_CLUSTER: &str = "default";
-
-/// The window's buffer. Every drawn cap fits in it, so the listener's
-/// effective cap (`PrereadListener::new`) is the drawn one.
-const WINDOW_CAPACITY: usize = 4096;
 
 /// How much later than the last event the probes after the exit come.
 const LATER: Duration = Duration::from_secs(3600);
@@ -86,10 +83,12 @@ fn config(u: &mut Unstructured<'_>, data: &[u8]) -> PrereadConfig {
             .expect("the route pool is conflict-free");
     }
     let mut config = PrereadConfig::new(routes);
-    // Mostly the largest cap, so that real ClientHellos fit; now and then a
-    // tiny one, to reach TooLarge inside the record header or PROXY header.
+    // Mostly a large cap, so that real ClientHellos fit (the default, past
+    // which the window grows from its first 2 KiB); now and then a tiny
+    // one, to reach TooLarge inside the record header or PROXY header.
     config.max_bytes = match u.int_in_range(0..=3u8).unwrap_or(0) {
-        0 | 1 => 4096,
+        0 => 65_536,
+        1 => 4096,
         2 => u.int_in_range(5..=4096).unwrap_or(4096),
         _ => u.int_in_range(5..=64).unwrap_or(5),
     };
@@ -183,7 +182,7 @@ pub fn check_core(data: &[u8]) -> Output {
         .copied()
         .collect();
     let mut u = Unstructured::new(&control);
-    let listener = PrereadListener::new(config(&mut u, data), WINDOW_CAPACITY, None);
+    let listener = PrereadListener::new(config(&mut u, data), None);
     let mut run = Run::accept(&listener, data, base);
     for _ in 0..MAX_STEPS {
         if u.is_empty() {
@@ -285,6 +284,9 @@ struct Run<'a> {
     twin: SniPrereadCore,
     /// The window is `data[..len]`.
     len: usize,
+    /// The window's buffer, grown as the step says: a read never adds
+    /// more than it has room for.
+    capacity: usize,
     held: Held,
     server_first_fired: bool,
     /// When the silence timer armed at accept is due, if it was armed.
@@ -347,6 +349,7 @@ impl<'a> Run<'a> {
             step,
             twin: SniPrereadCore::new(),
             len: 0,
+            capacity: FIRST_WINDOW_BYTES,
             held: Held {
                 preread: None,
                 server_first,
@@ -379,7 +382,26 @@ impl<'a> Run<'a> {
         } else {
             assert_eq!(budget, 0, "a read budget after the exit");
         }
-        let added = grow.min(budget).min(data.len() - self.len);
+        let want = self
+            .step
+            .window_capacity(self.listener, self.capacity, self.len);
+        if want != self.capacity {
+            assert!(
+                self.step.is_reading() && self.len == self.capacity && want <= cap,
+                "grew a {}-byte window holding {} to {want} (cap {cap})",
+                self.capacity,
+                self.len
+            );
+        } else if self.step.is_reading() && self.len == self.capacity {
+            assert!(
+                self.capacity >= cap,
+                "a full {}-byte window under the cap {cap} did not grow",
+                self.capacity
+            );
+        }
+        self.capacity = want;
+        let room = self.capacity.saturating_sub(self.len);
+        let added = grow.min(budget).min(room).min(data.len() - self.len);
         self.len += added;
         let eof = fin && self.len == data.len();
         let window = &data[..self.len];

@@ -24,8 +24,8 @@ pub struct PrereadConfig {
     /// The SNI/ALPN routes of the listener.
     pub routes: RouteTable,
     /// Cap on the window: a window still incomplete at this many bytes is
-    /// `TooLarge`. The shell passes its effective cap (never more than its
-    /// buffer holds, never less than [`MIN_PREREAD_MAX_BYTES`]).
+    /// `TooLarge`. The shell passes its effective cap (never less than
+    /// [`MIN_PREREAD_MAX_BYTES`]) and never reads past it.
     pub max_bytes: usize,
     /// How long after the first bytes the ClientHello must be complete.
     pub timeout: Duration,
@@ -46,12 +46,12 @@ pub struct PrereadConfig {
 }
 
 impl PrereadConfig {
-    /// A config with these routes, the default cap (16 KiB) and timeout
+    /// A config with these routes, the default cap (64 KiB) and timeout
     /// (5 s), no PROXY header, no default cluster and no catch-all.
     pub fn new(routes: RouteTable) -> Self {
         Self {
             routes,
-            max_bytes: 16_384,
+            max_bytes: 65_536,
             timeout: Duration::from_secs(5),
             expect_proxy: false,
             default_cluster: None,

@@ -90,7 +90,10 @@ impl SniPrereadCore {
     /// the decision: what an access log names for `SniUnmatched` or
     /// `AlpnUnmatched`.
     pub fn sni(&self) -> Option<&HostName> {
-        self.learned.sni.as_ref()
+        match &self.decided {
+            Some(Output::Routed(route)) => route.sni.as_ref(),
+            _ => self.learned.sni.as_deref(),
+        }
     }
 
     /// The client address of the inbound PROXY header, once a complete one

@@ -29,9 +29,11 @@ const TLS13: u16 = 0x0304;
 /// What the core keeps of the windows it was fed, decided or not.
 #[derive(Debug, Default)]
 pub(crate) struct Learned {
-    /// The normalized SNI of a complete ClientHello, routed or not: what an
-    /// access log names for a refused name.
-    pub sni: Option<HostName>,
+    /// The normalized SNI of a complete ClientHello that was refused: what
+    /// an access log names for a refused name (a routed one carries it in
+    /// its `Route`). Boxed: inline, its 256 bytes would weigh on every
+    /// connection a shell holds, most of which never need it.
+    pub sni: Option<Box<HostName>>,
     /// The inbound PROXY header, once complete.
     pub preamble: Option<Preamble>,
     /// A byte of the client's own arrived: one past the inbound PROXY header
@@ -168,7 +170,7 @@ fn route<'a>(
     config: &PrereadConfig,
     hello: &ClientHello<'a>,
     mut seen: Seen<'a>,
-    seen_sni: &mut Option<HostName>,
+    refused_sni: &mut Option<Box<HostName>>,
 ) -> Output {
     seen.hello_end = Some(seen.content_offset + hello.end);
     seen.alpn = hello.alpn;
@@ -186,7 +188,6 @@ fn route<'a>(
         return Output::Reject(RejectReason::MalformedHandshake);
     };
     seen.sni = Some(sni);
-    *seen_sni = Some(sni);
     let offer = hello.alpn.into_iter().flatten();
     let lookup = config.routes.lookup(sni.as_bytes(), offer.clone());
     debug_assert!(
@@ -204,7 +205,16 @@ fn route<'a>(
             route.matched_alpn = protocol.map(Box::from);
             Output::Routed(Arc::new(route))
         }
-        Lookup::SniUnmatched => refuse(config, RejectReason::SniUnmatched, seen),
-        Lookup::AlpnUnmatched { .. } => Output::Reject(RejectReason::AlpnUnmatched),
+        Lookup::SniUnmatched => {
+            let output = refuse(config, RejectReason::SniUnmatched, seen);
+            if matches!(output, Output::Reject(_)) {
+                *refused_sni = Some(Box::new(sni));
+            }
+            output
+        }
+        Lookup::AlpnUnmatched { .. } => {
+            *refused_sni = Some(Box::new(sni));
+            Output::Reject(RejectReason::AlpnUnmatched)
+        }
     }
 }

@@ -308,11 +308,11 @@ fn alpn_unmatched_is_reachable() {
 
 #[test]
 fn a_refused_name_is_still_known_for_the_log() {
-    let config = config(&[("z.example.org", &[], "z")]);
+    let unmatched = config(&[("z.example.org", &[], "z")]);
     let mut core = SniPrereadCore::new();
     let window = corpus_file("openssl_sni_uppercase_trailing_dot.bin");
     let out = core.handle_input(
-        &config,
+        &unmatched,
         Input::Bytes {
             buf: &window,
             now: Instant::now(),
@@ -322,13 +322,26 @@ fn a_refused_name_is_still_known_for_the_log() {
     assert_eq!(core.sni().map(|s| s.as_str()), Some("a.example.com"));
     let mut silent = SniPrereadCore::new();
     let _ = silent.handle_input(
-        &config,
+        &unmatched,
         Input::Bytes {
             buf: b"GET /",
             now: Instant::now(),
         },
     );
     assert_eq!(silent.sni(), None);
+    // Refused for its ALPN: the name is known too.
+    let h3_only = config(&[("a.example.com", &["h3"], "a")]);
+    let mut alpn = SniPrereadCore::new();
+    let window = corpus_file("curl_h2.bin");
+    let out = alpn.handle_input(
+        &h3_only,
+        Input::Bytes {
+            buf: &window,
+            now: Instant::now(),
+        },
+    );
+    assert_eq!(out, Output::Reject(RejectReason::AlpnUnmatched));
+    assert_eq!(alpn.sni().map(|s| s.as_str()), Some("a.example.com"));
 }
 
 #[test]

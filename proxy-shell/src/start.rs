@@ -23,7 +23,6 @@ use command::codes::ErrorCode;
 use command::config::{EmptySavedState, GlobalSettings, load_config_file};
 use command::state::ConfigState;
 use command::state_file::{journal_path, load_saved_state, remove_stale_temp_files};
-use command::validate::check_cap_fits_buffer;
 
 use crate::access_log;
 use crate::cli::{EXIT_FAILED, EXIT_USAGE, Globals};
@@ -106,7 +105,7 @@ pub fn run(globals: &Globals) -> ExitCode {
     }
     init_logging(&global.log_level);
     if let Some(control) = control {
-        return match Successor::receive(control, inherited, &global) {
+        return match Successor::receive(control, inherited) {
             Ok(mut successor) => {
                 // Taken, not copied: the successor keeps serving with it.
                 let state = std::mem::take(&mut successor.state);
@@ -167,18 +166,6 @@ fn boot_state(
     }
     match load_saved_state(path) {
         Ok(saved) => {
-            if let Some(error) = saved
-                .requests
-                .iter()
-                .find_map(|r| check_cap_fits_buffer(r, global.buffer_size).err())
-            {
-                return Err(format!(
-                    "the state file {} does not fit this config, not starting (fix the file, or raise buffer_size): {}: {}",
-                    path.display(),
-                    error.code.as_str(),
-                    error.message
-                ));
-            }
             let declared = from_config.generate_requests().len();
             if is_empty(&saved.state) && declared > 0 {
                 return empty_state(global.empty_saved_state, path, declared, from_config)

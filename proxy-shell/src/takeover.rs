@@ -11,9 +11,7 @@ use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::net::UnixStream;
 
-use command::config::GlobalSettings;
 use command::state::ConfigState;
-use command::validate::check_cap_fits_buffer;
 
 use crate::handover::{self, Inherited, Verdict};
 
@@ -36,12 +34,8 @@ pub struct Successor {
 impl Successor {
     /// Reads and checks the handover on `control`. When it cannot be taken,
     /// the refusal is sent back and returned.
-    pub fn receive(
-        mut control: UnixStream,
-        mut inherited: Inherited,
-        global: &GlobalSettings,
-    ) -> Result<Self, String> {
-        match Self::check(&mut control, &mut inherited, global) {
+    pub fn receive(mut control: UnixStream, mut inherited: Inherited) -> Result<Self, String> {
+        match Self::check(&mut control, &mut inherited) {
             Ok((state, sockets, generation)) => Ok(Self {
                 control,
                 state,
@@ -58,7 +52,6 @@ impl Successor {
     fn check(
         control: &mut UnixStream,
         inherited: &mut Inherited,
-        global: &GlobalSettings,
     ) -> Result<(ConfigState, Sockets, u64), String> {
         let handover = handover::read_handover(control)
             .map_err(|e| format!("cannot read the handover: {e}"))?;
@@ -77,15 +70,13 @@ impl Successor {
         }
         let mut state = ConfigState::default();
         for request in &handover.state {
-            check_cap_fits_buffer(request, global.buffer_size)
-                .and_then(|()| state.dispatch(request).map(|_| ()))
-                .map_err(|e| {
-                    format!(
-                        "the running state does not fit this binary and config: {}: {}",
-                        e.code.as_str(),
-                        e.message
-                    )
-                })?;
+            state.dispatch(request).map(|_| ()).map_err(|e| {
+                format!(
+                    "the running state does not fit this binary and config: {}: {}",
+                    e.code.as_str(),
+                    e.message
+                )
+            })?;
         }
         Ok((state, sockets, handover.generation))
     }

@@ -26,6 +26,7 @@ use preread_core::step::{
     Actions, Close, Event as StepEvent, Next, PrereadListener, PrereadStep, StepTimer, TimerAction,
     handoff,
 };
+use preread_core::window::FIRST_WINDOW_BYTES;
 use preread_core::{
     FallbackReason, Input, Output, PrereadConfig, RejectReason, Route, SniPrereadCore,
 };
@@ -348,6 +349,8 @@ struct Driver<'s> {
     step: PrereadStep,
     /// The preread window (the pooled buffer's data).
     window: Vec<u8>,
+    /// The window's buffer, grown as the step says before each read.
+    window_capacity: usize,
     /// The listener's effective cap.
     cap: usize,
     now: Duration,
@@ -408,6 +411,7 @@ pub fn play_sabotaged(sc: &Scenario, sabotage: Sabotage) -> Result<Played, Failu
         config,
         step,
         window: Vec::new(),
+        window_capacity: FIRST_WINDOW_BYTES,
         cap,
         now: Duration::ZERO,
         arrived: 0,
@@ -616,7 +620,23 @@ impl Driver<'_> {
         } else {
             self.step.read_budget(&self.listener, self.window.len())
         };
-        let capacity = self.sc.listener.buffer_capacity;
+        let grown =
+            self.step
+                .window_capacity(&self.listener, self.window_capacity, self.window.len());
+        // The window costs memory only for a hello that needs it: it grows
+        // from full, never past the cap.
+        if grown != self.window_capacity
+            && (self.window.len() < self.window_capacity || grown > self.cap)
+        {
+            return self.fail(format!(
+                "the window grew from {} bytes holding {} to {grown} (cap {})",
+                self.window_capacity,
+                self.window.len(),
+                self.cap
+            ));
+        }
+        self.window_capacity = grown;
+        let capacity = self.window_capacity;
         let mut left = budget;
         let mut added = 0;
         let mut eof = false;

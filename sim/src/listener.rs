@@ -1,5 +1,5 @@
-//! The listener a scenario runs against: its routes, its preread settings,
-//! its buffer, and the PROXY handoff of its clusters.
+//! The listener a scenario runs against: its routes, its preread settings
+//! and the PROXY handoff of its clusters.
 //!
 //! Owns: the route pool (conflict-free in every subset), the name and ALPN
 //! pools the generator draws client hellos from, [`Listener`] and
@@ -101,8 +101,6 @@ pub struct Listener {
     pub routes: Vec<usize>,
     /// `sni_preread_max_bytes` as configured.
     pub configured_max: usize,
-    /// The size of a pooled buffer.
-    pub buffer_capacity: usize,
     /// The preread timeout.
     pub timeout: Duration,
     /// Whether a PROXY header precedes the client's bytes.
@@ -127,12 +125,6 @@ impl Listener {
             10..=13 => 16_384,
             _ => rng.range(4097, 65_536),
         };
-        let buffer_capacity = match rng.below(10) {
-            0..=5 => 16_384,
-            6..=7 => rng.range(4096, 65_536),
-            8 => 65_536,
-            _ => rng.range(64, 2048),
-        };
         let timeout = match rng.below(20) {
             0..=7 => Duration::from_secs(5),
             8..=16 => Duration::from_millis(rng.range_u64(100, 10_000)),
@@ -144,7 +136,6 @@ impl Listener {
         Self {
             routes,
             configured_max,
-            buffer_capacity,
             timeout,
             expect_proxy: false,
             default_cluster,
@@ -179,13 +170,12 @@ impl Listener {
 
     /// The cap the shell enforces and hands to the core.
     pub fn effective_max(&self) -> usize {
-        effective_max_bytes(self.configured_max, self.buffer_capacity)
+        effective_max_bytes(self.configured_max)
     }
 
-    /// Makes the cap at least `bytes` (the configured value and the buffer).
+    /// Makes the cap at least `bytes`.
     pub fn ensure_cap(&mut self, bytes: usize) {
         self.configured_max = self.configured_max.max(bytes);
-        self.buffer_capacity = self.buffer_capacity.max(bytes);
     }
 
     /// The listener as the worker's `ListenerRuntime` holds it: the
@@ -193,7 +183,7 @@ impl Listener {
     pub fn preread(&self) -> PrereadListener {
         let mut config = self.config();
         config.max_bytes = self.configured_max;
-        PrereadListener::new(config, self.buffer_capacity, None)
+        PrereadListener::new(config, None)
     }
 
     /// The core's config, as `ListenerRuntime` builds it.

@@ -168,7 +168,7 @@ impl Scenario {
         let mut s = String::new();
         let _ = write!(
             s,
-            "seed {} (SIM_SEED={}), target {}, tags [{}]\n  listener: routes {:?}, configured_max {}, buffer {}, effective cap {}, timeout {:?}, expect_proxy {}, default_cluster {}, server_first {:?}, handoff {:?}\n  stream: {} bytes, truth {:?}\n  arrivals:",
+            "seed {} (SIM_SEED={}), target {}, tags [{}]\n  listener: routes {:?}, configured_max {}, effective cap {}, timeout {:?}, expect_proxy {}, default_cluster {}, server_first {:?}, handoff {:?}\n  stream: {} bytes, truth {:?}\n  arrivals:",
             self.seed,
             self.seed,
             self.target
@@ -176,7 +176,6 @@ impl Scenario {
             self.tags.join(", "),
             l.routes,
             l.configured_max,
-            l.buffer_capacity,
             l.effective_max(),
             l.timeout,
             l.expect_proxy,
@@ -745,7 +744,6 @@ fn build_random(seed: u64) -> Scenario {
     {
         let cap = (end + rng.below(3)).saturating_sub(1);
         sc.listener.configured_max = cap;
-        sc.listener.buffer_capacity = sc.listener.buffer_capacity.max(cap);
         sc.tags.push(format!(
             "cap {} at the hello's end {end}",
             sc.listener.effective_max()
@@ -1129,7 +1127,6 @@ fn build_directed(target: Target, seed: u64) -> Scenario {
                 _ => rng.range(sc.stream.len() + 1, sc.stream.len() + 2_000),
             };
             sc.listener.configured_max = cap;
-            sc.listener.buffer_capacity = sc.listener.buffer_capacity.max(cap);
             let cap = sc.listener.effective_max();
             truncate_to = Some(rng.range(at, sc.stream.len().min(cap - 1)));
             sc.truth.announced_at = Some(at);
@@ -1138,15 +1135,10 @@ fn build_directed(target: Target, seed: u64) -> Scenario {
             sc.tags.push(format!("cap {cap}, announced by byte {at}"));
         }
         Target::Reject(RejectReason::TooLarge) => {
-            // A cap below what completes the hello, by config or by buffer.
+            // A cap below what completes the hello (the buffers no longer
+            // lower it: the window grows up to the cap).
             let cap = rng.range(5, needed - 1);
-            if rng.chance(60) {
-                sc.listener.configured_max = cap;
-                sc.listener.buffer_capacity = sc.listener.buffer_capacity.max(cap);
-            } else {
-                sc.listener.buffer_capacity = cap;
-                sc.listener.configured_max = sc.listener.configured_max.max(cap);
-            }
+            sc.listener.configured_max = cap;
             sc.tags.push(format!(
                 "cap {} < {needed} needed",
                 sc.listener.effective_max()

@@ -16,7 +16,6 @@
 use toml::Spanned;
 
 use super::LocatedRequest;
-use super::global::GlobalSettings;
 use super::health_check::health_check;
 use super::lines::{Problems, ranged};
 use super::raw::RawConfig;
@@ -36,32 +35,6 @@ fn optional_u32(
     value.and_then(|value| ranged::<u32>(value, key, 0, problems))
 }
 
-/// A preread window lives in one pooled buffer, so a listener cap above
-/// `buffer_size` would silently shrink to it and refuse, as too large,
-/// ClientHellos the operator meant to allow.
-pub(super) fn check_caps_fit_buffers(
-    raw: &RawConfig,
-    global: &GlobalSettings,
-    problems: &mut Problems<'_>,
-) {
-    for listener in &raw.listeners {
-        let Some(cap) = &listener.get_ref().sni_preread_max_bytes else {
-            continue;
-        };
-        let buffer = global.buffer_size;
-        if usize::try_from(*cap.get_ref()).is_ok_and(|cap| cap > buffer) {
-            problems.push(
-                cap.span().start,
-                ErrorCode::InvalidValue,
-                format!(
-                    "sni_preread_max_bytes = {} is more than buffer_size = {buffer}: the preread window lives in one buffer, so the cap would silently be {buffer}; raise buffer_size to at least {} or lower sni_preread_max_bytes",
-                    cap.get_ref(),
-                    cap.get_ref()
-                ),
-            );
-        }
-    }
-}
 pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> Vec<LocatedRequest> {
     // (position, request) per group; sorted by position, then concatenated
     // in dispatch order.

@@ -36,6 +36,10 @@ pub const DEFAULT_MAX_BUFFERS: usize = 10_000;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// Default of `splice`.
 pub const DEFAULT_SPLICE: bool = true;
+/// Default of `splice_threshold`, in bytes: a direction copies its first
+/// 64 KiB (a short exchange never needs a kernel pipe) and splices from
+/// there on.
+pub const DEFAULT_SPLICE_THRESHOLD: u64 = 65_536;
 /// Default of `max_connection_attempts`.
 pub const DEFAULT_MAX_CONNECTION_ATTEMPTS: u32 = 3;
 /// Default of `soft_stop_grace`, in seconds.
@@ -132,6 +136,10 @@ pub struct GlobalSettings {
     pub max_connections: usize,
     /// Use the Linux zero-copy data path.
     pub splice: bool,
+    /// With `splice`: bytes a direction copies before it splices (it also
+    /// splices once it fills its buffer); 0 splices from the first byte
+    /// after the window.
+    pub splice_threshold: u64,
     /// Backends tried per connection before giving up, at least 1.
     pub max_connection_attempts: u32,
     /// Seconds a soft stop lets open sessions finish.
@@ -194,6 +202,7 @@ impl Default for GlobalSettings {
             max_buffers: DEFAULT_MAX_BUFFERS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             splice: DEFAULT_SPLICE,
+            splice_threshold: DEFAULT_SPLICE_THRESHOLD,
             max_connection_attempts: DEFAULT_MAX_CONNECTION_ATTEMPTS,
             soft_stop_grace_s: DEFAULT_SOFT_STOP_GRACE_S,
             empty_saved_state: EmptySavedState::Refuse,
@@ -325,6 +334,11 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
     }
     if let Some(splice) = &raw.splice {
         global.splice = *splice.get_ref();
+    }
+    if let Some(threshold) = &raw.splice_threshold {
+        if let Some(threshold) = ranged::<u64>(threshold, "splice_threshold", 0, problems) {
+            global.splice_threshold = threshold;
+        }
     }
     if let Some(attempts) = &raw.max_connection_attempts {
         if let Some(attempts) = ranged::<u32>(attempts, "max_connection_attempts", 1, problems) {

@@ -54,7 +54,8 @@ pub use global::{
     DEFAULT_COMMAND_CLIENT_TIMEOUT_S, DEFAULT_COMMAND_SOCKET, DEFAULT_LOG_LEVEL,
     DEFAULT_MAX_BUFFERS, DEFAULT_MAX_CONNECTION_ATTEMPTS, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_REJECT_CAPTURE, DEFAULT_RESOLVE_INTERVAL_S, DEFAULT_SOFT_STOP_GRACE_S, DEFAULT_SPLICE,
-    DEFAULT_WORKER_COUNT, EmptySavedState, GlobalSettings, MAX_REJECT_CAPTURE, MIN_BUFFER_SIZE,
+    DEFAULT_SPLICE_THRESHOLD, DEFAULT_WORKER_COUNT, EmptySavedState, GlobalSettings,
+    MAX_REJECT_CAPTURE, MIN_BUFFER_SIZE,
 };
 pub use keepalive::{
     DEFAULT_KEEPALIVE_COUNT, DEFAULT_KEEPALIVE_IDLE_S, DEFAULT_KEEPALIVE_INTERVAL_S, TcpKeepalive,
@@ -64,7 +65,7 @@ pub use syslog::SyslogTarget;
 pub use fragment::load_fragment;
 pub use sources::{DEFAULT_DOCKER_ENDPOINT, SourceSettings};
 
-use declarations::{check_caps_fit_buffers, routing_requests};
+use declarations::routing_requests;
 use global::global_settings;
 use lines::{LineIndex, Problems, shape_problem};
 use raw::RawConfig;
@@ -265,7 +266,6 @@ fn check(text: &str) -> Checked {
         list: Vec::new(),
     };
     let global = global_settings(&raw, &mut problems);
-    check_caps_fit_buffers(&raw, &global, &mut problems);
     let requests = routing_requests(raw, &mut problems);
 
     let mut state = ConfigState::default();

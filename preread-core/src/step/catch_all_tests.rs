@@ -33,7 +33,7 @@ fn catch_all(expect_proxy: bool) -> PrereadListener {
     let mut config = PrereadConfig::new(RouteTable::new());
     config.timeout = TIMEOUT;
     config.expect_proxy = expect_proxy;
-    PrereadListener::new(config, 16_384, Some(Arc::from("tcp")))
+    PrereadListener::new(config, Some(Arc::from("tcp")))
 }
 
 fn read(window: &[u8], added: usize, eof: bool) -> Event<'_> {

@@ -2,10 +2,12 @@
 //! with the cap the shell can actually enforce (the catch-all cluster in
 //! it), and how a rejected client is told.
 //!
-//! Owns: [`PrereadListener`] and the one place the configured byte cap is
-//! lowered to the effective one. Must never: be built with a cap larger than
-//! the window the shell can hold, since the core trusts the cap it is given
-//! (a complete but oversized hello read in one gulp would route).
+//! Owns: [`PrereadListener`] and the one place the configured byte cap
+//! becomes the effective one. Must never: hand the core a cap the shell's
+//! reads do not enforce, since the core trusts the cap it is given (a
+//! complete but oversized hello read in one gulp would route): the window
+//! grows up to the cap ([`crate::window::window_capacity`]) and the read
+//! budget stops there.
 
 use crate::config::PrereadConfig;
 use crate::routes::ClusterId;
@@ -27,15 +29,10 @@ pub struct PrereadListener {
 
 impl PrereadListener {
     /// A listener from its configured settings: `config.max_bytes` is the
-    /// cap as written in the config, lowered here to what a window of
-    /// `window_capacity` bytes can hold (and raised to one record header).
+    /// cap as written in the config (raised here to one record header).
     /// `catch_all` replaces `config.catch_all`.
-    pub fn new(
-        mut config: PrereadConfig,
-        window_capacity: usize,
-        catch_all: Option<ClusterId>,
-    ) -> Self {
-        config.max_bytes = effective_max_bytes(config.max_bytes, window_capacity);
+    pub fn new(mut config: PrereadConfig, catch_all: Option<ClusterId>) -> Self {
+        config.max_bytes = effective_max_bytes(config.max_bytes);
         config.catch_all = catch_all;
         Self {
             config,
@@ -50,8 +47,8 @@ impl PrereadListener {
     }
 
     /// Sets the cap again after a settings change, with the same rule.
-    pub fn set_cap(&mut self, configured: usize, window_capacity: usize) {
-        self.config.max_bytes = effective_max_bytes(configured, window_capacity);
+    pub fn set_cap(&mut self, configured: usize) {
+        self.config.max_bytes = effective_max_bytes(configured);
     }
 
     /// The effective cap: the window never grows past it.

@@ -4,7 +4,8 @@
 //! delivered as reads: all three run this code, none models it.
 //!
 //! Owns: per connection, from accept to the end of the preread stage:
-//! - the read budget (the effective cap, [`PrereadListener`]);
+//! - the read budget (the effective cap, [`PrereadListener`]) and the
+//!   window's growth up to it ([`PrereadStep::window_capacity`]);
 //! - which core input an event becomes (bytes before the EOF that came with
 //!   them; a close; a timer), with the whole window every time;
 //! - the three timers: the server-first timer armed at accept and cancelled
@@ -41,7 +42,7 @@ pub use listener::PrereadListener;
 use crate::output::{Input, Output, Route};
 use crate::preread::{SniPrereadCore, deadline_after};
 use crate::reject::RejectReason;
-use crate::window::read_budget;
+use crate::window::{read_budget, window_capacity};
 
 /// What happened to a session in the preread stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,6 +162,23 @@ impl PrereadStep {
         match self.stage {
             Stage::Reading => read_budget(listener.cap(), buffered),
             Stage::Left { .. } => 0,
+        }
+    }
+
+    /// The capacity the window's buffer needs before the next read, now
+    /// holding `buffered` of `capacity` bytes: it grows only while the
+    /// stage still reads and a full window still needs bytes, never past
+    /// the cap ([`crate::window::window_capacity`]). The shell allocates
+    /// what this says.
+    pub fn window_capacity(
+        &self,
+        listener: &PrereadListener,
+        capacity: usize,
+        buffered: usize,
+    ) -> usize {
+        match self.stage {
+            Stage::Reading => window_capacity(capacity, buffered, listener.cap()),
+            Stage::Left { .. } => capacity,
         }
     }
 

@@ -35,7 +35,7 @@ fn config() -> PrereadConfig {
 }
 
 fn listener() -> PrereadListener {
-    PrereadListener::new(config(), 16_384, None)
+    PrereadListener::new(config(), None)
 }
 
 /// A listener with a default cluster and a server-first timer.
@@ -44,7 +44,7 @@ fn server_first(expect_proxy: bool) -> PrereadListener {
     config.default_cluster = Some(Arc::from("fallback"));
     config.server_first_timeout = Some(SERVER_FIRST);
     config.expect_proxy = expect_proxy;
-    PrereadListener::new(config, 16_384, None)
+    PrereadListener::new(config, None)
 }
 
 fn read<'a>(window: &'a [u8], added: usize, eof: bool) -> Event<'a> {
@@ -64,17 +64,34 @@ fn proxy_v2_header() -> Vec<u8> {
 }
 
 #[test]
-fn the_cap_is_lowered_to_the_window_and_raised_to_a_record_header() {
+fn the_cap_is_the_configured_one_raised_to_a_record_header() {
     let mut config = config();
     config.max_bytes = 65_536;
-    let mut listener = PrereadListener::new(config, 16_384, None);
-    assert_eq!(listener.cap(), 16_384);
-    listener.set_cap(1_000, 16_384);
+    let mut listener = PrereadListener::new(config, None);
+    assert_eq!(listener.cap(), 65_536, "no buffer lowers it any more");
+    listener.set_cap(1_000);
     assert_eq!(listener.cap(), 1_000);
-    listener.set_cap(0, 16_384);
+    listener.set_cap(0);
     assert_eq!(listener.cap(), 5);
-    listener.set_cap(70_000, 65_536);
-    assert_eq!(listener.config.max_bytes, 65_536);
+}
+
+#[test]
+fn the_window_grows_only_while_the_stage_reads_and_never_past_the_cap() {
+    let now = Instant::now();
+    let mut config = config();
+    config.max_bytes = 65_536;
+    let listener = PrereadListener::new(config, None);
+    let (mut step, _) = PrereadStep::accept(&listener, now);
+    let first = crate::window::FIRST_WINDOW_BYTES;
+    assert_eq!(step.window_capacity(&listener, first, 100), first);
+    assert_eq!(step.window_capacity(&listener, first, first), 2 * first);
+    assert_eq!(step.window_capacity(&listener, 65_536, 65_536), 65_536);
+    let _ = step.abandon(now);
+    assert_eq!(
+        step.window_capacity(&listener, first, first),
+        first,
+        "a decided session never grows its window"
+    );
 }
 
 #[test]
@@ -113,7 +130,7 @@ fn a_server_first_timer_as_long_as_the_timeout_takes_the_silent_clients() {
     let base = Instant::now();
     let mut config = server_first(false).config;
     config.server_first_timeout = Some(TIMEOUT);
-    let listener = PrereadListener::new(config, 16_384, None);
+    let listener = PrereadListener::new(config, None);
     let (_, actions) = PrereadStep::accept(&listener, base);
     assert_eq!(
         actions.timers,
@@ -196,7 +213,7 @@ fn a_proxy_header_then_nothing_until_the_deadline_is_a_silent_timeout() {
     let base = Instant::now();
     let mut config = config();
     config.expect_proxy = true;
-    let listener = PrereadListener::new(config, 16_384, None);
+    let listener = PrereadListener::new(config, None);
     let (mut step, _) = PrereadStep::accept(&listener, base);
     let header = proxy_v2_header();
     let actions = step.handle(&listener, read(&header, header.len(), false), ms(base, 5));
@@ -221,7 +238,7 @@ fn a_proxy_header_then_nothing_until_the_deadline_is_a_silent_timeout() {
 #[test]
 fn a_catch_all_listener_connects_at_accept_unread() {
     let base = Instant::now();
-    let catch_all = PrereadListener::new(config(), 16_384, Some(Arc::from("tcp")));
+    let catch_all = PrereadListener::new(config(), Some(Arc::from("tcp")));
     let (mut step, actions) = PrereadStep::accept(&catch_all, base);
     let Next::Connect(route) = &actions.next else {
         panic!("a catch-all connects at once: {actions:?}");
@@ -247,7 +264,7 @@ fn the_budget_stops_at_the_cap_and_at_the_decision() {
     let base = Instant::now();
     let mut config = config();
     config.max_bytes = 1_000;
-    let listener = PrereadListener::new(config, 16_384, None);
+    let listener = PrereadListener::new(config, None);
     let (mut step, _) = PrereadStep::accept(&listener, base);
     assert_eq!(step.read_budget(&listener, 0), 1_000);
     assert_eq!(step.read_budget(&listener, 999), 1);
@@ -455,7 +472,7 @@ fn an_incomplete_window_at_the_cap_is_too_large() {
     let base = Instant::now();
     let mut config = config();
     config.max_bytes = 20;
-    let listener = PrereadListener::new(config, 16_384, None);
+    let listener = PrereadListener::new(config, None);
     let (mut step, _) = PrereadStep::accept(&listener, base);
     let hello = hello("a.example.com");
     let budget = step.read_budget(&listener, 0);

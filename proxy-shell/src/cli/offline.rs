@@ -165,7 +165,7 @@ fn listener_routes(config: &Path, wanted: Option<&str>) -> Result<(PrereadListen
     let preread = state
         .preread_config(&address)
         .ok_or_else(|| format!("{} has no listener {address}", config.display()))?;
-    let mut listener = PrereadListener::new(preread, loaded.global.buffer_size, catch_all);
+    let mut listener = PrereadListener::new(preread, catch_all);
     listener.reject_with = reject_with(config_listener.reject_with());
     Ok((listener, expect_proxy))
 }

@@ -19,7 +19,7 @@ use command::generation::{Generation, Planned, plan};
 use command::proto::{self, request::RequestType, response_content::ContentType};
 use command::state::ConfigState;
 use command::state_file::load_state_requests;
-use command::validate::{ValidationError, check_cap_fits_buffer};
+use command::validate::ValidationError;
 
 use super::clients::ClientRef;
 use super::pending::Gathered;
@@ -249,10 +249,9 @@ impl CommandServer {
     }
 
     /// The job's requests as one generation on the committed state (left
-    /// as it was): each is validated, its cap checked against the buffers,
-    /// and a listener it opens checked free; the refused ones are skipped.
+    /// as it was): each is validated, and a listener it opens checked free;
+    /// the refused ones are skipped.
     fn plan(&mut self, requests: Vec<proto::Request>) -> Planned<Failure> {
-        let buffer_size = self.settings.buffer_size;
         let check_unbound = self.settings.check_unbound;
         let listening_before: BTreeSet<SocketAddr> = self
             .state
@@ -260,9 +259,10 @@ impl CommandServer {
             .filter(|l| l.active != Some(false))
             .filter_map(|l| l.address.parse().ok())
             .collect();
-        plan(&mut self.state, requests, |request, after| {
-            check_cap_fits_buffer(request, buffer_size).map_err(Failure::from)?;
-            match opened_by(request) {
+        plan(
+            &mut self.state,
+            requests,
+            |request, after| match opened_by(request) {
                 Some(address)
                     if check_unbound
                         && listens(after, address)
@@ -274,8 +274,8 @@ impl CommandServer {
                     })
                 }
                 _ => Ok(()),
-            }
-        })
+            },
+        )
     }
 
     /// The requests of a job; `None` when it is answered already (a file

@@ -91,9 +91,6 @@ pub struct ServerSettings {
     pub order_timeout: Duration,
     /// How long a soft stop lets sessions finish.
     pub soft_stop_grace: Duration,
-    /// The workers' buffer size: no listener may ask for a preread cap
-    /// above it.
-    pub buffer_size: usize,
     /// Refuse to let the workers bind an address another socket holds
     /// (`listen::ensure_unbound`). Off only for tests whose workers are
     /// stand-ins that bind nothing.
@@ -120,7 +117,6 @@ impl ServerSettings {
             automatic_state_save: global.automatic_state_save,
             order_timeout: DEFAULT_ORDER_TIMEOUT,
             soft_stop_grace: Duration::from_secs(u64::from(global.soft_stop_grace_s)),
-            buffer_size: global.buffer_size,
             check_unbound: true,
             config_path: None,
             exe: std::env::current_exe().ok(),

@@ -105,8 +105,10 @@ fn open(
     (slot, held): (Slot, Option<Held>),
 ) {
     let now = Instant::now();
-    let local = front.local_addr().unwrap_or(address);
-    let _ = front.set_nodelay(true);
+    // TCP_NODELAY comes from the listening socket (`listen.rs`), and the
+    // local address is asked only by a PROXY header that needs it
+    // (`Session::local_address`): no syscall here but the registration,
+    // and the keepalive options when the config turns them on.
     keepalive::apply(&front, ctx.settings.tcp_keepalive.as_ref(), "client");
     let entry = sessions.vacant_entry();
     let key = entry.key();
@@ -127,7 +129,7 @@ fn open(
             ctx.unrouted.release(held);
         }
         let step = PrereadStep::refused(now);
-        let session = Session::accepted(address, local, client, front, step, now);
+        let session = Session::accepted(address, client, front, step, now);
         close(
             ctx,
             key,
@@ -138,7 +140,7 @@ fn open(
     };
     let front_timeout = runtime.front_timeout;
     let (step, actions) = PrereadStep::accept(&runtime.preread, now);
-    let session = entry.insert(Session::accepted(address, local, client, front, step, now));
+    let session = entry.insert(Session::accepted(address, client, front, step, now));
     session.slot = Some(slot);
     session.unrouted = held;
     session.timers.front_idle = Some(ctx.schedule(key, TimerKind::FrontIdle, now + front_timeout));

@@ -34,16 +34,16 @@ pub(super) fn close(ctx: &mut Ctx, key: usize, mut session: Session, outcome: Ou
     for id in session.timers.all().collect::<Vec<_>>() {
         ctx.timers.cancel(id);
     }
-    let _ = ctx.registry.deregister(&mut session.front);
-    if let Some(mut back) = session.back.take() {
-        let _ = ctx.registry.deregister(&mut back);
-    }
+    // No `EPOLL_CTL_DEL`: closing a socket's last descriptor takes it out
+    // of the epoll set, session sockets are never duplicated, and mio keeps
+    // nothing per registration on Linux. Both close when `session` drops.
     for buf in [session.front_buf.take(), session.back_buf.take()]
         .into_iter()
         .flatten()
     {
         ctx.pool.give_back(buf);
     }
+    ctx.pool.release_parked(usize::from(session.parked));
     for pipe in std::mem::take(&mut session.lanes).into_pipes() {
         ctx.pipes.give_back(pipe);
     }

@@ -36,7 +36,7 @@ use super::shortage::{RETRY_EVERY, is_local};
 use super::tokens::{Side, session_token};
 use super::vocabulary::{
     BACKEND_CONNECT_ERRORS, BACKEND_CONNECT_LOCAL_ERRORS, BACKEND_CONNECT_RETRIES,
-    BACKEND_CONNECTIONS, Outcome, RefuseReason, SPLICE_PIPES_CREATED, backend_connections,
+    BACKEND_CONNECTIONS, Outcome, RefuseReason, backend_connections,
 };
 use crate::shared::instance::Observed;
 
@@ -246,16 +246,38 @@ pub(super) fn drive(ctx: &mut Ctx, key: usize, session: &mut Session, now: Insta
     if !session.back_ready.writable {
         return Drive::Continue { progressed: false };
     }
-    // mio: a non-blocking connect is done only once no error is pending
-    // and the peer address is known.
-    let connected = match back.take_error() {
+    // A non-blocking TCP connect raises its first writable edge once the
+    // handshake is done; a failed one raises it with EPOLLERR (and HUP),
+    // which set `closing`. Only then is the socket asked what happened.
+    let connected = if !session.back_ready.closing {
+        Ok(true)
+    } else {
+        settled(back)
+    };
+    finish_connect(ctx, key, session, connected, now)
+}
+
+/// What a connect whose socket reported an error or a hang-up came to:
+/// mio's rule, done only once no error is pending and the peer address is
+/// known (a backend that accepted and closed at once is still connected).
+fn settled(back: &TcpStream) -> io::Result<bool> {
+    match back.take_error() {
         Ok(None) => match back.peer_addr() {
             Ok(_) => Ok(true),
             Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
             Err(e) => Err(e),
         },
         Ok(Some(e)) | Err(e) => Err(e),
-    };
+    }
+}
+
+fn finish_connect(
+    ctx: &mut Ctx,
+    key: usize,
+    session: &mut Session,
+    connected: io::Result<bool>,
+    now: Instant,
+) -> Drive {
     match connected {
         Ok(false) => {
             session.back_ready.writable = false;
@@ -298,7 +320,11 @@ fn connected_to_backend(ctx: &mut Ctx, key: usize, session: &mut Session, now: I
         ctx.metrics.gauge_add(&backend_connections(id), 1);
     }
     if let Some(route) = &session.route {
-        let plan = handoff(mode, route, session.client, session.local);
+        let local = match mode {
+            ProxyMode::Send => session.local_address(),
+            ProxyMode::None | ProxyMode::Relay => session.listener,
+        };
+        let plan = handoff(mode, route, session.client, local);
         session.prefix = plan.prefix;
         if let Some(buf) = session.front_buf.as_mut() {
             buf.consume(plan.replay_from.min(buf.len()));
@@ -310,15 +336,12 @@ fn connected_to_backend(ctx: &mut Ctx, key: usize, session: &mut Session, now: I
         .get(&session.listener)
         .map_or(FALLBACK_BACK_TIMEOUT, |l| l.back_timeout);
     session.last_back_activity = now;
-    let created = open_lanes(session, ctx.settings.splice.then_some(&mut ctx.pipes));
-    if created > 0 {
-        ctx.metrics.add(SPLICE_PIPES_CREATED, i64::from(created));
-    }
+    open_lanes(session, ctx.settings.splice);
     session.phase = Phase::Pipe;
-    // The front may still hold readiness from before; the pipe must run
-    // now, since edge-triggered events will not repeat.
-    session.front_ready.readable = true;
-    session.front_ready.writable = true;
+    // The front's flags are still true to the socket: the preread cleared
+    // `readable` only once the socket was drained, and events during the
+    // connect were recorded. The pipe runs now, since edge-triggered
+    // events will not repeat.
     session.timers.back_idle = Some(ctx.schedule(key, TimerKind::BackIdle, now + back_timeout));
     trace!("{} piped to {:?}", session.client, session.backend_id);
     ctx.requeue(key, session);

@@ -1,12 +1,13 @@
 //! Driving one session after events or a re-queue: the phase dispatch, the
-//! loop guard, and the pipe phase's buffer lending.
+//! loop guard, and what the pipe phase counts.
 //!
 //! Owns: which function drives each [`Phase`], the guard that closes a
 //! session driven [`LOOP_GUARD`] times in a row without progress (so a
 //! spurious wake-up cannot turn into a spin), and what the pipe phase does
-//! around `pipe::pipe` (lending pooled buffers to copying directions,
-//! taking back the spliced ones, counting fallbacks, relaying a reset of
-//! one side to the other, and handing each step to passive health). The preread phase lives in `preread.rs`, the
+//! around `pipe::turn` (the worker's pools and splice settings handed in,
+//! the pipes created and the fallbacks counted, a reset of one side
+//! relayed to the other, and handing each step to passive health). The
+//! preread phase lives in `preread.rs`, the
 //! connect phase in `connect.rs`.
 //!
 //! Must never: end a session itself (it answers [`Drive::End`] and the
@@ -20,12 +21,13 @@ use super::connect;
 use super::ctx::{Ctx, Drive};
 use super::farewell;
 use super::passive;
-use super::pipe::{PipeFault, PipeStep, buffers_wanted, lend_buffer, pipe, spare_buffers};
+use super::pipe::{PipeFault, PipeStep, Splicing, turn};
 use super::preread;
 use super::session::{Phase, Session};
 use super::tokens::Side;
 use super::vocabulary::{
-    Outcome, RefuseReason, SPLICE_FALLBACKS, TCP_RESET_FROM_BACKEND, TCP_RESET_FROM_CLIENT,
+    Outcome, RefuseReason, SPLICE_FALLBACKS, SPLICE_PIPES_CREATED, TCP_RESET_FROM_BACKEND,
+    TCP_RESET_FROM_CLIENT,
 };
 
 /// Drives in a row without progress before a session is closed.
@@ -57,24 +59,23 @@ pub(super) fn drive(ctx: &mut Ctx, key: usize, session: &mut Session) -> Drive {
 }
 
 fn drive_pipe(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instant) -> Drive {
-    // Pooled buffers only for the directions that copy: a spliced one
-    // moves its bytes through a kernel pipe.
-    for _ in 0..buffers_wanted(session) {
-        let Some(buf) = ctx.pool.checkout() else {
-            return Drive::End(Outcome::Refused(RefuseReason::PoolExhausted));
-        };
-        lend_buffer(session, buf);
+    let splicing = ctx.settings.splice.then_some(Splicing {
+        pipes: &mut ctx.pipes,
+        threshold: ctx.settings.splice_threshold,
+    });
+    let Ok(done) = turn(session, now, &mut ctx.pool, splicing) else {
+        return Drive::End(Outcome::Refused(RefuseReason::PoolExhausted));
+    };
+    if done.pipes_created > 0 {
+        ctx.metrics
+            .add(SPLICE_PIPES_CREATED, i64::from(done.pipes_created));
     }
-    let step = pipe(session, now);
+    let (step, fallbacks) = (done.step, done.fallbacks);
     let fault = match &step {
         PipeStep::Failed(fault) => Some(fault),
         _ => None,
     };
     passive::judge(ctx, session, fault, now);
-    for buf in spare_buffers(session).into_iter().flatten() {
-        ctx.pool.give_back(buf);
-    }
-    let fallbacks = session.lanes.take_fallbacks();
     if fallbacks > 0 {
         ctx.metrics.add(SPLICE_FALLBACKS, i64::from(fallbacks));
         // The direction now copies and needs a buffer: the next drive

@@ -27,7 +27,7 @@ use super::close::close;
 use super::ctx::{Ctx, Drive};
 use super::drive::drive;
 use super::io::Ready;
-use super::listen::bind_reuseport;
+use super::listen::{bind_reuseport, prepare};
 use super::metrics::Metrics;
 use super::orders::{Answer, Order, OrderId, WorkerInbox};
 use super::pipe_pool::{MAX_IDLE_PIPES, PipePool};
@@ -93,7 +93,7 @@ impl Worker {
         let ctx = Ctx {
             id,
             registry: poll.registry().try_clone()?,
-            runtime: Runtime::new(settings.buffer_size, Arc::clone(&shared.registry)),
+            runtime: Runtime::new(Arc::clone(&shared.registry)),
             pool: BufferPool::new(settings.buffer_size, Arc::clone(&shared.buffers)),
             pipes: PipePool::new(MAX_IDLE_PIPES),
             timers: Timers::new(),
@@ -157,12 +157,7 @@ impl Worker {
                     Token(t) if t >= LISTENER_BASE => self.accept(t - LISTENER_BASE),
                     Token(t) => {
                         let (key, side) = session_of(t);
-                        self.mark(
-                            key,
-                            side,
-                            event.is_readable() || event.is_read_closed() || event.is_error(),
-                            event.is_writable() || event.is_write_closed() || event.is_error(),
-                        );
+                        self.mark(key, side, Ready::of_event(event));
                     }
                 }
             }
@@ -177,7 +172,7 @@ impl Worker {
         }
     }
 
-    fn mark(&mut self, key: usize, side: Side, readable: bool, writable: bool) {
+    fn mark(&mut self, key: usize, side: Side, event: Ready) {
         let Some(session) = self.sessions.get_mut(key) else {
             return;
         };
@@ -185,8 +180,7 @@ impl Worker {
             Side::Front => &mut session.front_ready,
             Side::Back => &mut session.back_ready,
         };
-        ready.readable |= readable;
-        ready.writable |= writable;
+        ready.merge(event);
         self.ctx.requeue(key, session);
     }
 
@@ -344,6 +338,9 @@ impl Worker {
             ),
             None => (vec![bind_reuseport(address)?], ""),
         };
+        for socket in &sockets {
+            prepare(socket)?;
+        }
         let how = if sockets.len() == 1 { "" } else { "s" };
         let count = sockets.len();
         let mut keys = Vec::with_capacity(sockets.len());

@@ -1,10 +1,18 @@
 //! Non-blocking reads and writes as the edge-triggered loop needs them.
 //!
 //! Owns: [`Ready`] (readiness remembered per socket) and the two loops that
-//! move bytes between a socket and a pooled buffer until the socket would
-//! block. Must never: clear a readiness flag on anything but `WouldBlock`
-//! (an edge is not repeated: a flag cleared too early stalls the socket
-//! for good), or read past the budget it was given.
+//! move bytes between a socket and a pooled buffer until the socket is
+//! known to be drained (or full). A TCP read that returns less than it
+//! asked for emptied the receive queue, and a short write filled the send
+//! queue: the flag is cleared then, without the extra call that would only
+//! return `EAGAIN`. Every later arrival (or freed space) raises a new edge.
+//! The one exception is a peer whose FIN or error was already reported
+//! ([`Ready::closing`]): its edge has come and gone, so its socket is read
+//! until the EOF itself.
+//!
+//! Must never: clear a readiness flag on anything but `WouldBlock` or a
+//! short transfer (an edge is not repeated: a flag cleared too early
+//! stalls the socket for good), or read past the budget it was given.
 
 use std::io::{self, Read, Write};
 
@@ -13,11 +21,35 @@ use mio::net::TcpStream;
 use super::pool::Checkout;
 
 /// Edge-triggered readiness remembered per socket: set by events, cleared
-/// only by `WouldBlock`, so a socket is retried after backpressure ends.
+/// by `WouldBlock` or a short transfer, so a socket is retried after
+/// backpressure ends.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Ready {
     pub readable: bool,
     pub writable: bool,
+    /// An event reported the peer's FIN or an error on this socket: no
+    /// further edge will announce them, so reads go on to the EOF.
+    pub closing: bool,
+}
+
+impl Ready {
+    /// What one event says about its socket. A hang-up or an error makes
+    /// the socket readable (the read reports them) and `closing`.
+    pub fn of_event(event: &mio::event::Event) -> Self {
+        let closing = event.is_read_closed() || event.is_error();
+        Self {
+            readable: event.is_readable() || closing,
+            writable: event.is_writable() || event.is_write_closed() || event.is_error(),
+            closing,
+        }
+    }
+
+    /// Adds what an event said; only the socket's own calls clear a flag.
+    pub fn merge(&mut self, event: Ready) {
+        self.readable |= event.readable;
+        self.writable |= event.writable;
+        self.closing |= event.closing;
+    }
 }
 
 fn is_retryable(error: &io::Error) -> bool {
@@ -45,6 +77,9 @@ pub fn read_some(
                 buf.fill(n);
                 added += n;
                 budget -= n;
+                if n < want && !ready.closing {
+                    ready.readable = false;
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready.readable = false,
             Err(e) if is_retryable(&e) => {}
@@ -60,7 +95,12 @@ pub fn write_some(stream: &mut TcpStream, data: &[u8], ready: &mut Ready) -> io:
     while ready.writable && written < data.len() {
         match stream.write(&data[written..]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => written += n,
+            Ok(n) => {
+                written += n;
+                if written < data.len() {
+                    ready.writable = false;
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready.writable = false,
             Err(e) if is_retryable(&e) => {}
             Err(e) => return Err(e),

@@ -1,7 +1,9 @@
 //! Opening a listening socket that several workers share through
 //! `SO_REUSEPORT`, so the kernel spreads connections over them.
 //!
-//! Owns: the socket options of listeners, and the check that no other
+//! Owns: the socket options of listeners (and so of the connections they
+//! accept: Linux copies `TCP_NODELAY` into each accepted socket, which
+//! saves a `setsockopt` per connection), and the check that no other
 //! process already listens on an address with `SO_REUSEPORT` (the kernel
 //! would let the workers join it and split the connections with it).
 //! Must never: block.
@@ -43,7 +45,15 @@ pub fn ensure_unbound(address: SocketAddr) -> io::Result<()> {
     })
 }
 
-/// Binds a non-blocking listener with `SO_REUSEADDR` and `SO_REUSEPORT`.
+/// The option every accepted connection must start with: set on the
+/// listening socket, which passes it on. Also applied to the sockets an
+/// upgrade hands over, whoever made them.
+pub(super) fn prepare(listener: &TcpListener) -> io::Result<()> {
+    socket2::SockRef::from(listener).set_tcp_nodelay(true)
+}
+
+/// Binds a non-blocking listener with `SO_REUSEADDR`, `SO_REUSEPORT` and
+/// `TCP_NODELAY` (inherited by the accepted sockets).
 pub(super) fn bind_reuseport(address: SocketAddr) -> io::Result<TcpListener> {
     let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)?;
     socket.set_reuse_address(true)?;
@@ -52,7 +62,39 @@ pub(super) fn bind_reuseport(address: SocketAddr) -> io::Result<TcpListener> {
         socket.set_only_v6(true)?;
     }
     socket.set_nonblocking(true)?;
+    socket.set_tcp_nodelay(true)?;
     socket.bind(&address.into())?;
     socket.listen(BACKLOG)?;
     Ok(TcpListener::from_std(socket.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{SocketAddr, TcpStream};
+    use std::time::{Duration, Instant};
+
+    use super::bind_reuseport;
+
+    /// The worker sets no option on an accepted socket: this pins the
+    /// kernel's copy of `TCP_NODELAY` from the listener it relies on.
+    #[test]
+    fn an_accepted_socket_inherits_nodelay() -> std::io::Result<()> {
+        let listener = bind_reuseport(SocketAddr::from(([127, 0, 0, 1], 0)))?;
+        let _client = TcpStream::connect(listener.local_addr()?)?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let accepted = loop {
+            match listener.accept() {
+                Ok((stream, _)) => break stream,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() > deadline {
+                        return Err(e);
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        assert!(accepted.nodelay()?);
+        Ok(())
+    }
 }

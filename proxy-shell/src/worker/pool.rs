@@ -1,21 +1,28 @@
-//! The per-worker pool of fixed-size byte buffers, and [`Checkout`], the
-//! owned buffer a session holds while it reads and writes.
+//! The per-worker pool of byte buffers, and [`Checkout`], the owned buffer
+//! a session holds while it reads and writes.
 //!
-//! Owns: lazy allocation, a capped free list so that memory returns to a
-//! steady state after a burst, and taking each buffer out of the
-//! process-wide cap (`max_buffers`, one atomic count for every worker's
-//! pool: a worker whose buffers are all out still gets one while the
-//! process has room). Must never: lock or share its free list between
-//! threads (one pool per worker), let the workers together hold more than
-//! `max_buffers` buffers, or zero a buffer on reuse (every byte a session
-//! reads is written by `read` before `data` exposes it).
+//! Owns: lazy allocation, the two sizes it keeps (`buffer_size` for the
+//! pipe, the preread's first window, `FIRST_WINDOW_BYTES`), a window grown
+//! past them ([`Checkout::grow`], freed when given back), parked claims (a
+//! place under the cap kept without its memory), capped free lists so that
+//! memory returns to a steady state after a burst, and taking each buffer,
+//! whatever its size, out of the process-wide cap (`max_buffers`, one
+//! atomic count for every worker's pool: a worker whose buffers are all out
+//! still gets one while the process has room). Must never: lock or share
+//! its free lists between threads (one pool per worker), let the workers
+//! together hold more than `max_buffers` buffers, decide a size (the
+//! preread step says how large a window grows), or zero a buffer on reuse
+//! (every byte a session reads is written by `read` before `data` exposes
+//! it).
 
 use std::fmt;
 use std::sync::Arc;
 
+use preread_core::window::FIRST_WINDOW_BYTES;
+
 use crate::shared::admission::Slots;
 
-/// Buffers kept for reuse at most. Beyond this, a returned buffer is freed:
+/// Buffers of each size kept for reuse at most. Beyond this, a returned buffer is freed:
 /// a burst of connections must not pin its peak memory forever, while the
 /// usual churn of a busy worker is still served without the allocator.
 const FREE_LIST_CAP: usize = 256;
@@ -26,10 +33,13 @@ pub struct BufferPool {
     buffer_size: usize,
     /// The process-wide count of buffers out, capped at `max_buffers`.
     cap: Arc<Slots>,
-    /// Buffers of this pool out now.
+    /// Buffers of this pool out now, parked claims included.
     in_use: usize,
-    /// Cleared buffers ready for reuse, at most `max_buffers.min(FREE_LIST_CAP)`.
+    /// Cleared `buffer_size` buffers ready for reuse, at most
+    /// `max_buffers.min(FREE_LIST_CAP)`.
     free: Vec<Checkout>,
+    /// Cleared first windows ready for reuse, as many at most.
+    free_windows: Vec<Checkout>,
 }
 
 impl BufferPool {
@@ -42,6 +52,7 @@ impl BufferPool {
             cap,
             in_use: 0,
             free: Vec::new(),
+            free_windows: Vec::new(),
         }
     }
 
@@ -53,28 +64,71 @@ impl BufferPool {
             return None;
         }
         self.in_use += 1;
-        let buffer = self
-            .free
-            .pop()
-            .unwrap_or_else(|| Checkout::new(self.buffer_size));
-        debug_assert!(buffer.is_empty() && buffer.capacity() == self.buffer_size);
+        let size = self.buffer_size;
+        let buffer = self.free.pop().unwrap_or_else(|| Checkout::new(size));
+        debug_assert!(buffer.is_empty() && buffer.capacity() == size);
         Some(buffer)
     }
 
-    /// Returns a buffer taken from this pool. Its content is dropped.
-    pub fn give_back(&mut self, mut buffer: Checkout) {
-        debug_assert!(self.in_use > 0, "a buffer given back that was never out");
-        debug_assert_eq!(
-            buffer.capacity(),
-            self.buffer_size,
-            "a buffer of another pool"
-        );
-        self.in_use = self.in_use.saturating_sub(1);
-        self.cap.give_back();
-        if self.free.len() < self.cap.cap().min(FREE_LIST_CAP) {
-            buffer.clear();
-            self.free.push(buffer);
+    /// A preread's first window (`FIRST_WINDOW_BYTES`), on the same terms
+    /// as [`Self::checkout`]: it counts as one of the `max_buffers`.
+    pub fn checkout_window(&mut self) -> Option<Checkout> {
+        if !self.cap.try_acquire() {
+            return None;
         }
+        self.in_use += 1;
+        let buffer = self
+            .free_windows
+            .pop()
+            .unwrap_or_else(|| Checkout::new(FIRST_WINDOW_BYTES));
+        debug_assert!(buffer.is_empty() && buffer.capacity() == FIRST_WINDOW_BYTES);
+        Some(buffer)
+    }
+
+    /// Whether `buffer` is of the size the pipe's copying directions use.
+    pub fn is_pipe_sized(&self, buffer: &Checkout) -> bool {
+        buffer.capacity() == self.buffer_size
+    }
+
+    /// Returns a buffer taken from this pool. Its content is dropped; a
+    /// window grown past both kept sizes is freed.
+    pub fn give_back(&mut self, buffer: Checkout) {
+        self.park(buffer);
+        self.release_parked(1);
+    }
+
+    /// Takes back a buffer's memory while its holder keeps its place under
+    /// `max_buffers` (a claim): an idle direction holds no memory, and
+    /// gets a pipe-sized buffer again from [`Self::unpark`], which cannot
+    /// fail. Its content is dropped.
+    pub fn park(&mut self, mut buffer: Checkout) {
+        let keep = self.cap.cap().min(FREE_LIST_CAP);
+        let free = if buffer.capacity() == self.buffer_size {
+            &mut self.free
+        } else if buffer.capacity() == FIRST_WINDOW_BYTES {
+            &mut self.free_windows
+        } else {
+            return;
+        };
+        if free.len() < keep {
+            buffer.clear();
+            free.push(buffer);
+        }
+    }
+
+    /// A pipe-sized buffer for a claim its holder parked.
+    pub fn unpark(&mut self) -> Checkout {
+        let size = self.buffer_size;
+        self.free.pop().unwrap_or_else(|| Checkout::new(size))
+    }
+
+    /// Gives up `claims` parked claims: they no longer count as in use.
+    pub fn release_parked(&mut self, claims: usize) {
+        debug_assert!(self.in_use >= claims, "more claims released than held");
+        for _ in 0..claims.min(self.in_use) {
+            self.cap.give_back();
+        }
+        self.in_use = self.in_use.saturating_sub(claims);
     }
 
     /// Buffers of this pool currently checked out.
@@ -103,6 +157,17 @@ impl Checkout {
             start: 0,
             end: 0,
         }
+    }
+
+    /// Moves the data into a new buffer of `capacity` bytes (never less
+    /// than the data): a preread window that must hold more of a hello.
+    pub fn grow(&mut self, capacity: usize) {
+        let mut grown = vec![0; capacity.max(self.len())].into_boxed_slice();
+        let len = self.len();
+        grown[..len].copy_from_slice(self.data());
+        self.buf = grown;
+        self.start = 0;
+        self.end = len;
     }
 
     /// The free space at the end, to read into; follow with [`Self::fill`].
@@ -173,7 +238,7 @@ impl fmt::Debug for Checkout {
 
 #[cfg(test)]
 mod tests {
-    use super::{BufferPool, FREE_LIST_CAP};
+    use super::{BufferPool, FIRST_WINDOW_BYTES, FREE_LIST_CAP};
     use crate::shared::admission::Slots;
 
     fn pool(buffer_size: usize, max_buffers: usize) -> BufferPool {
@@ -290,6 +355,56 @@ mod tests {
         write(&mut buffer, b"89ab");
         assert_eq!(buffer.data(), b"56789ab");
         assert_eq!(buffer.capacity(), 8);
+    }
+
+    #[test]
+    fn windows_and_pipe_buffers_share_the_cap_and_keep_their_sizes() -> Result<(), &'static str> {
+        let mut pool = pool(16_384, 3);
+        let mut window = pool.checkout_window().ok_or("a window")?;
+        assert_eq!(window.capacity(), FIRST_WINDOW_BYTES);
+        assert!(!pool.is_pipe_sized(&window));
+        let pipe = pool.checkout().ok_or("a buffer")?;
+        assert!(pool.is_pipe_sized(&pipe));
+        write(&mut window, b"hello");
+        window.consume(2);
+        window.grow(2 * FIRST_WINDOW_BYTES);
+        assert_eq!(window.data(), b"llo", "growing keeps the data");
+        assert_eq!(window.capacity(), 2 * FIRST_WINDOW_BYTES);
+        let other = pool.checkout_window().ok_or("a third buffer")?;
+        assert!(pool.checkout().is_none() && pool.checkout_window().is_none());
+        pool.give_back(window);
+        assert_eq!(
+            (pool.free.len(), pool.free_windows.len()),
+            (0, 0),
+            "a grown window is freed"
+        );
+        pool.give_back(other);
+        pool.give_back(pipe);
+        assert_eq!(
+            (pool.free.len(), pool.free_windows.len(), pool.in_use()),
+            (1, 1, 0)
+        );
+        assert_eq!(
+            pool.checkout_window().map(|w| w.capacity()),
+            Some(FIRST_WINDOW_BYTES)
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_parked_claim_keeps_its_place_but_not_its_memory() -> Result<(), &'static str> {
+        let mut pool = pool(8, 1);
+        let buffer = pool.checkout().ok_or("a buffer")?;
+        pool.park(buffer);
+        assert_eq!((pool.in_use(), pool.free.len()), (1, 1));
+        assert!(pool.checkout().is_none(), "the parked claim still counts");
+        let again = pool.unpark();
+        assert_eq!((again.capacity(), pool.free.len()), (8, 0));
+        pool.park(again);
+        pool.release_parked(1);
+        assert_eq!(pool.in_use(), 0);
+        assert!(pool.checkout().is_some());
+        Ok(())
     }
 
     #[test]

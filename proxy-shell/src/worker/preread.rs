@@ -2,7 +2,8 @@
 //! step (`preread_core::step`), which decides everything.
 //!
 //! Owns: taking the window's buffer on the first readable event (an idle
-//! connection holds none), the capped read the step budgets, and performing
+//! connection holds none; a small first window), growing it to what the
+//! step says before a read, the capped read the step budgets, and performing
 //! the step's actions: its timers, the preread gauge and duration, the
 //! unrouted count it gives back, the counters of routes, fallbacks and
 //! rejects, the capture of a reject's or a fallback's window (`rejects.rs`),
@@ -36,9 +37,17 @@ pub(super) fn drive(ctx: &mut Ctx, key: usize, session: &mut Session, now: Insta
         if !session.front_ready.readable {
             return Drive::Continue { progressed: false };
         }
-        match ctx.pool.checkout() {
+        match ctx.pool.checkout_window() {
             Some(buf) => session.front_buf = Some(buf),
             None => return Drive::End(Outcome::Refused(RefuseReason::PoolExhausted)),
+        }
+    }
+    if let Some(buf) = session.front_buf.as_mut() {
+        let capacity = session
+            .step
+            .window_capacity(&listener.preread, buf.capacity(), buf.len());
+        if capacity > buf.capacity() {
+            buf.grow(capacity);
         }
     }
     let budget = session

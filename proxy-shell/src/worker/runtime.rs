@@ -51,7 +51,6 @@ pub struct Refusal(pub String);
 pub struct Runtime {
     pub listeners: HashMap<SocketAddr, ListenerRuntime>,
     pub clusters: HashMap<ClusterId, ClusterBackends>,
-    buffer_size: usize,
     /// Where each cluster and backend finds what the workers share of it.
     registry: Arc<Registry>,
 }
@@ -79,11 +78,10 @@ fn alpn_set(names: &[String]) -> Result<AlpnSet, Refusal> {
 }
 
 impl Runtime {
-    pub fn new(buffer_size: usize, registry: Arc<Registry>) -> Self {
+    pub fn new(registry: Arc<Registry>) -> Self {
         Self {
             listeners: HashMap::new(),
             clusters: HashMap::new(),
-            buffer_size,
             registry,
         }
     }
@@ -115,7 +113,7 @@ impl Runtime {
             .sni_preread_max_bytes
             .unwrap_or(DEFAULT_SNI_PREREAD_MAX_BYTES);
         let preread = &mut listener.preread;
-        preread.set_cap(configured as usize, self.buffer_size);
+        preread.set_cap(configured as usize);
         preread.config.timeout = ms(config.sni_preread_timeout, DEFAULT_SNI_PREREAD_TIMEOUT_MS);
         preread.config.expect_proxy = config.expect_proxy;
         preread.config.default_cluster = default_cluster;
@@ -206,11 +204,7 @@ impl Runtime {
                 let mut listener = ListenerRuntime {
                     address,
                     active: config.active.unwrap_or(true),
-                    preread: PrereadListener::new(
-                        PrereadConfig::new(RouteTable::new()),
-                        self.buffer_size,
-                        None,
-                    ),
+                    preread: PrereadListener::new(PrereadConfig::new(RouteTable::new()), None),
                     front_timeout: Duration::ZERO,
                     back_timeout: Duration::ZERO,
                     connect_timeout: Duration::ZERO,

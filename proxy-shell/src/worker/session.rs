@@ -67,7 +67,6 @@ impl SessionTimers {
 #[derive(Debug)]
 pub struct Session {
     pub listener: SocketAddr,
-    pub local: SocketAddr,
     pub client: SocketAddr,
     pub front: TcpStream,
     pub back: Option<TcpStream>,
@@ -79,6 +78,9 @@ pub struct Session {
     pub front_buf: Option<Checkout>,
     /// The backend-to-client queue; never taken by a spliced direction.
     pub back_buf: Option<Checkout>,
+    /// Buffer claims this session holds without their memory (an idle
+    /// copying direction parked its empty buffer); given back at close.
+    pub parked: u8,
     /// How each pipe direction moves bytes (set up by `pipe::open_lanes`).
     pub lanes: Lanes,
     /// Written to the backend before `front_buf` (a PROXY v2 header).
@@ -125,7 +127,6 @@ impl Session {
     /// A session just accepted: in preread, no bytes, no buffer, no backend.
     pub fn accepted(
         listener: SocketAddr,
-        local: SocketAddr,
         client: SocketAddr,
         front: TcpStream,
         step: PrereadStep,
@@ -133,7 +134,6 @@ impl Session {
     ) -> Self {
         Self {
             listener,
-            local,
             client,
             front,
             back: None,
@@ -141,6 +141,7 @@ impl Session {
             step,
             front_buf: None,
             back_buf: None,
+            parked: 0,
             lanes: Default::default(),
             prefix: Vec::new(),
             route: None,
@@ -183,6 +184,17 @@ impl Session {
             self.last_front_activity = now;
         }
         Ok((added, eof))
+    }
+
+    /// The front socket's local address: the listener's own, unless it
+    /// listens on a wildcard address or port, when only the kernel knows
+    /// (one `getsockname`, asked only by the PROXY header that needs it).
+    pub fn local_address(&self) -> SocketAddr {
+        if self.listener.ip().is_unspecified() || self.listener.port() == 0 {
+            self.front.local_addr().unwrap_or(self.listener)
+        } else {
+            self.listener
+        }
     }
 
     /// The window the preread has read so far.

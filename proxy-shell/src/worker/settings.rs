@@ -12,6 +12,8 @@ use command::config::GlobalSettings;
 pub struct WorkerSettings {
     pub buffer_size: usize,
     pub splice: bool,
+    /// Bytes a direction copies before it splices (`splice_threshold`).
+    pub splice_threshold: u64,
     pub max_connection_attempts: u32,
     /// Rejected and fallback windows kept for `preread rejects`; 0 is off.
     pub reject_capture: usize,
@@ -25,6 +27,7 @@ impl WorkerSettings {
         Self {
             buffer_size: global.buffer_size,
             splice: global.splice,
+            splice_threshold: global.splice_threshold,
             max_connection_attempts: global.max_connection_attempts.max(1),
             reject_capture: global.reject_capture,
             tcp_keepalive: global.tcp_keepalive.as_ref().map(super::keepalive::options),

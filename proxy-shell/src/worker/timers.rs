@@ -12,6 +12,7 @@
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
+use std::num::NonZeroU64;
 use std::time::Instant;
 
 /// Below this heap size, dead entries are left for the pops: compacting a
@@ -27,7 +28,8 @@ const FREE: u64 = u64::MAX;
 pub struct TimerId {
     slot: usize,
     /// Unique over the worker's life: a reused slot never revives a handle.
-    seq: u64,
+    /// Never 0, so that a session's `Option<TimerId>` costs no tag.
+    seq: NonZeroU64,
 }
 
 #[derive(Debug)]
@@ -87,7 +89,7 @@ impl<K: Copy> Timers<K> {
 
     /// Arms a timer that [`Self::pop_expired`] returns once `now >= at`.
     pub fn schedule(&mut self, at: Instant, key: K) -> TimerId {
-        let seq = self.next_seq;
+        let seq = NonZeroU64::MIN.saturating_add(self.next_seq);
         self.next_seq += 1;
         let slot = match self.free.pop() {
             Some(slot) => slot,
@@ -97,14 +99,19 @@ impl<K: Copy> Timers<K> {
             }
         };
         debug_assert_eq!(self.slots[slot], FREE, "a free slot held a live timer");
-        self.slots[slot] = seq;
-        self.heap.push(Entry { at, seq, slot, key });
+        self.slots[slot] = seq.get();
+        self.heap.push(Entry {
+            at,
+            seq: seq.get(),
+            slot,
+            key,
+        });
         TimerId { slot, seq }
     }
 
     /// Disarms a timer; a no-op if it already fired or was cancelled.
     pub fn cancel(&mut self, id: TimerId) {
-        if self.slots.get(id.slot) == Some(&id.seq) {
+        if self.slots.get(id.slot) == Some(&id.seq.get()) {
             self.release(id.slot);
             self.settle();
         }
@@ -172,7 +179,28 @@ impl<K: Copy> Timers<K> {
 mod tests {
     use std::time::{Duration, Instant};
 
-    use super::{COMPACT_FLOOR, Timers};
+    use super::{COMPACT_FLOOR, TimerId, Timers};
+
+    #[test]
+    fn a_session_slot_for_a_timer_costs_no_tag() {
+        // A session holds six `Option<TimerId>` for its whole life.
+        assert_eq!(
+            std::mem::size_of::<Option<TimerId>>(),
+            std::mem::size_of::<TimerId>()
+        );
+        let mut timers = Timers::new();
+        let now = Instant::now();
+        let first = timers.schedule(now, 1u8);
+        timers.cancel(first);
+        let second = timers.schedule(now, 2u8);
+        assert_ne!(first, second, "a reused slot gets a new handle");
+        timers.cancel(first);
+        assert_eq!(
+            timers.pop_expired(now),
+            Some(2),
+            "a stale handle cancels nothing"
+        );
+    }
 
     fn ms(base: Instant, n: u64) -> Instant {
         base + Duration::from_millis(n)

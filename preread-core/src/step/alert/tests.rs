@@ -170,7 +170,7 @@ fn listener(with: RejectWith) -> PrereadListener {
     routes
         .insert(pattern, alpn, Arc::from("alpha"))
         .expect("route");
-    let mut listener = PrereadListener::new(PrereadConfig::new(routes), 16_384, None);
+    let mut listener = PrereadListener::new(PrereadConfig::new(routes), None);
     listener.reject_with = with;
     listener
 }

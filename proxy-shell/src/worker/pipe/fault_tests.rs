@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 use super::tests::{BOUND, pair, session, step};
 use super::{PipeStep, open_lanes};
 use crate::worker::io::Ready;
-use crate::worker::pipe_pool::PipePool;
 use crate::worker::pool::BufferPool;
 use crate::worker::tokens::Side;
 
 const BOTH: Ready = Ready {
     readable: true,
     writable: true,
+    closing: false,
 };
 
 #[test]
@@ -24,8 +24,7 @@ fn a_reset_is_the_fault_of_the_side_that_reset_copying_or_splicing() {
             let (server, back) = pair();
             let mut session = session(front, back);
             let mut pool = BufferPool::new(16 * 1024, crate::shared::admission::Slots::new(4));
-            let mut pipes = PipePool::new(2);
-            open_lanes(&mut session, splice.then_some(&mut pipes));
+            open_lanes(&mut session, splice);
             let (gone, _kept) = match side {
                 Side::Front => (client, server),
                 Side::Back => (server, client),
@@ -38,7 +37,7 @@ fn a_reset_is_the_fault_of_the_side_that_reset_copying_or_splicing() {
             let fault = loop {
                 // As a poll would report the reset: both sides ready.
                 (session.front_ready, session.back_ready) = (BOTH, BOTH);
-                match step(&mut session, &mut pool) {
+                match step(&mut session, &mut pool).step {
                     PipeStep::Failed(fault) => break fault,
                     other => assert!(Instant::now() < deadline, "no failure: {other:?}"),
                 }

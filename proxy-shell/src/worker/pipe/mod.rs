@@ -2,10 +2,11 @@
 //! each direction ([`Lane`]) copying through a pooled buffer or splicing
 //! through a kernel pipe (`worker/splice.rs`), FINs forwarded once drained.
 //!
-//! Owns: [`pipe`] over a session's per-direction state (`Session::lanes`): when
-//! a direction splices, when it gives its pooled buffer back, its fallback
-//! to copying when `splice` is refused, and which side a failed socket
-//! operation belongs to ([`PipeFault`]). Must never: splice while
+//! Owns: [`pipe`] over a session's per-direction state (`Session::lanes`):
+//! what each kind of lane does in a round, its fallback to copying when
+//! `splice` is refused, and which side a failed socket operation belongs
+//! to ([`PipeFault`]). One drive around it (lanes switched to splice,
+//! buffers lent and given back) is [`turn`], in `turn.rs`. Must never: splice while
 //! userspace bytes of that direction (the PROXY prefix, the inherited
 //! window) are still queued, forward a FIN before every queued byte, in a
 //! buffer or in a kernel pipe, reached the other side, or clear a readiness
@@ -21,7 +22,6 @@ use mio::net::TcpStream;
 
 use super::io::{Ready, read_some, write_some};
 use super::lanes::Lane;
-use super::pipe_pool::PipePool;
 use super::pool::Checkout;
 use super::session::Session;
 use super::splice::{SplicePipe, is_unsupported};
@@ -100,67 +100,6 @@ fn fault_of(source: Side, (end, error): RoundFault) -> PipeFault {
         (End::Destination, Side::Back) => Side::Front,
     };
     PipeFault { side, error }
-}
-
-/// Chooses how each pipe direction moves bytes, once the backend is
-/// connected (never before routing): with a pipe pool (`splice` on), a
-/// kernel pipe per direction; a direction whose pipe cannot be had
-/// copies. Returns how many pipes had to be created.
-pub fn open_lanes(session: &mut Session, pipes: Option<&mut PipePool>) -> u32 {
-    let Some(pipes) = pipes else {
-        return 0;
-    };
-    let mut created = 0;
-    for (lane, direction) in [
-        (&mut session.lanes.up, "client to backend"),
-        (&mut session.lanes.down, "backend to client"),
-    ] {
-        match pipes.take() {
-            Ok((pipe, new)) => {
-                created += u32::from(new);
-                *lane = Lane::Splice(pipe);
-            }
-            Err(e) => debug!(
-                "no splice pipe for {} ({direction}): {e}; copying",
-                session.client
-            ),
-        }
-    }
-    created
-}
-
-/// Pooled buffers the pipe needs and does not hold: one per copying
-/// direction without its buffer. Give them with [`lend_buffer`].
-pub fn buffers_wanted(session: &Session) -> usize {
-    usize::from(session.front_buf.is_none() && session.lanes.up.wants_buffer())
-        + usize::from(session.back_buf.is_none() && session.lanes.down.wants_buffer())
-}
-
-/// Takes a pooled buffer for the first direction that wants one.
-pub fn lend_buffer(session: &mut Session, buf: Checkout) {
-    if session.front_buf.is_none() && session.lanes.up.wants_buffer() {
-        session.front_buf = Some(buf);
-    } else {
-        debug_assert!(session.back_buf.is_none(), "a buffer lent to no direction");
-        session.back_buf = Some(buf);
-    }
-}
-
-/// The buffers of spliced directions that hold nothing any more, for
-/// the pool: a spliced session holds no pooled memory once its
-/// inherited window went out.
-pub fn spare_buffers(session: &mut Session) -> [Option<Checkout>; 2] {
-    let spare = |lane: &Lane, slot: &mut Option<Checkout>| {
-        if lane.is_spliced() && slot.as_ref().is_some_and(Checkout::is_empty) {
-            slot.take()
-        } else {
-            None
-        }
-    };
-    [
-        spare(&session.lanes.up, &mut session.front_buf),
-        spare(&session.lanes.down, &mut session.back_buf),
-    ]
 }
 
 /// Moves bytes both ways until nothing moves, forwarding each FIN only
@@ -242,10 +181,15 @@ fn pipe_inner(session: &mut Session, now: Instant) -> Result<PipeStep, PipeFault
             && session.lanes.up.pending() == 0
             && !session.back_write_shut
         {
-            shutdown_write(back).map_err(|error| PipeFault {
-                side: Side::Back,
-                error,
-            })?;
+            // The last direction to finish needs no shutdown: the session
+            // closes both sockets now, and a socket read to its EOF sends
+            // a FIN on close (after every byte it still holds).
+            if !session.front_write_shut {
+                shutdown_write(back).map_err(|error| PipeFault {
+                    side: Side::Back,
+                    error,
+                })?;
+            }
             session.back_write_shut = true;
         }
         if session.back_eof
@@ -253,10 +197,12 @@ fn pipe_inner(session: &mut Session, now: Instant) -> Result<PipeStep, PipeFault
             && session.lanes.down.pending() == 0
             && !session.front_write_shut
         {
-            shutdown_write(&session.front).map_err(|error| PipeFault {
-                side: Side::Front,
-                error,
-            })?;
+            if !session.back_write_shut {
+                shutdown_write(&session.front).map_err(|error| PipeFault {
+                    side: Side::Front,
+                    error,
+                })?;
+            }
             session.front_write_shut = true;
         }
         if session.back_write_shut && session.front_write_shut {
@@ -353,7 +299,7 @@ impl Flow<'_> {
             *self.lane = Lane::Copy;
         }
         match &mut *self.lane {
-            Lane::Copy => {
+            lane @ (Lane::Copy | Lane::Warm { .. }) => {
                 if let Some(buf) = self.buf.as_mut()
                     && !*self.eof
                 {
@@ -362,6 +308,7 @@ impl Flow<'_> {
                     *self.eof = eof;
                     moved.read += n;
                     moved.eof = eof;
+                    lane.note_read(n, buf.len() == buf.capacity());
                 }
             }
             Lane::Splice(pipe) => {
@@ -448,7 +395,14 @@ fn shutdown_write(stream: &TcpStream) -> io::Result<()> {
     }
 }
 
+mod turn;
+pub use turn::{Exhausted, Splicing, Turn, open_lanes, turn};
+
+#[cfg(test)]
+mod auto_tests;
 #[cfg(test)]
 mod fault_tests;
+#[cfg(test)]
+mod round_tests;
 #[cfg(test)]
 mod tests;
