@@ -26,7 +26,6 @@ use slab::Slab;
 
 use super::close::close;
 use super::ctx::{Ctx, Drive, TimerKind};
-use super::keepalive;
 use super::preread;
 use super::session::Session;
 use super::shortage::{is_connection_error, is_out_of_descriptors};
@@ -105,11 +104,10 @@ fn open(
     (slot, held): (Slot, Option<Held>),
 ) {
     let now = Instant::now();
-    // TCP_NODELAY comes from the listening socket (`listen.rs`), and the
-    // local address is asked only by a PROXY header that needs it
-    // (`Session::local_address`): no syscall here but the registration,
-    // and the keepalive options when the config turns them on.
-    keepalive::apply(&front, ctx.settings.tcp_keepalive.as_ref(), "client");
+    // TCP_NODELAY and keepalive come from the listening socket
+    // (`listen::prepare`), and the local address is asked only by a PROXY
+    // header that needs it (`Session::local_address`): no syscall here but
+    // the registration.
     let entry = sessions.vacant_entry();
     let key = entry.key();
     if let Err(e) = ctx.registry.register(

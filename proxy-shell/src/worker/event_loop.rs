@@ -339,7 +339,7 @@ impl Worker {
             None => (vec![bind_reuseport(address)?], ""),
         };
         for socket in &sockets {
-            prepare(socket)?;
+            prepare(socket, self.ctx.settings.tcp_keepalive.as_ref())?;
         }
         let how = if sockets.len() == 1 { "" } else { "s" };
         let count = sockets.len();

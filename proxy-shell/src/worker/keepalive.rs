@@ -2,8 +2,8 @@
 //!
 //! Owns: turning the config's `tcp_keepalive*` values into the socket
 //! options (`SO_KEEPALIVE`, `TCP_KEEPIDLE`, `TCP_KEEPINTVL`, `TCP_KEEPCNT`)
-//! and setting them on an accepted client socket and on a backend socket
-//! as it connects. Must never: fail a session over it (a socket that
+//! and setting them on a listening socket (the client sockets it accepts
+//! inherit them, `listen::prepare`) and on a backend socket as it connects. Must never: fail a session over it (a socket that
 //! refuses the options still carries traffic; the refusal is logged at
 //! debug), or touch `TCP_NODELAY`.
 

@@ -2,8 +2,9 @@
 //! `SO_REUSEPORT`, so the kernel spreads connections over them.
 //!
 //! Owns: the socket options of listeners (and so of the connections they
-//! accept: Linux copies `TCP_NODELAY` into each accepted socket, which
-//! saves a `setsockopt` per connection), and the check that no other
+//! accept: Linux copies `TCP_NODELAY` and the keepalive options into each
+//! accepted socket, which saves five `setsockopt` per connection), and the
+//! check that no other
 //! process already listens on an address with `SO_REUSEPORT` (the kernel
 //! would let the workers join it and split the connections with it).
 //! Must never: block.
@@ -45,15 +46,20 @@ pub fn ensure_unbound(address: SocketAddr) -> io::Result<()> {
     })
 }
 
-/// The option every accepted connection must start with: set on the
-/// listening socket, which passes it on. Also applied to the sockets an
-/// upgrade hands over, whoever made them.
-pub(super) fn prepare(listener: &TcpListener) -> io::Result<()> {
+/// The options every accepted connection must start with, set on the
+/// listening socket, which passes them on: `TCP_NODELAY`, and the
+/// keepalive options when the config turns them on. Applied to every
+/// socket a worker listens on, the ones an upgrade hands over too.
+pub(super) fn prepare(
+    listener: &TcpListener,
+    keepalive: Option<&socket2::TcpKeepalive>,
+) -> io::Result<()> {
+    super::keepalive::apply(listener, keepalive, "listening");
     socket2::SockRef::from(listener).set_tcp_nodelay(true)
 }
 
-/// Binds a non-blocking listener with `SO_REUSEADDR`, `SO_REUSEPORT` and
-/// `TCP_NODELAY` (inherited by the accepted sockets).
+/// Binds a non-blocking listener with `SO_REUSEADDR` and `SO_REUSEPORT`;
+/// [`prepare`] sets what its accepted sockets inherit.
 pub(super) fn bind_reuseport(address: SocketAddr) -> io::Result<TcpListener> {
     let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)?;
     socket.set_reuse_address(true)?;
@@ -62,7 +68,6 @@ pub(super) fn bind_reuseport(address: SocketAddr) -> io::Result<TcpListener> {
         socket.set_only_v6(true)?;
     }
     socket.set_nonblocking(true)?;
-    socket.set_tcp_nodelay(true)?;
     socket.bind(&address.into())?;
     socket.listen(BACKLOG)?;
     Ok(TcpListener::from_std(socket.into()))
@@ -73,13 +78,24 @@ mod tests {
     use std::net::{SocketAddr, TcpStream};
     use std::time::{Duration, Instant};
 
-    use super::bind_reuseport;
+    use command::config::TcpKeepalive;
+    use socket2::SockRef;
+
+    use super::{bind_reuseport, prepare};
+    use crate::worker::keepalive::options;
 
     /// The worker sets no option on an accepted socket: this pins the
-    /// kernel's copy of `TCP_NODELAY` from the listener it relies on.
+    /// kernel's copy of `TCP_NODELAY` and of the keepalive options from the
+    /// listener it relies on.
     #[test]
-    fn an_accepted_socket_inherits_nodelay() -> std::io::Result<()> {
+    fn an_accepted_socket_inherits_nodelay_and_keepalive() -> std::io::Result<()> {
         let listener = bind_reuseport(SocketAddr::from(([127, 0, 0, 1], 0)))?;
+        let configured = TcpKeepalive {
+            idle_s: 7,
+            interval_s: 3,
+            count: 4,
+        };
+        prepare(&listener, Some(&options(&configured)))?;
         let _client = TcpStream::connect(listener.local_addr()?)?;
         let deadline = Instant::now() + Duration::from_secs(5);
         let accepted = loop {
@@ -95,6 +111,11 @@ mod tests {
             }
         };
         assert!(accepted.nodelay()?);
+        let socket = SockRef::from(&accepted);
+        assert!(socket.keepalive()?);
+        assert_eq!(socket.tcp_keepalive_time()?, Duration::from_secs(7));
+        assert_eq!(socket.tcp_keepalive_interval()?, Duration::from_secs(3));
+        assert_eq!(socket.tcp_keepalive_retries()?, 4);
         Ok(())
     }
 }
