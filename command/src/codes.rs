@@ -1,9 +1,12 @@
-//! The stable error codes of config, state-file and command validation.
+//! The stable codes of config, state-file and command validation: `E`
+//! codes refuse, `W` codes warn.
 //!
-//! Owns: [`ErrorCode`] (one variant per rule), its string code (`E101`…),
-//! and the operator-facing [`Explanation`] printed by `preread explain
-//! CODE`. Must never: renumber or reuse a code: scripts, documents and
-//! controllers match on them. A retired rule keeps its number, unused.
+//! Owns: [`ErrorCode`] (one variant per rule), its string code (`E101`,
+//! `W001`…), whether it is a warning, and the operator-facing
+//! [`Explanation`] printed by `preread explain CODE`, with the section of
+//! `doc/configure.md` that documents the rule. Must never: renumber or
+//! reuse a code: scripts, documents and controllers match on them. A
+//! retired rule keeps its number, unused.
 
 use core::fmt;
 
@@ -11,7 +14,9 @@ use core::fmt;
 /// so a new variant cannot lack a code or be missing from `ALL`.
 macro_rules! error_codes {
     ($( $(#[$doc:meta])* $variant:ident = $code:literal, )+) => {
-        /// One validation rule, with a stable code (see [`ErrorCode::as_str`]).
+        /// One validation rule, with a stable code (see [`ErrorCode::as_str`]):
+        /// an error refuses, a warning ([`ErrorCode::is_warning`]) is printed
+        /// and the value accepted.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[non_exhaustive]
         pub enum ErrorCode {
@@ -28,6 +33,13 @@ macro_rules! error_codes {
                 match self {
                     $( ErrorCode::$variant => $code, )+
                 }
+            }
+
+            /// Whether the code only warns (`W…`): the value is accepted,
+            /// but probably not what the operator meant.
+            #[must_use]
+            pub const fn is_warning(self) -> bool {
+                self.as_str().as_bytes()[0] == b'W'
             }
         }
     };
@@ -110,6 +122,18 @@ error_codes! {
     LabelsDisagree = "E503",
     /// A fragment's `*:PORT` listener matches several listeners.
     AmbiguousListenerPort = "E504",
+    /// `sni_preread_timeout` or `server_first_timeout` under 50 ms.
+    PrereadTimeoutShort = "W001",
+    /// `front_timeout` or `back_timeout` over a day.
+    InactivityTimeoutLong = "W002",
+    /// `connect_timeout` over a minute.
+    ConnectTimeoutLong = "W003",
+    /// A bare integer of seconds that reads like milliseconds.
+    SecondsLikeMilliseconds = "W004",
+    /// `sni_preread_max_bytes` too small for a post-quantum ClientHello.
+    PrereadCapSmall = "W005",
+    /// A cluster whose every backend has weight 0.
+    NoBackendCanServe = "W006",
 }
 
 /// What `preread explain CODE` prints about a code.
@@ -123,14 +147,17 @@ pub struct Explanation {
     pub accepted: &'static str,
     /// How to fix a refused config or request.
     pub fix: &'static str,
+    /// The section of `doc/configure.md` that documents the rule, such as
+    /// `"2.2"`.
+    pub section: &'static str,
 }
 
 impl fmt::Display for Explanation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}\n\n{}\n\nAccepted: {}\n\nFix: {}",
-            self.title, self.meaning, self.accepted, self.fix
+            "{}\n\n{}\n\nAccepted: {}\n\nFix: {}\n\nSee: doc/configure.md §{}",
+            self.title, self.meaning, self.accepted, self.fix, self.section
         )
     }
 }
@@ -150,33 +177,45 @@ impl ErrorCode {
     /// The operator-facing description of the rule.
     #[must_use]
     pub fn explain(self) -> Explanation {
-        let (title, meaning, accepted, fix) = match self {
+        let (title, meaning, accepted, fix, section) = match self {
             Self::InvalidToml => (
                 "the config file is not valid TOML",
-                "The config file could not be parsed as TOML, or a value has the wrong type \
-                 (a string where a number is expected, a table where a list is expected).",
-                "A TOML document as described in doc/configure.md: global keys, [[listeners]] \
-                 tables and [clusters.<id>] tables.",
-                "Fix the syntax or the type at the line and column the message gives; \
-                 `preread config check` reports every problem at once.",
+                "The config file could not be parsed as TOML, a value has the wrong type (a \
+                 string where a number is expected, a table where a list is expected), or a \
+                 required key is missing. The message names the key by its dotted path \
+                 (clusters.www.frontends[0].alpn), the type expected (with the unit of a \
+                 duration) and the value as written. `preread config check` reports every \
+                 problem in one pass; a TOML syntax error is the one exception, since the \
+                 file cannot be read past it, and its message says that the check stopped \
+                 there.",
+                "A TOML document as doc/configure.md describes it: global keys, [[listeners]] \
+                 tables and [clusters.<id>] tables, each key with the type its table lists.",
+                "Fix the syntax or the type at the line and column the message gives. After a \
+                 syntax error, run the check again: the problems past it were not looked at.",
+                "2",
             ),
             Self::UnknownKey => (
                 "unknown key in the config file",
                 "The config file holds a key that preread does not know, at any level. \
                  Unknown keys are refused rather than ignored so that a typo cannot silently \
                  disable a setting.",
-                "Only the keys documented in doc/configure.md, spelled exactly (snake_case).",
-                "Correct the spelling of the key, or remove it.",
+                "Only the keys documented in doc/configure.md, spelled exactly (snake_case); \
+                 the message lists the keys valid in that table.",
+                "Correct the spelling of the key (the message suggests the closest valid key \
+                 when one is close enough to be a typo), or remove it.",
+                "2",
             ),
             Self::InvalidValue => (
                 "invalid value in the config file",
                 "A config value has the right type but is not one of the accepted values \
                  (an unknown load-balancing algorithm or proxy-protocol mode, a negative \
-                 count, an unknown log format, also over the command socket and in a saved state \
-                 file).",
+                 count, an unknown log format, a duration string that is not one or needs a \
+                 unit finer than a millisecond, also over the command socket and in a saved \
+                 state file).",
                 "The values listed for the key in doc/configure.md, e.g. load_balancing = \
                  \"round_robin\" | \"random\" | \"least_connections\" | \"power_of_two\".",
                 "Replace the value with one of the accepted ones.",
+                "2",
             ),
             Self::StateFileCorrupt => (
                 "the saved state file is corrupt",
@@ -188,6 +227,7 @@ impl ErrorCode {
                 "Restore the file from a backup, or fix the line the message names and reseal \
                  the file with `preread state seal -f FILE`, or delete it to rebuild the state \
                  from the config file.",
+                "6",
             ),
             Self::StateFileVersion => (
                 "the saved state file has an incompatible version",
@@ -200,6 +240,7 @@ impl ErrorCode {
                  it with `preread state seal -f FILE`, which replays it and rewrites it with a \
                  trailer. For another version: run the preread version that wrote it, or delete \
                  the file to rebuild the state from the config file.",
+                "6",
             ),
             Self::StateFileIo => (
                 "the saved state file could not be read or written",
@@ -211,6 +252,7 @@ impl ErrorCode {
                  64 MiB for loading.",
                 "Check the path, its directory and its permissions, and the free space; give \
                  the path of a regular file.",
+                "6",
             ),
             Self::StateFileIntegrity => (
                 "the saved state file is incomplete or altered",
@@ -224,6 +266,7 @@ impl ErrorCode {
                 "Restore the file from a backup, or delete it to boot from the config file. If \
                  the file was edited by hand on purpose, check it and reseal it with `preread \
                  state seal -f FILE`.",
+                "6",
             ),
             Self::StateFileEmpty => (
                 "the saved state file is empty but the config declares routing",
@@ -237,6 +280,7 @@ impl ErrorCode {
                  routing).",
                 "Set empty_saved_state to \"use_config\" or \"keep_empty\", or delete the \
                  state file to boot from the config.",
+                "6",
             ),
             Self::StateJournalCorrupt => (
                 "the saved state's journal is damaged",
@@ -258,6 +302,7 @@ impl ErrorCode {
                  restore both from a backup. To boot from the snapshot alone, losing the \
                  changes after it, move the journal away; to boot from the config file, move \
                  both away.",
+                "6",
             ),
             Self::InvalidAddress => (
                 "invalid socket address",
@@ -271,6 +316,7 @@ impl ErrorCode {
                  `db.internal:5432` or `localhost:9001`; port 1 to 65535.",
                 "Write the address as `ip:port` (IPv6 in brackets), or `name:port` for a \
                  backend, with a fixed, non-zero port.",
+                "2.2",
             ),
             Self::PrereadMaxBytesTooSmall => (
                 "sni_preread_max_bytes is too small",
@@ -280,16 +326,19 @@ impl ErrorCode {
                 "sni_preread_max_bytes >= 5; the default 65536 holds a ClientHello of \
                  several records (post-quantum key shares, large session tickets).",
                 "Raise sni_preread_max_bytes, or remove it to use the default 65536.",
+                "2.2",
             ),
             Self::InvalidTimeout => (
                 "a timeout is 0",
                 "sni_preread_timeout, server_first_timeout, front_timeout, back_timeout and \
                  connect_timeout must be positive: 0 would close or reroute every connection \
                  at once.",
-                "A positive number: milliseconds for sni_preread_timeout and \
-                 server_first_timeout, seconds for front/back/connect_timeout.",
-                "Set a positive value, or remove the key to use its default (5000 ms, none, \
-                 60 s, 30 s, 3 s).",
+                "A positive duration: a duration string such as \"1500ms\" or \"5s\", or a \
+                 bare integer in the key's unit (milliseconds for sni_preread_timeout and \
+                 server_first_timeout, seconds for front/back/connect_timeout).",
+                "Set a positive value, or remove the key to use its default (5s, none, 60s, \
+                 30s, 3s).",
+                "2.2",
             ),
             Self::ServerFirstWithoutDefaultCluster => (
                 "server_first_timeout without default_cluster",
@@ -299,6 +348,7 @@ impl ErrorCode {
                 "server_first_timeout together with default_cluster on the same listener.",
                 "Add default_cluster = \"<cluster id>\" to the listener, or remove \
                  server_first_timeout.",
+                "2.2",
             ),
             Self::ListenerConflict => (
                 "the listener already exists with other settings",
@@ -307,6 +357,7 @@ impl ErrorCode {
                  listener again is accepted and changes nothing.",
                 "One listener per socket address.",
                 "Send update_tcp_listener to change its settings, or remove it first.",
+                "2.2",
             ),
             Self::UnknownListener => (
                 "no listener at the frontend's address",
@@ -315,6 +366,7 @@ impl ErrorCode {
                 "A frontend address equal (canonically) to a listener's address.",
                 "Add the listener (`[[listeners]]` or `preread listener tcp add`) before the \
                  frontend, or correct the frontend's address.",
+                "2.4",
             ),
             Self::InvalidSniPattern => (
                 "invalid SNI pattern",
@@ -326,6 +378,7 @@ impl ErrorCode {
                  labels after them; internationalized names in punycode (`xn--...`).",
                 "Correct the pattern as the message says; to catch connections whose name \
                  matches nothing, use the listener's default_cluster, not a broad wildcard.",
+                "2.4",
             ),
             Self::InvalidAlpn => (
                 "invalid ALPN list",
@@ -334,6 +387,7 @@ impl ErrorCode {
                 "A list of distinct protocol names of 1 to 255 bytes, such as \
                  [\"h2\", \"http/1.1\"]; or no list at all, which matches any offer.",
                 "Remove the empty or repeated names, or the whole list to accept any ALPN.",
+                "2.4",
             ),
             Self::AlpnProtocolTaken => (
                 "ALPN protocol already listed by another frontend",
@@ -343,6 +397,7 @@ impl ErrorCode {
                  frontend without a list (the fallback for offers no list takes).",
                 "Remove the protocol from one of the two frontends, or remove the existing \
                  frontend first.",
+                "2.4",
             ),
             Self::FrontendConflict => (
                 "frontend already exists with another cluster",
@@ -351,6 +406,7 @@ impl ErrorCode {
                  is accepted and changes nothing.",
                 "One frontend per (address, sni, alpn).",
                 "Remove the existing frontend first, or give the new one another sni or alpn.",
+                "2.4",
             ),
             Self::CatchAllMixedWithSni => (
                 "catch-all frontend mixed with SNI frontends",
@@ -362,6 +418,7 @@ impl ErrorCode {
                 "To send connections that match no SNI frontend (no SNI, unknown name, not \
                  TLS) somewhere, set the listener's default_cluster instead of adding a \
                  frontend without sni; or move the catch-all to its own listener.",
+                "2.4",
             ),
             Self::MultipleCatchAll => (
                 "second catch-all frontend on a listener",
@@ -370,6 +427,7 @@ impl ErrorCode {
                 "At most one frontend without sni per listener.",
                 "Remove the existing catch-all frontend first, or add the new one on another \
                  listener.",
+                "2.4",
             ),
             Self::AlpnWithoutSni => (
                 "ALPN list on a frontend without SNI",
@@ -377,6 +435,7 @@ impl ErrorCode {
                  match on ALPN.",
                 "A frontend without sni has no alpn list.",
                 "Add an sni pattern to the frontend, or remove its alpn list.",
+                "2.4",
             ),
             Self::RelayWithoutExpectProxy => (
                 "relay cluster behind a listener without expect_proxy",
@@ -387,6 +446,7 @@ impl ErrorCode {
                  expect_proxy = true.",
                 "Set expect_proxy = true on the listener, or use proxy_protocol = \"send\" \
                  (preread writes its own header) or \"none\" on the cluster.",
+                "2.3",
             ),
             Self::InvalidId => (
                 "invalid cluster or backend id",
@@ -396,6 +456,7 @@ impl ErrorCode {
                 "1 to 128 printable ASCII characters without spaces, e.g. `alpha`, \
                  `alpha-0`.",
                 "Rename the cluster or backend.",
+                "2.3",
             ),
             Self::UnknownCluster => (
                 "unknown cluster",
@@ -404,6 +465,7 @@ impl ErrorCode {
                 "The id of a cluster that was added before.",
                 "Add the cluster first (`[clusters.<id>]` or `preread cluster add`), or \
                  correct the id.",
+                "2.4",
             ),
             Self::ClusterConflict => (
                 "the cluster already exists with other settings",
@@ -412,6 +474,7 @@ impl ErrorCode {
                 "One cluster per id.",
                 "Change its settings in place with `preread cluster update` (its frontends and \
                  backends stay), or let `preread reload` do it from the edited config file.",
+                "4.5",
             ),
             Self::DuplicateBackendId => (
                 "backend id already in use",
@@ -420,6 +483,7 @@ impl ErrorCode {
                 "A backend id used by one backend only, e.g. prefixed with its cluster id: \
                  `alpha-0`.",
                 "Pick another backend_id, or remove the other backend first.",
+                "2.5",
             ),
             Self::BackendConflict => (
                 "the backend already exists with other settings",
@@ -429,6 +493,7 @@ impl ErrorCode {
                 "One backend per (cluster_id, backend_id).",
                 "Remove the backend and add it again with the new settings, or use another \
                  backend_id.",
+                "2.5",
             ),
             Self::NotFound => (
                 "no such object",
@@ -439,6 +504,7 @@ impl ErrorCode {
                  `cluster list` or `frontend list`.",
                 "Check the address, id, sni and alpn against the list; nothing needs to be \
                  done if the object is already gone.",
+                "4.5",
             ),
             Self::InUse => (
                 "object still in use",
@@ -448,6 +514,7 @@ impl ErrorCode {
                 "Removing objects in dependency order: frontends and backends, then \
                  listeners and clusters.",
                 "Remove (or repoint) the objects the message names first.",
+                "4.5",
             ),
             Self::UnsupportedRequest => (
                 "not a state change",
@@ -457,6 +524,80 @@ impl ErrorCode {
                 "add/update/remove/activate/deactivate listener, add/remove cluster, \
                  add/remove frontend, add/remove backend.",
                 "Send the request to the command server, which answers it directly.",
+                "6",
+            ),
+            Self::PrereadTimeoutShort => (
+                "a preread timeout under 50 ms",
+                "sni_preread_timeout (or server_first_timeout) is under 50 milliseconds. A \
+                 ClientHello over a slow or distant link can take longer than that to arrive \
+                 whole, and such clients would be refused (silent_timeout, or an incomplete \
+                 ClientHello) or sent to the default cluster. A bare integer here is \
+                 milliseconds, so sni_preread_timeout = 5 is 5 ms, not 5 s. This is a \
+                 warning: the value is used as written.",
+                "A duration of 50 ms or more; the default sni_preread_timeout is 5s. Writing \
+                 the unit (\"5s\", \"300ms\") says what is meant.",
+                "Write the duration with its unit, such as sni_preread_timeout = \"5s\"; keep \
+                 a value under 50 ms only for tests on one machine.",
+                "3.3",
+            ),
+            Self::InactivityTimeoutLong => (
+                "a front or back timeout over a day",
+                "front_timeout or back_timeout is over 24 hours. Idle sessions hold a socket \
+                 (and, while they are not spliced, buffers) for that long, so a pile of \
+                 abandoned clients can exhaust max_connections. A bare integer here is \
+                 seconds. This is a warning: the value is used as written.",
+                "A duration of at most a day, such as \"60s\" or \"1h\"; the defaults are 60s \
+                 and 30s.",
+                "Lower the timeout, or write it with its unit (\"36h\") if a day or more is \
+                 meant; the warning stays as a reminder.",
+                "3.3",
+            ),
+            Self::ConnectTimeoutLong => (
+                "a connect timeout over a minute",
+                "connect_timeout is over 60 seconds. A backend that does not answer a connect \
+                 within seconds is down or unreachable, and each client waits this long per \
+                 attempt (max_connection_attempts) before it is refused. A bare integer here \
+                 is seconds. This is a warning: the value is used as written.",
+                "A duration of at most a minute, such as \"3s\" (the default) or \"500ms\".",
+                "Lower connect_timeout to a few seconds.",
+                "3.3",
+            ),
+            Self::SecondsLikeMilliseconds => (
+                "a number of seconds that reads like milliseconds",
+                "A key whose bare integers are seconds (front_timeout, back_timeout, \
+                 connect_timeout, soft_stop_grace, command_client_timeout) holds a multiple \
+                 of 1000 of at least 1000, such as front_timeout = 60000: 60000 seconds is \
+                 16 hours 40 minutes, while 60000 milliseconds is the 1 minute that was \
+                 probably meant. This is a warning: the value is used as written, in \
+                 seconds.",
+                "A bare integer of seconds (front_timeout = 60), or a duration string with its \
+                 unit (front_timeout = \"60s\", \"1500ms\", \"16h 40m\").",
+                "Write the duration with its unit: \"60s\" if milliseconds were meant, or a \
+                 string such as \"16h 40m\" if the long value is intended (a string never \
+                 gets this warning).",
+                "3.3",
+            ),
+            Self::PrereadCapSmall => (
+                "sni_preread_max_bytes too small for today's ClientHellos",
+                "sni_preread_max_bytes is under 2048 bytes. Browsers that offer a post-quantum \
+                 key share (X25519MLKEM768) send ClientHellos of about 1,800 bytes or more, \
+                 which a smaller cap refuses as too_large. This is a warning: the value is \
+                 used as written.",
+                "sni_preread_max_bytes of 2048 or more; the default 16384 holds any \
+                 ClientHello in one record.",
+                "Raise sni_preread_max_bytes, or remove it to use the default.",
+                "3.3",
+            ),
+            Self::NoBackendCanServe => (
+                "no backend of the cluster can be picked",
+                "Every backend of a cluster has weight = 0, and a backend of weight 0 is \
+                 never picked (it drains), so every connection routed to the cluster is \
+                 refused as backend_unavailable. This is a warning: draining every backend \
+                 can be meant during maintenance.",
+                "At least one backend of the cluster with a positive weight (the default is \
+                 100).",
+                "Give one backend a positive weight, or remove weight = 0 from it.",
+                "3.3",
             ),
             Self::ClusterDeclaredElsewhere => (
                 "cluster already declared by another source",
@@ -470,6 +611,7 @@ impl ErrorCode {
                  directory and every Docker label name.",
                 "Rename the cluster (the `[clusters.<id>]` table, or the `<name>` of \
                  `preread.tcp.<name>.*`), or remove the other declaration.",
+                "7",
             ),
             Self::InvalidLabel => (
                 "invalid Docker label",
@@ -485,6 +627,7 @@ impl ErrorCode {
                  relay, `.weight` = an integer; `<name>` has no dot.",
                 "Fix the label on the container (labels change only when the container is \
                  created again: `docker run` it anew, or `docker compose up`).",
+                "7",
             ),
             Self::LabelsDisagree => (
                 "containers of one name disagree",
@@ -497,6 +640,7 @@ impl ErrorCode {
                  (or on none).",
                 "Give every container of the name the same proxy_protocol, or use another \
                  `<name>` for the containers that need another one.",
+                "7",
             ),
             Self::AmbiguousListenerPort => (
                 "listener port matches several listeners",
@@ -508,6 +652,7 @@ impl ErrorCode {
                  the listener's full address.",
                 "Write the listener's full ip:port in the fragment, or give each listener \
                  its own port.",
+                "7",
             ),
         };
         Explanation {
@@ -515,6 +660,7 @@ impl ErrorCode {
             meaning,
             accepted,
             fix,
+            section,
         }
     }
 }
@@ -539,7 +685,8 @@ mod tests {
             let text = code.as_str();
             assert!(seen.insert(text), "{text} used twice");
             assert_eq!(text.len(), 4, "{text}");
-            assert!(text.starts_with('E'), "{text}");
+            assert!(text.starts_with('E') || text.starts_with('W'), "{text}");
+            assert_eq!(code.is_warning(), text.starts_with('W'), "{text}");
             assert!(text[1..].bytes().all(|b| b.is_ascii_digit()), "{text}");
             assert_eq!(code.to_string(), text);
         }
@@ -593,6 +740,12 @@ mod tests {
             (ErrorCode::InvalidLabel, "E502"),
             (ErrorCode::LabelsDisagree, "E503"),
             (ErrorCode::AmbiguousListenerPort, "E504"),
+            (ErrorCode::PrereadTimeoutShort, "W001"),
+            (ErrorCode::InactivityTimeoutLong, "W002"),
+            (ErrorCode::ConnectTimeoutLong, "W003"),
+            (ErrorCode::SecondsLikeMilliseconds, "W004"),
+            (ErrorCode::PrereadCapSmall, "W005"),
+            (ErrorCode::NoBackendCanServe, "W006"),
         ] {
             assert_eq!(code.as_str(), text, "{code:?}");
         }

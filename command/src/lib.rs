@@ -10,6 +10,7 @@ pub mod channel;
 pub mod codes;
 pub mod config;
 pub mod diff;
+pub mod duration;
 pub mod generation;
 pub mod health_check;
 pub mod listing;

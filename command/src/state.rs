@@ -317,9 +317,12 @@ impl ConfigState {
                 config.active.is_some()
                     && config.sni_preread_timeout.is_some()
                     && config.sni_preread_max_bytes.is_some()
-                    && config.front_timeout.is_some()
-                    && config.back_timeout.is_some()
-                    && config.connect_timeout.is_some()
+                    && config.front_timeout_ms.is_some()
+                    && config.back_timeout_ms.is_some()
+                    && config.connect_timeout_ms.is_some()
+                    && config.front_timeout.is_none()
+                    && config.back_timeout.is_none()
+                    && config.connect_timeout.is_none()
                     && config.reject_with.is_some()
                     && config.max_unrouted_per_ip.is_some(),
                 "listener {address} not resolved"
@@ -1098,12 +1101,15 @@ mod tests {
                 sni_preread_max_bytes: Some(4096),
                 default_cluster: Some("fb".into()),
                 server_first_timeout: Some(300),
-                front_timeout: Some(60),
-                back_timeout: Some(30),
-                connect_timeout: Some(3),
+                front_timeout: None,
+                back_timeout: None,
+                connect_timeout: None,
                 active: Some(true),
                 reject_with: Some(proto::RejectWith::Alert as i32),
                 max_unrouted_per_ip: Some(0),
+                front_timeout_ms: Some(60_000),
+                back_timeout_ms: Some(30_000),
+                connect_timeout_ms: Some(3_000),
             })
         );
         let frontend = s.frontends().next();

@@ -11,6 +11,7 @@
 
 use core::fmt;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use preread_core::MIN_PREREAD_MAX_BYTES;
 use preread_core::pattern::{SniPattern, validate_sni_pattern};
@@ -18,6 +19,7 @@ use preread_core::routes::AlpnSet;
 
 use crate::backend_address::BackendAddress;
 use crate::codes::ErrorCode;
+use crate::duration;
 use crate::health_check::{describe_health_check, resolve_health_check};
 use crate::proto;
 
@@ -25,12 +27,12 @@ use crate::proto;
 pub const DEFAULT_SNI_PREREAD_TIMEOUT_MS: u32 = 5_000;
 /// Default `sni_preread_max_bytes`.
 pub const DEFAULT_SNI_PREREAD_MAX_BYTES: u32 = 65_536;
-/// Default `front_timeout`, in seconds.
-pub const DEFAULT_FRONT_TIMEOUT_S: u32 = 60;
-/// Default `back_timeout`, in seconds.
-pub const DEFAULT_BACK_TIMEOUT_S: u32 = 30;
-/// Default `connect_timeout`, in seconds.
-pub const DEFAULT_CONNECT_TIMEOUT_S: u32 = 3;
+/// Default `front_timeout`, in milliseconds (60 s).
+pub const DEFAULT_FRONT_TIMEOUT_MS: u64 = 60_000;
+/// Default `back_timeout`, in milliseconds (30 s).
+pub const DEFAULT_BACK_TIMEOUT_MS: u64 = 30_000;
+/// Default `connect_timeout`, in milliseconds (3 s).
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 3_000;
 /// Default backend weight.
 pub const DEFAULT_WEIGHT: u32 = 100;
 /// The longest cluster or backend id, in bytes.
@@ -110,7 +112,8 @@ pub fn validate_id(kind: &str, id: &str) -> Result<(), ValidationError> {
     ))
 }
 
-fn positive(
+/// A millisecond timeout that must be positive.
+fn positive_millis(
     what: &str,
     field: &str,
     value: Option<u32>,
@@ -119,10 +122,87 @@ fn positive(
     match value {
         Some(0) => Err(ValidationError::new(
             ErrorCode::InvalidTimeout,
-            format!("{what}: {field} is 0: set a positive value, or leave it unset for {default}"),
+            format!(
+                "{what}: {field} is 0: set a positive duration, or leave it unset for {}",
+                duration::shown(u64::from(default))
+            ),
         )),
         Some(value) => Ok(value),
         None => Ok(default),
+    }
+}
+
+/// One of the three connection timeouts, in milliseconds, from its two
+/// wire forms: `(seconds, milliseconds)`. Clients and state files older
+/// than the millisecond fields send seconds; both forms are accepted, and
+/// both together only when they agree, so no request means two things.
+fn connection_timeout(
+    what: &str,
+    key: &str,
+    (seconds, millis): (Option<u32>, Option<u64>),
+    default: u64,
+) -> Result<u64, ValidationError> {
+    let from_seconds = seconds.map(|s| u64::from(s) * 1_000);
+    let value = match (from_seconds, millis) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(ValidationError::new(
+                ErrorCode::InvalidValue,
+                format!(
+                    "{what}: {key} is given twice, as {} and as {}: send one of {key} \
+                     (seconds) and {key}_ms (milliseconds)",
+                    duration::shown(a),
+                    duration::shown(b)
+                ),
+            ));
+        }
+        (from_seconds, millis) => millis.or(from_seconds),
+    };
+    match value {
+        Some(0) => Err(ValidationError::new(
+            ErrorCode::InvalidTimeout,
+            format!(
+                "{what}: {key} is 0: set a positive duration, or leave it unset for {}",
+                duration::shown(default)
+            ),
+        )),
+        Some(value) => Ok(value),
+        None => Ok(default),
+    }
+}
+
+/// The client-side inactivity timeout of a listener config, resolved or
+/// not (either wire form, else the default).
+#[must_use]
+pub fn front_timeout(config: &proto::TcpListenerConfig) -> Duration {
+    timeout_of(
+        (config.front_timeout, config.front_timeout_ms),
+        DEFAULT_FRONT_TIMEOUT_MS,
+    )
+}
+
+/// The backend-side inactivity timeout of a listener config.
+#[must_use]
+pub fn back_timeout(config: &proto::TcpListenerConfig) -> Duration {
+    timeout_of(
+        (config.back_timeout, config.back_timeout_ms),
+        DEFAULT_BACK_TIMEOUT_MS,
+    )
+}
+
+/// How long a backend connect may take, from a listener config.
+#[must_use]
+pub fn connect_timeout(config: &proto::TcpListenerConfig) -> Duration {
+    timeout_of(
+        (config.connect_timeout, config.connect_timeout_ms),
+        DEFAULT_CONNECT_TIMEOUT_MS,
+    )
+}
+
+fn timeout_of((seconds, millis): (Option<u32>, Option<u64>), default: u64) -> Duration {
+    match (millis, seconds) {
+        (Some(millis), _) => Duration::from_millis(millis),
+        (None, Some(seconds)) => Duration::from_secs(u64::from(seconds)),
+        (None, None) => Duration::from_millis(default),
     }
 }
 
@@ -152,7 +232,7 @@ pub(crate) fn resolve_listener(
     let resolved = proto::TcpListenerConfig {
         address: address.to_string(),
         expect_proxy: config.expect_proxy,
-        sni_preread_timeout: Some(positive(
+        sni_preread_timeout: Some(positive_millis(
             &what,
             "sni_preread_timeout",
             config.sni_preread_timeout,
@@ -172,23 +252,26 @@ pub(crate) fn resolve_listener(
             }
             other => other,
         },
-        front_timeout: Some(positive(
+        front_timeout: None,
+        front_timeout_ms: Some(connection_timeout(
             &what,
             "front_timeout",
-            config.front_timeout,
-            DEFAULT_FRONT_TIMEOUT_S,
+            (config.front_timeout, config.front_timeout_ms),
+            DEFAULT_FRONT_TIMEOUT_MS,
         )?),
-        back_timeout: Some(positive(
+        back_timeout: None,
+        back_timeout_ms: Some(connection_timeout(
             &what,
             "back_timeout",
-            config.back_timeout,
-            DEFAULT_BACK_TIMEOUT_S,
+            (config.back_timeout, config.back_timeout_ms),
+            DEFAULT_BACK_TIMEOUT_MS,
         )?),
-        connect_timeout: Some(positive(
+        connect_timeout: None,
+        connect_timeout_ms: Some(connection_timeout(
             &what,
             "connect_timeout",
-            config.connect_timeout,
-            DEFAULT_CONNECT_TIMEOUT_S,
+            (config.connect_timeout, config.connect_timeout_ms),
+            DEFAULT_CONNECT_TIMEOUT_MS,
         )?),
         active: config.active,
         reject_with: match config.reject_with {
@@ -235,6 +318,13 @@ impl Shown for u32 {
     }
 }
 
+/// The `_ms` fields: a duration, as the config writes one.
+impl Shown for u64 {
+    fn shown(&self) -> String {
+        duration::shown(*self)
+    }
+}
+
 impl<T: Shown> Shown for Option<T> {
     fn shown(&self) -> String {
         self.as_ref()
@@ -249,14 +339,16 @@ impl Shown for String {
 }
 
 /// `name existing → requested` for each field that differs.
+/// A field may be shown under the config key it comes from
+/// (`front_timeout_ms => front_timeout`).
 macro_rules! differences {
-    ($existing:expr, $requested:expr, $($field:ident),+) => {{
+    ($existing:expr, $requested:expr, $($field:ident $(=> $key:ident)?),+) => {{
         let mut changes: Vec<String> = Vec::new();
         $(
             if $existing.$field != $requested.$field {
                 changes.push(format!(
                     "{} {} → {}",
-                    stringify!($field),
+                    differences!(@key $field $($key)?),
                     $existing.$field.shown(),
                     $requested.$field.shown()
                 ));
@@ -264,6 +356,8 @@ macro_rules! differences {
         )+
         changes.join(", ")
     }};
+    (@key $field:ident $key:ident) => { stringify!($key) };
+    (@key $field:ident) => { stringify!($field) };
 }
 
 /// The settings in which two resolved listener configs differ, as
@@ -280,9 +374,9 @@ pub(crate) fn listener_differences(
         sni_preread_max_bytes,
         default_cluster,
         server_first_timeout,
-        front_timeout,
-        back_timeout,
-        connect_timeout,
+        front_timeout_ms => front_timeout,
+        back_timeout_ms => back_timeout,
+        connect_timeout_ms => connect_timeout,
         active,
         max_unrouted_per_ip
     )
@@ -761,6 +855,14 @@ mod tests {
                 ..listener("127.0.0.1:1")
             },
             proto::TcpListenerConfig {
+                front_timeout_ms: Some(0),
+                ..listener("127.0.0.1:1")
+            },
+            proto::TcpListenerConfig {
+                connect_timeout_ms: Some(0),
+                ..listener("127.0.0.1:1")
+            },
+            proto::TcpListenerConfig {
                 server_first_timeout: zero,
                 default_cluster: Some("a".into()),
                 ..listener("127.0.0.1:1")
@@ -781,6 +883,65 @@ mod tests {
                 ErrorCode::InvalidTimeout,
             );
         }
+    }
+
+    /// Seconds (older clients and state files) and milliseconds are one
+    /// setting: stored as milliseconds alone, equal whichever form came,
+    /// and refused when both forms say different things.
+    #[test]
+    fn e003_connection_timeouts_in_either_form() {
+        let resolve = |config: proto::TcpListenerConfig| resolve_listener(&config).map(|r| r.1);
+        let seconds = resolve(proto::TcpListenerConfig {
+            front_timeout: Some(9),
+            back_timeout: Some(8),
+            connect_timeout: Some(2),
+            ..listener(L)
+        });
+        let millis = resolve(proto::TcpListenerConfig {
+            front_timeout_ms: Some(9_000),
+            back_timeout_ms: Some(8_000),
+            connect_timeout_ms: Some(2_000),
+            ..listener(L)
+        });
+        assert_eq!(seconds, millis);
+        let Ok(resolved) = seconds else {
+            panic!("refused: {seconds:?}")
+        };
+        assert_eq!(
+            (resolved.front_timeout, resolved.front_timeout_ms),
+            (None, Some(9_000))
+        );
+        assert_eq!(front_timeout(&resolved), Duration::from_secs(9));
+        assert_eq!(back_timeout(&resolved), Duration::from_secs(8));
+        assert_eq!(connect_timeout(&resolved), Duration::from_secs(2));
+        assert_eq!(
+            front_timeout(&proto::TcpListenerConfig {
+                front_timeout: Some(7),
+                ..listener(L)
+            }),
+            Duration::from_secs(7)
+        );
+        assert_eq!(
+            connect_timeout(&listener(L)),
+            Duration::from_millis(DEFAULT_CONNECT_TIMEOUT_MS)
+        );
+        let both = resolve(proto::TcpListenerConfig {
+            front_timeout: Some(2),
+            front_timeout_ms: Some(2_000),
+            ..listener(L)
+        });
+        assert!(both.is_ok(), "{both:?}");
+        let mut s = base();
+        let m = refused(
+            &mut s,
+            &add_listener(proto::TcpListenerConfig {
+                back_timeout: Some(1),
+                back_timeout_ms: Some(1_500),
+                ..listener("127.0.0.1:2")
+            }),
+            ErrorCode::InvalidValue,
+        );
+        assert!(m.contains("as 1s and as 1500ms"), "{m}");
     }
 
     #[test]
@@ -1228,7 +1389,8 @@ mod tests {
         .into();
         let source = include_str!("validate.rs");
         for &code in ErrorCode::ALL {
-            if file_only.contains(&code) {
+            // Warnings come from the config file alone (config::warnings).
+            if file_only.contains(&code) || code.is_warning() {
                 continue;
             }
             let name = format!("fn {}_", code.as_str().to_ascii_lowercase());

@@ -85,6 +85,9 @@ fn listener_config() -> impl Strategy<Value = proto::TcpListenerConfig> {
                     // Unset: the state resolves them to the defaults.
                     reject_with: None,
                     max_unrouted_per_ip: None,
+                    front_timeout_ms: None,
+                    back_timeout_ms: None,
+                    connect_timeout_ms: None,
                 }
             },
         )

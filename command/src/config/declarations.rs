@@ -17,8 +17,8 @@ use toml::Spanned;
 
 use super::LocatedRequest;
 use super::health_check::health_check;
-use super::lines::{Problems, ranged};
-use super::raw::RawConfig;
+use super::lines::{Problems, duration_millis, ranged};
+use super::raw::{RawConfig, RawDuration};
 use crate::codes::ErrorCode;
 use crate::proto;
 use crate::proto::request::RequestType;
@@ -33,6 +33,27 @@ fn optional_u32(
     problems: &mut Problems<'_>,
 ) -> Option<u32> {
     value.and_then(|value| ranged::<u32>(value, key, 0, problems))
+}
+
+/// A duration carried in a `uint32` of milliseconds (the preread
+/// timeouts); absent or refused is `None`, as for [`optional_u32`].
+fn millis_u32<const SECONDS: bool>(
+    value: Option<&Spanned<RawDuration<SECONDS>>>,
+    key: &str,
+    problems: &mut Problems<'_>,
+) -> Option<u32> {
+    let millis = duration_millis(value?, key, (0, u64::from(u32::MAX)), problems)?;
+    u32::try_from(millis).ok()
+}
+
+/// A duration carried in a `uint64` of milliseconds (the connection
+/// timeouts).
+fn millis_u64<const SECONDS: bool>(
+    value: Option<&Spanned<RawDuration<SECONDS>>>,
+    key: &str,
+    problems: &mut Problems<'_>,
+) -> Option<u64> {
+    duration_millis(value?, key, (0, u64::MAX), problems)
 }
 
 pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> Vec<LocatedRequest> {
@@ -50,7 +71,7 @@ pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> V
         let config = proto::TcpListenerConfig {
             address: listener.address,
             expect_proxy: listener.expect_proxy.unwrap_or(false),
-            sni_preread_timeout: optional_u32(
+            sni_preread_timeout: millis_u32(
                 listener.sni_preread_timeout.as_ref(),
                 "sni_preread_timeout",
                 problems,
@@ -61,14 +82,17 @@ pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> V
                 problems,
             ),
             default_cluster: listener.default_cluster,
-            server_first_timeout: optional_u32(
+            server_first_timeout: millis_u32(
                 listener.server_first_timeout.as_ref(),
                 "server_first_timeout",
                 problems,
             ),
-            front_timeout: optional_u32(listener.front_timeout.as_ref(), "front_timeout", problems),
-            back_timeout: optional_u32(listener.back_timeout.as_ref(), "back_timeout", problems),
-            connect_timeout: optional_u32(
+            front_timeout: None,
+            front_timeout_ms: millis_u64(listener.front_timeout.as_ref(), "front_timeout", problems),
+            back_timeout: None,
+            back_timeout_ms: millis_u64(listener.back_timeout.as_ref(), "back_timeout", problems),
+            connect_timeout: None,
+            connect_timeout_ms: millis_u64(
                 listener.connect_timeout.as_ref(),
                 "connect_timeout",
                 problems,

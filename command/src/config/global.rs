@@ -12,11 +12,12 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use toml::Spanned;
 
 use super::keepalive::{TcpKeepalive, tcp_keepalive};
-use super::lines::{Problems, ranged};
+use super::lines::{Problems, duration_millis, ranged};
 use super::raw::RawConfig;
 use super::sources::{SourceSettings, source_settings};
 use super::syslog::{SyslogTarget, syslog_target};
@@ -42,8 +43,12 @@ pub const DEFAULT_SPLICE: bool = true;
 pub const DEFAULT_SPLICE_THRESHOLD: u64 = 65_536;
 /// Default of `max_connection_attempts`.
 pub const DEFAULT_MAX_CONNECTION_ATTEMPTS: u32 = 3;
-/// Default of `soft_stop_grace`, in seconds.
-pub const DEFAULT_SOFT_STOP_GRACE_S: u32 = 30;
+/// Default of `soft_stop_grace`.
+pub const DEFAULT_SOFT_STOP_GRACE: Duration = Duration::from_secs(30);
+/// Default of `command_client_timeout`: far above what a command-line
+/// client or a scrape needs to send a request or read its answer, short
+/// enough that stuck clients do not pile up.
+pub const DEFAULT_COMMAND_CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default of `access_log_queue`, in lines: at 10,000 closed sessions a
 /// second, the writer may stall for most of a second before a line drops.
 pub const DEFAULT_ACCESS_LOG_QUEUE: usize = 8192;
@@ -54,10 +59,6 @@ pub const DEFAULT_REJECT_CAPTURE: usize = 64;
 pub const MAX_REJECT_CAPTURE: usize = 4096;
 /// Default of `resolve_interval`, in seconds.
 pub const DEFAULT_RESOLVE_INTERVAL_S: u32 = 30;
-/// Default of `command_client_timeout`, in seconds: far above what a
-/// command-line client or a scrape needs to send a request or read its
-/// answer, short enough that stuck clients do not pile up.
-pub const DEFAULT_COMMAND_CLIENT_TIMEOUT_S: u32 = 10;
 
 /// The smallest accepted `buffer_size`: a buffer must at least hold a TLS
 /// record header.
@@ -142,13 +143,13 @@ pub struct GlobalSettings {
     pub splice_threshold: u64,
     /// Backends tried per connection before giving up, at least 1.
     pub max_connection_attempts: u32,
-    /// Seconds a soft stop lets open sessions finish.
-    pub soft_stop_grace_s: u32,
+    /// How long a soft stop lets open sessions finish.
+    pub soft_stop_grace: Duration,
     /// What an empty `saved_state` means when the config declares routing.
     pub empty_saved_state: EmptySavedState,
-    /// Seconds the command server waits on one client (for the rest of a
-    /// request, or for it to read its answers), at least 1.
-    pub command_client_timeout_s: u32,
+    /// How long the command server waits on one client (for the rest of a
+    /// request, or for it to read its answers), at least 1 ms.
+    pub command_client_timeout: Duration,
     /// The route sources merged with the file's declarations
     /// (`[sources.*]`).
     pub sources: SourceSettings,
@@ -204,9 +205,9 @@ impl Default for GlobalSettings {
             splice: DEFAULT_SPLICE,
             splice_threshold: DEFAULT_SPLICE_THRESHOLD,
             max_connection_attempts: DEFAULT_MAX_CONNECTION_ATTEMPTS,
-            soft_stop_grace_s: DEFAULT_SOFT_STOP_GRACE_S,
+            soft_stop_grace: DEFAULT_SOFT_STOP_GRACE,
             empty_saved_state: EmptySavedState::Refuse,
-            command_client_timeout_s: DEFAULT_COMMAND_CLIENT_TIMEOUT_S,
+            command_client_timeout: DEFAULT_COMMAND_CLIENT_TIMEOUT,
             sources: SourceSettings::default(),
             tcp_keepalive: Some(TcpKeepalive::default()),
             resolve_interval_s: DEFAULT_RESOLVE_INTERVAL_S,
@@ -346,8 +347,8 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
         }
     }
     if let Some(grace) = &raw.soft_stop_grace {
-        if let Some(grace) = ranged::<u32>(grace, "soft_stop_grace", 0, problems) {
-            global.soft_stop_grace_s = grace;
+        if let Some(grace) = duration_millis(grace, "soft_stop_grace", (0, u64::MAX), problems) {
+            global.soft_stop_grace = Duration::from_millis(grace);
         }
     }
     if let Some(empty) = &raw.empty_saved_state {
@@ -366,8 +367,10 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
         }
     }
     if let Some(timeout) = &raw.command_client_timeout {
-        if let Some(timeout) = ranged::<u32>(timeout, "command_client_timeout", 1, problems) {
-            global.command_client_timeout_s = timeout;
+        if let Some(timeout) =
+            duration_millis(timeout, "command_client_timeout", (1, u64::MAX), problems)
+        {
+            global.command_client_timeout = Duration::from_millis(timeout);
         }
     }
     global.sources = source_settings(raw, problems);

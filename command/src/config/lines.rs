@@ -3,17 +3,18 @@
 //! problem.
 //!
 //! Owns: [`LineIndex`] (1-based lines, columns counted in characters), the
-//! problem list every check appends to, the one problem of a text that does
-//! not deserialize, and the integer range check shared by the settings and
-//! the declarations.
+//! problem list every check appends to, and the integer and duration range
+//! checks shared by the settings, the declarations and the warnings.
 //!
 //! Must never: decide what a key means or what its default is; it only
 //! places and words problems the other parts find.
 
 use toml::Spanned;
 
+use super::raw::RawDuration;
 use super::{ConfigProblem, Location};
 use crate::codes::ErrorCode;
+use crate::duration;
 
 pub(super) struct Problems<'l> {
     pub(super) lines: &'l LineIndex<'l>,
@@ -57,62 +58,6 @@ impl<'t> LineIndex<'t> {
         Location { line, column }
     }
 }
-/// The one problem of a text that does not deserialize.
-pub(super) fn shape_problem(
-    text: &str,
-    lines: &LineIndex,
-    error: &toml::de::Error,
-) -> ConfigProblem {
-    // A text that is not even a TOML table is a syntax error; past that, an
-    // unknown key has its own code, and a wrong type or a missing key is
-    // the file's shape again (`InvalidToml`).
-    let (code, error, message) = match toml::from_str::<toml::Table>(text) {
-        Err(syntax) => {
-            let message = format!("invalid TOML: {}", syntax.message().trim_end());
-            (ErrorCode::InvalidToml, syntax, message)
-        }
-        Ok(_) if error.message().starts_with("unknown field") => (
-            ErrorCode::UnknownKey,
-            error.clone(),
-            unknown_key(error.message().trim_end()),
-        ),
-        Ok(_) => (
-            ErrorCode::InvalidToml,
-            error.clone(),
-            error.message().trim_end().to_owned(),
-        ),
-    };
-    ConfigProblem {
-        location: Some(lines.location(error.span().map_or(0, |span| span.start))),
-        code,
-        message,
-    }
-}
-/// serde's "unknown field `x`, expected one of `a`, `b`" in the config's
-/// words, with the closest valid key when one is close enough to be a typo.
-fn unknown_key(serde: &str) -> String {
-    let quoted: Vec<&str> = serde.split('`').skip(1).step_by(2).collect();
-    let Some((key, valid)) = quoted.split_first() else {
-        return serde.to_owned();
-    };
-    let closest = valid
-        .iter()
-        .map(|candidate| (strsim::damerau_levenshtein(key, candidate), *candidate))
-        .filter(|(distance, candidate)| *distance <= 2.max(candidate.len() / 4))
-        .min();
-    let listed = valid
-        .iter()
-        .map(|k| format!("`{k}`"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    match closest {
-        Some((_, suggestion)) => {
-            format!("unknown key `{key}`: did you mean `{suggestion}`? (valid here: {listed})")
-        }
-        None => format!("unknown key `{key}` (valid here: {listed})"),
-    }
-}
-
 /// A TOML integer in `[min, T::MAX]`, or a problem at the value.
 pub(super) fn ranged<T: TryFrom<i64>>(
     value: &Spanned<i64>,
@@ -134,25 +79,59 @@ pub(super) fn ranged<T: TryFrom<i64>>(
     }
 }
 
+/// The milliseconds a duration key holds, or why it holds none that
+/// preread can carry (without the key's name).
+pub(super) fn millis_of<const SECONDS: bool>(value: &RawDuration<SECONDS>) -> Result<u64, String> {
+    let unit = RawDuration::<SECONDS>::UNIT;
+    match value {
+        RawDuration::Integer(count) => u64::try_from(*count)
+            .ok()
+            .and_then(|count| count.checked_mul(unit.millis()))
+            .ok_or_else(|| {
+                format!(
+                    "{count} is out of range: use a number of {} of at least 0, or a duration \
+                     string like \"5s\"",
+                    unit.name()
+                )
+            }),
+        RawDuration::Text(text) => duration::millis_of_text(text).map_err(|e| e.to_string()),
+    }
+}
+
+/// A duration key in whole milliseconds within `[min, max]`, or a problem
+/// at the value. Shown as written: `key = 5` or `key = "5s"`.
+pub(super) fn duration_millis<const SECONDS: bool>(
+    value: &Spanned<RawDuration<SECONDS>>,
+    key: &str,
+    (min, max): (u64, u64),
+    problems: &mut Problems<'_>,
+) -> Option<u64> {
+    let written = match value.get_ref() {
+        RawDuration::Integer(count) => count.to_string(),
+        RawDuration::Text(text) => format!("\"{text}\""),
+    };
+    let message = match millis_of(value.get_ref()) {
+        Ok(millis) if (min..=max).contains(&millis) => return Some(millis),
+        Ok(millis) if millis < min => format!(
+            "{key} = {written} is out of range: use at least {}",
+            duration::shown(min)
+        ),
+        Ok(_) => format!(
+            "{key} = {written} is out of range: use at most {} ({max} ms)",
+            duration::shown(max)
+        ),
+        Err(reason) => match value.get_ref() {
+            RawDuration::Integer(_) => format!("{key} = {reason}"),
+            RawDuration::Text(_) => format!("{key}: {reason}"),
+        },
+    };
+    problems.push(value.span().start, ErrorCode::InvalidValue, message);
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_unknown_key_gets_the_closest_valid_one() {
-        let serde = "unknown field `worker_cuont`, expected one of `worker_count`, `buffer_size`";
-        assert_eq!(
-            unknown_key(serde),
-            "unknown key `worker_cuont`: did you mean `worker_count`? (valid here: \
-             `worker_count`, `buffer_size`)"
-        );
-        let far = "unknown field `colour`, expected one of `worker_count`, `buffer_size`";
-        assert_eq!(
-            unknown_key(far),
-            "unknown key `colour` (valid here: `worker_count`, `buffer_size`)"
-        );
-        assert_eq!(unknown_key("unknown field"), "unknown field");
-    }
 
     #[test]
     fn line_index_is_one_based_and_counts_characters() {

@@ -47,13 +47,15 @@ mod keepalive;
 mod lines;
 mod raw;
 mod sources;
+mod shape;
 mod syslog;
+mod warnings;
 
 pub use global::{
     AccessLogFormat, AccessLogTarget, DEFAULT_ACCESS_LOG_QUEUE, DEFAULT_BUFFER_SIZE,
-    DEFAULT_COMMAND_CLIENT_TIMEOUT_S, DEFAULT_COMMAND_SOCKET, DEFAULT_LOG_LEVEL,
+    DEFAULT_COMMAND_CLIENT_TIMEOUT, DEFAULT_COMMAND_SOCKET, DEFAULT_LOG_LEVEL,
     DEFAULT_MAX_BUFFERS, DEFAULT_MAX_CONNECTION_ATTEMPTS, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_REJECT_CAPTURE, DEFAULT_RESOLVE_INTERVAL_S, DEFAULT_SOFT_STOP_GRACE_S, DEFAULT_SPLICE,
+    DEFAULT_REJECT_CAPTURE, DEFAULT_RESOLVE_INTERVAL_S, DEFAULT_SOFT_STOP_GRACE, DEFAULT_SPLICE,
     DEFAULT_SPLICE_THRESHOLD, DEFAULT_WORKER_COUNT, EmptySavedState, GlobalSettings,
     MAX_REJECT_CAPTURE, MIN_BUFFER_SIZE,
 };
@@ -67,8 +69,9 @@ pub use sources::{DEFAULT_DOCKER_ENDPOINT, SourceSettings};
 
 use declarations::routing_requests;
 use global::global_settings;
-use lines::{LineIndex, Problems, shape_problem};
-use raw::RawConfig;
+use lines::{LineIndex, Problems};
+use shape::shape;
+use warnings::warnings;
 
 /// A position in the config text, both 1-based; the column counts
 /// characters, not bytes.
@@ -128,11 +131,23 @@ pub struct LocatedRequest {
     pub location: Location,
 }
 
-/// A config file that passed every check.
+impl ConfigProblem {
+    /// Whether this only warns ([`ErrorCode::is_warning`]): the config
+    /// loads, and the value is used as written.
+    #[must_use]
+    pub fn is_warning(&self) -> bool {
+        self.code.is_warning()
+    }
+}
+
+/// A config file that passed every check; it may still carry warnings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LoadedConfig {
     /// The process-wide settings, defaults applied.
     pub global: GlobalSettings,
+    /// The warnings of the file (`W` codes), in file order: `preread
+    /// start` and reloads log them.
+    pub warnings: Vec<ConfigProblem>,
     /// The routing declarations, in an order [`ConfigState::dispatch`]
     /// accepts: clusters, listeners, frontends, backends.
     pub requests: Vec<LocatedRequest>,
@@ -147,13 +162,16 @@ impl LoadedConfig {
         self.requests.iter().map(|located| &located.request)
     }
 }
-/// Parses and validates a config text: `Ok` only when [`check_config`]
-/// finds no problem; otherwise every problem, in file order.
+/// Parses and validates a config text: `Ok` when [`check_config`] finds
+/// nothing but warnings (they are in [`LoadedConfig::warnings`]); otherwise
+/// every problem, warnings included, in file order.
 pub fn load_config(text: &str) -> Result<LoadedConfig, Vec<ConfigProblem>> {
     let checked = check(text);
+    let refused = checked.problems.iter().any(|problem| !problem.is_warning());
     match checked.global {
-        Some(global) if checked.problems.is_empty() => Ok(LoadedConfig {
+        Some(global) if !refused => Ok(LoadedConfig {
             global,
+            warnings: checked.problems,
             requests: checked.requests,
             state: checked.state,
         }),
@@ -207,15 +225,17 @@ fn root_table_end(text: &str) -> usize {
     text.len()
 }
 
-/// Every problem of a config text, in file order; empty when the config
-/// loads.
+/// Every problem of a config text, errors and warnings, in file order;
+/// the config loads when none is an error.
 ///
-/// A TOML syntax error, an unknown key or a value of the wrong type is one
-/// problem and stops there (the file's shape is unknown past it). Otherwise
-/// every value problem of the global settings and of the declarations is
-/// reported, and every declaration is dispatched into a fresh
-/// [`ConfigState`] in load order: each refusal is reported at the location
-/// of the declaration that caused it, and checking goes on with the rest.
+/// Only a TOML syntax error stops the check (the file cannot be read past
+/// it; its message says so). An unknown key, a wrong type or a missing key
+/// is reported and its entry set aside, and the check goes on with the
+/// rest: every value problem of the global settings and of the
+/// declarations is reported, every warning, and every declaration is
+/// dispatched into a fresh [`ConfigState`] in load order: each refusal is
+/// reported at the location of the declaration that caused it, and
+/// checking goes on with the rest.
 #[must_use]
 pub fn check_config(text: &str) -> Vec<ConfigProblem> {
     check(text).problems
@@ -250,28 +270,45 @@ struct Checked {
 
 fn check(text: &str) -> Checked {
     let lines = LineIndex::new(text);
-    let raw = match toml::from_str::<RawConfig>(text) {
-        Ok(raw) => raw,
-        Err(error) => {
-            return Checked {
-                global: None,
-                requests: Vec::new(),
-                state: ConfigState::default(),
-                problems: vec![shape_problem(text, &lines, &error)],
-            };
-        }
+    let shaped = shape(text, &lines);
+    let Some(raw) = shaped.raw else {
+        return Checked {
+            global: None,
+            requests: Vec::new(),
+            state: ConfigState::default(),
+            problems: shaped.problems,
+        };
     };
     let mut problems = Problems {
         lines: &lines,
-        list: Vec::new(),
+        list: shaped.problems,
     };
+    warnings(&raw, &mut problems);
     let global = global_settings(&raw, &mut problems);
     let requests = routing_requests(raw, &mut problems);
 
     let mut state = ConfigState::default();
     let mut refused = Refused::default();
     for located in &requests {
+        let damaged = shaped.damaged.contains(&located.location);
+        // A frontend or backend that lost a key is another route than the
+        // one written (a frontend without its misspelt sni is a
+        // catch-all): left out, it cannot clash with the others. A
+        // listener or cluster that lost one is still declared, so that
+        // what depends on it is checked, but a refusal of its own would
+        // only echo the problem already reported.
+        let leaf = matches!(
+            located.request.request_type,
+            Some(RequestType::AddTcpFrontend(_) | RequestType::AddBackend(_))
+        );
+        if damaged && leaf {
+            continue;
+        }
         if let Err(refusal) = state.dispatch(&located.request) {
+            if damaged {
+                refused.record(located);
+                continue;
+            }
             let mut message = refusal.message;
             if let Some(note) = refused.note(&located.request, refusal.code) {
                 message.push_str(&note);

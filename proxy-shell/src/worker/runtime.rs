@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use command::generation::Generation;
 use command::proto::{self, request::RequestType};
 use command::validate::{
-    DEFAULT_BACK_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_FRONT_TIMEOUT_S,
-    DEFAULT_SNI_PREREAD_MAX_BYTES, DEFAULT_SNI_PREREAD_TIMEOUT_MS,
+    DEFAULT_SNI_PREREAD_MAX_BYTES, DEFAULT_SNI_PREREAD_TIMEOUT_MS, back_timeout, connect_timeout,
+    front_timeout,
 };
 use preread_core::PrereadConfig;
 use preread_core::pattern::validate_sni_pattern;
@@ -107,8 +107,6 @@ impl Runtime {
         };
         let ms =
             |v: Option<u32>, default: u32| Duration::from_millis(u64::from(v.unwrap_or(default)));
-        let secs =
-            |v: Option<u32>, default: u32| Duration::from_secs(u64::from(v.unwrap_or(default)));
         let configured = config
             .sni_preread_max_bytes
             .unwrap_or(DEFAULT_SNI_PREREAD_MAX_BYTES);
@@ -119,9 +117,9 @@ impl Runtime {
         preread.config.default_cluster = default_cluster;
         preread.config.server_first_timeout = config.server_first_timeout.map(|v| ms(Some(v), 0));
         preread.reject_with = reject_with(config.reject_with());
-        listener.front_timeout = secs(config.front_timeout, DEFAULT_FRONT_TIMEOUT_S);
-        listener.back_timeout = secs(config.back_timeout, DEFAULT_BACK_TIMEOUT_S);
-        listener.connect_timeout = secs(config.connect_timeout, DEFAULT_CONNECT_TIMEOUT_S);
+        listener.front_timeout = front_timeout(config);
+        listener.back_timeout = back_timeout(config);
+        listener.connect_timeout = connect_timeout(config);
         listener.max_unrouted_per_ip = config.max_unrouted_per_ip.unwrap_or(0);
         Ok(())
     }
