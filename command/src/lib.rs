@@ -16,6 +16,7 @@ pub mod health_check;
 pub mod listing;
 pub mod proto;
 pub mod sources;
+pub mod spelling;
 pub mod state;
 pub mod state_file;
 mod stored_frontend;

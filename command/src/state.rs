@@ -26,9 +26,10 @@ use crate::backend_address::BackendAddress;
 use crate::codes::ErrorCode;
 use crate::proto;
 use crate::proto::request::RequestType;
+use crate::spelling::quoted;
 use crate::stored_frontend::StoredFrontend;
 use crate::validate::{
-    FrontendKey, ValidationError, cluster_differences, frontend_key, is_relay,
+    DEFAULT_WEIGHT, FrontendKey, ValidationError, cluster_differences, frontend_key, is_relay,
     listener_differences, parse_address, resolve_backend, resolve_cluster, resolve_frontend,
     resolve_listener,
 };
@@ -90,6 +91,28 @@ fn unchanged_if(same: bool) -> Applied {
     } else {
         Applied::Changed
     }
+}
+
+/// Tags as the config writes them: `{ team = "web" }`, or `{}`.
+fn tags_shown(tags: &BTreeMap<String, String>) -> String {
+    if tags.is_empty() {
+        return "{}".to_owned();
+    }
+    let pairs: Vec<String> = tags
+        .iter()
+        .map(|(key, value)| format!("{} = {}", quoted(key), quoted(value)))
+        .collect();
+    format!("{{ {} }}", pairs.join(", "))
+}
+
+/// A backend's weight as the config writes it (unset is the default).
+fn weight_shown(weight: Option<u32>) -> String {
+    weight.unwrap_or(DEFAULT_WEIGHT).to_string()
+}
+
+/// A backend's `max_connections` as the config writes it (unset: no limit).
+fn limit_shown(limit: Option<u32>) -> String {
+    limit.map_or_else(|| "unset".to_owned(), |n| n.to_string())
 }
 
 /// Up to three names and a count, for "still used by" messages.
@@ -674,12 +697,12 @@ impl ConfigState {
             return Err(ValidationError::new(
                 code,
                 format!(
-                    "{key} already exists with {detail} (cluster `{}`, tags {:?}), so it cannot \
-                     route to cluster `{id}` (tags {:?}): {rule}; remove the existing frontend \
+                    "{key} already exists with {detail} (cluster `{}`, tags {}), so it cannot \
+                     route to cluster `{id}` (tags {}): {rule}; remove the existing frontend \
                      first, or give the new one another sni or alpn",
                     existing.cluster,
-                    existing.tags(),
-                    frontend.tags
+                    tags_shown(existing.tags()),
+                    tags_shown(&frontend.tags)
                 ),
             ));
         }
@@ -798,18 +821,18 @@ impl ConfigState {
             Some(existing) => Err(ValidationError::new(
                 ErrorCode::BackendConflict,
                 format!(
-                    "backend `{id}` of cluster `{cluster}` already exists as {} (weight {:?}, \
-                     backup {}, max_connections {:?}), not {} (weight {:?}, backup {}, \
-                     max_connections {:?}): change it in place with `backend update`, or \
+                    "backend `{id}` of cluster `{cluster}` already exists as {} (weight {}, \
+                     backup {}, max_connections {}), not {} (weight {}, backup {}, \
+                     max_connections {}): change it in place with `backend update`, or \
                      remove it first, or use another backend_id",
                     existing.address,
-                    existing.weight,
+                    weight_shown(existing.weight),
                     existing.backup,
-                    existing.max_connections,
+                    limit_shown(existing.max_connections),
                     canonical.address,
-                    canonical.weight,
+                    weight_shown(canonical.weight),
                     canonical.backup,
-                    canonical.max_connections
+                    limit_shown(canonical.max_connections)
                 ),
             )),
             None => {

@@ -22,6 +22,7 @@ use crate::codes::ErrorCode;
 use crate::duration;
 use crate::health_check::{describe_health_check, resolve_health_check};
 use crate::proto;
+use crate::spelling;
 
 /// Default `sni_preread_timeout`, in milliseconds.
 pub const DEFAULT_SNI_PREREAD_TIMEOUT_MS: u32 = 5_000;
@@ -106,8 +107,9 @@ pub fn validate_id(kind: &str, id: &str) -> Result<(), ValidationError> {
     Err(ValidationError::new(
         ErrorCode::InvalidId,
         format!(
-            "the {kind} id {id:?} {problem}: use 1 to {MAX_ID_LEN} printable ASCII characters \
-             without spaces, such as `alpha-0`"
+            "the {kind} id {} {problem}: use 1 to {MAX_ID_LEN} printable ASCII characters \
+             without spaces, such as `alpha-0`",
+            spelling::quoted(id)
         ),
     ))
 }
@@ -385,20 +387,16 @@ pub(crate) fn listener_differences(
 /// The settings in which two clusters of one id differ.
 pub(crate) fn cluster_differences(existing: &proto::Cluster, requested: &proto::Cluster) -> String {
     let name = |lb: i32| {
-        proto::LoadBalancing::try_from(lb).map_or_else(
-            |_| lb.to_string(),
-            |lb| lb.as_str_name().to_ascii_lowercase(),
-        )
+        proto::LoadBalancing::try_from(lb)
+            .ok()
+            .and_then(|lb| spelling::name_of(spelling::LOAD_BALANCING, lb))
+            .map_or_else(|| lb.to_string(), str::to_owned)
     };
     let proxy = |pp: i32| {
-        proto::ProxyProtocol::try_from(pp).map_or_else(
-            |_| pp.to_string(),
-            |pp| {
-                pp.as_str_name()
-                    .trim_start_matches("PROXY_PROTOCOL_")
-                    .to_ascii_lowercase()
-            },
-        )
+        proto::ProxyProtocol::try_from(pp)
+            .ok()
+            .and_then(|pp| spelling::name_of(spelling::PROXY_PROTOCOL, pp))
+            .map_or_else(|| pp.to_string(), str::to_owned)
     };
     let mut changes = Vec::new();
     if existing.load_balancing != requested.load_balancing {
@@ -533,9 +531,19 @@ pub(crate) fn resolve_frontend(
 /// are), at a tenth of the cost at 100,000 routes.
 pub(crate) fn frontend_key(frontend: &proto::TcpFrontend) -> Result<FrontendKey, ValidationError> {
     let what = || {
+        let sni = frontend
+            .sni
+            .as_deref()
+            .map_or_else(|| "no sni".to_owned(), |sni| format!("sni {}", spelling::quoted(sni)));
+        let alpn = if frontend.alpn.is_empty() {
+            "any".to_owned()
+        } else {
+            let names: Vec<String> = frontend.alpn.iter().map(|p| spelling::quoted(p)).collect();
+            format!("[{}]", names.join(", "))
+        };
         format!(
-            "frontend of cluster `{}` (address `{}`, sni {:?}, alpn {:?})",
-            frontend.cluster_id, frontend.address, frontend.sni, frontend.alpn
+            "frontend ({}, {sni}, alpn {alpn}) of cluster `{}`",
+            frontend.address, frontend.cluster_id
         )
     };
     let address = parse_address(&what(), &frontend.address)?;

@@ -78,7 +78,7 @@ fn sighup_reloads_the_config_file_and_a_broken_one_changes_nothing() {
     std::fs::write(proxy.config_path(), "[[listeners]\n").expect("write broken config");
     proxy.signal(libc::SIGHUP).expect("SIGHUP");
     proxy
-        .wait_stderr("problem(s); nothing changed", T)
+        .wait_stderr("error(s); nothing changed", T)
         .unwrap_or_else(|e| panic!("{e}\n{}", stderr_tail(&proxy)));
     routed_to(&proxy, "g.example.com", "gamma-0");
 

@@ -74,14 +74,12 @@ pub fn run(globals: &Globals) -> ExitCode {
                 // socket closed with unread data resets, and the old
                 // process would lose the verdict.
                 let _ = crate::handover::read_handover(&mut control);
-                let first = problems
-                    .first()
-                    .map(ToString::to_string)
-                    .unwrap_or_default();
+                let errors: Vec<_> = problems.iter().filter(|p| !p.is_warning()).collect();
+                let first = errors.first().map(ToString::to_string).unwrap_or_default();
                 let why = format!(
-                    "{} is not a valid config ({} problem(s); the first: {first})",
+                    "{} is not a valid config ({} error(s); the first: {first})",
                     config_path.display(),
-                    problems.len()
+                    errors.len()
                 );
                 takeover::refuse(&mut control, &why);
                 return ExitCode::from(EXIT_FAILED);
@@ -104,6 +102,9 @@ pub fn run(globals: &Globals) -> ExitCode {
         global.command_socket.clone_from(socket);
     }
     init_logging(&global.log_level);
+    for warning in &loaded.warnings {
+        log::warn!("{}:{warning}", config_path.display());
+    }
     if let Some(control) = control {
         return match Successor::receive(control, inherited) {
             Ok(mut successor) => {
@@ -368,7 +369,7 @@ fn serve(
         let socket = server.socket_path().to_path_buf();
         if upgraded {
             // The old process holds the address until it exits.
-            spawn_metrics_once_free(address, socket, global.soft_stop_grace_s);
+            spawn_metrics_once_free(address, socket, global.soft_stop_grace);
         } else if let Err(error) = crate::metrics_http::spawn(address, socket) {
             log::error!("cannot serve metrics on {address}: {error}");
             abort(&mut server, threads);
@@ -450,8 +451,8 @@ fn fail(
 
 /// Serves metrics on `address` once the upgrade's old process left it:
 /// retries the bind until the old process's soft stop is surely over.
-fn spawn_metrics_once_free(address: std::net::SocketAddr, socket: PathBuf, grace_s: u32) {
-    let until = Instant::now() + Duration::from_secs(u64::from(grace_s) + 30);
+fn spawn_metrics_once_free(address: std::net::SocketAddr, socket: PathBuf, grace: Duration) {
+    let until = Instant::now() + grace + Duration::from_secs(30);
     let spawned = std::thread::Builder::new()
         .name("preread-metrics-wait".to_owned())
         .spawn(move || {

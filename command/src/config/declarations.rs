@@ -21,6 +21,7 @@ use super::lines::{Problems, duration_millis, ranged};
 use super::raw::{RawConfig, RawDuration};
 use crate::codes::ErrorCode;
 use crate::proto;
+use crate::spelling::{self, LOAD_BALANCING, PROXY_PROTOCOL, REJECT_WITH, Spelling, quoted};
 use crate::proto::request::RequestType;
 
 /// An optional request field: `None` when absent or out of range (the
@@ -101,7 +102,7 @@ pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> V
             reject_with: listener
                 .reject_with
                 .as_ref()
-                .and_then(|value| reject_with(value, problems))
+                .and_then(|value| spelt(value, "reject_with", REJECT_WITH, problems))
                 .map(|with| with as i32),
             max_unrouted_per_ip: optional_u32(
                 listener.max_unrouted_per_ip.as_ref(),
@@ -120,12 +121,12 @@ pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> V
         let load_balancing = cluster
             .load_balancing
             .as_ref()
-            .and_then(|value| load_balancing(value, problems))
+            .and_then(|value| spelt(value, "load_balancing", LOAD_BALANCING, problems))
             .unwrap_or(proto::LoadBalancing::RoundRobin);
         let proxy_protocol = cluster
             .proxy_protocol
             .as_ref()
-            .and_then(|value| proxy_protocol(value, problems))
+            .and_then(|value| spelt(value, "proxy_protocol", PROXY_PROTOCOL, problems))
             .unwrap_or(proto::ProxyProtocol::None);
         let max_connections_per_ip = cluster
             .max_connections_per_ip
@@ -209,73 +210,33 @@ fn check_protocol(protocol: Option<&Spanned<String>>, what: &str, problems: &mut
                 protocol.span().start,
                 ErrorCode::InvalidValue,
                 format!(
-                    "{what} protocol {:?} is not supported: preread routes TLS without \
+                    "{what} protocol {} is not supported: preread routes TLS without \
                      terminating it, use protocol = \"tcp\"",
-                    protocol.get_ref()
+                    quoted(protocol.get_ref())
                 ),
             );
         }
     }
 }
 
-fn load_balancing(
+/// An enumerated setting, in any of its spellings.
+fn spelt<T: Copy>(
     value: &Spanned<String>,
+    key: &str,
+    table: &[Spelling<T>],
     problems: &mut Problems<'_>,
-) -> Option<proto::LoadBalancing> {
-    let parsed = match value.get_ref().as_str() {
-        "round_robin" | "ROUND_ROBIN" => proto::LoadBalancing::RoundRobin,
-        "random" | "RANDOM" => proto::LoadBalancing::Random,
-        "least_connections" | "LEAST_LOADED" => proto::LoadBalancing::LeastConnections,
-        "power_of_two" | "POWER_OF_TWO" => proto::LoadBalancing::PowerOfTwo,
-        other => {
-            problems.push(
-                value.span().start,
-                ErrorCode::InvalidValue,
-                format!(
-                    "load_balancing {other:?} is unknown: use \"round_robin\", \"random\", \
-                     \"least_connections\" or \"power_of_two\" (or Sōzu's ROUND_ROBIN, RANDOM, \
-                     LEAST_LOADED, POWER_OF_TWO)"
-                ),
-            );
-            return None;
-        }
-    };
-    Some(parsed)
-}
-
-fn reject_with(value: &Spanned<String>, problems: &mut Problems<'_>) -> Option<proto::RejectWith> {
-    let parsed = match value.get_ref().as_str() {
-        "alert" => proto::RejectWith::Alert,
-        "close" => proto::RejectWith::Close,
-        "reset" => proto::RejectWith::Reset,
-        other => {
-            problems.push(
-                value.span().start,
-                ErrorCode::InvalidValue,
-                format!("reject_with {other:?} is unknown: use \"alert\", \"close\" or \"reset\""),
-            );
-            return None;
-        }
-    };
-    Some(parsed)
-}
-
-fn proxy_protocol(
-    value: &Spanned<String>,
-    problems: &mut Problems<'_>,
-) -> Option<proto::ProxyProtocol> {
-    let parsed = match value.get_ref().as_str() {
-        "none" => proto::ProxyProtocol::None,
-        "send" => proto::ProxyProtocol::Send,
-        "relay" => proto::ProxyProtocol::Relay,
-        other => {
-            problems.push(
-                value.span().start,
-                ErrorCode::InvalidValue,
-                format!("proxy_protocol {other:?} is unknown: use \"none\", \"send\" or \"relay\""),
-            );
-            return None;
-        }
-    };
-    Some(parsed)
+) -> Option<T> {
+    let parsed = spelling::parse(table, value.get_ref());
+    if parsed.is_none() {
+        problems.push(
+            value.span().start,
+            ErrorCode::InvalidValue,
+            format!(
+                "{key} {} is unknown: use {}",
+                quoted(value.get_ref()),
+                spelling::accepted(table)
+            ),
+        );
+    }
+    parsed
 }

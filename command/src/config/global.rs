@@ -22,6 +22,7 @@ use super::raw::RawConfig;
 use super::sources::{SourceSettings, source_settings};
 use super::syslog::{SyslogTarget, syslog_target};
 use crate::codes::ErrorCode;
+use crate::spelling::quoted;
 
 /// Default of `command_socket`.
 pub const DEFAULT_COMMAND_SOCKET: &str = "./preread.sock";
@@ -250,9 +251,9 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
                 level.span().start,
                 ErrorCode::InvalidValue,
                 format!(
-                    "log_level {:?} is not a log filter: use error, warn, info, debug, trace \
+                    "log_level {} is not a log filter: use error, warn, info, debug, trace \
                      or off, or target=level directives separated by commas",
-                    level.get_ref()
+                    quoted(level.get_ref())
                 ),
             );
         }
@@ -280,7 +281,10 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
             other => problems.push(
                 format.span().start,
                 ErrorCode::InvalidValue,
-                format!("access_log_format {other:?} is unknown: use \"logfmt\" or \"json\""),
+                format!(
+                    "access_log_format {} is unknown: use \"logfmt\" or \"json\"",
+                    quoted(other)
+                ),
             ),
         }
     }
@@ -311,9 +315,9 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
                 address.span().start,
                 ErrorCode::InvalidAddress,
                 format!(
-                    "metrics_address {:?} is not an ip:port address (e.g. \"127.0.0.1:9109\" \
+                    "metrics_address {} is not an ip:port address (e.g. \"127.0.0.1:9109\" \
                      or \"[::1]:9109\")",
-                    address.get_ref()
+                    quoted(address.get_ref())
                 ),
             ),
         }
@@ -360,8 +364,9 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
                 empty.span().start,
                 ErrorCode::InvalidValue,
                 format!(
-                    "empty_saved_state {other:?} is unknown: use \"refuse\", \"use_config\" \
-                     or \"keep_empty\""
+                    "empty_saved_state {} is unknown: use \"refuse\", \"use_config\" or \
+                     \"keep_empty\"",
+                    quoted(other)
                 ),
             ),
         }

@@ -24,6 +24,7 @@ use super::lines::LineIndex;
 use super::{ConfigProblem, Location};
 use super::raw::RawConfig;
 use crate::codes::ErrorCode;
+use crate::spelling::quoted;
 
 /// Past this many shape problems the check stops: each one costs a pass
 /// over the file, and a file this broken is better fixed from the top.
@@ -286,7 +287,7 @@ fn dotted(path: &[Step]) -> String {
                 if bare {
                     shown.push_str(key);
                 } else {
-                    shown.push_str(&format!("{key:?}"));
+                    shown.push_str(&quoted(key));
                 }
             }
             Step::Index(index) => shown.push_str(&format!("[{index}]")),

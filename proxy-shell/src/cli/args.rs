@@ -6,7 +6,11 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+use clap::{Args, Parser, Subcommand};
+use command::duration::{self, Unit};
+use command::proto;
+use command::spelling::{self, LOAD_BALANCING, PROXY_PROTOCOL, REJECT_WITH, Spelling};
 
 /// preread: routes TLS connections by SNI and ALPN without terminating TLS.
 #[derive(Debug, Parser)]
@@ -193,8 +197,9 @@ pub struct TcpListenerArgs {
     /// An inbound PROXY v1/v2 header precedes the ClientHello.
     #[arg(long)]
     pub expect_proxy: bool,
-    /// Milliseconds the ClientHello may take once its first byte arrived.
-    #[arg(long)]
+    /// How long the ClientHello may take once its first byte arrived:
+    /// milliseconds, or a duration such as 5s.
+    #[arg(long, value_parser = millis_u32(Unit::Milliseconds))]
     pub sni_preread_timeout: Option<u32>,
     /// Byte cap on the preread window (at least 5).
     #[arg(long)]
@@ -202,52 +207,60 @@ pub struct TcpListenerArgs {
     /// Where non-TLS, SNI-less, unmatched and ECH-without-outer-SNI connections go.
     #[arg(long)]
     pub default_cluster: Option<String>,
-    /// Milliseconds of client silence after which the default cluster takes the connection.
-    #[arg(long)]
+    /// Client silence after which the default cluster takes the
+    /// connection: milliseconds, or a duration such as 300ms.
+    #[arg(long, value_parser = millis_u32(Unit::Milliseconds))]
     pub server_first_timeout: Option<u32>,
-    /// Seconds of client inactivity.
-    #[arg(long)]
-    pub front_timeout: Option<u32>,
-    /// Seconds of backend inactivity.
-    #[arg(long)]
-    pub back_timeout: Option<u32>,
-    /// Seconds a backend connect may take.
-    #[arg(long)]
-    pub connect_timeout: Option<u32>,
+    /// Client inactivity: seconds, or a duration such as 90s or 1500ms.
+    #[arg(long, value_parser = millis(Unit::Seconds))]
+    pub front_timeout: Option<u64>,
+    /// Backend inactivity: seconds, or a duration such as 90s or 1500ms.
+    #[arg(long, value_parser = millis(Unit::Seconds))]
+    pub back_timeout: Option<u64>,
+    /// How long a backend connect may take: seconds, or a duration such
+    /// as 500ms.
+    #[arg(long, value_parser = millis(Unit::Seconds))]
+    pub connect_timeout: Option<u64>,
     /// How a rejected client is told: the fatal TLS alert a server would
     /// send (the default), a bare close, or a reset.
-    #[arg(long, value_enum)]
-    pub reject_with: Option<RejectWithArg>,
+    #[arg(long, value_parser = spelt(REJECT_WITH))]
+    pub reject_with: Option<proto::RejectWith>,
     /// Connections one client address may hold before they are routed;
     /// one more is refused at accept. 0 (the default) is no limit.
     #[arg(long)]
     pub max_unrouted_per_ip: Option<u32>,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum RejectWithArg {
-    Alert,
-    Close,
-    Reset,
+/// A value of an enumerated setting, spelt as the config file spells it
+/// (`round_robin`, shown by `--help`), or as one of its other spellings
+/// (`round-robin`, Sōzu's `ROUND_ROBIN`): the table is the config's own.
+fn spelt<T: Copy + Send + Sync + 'static>(
+    table: &'static [Spelling<T>],
+) -> impl TypedValueParser<Value = T> {
+    PossibleValuesParser::new(
+        table
+            .iter()
+            .map(|spelling| PossibleValue::new(spelling.name).aliases(spelling.aliases.iter().copied())),
+    )
+    .try_map(move |text| {
+        spelling::parse(table, &text).ok_or_else(|| format!("{text:?} is not one of the values"))
+    })
 }
 
-/// The config file's spellings (`round_robin`) are accepted too.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum LoadBalancingArg {
-    #[value(alias = "round_robin")]
-    RoundRobin,
-    Random,
-    #[value(alias = "least_connections")]
-    LeastConnections,
-    #[value(alias = "power_of_two")]
-    PowerOfTwo,
+/// A duration flag: a bare integer in `unit`, as the config's key takes
+/// it, or a string with its unit (`1500ms`, `5s`); whole milliseconds.
+fn millis(unit: Unit) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
+    move |text| duration::parse_setting(text, unit)
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ProxyProtocolArg {
-    None,
-    Send,
-    Relay,
+/// A duration flag carried in a `uint32` of milliseconds.
+fn millis_u32(unit: Unit) -> impl Fn(&str) -> Result<u32, String> + Clone + Send + Sync + 'static {
+    move |text| {
+        let millis = duration::parse_setting(text, unit)?;
+        u32::try_from(millis).map_err(|_| {
+            format!("{text} is too long: at most {}", duration::shown(u64::from(u32::MAX)))
+        })
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -274,11 +287,12 @@ pub struct ClusterArgs {
     /// Cluster id.
     #[arg(short = 'i', long = "id")]
     pub id: String,
-    #[arg(long, value_enum, default_value = "round-robin")]
-    pub load_balancing: LoadBalancingArg,
+    /// How a backend is picked.
+    #[arg(long, value_parser = spelt(LOAD_BALANCING), default_value = "round_robin")]
+    pub load_balancing: proto::LoadBalancing,
     /// PROXY protocol towards the backends.
-    #[arg(long, value_enum, default_value = "none")]
-    pub proxy_protocol: ProxyProtocolArg,
+    #[arg(long, value_parser = spelt(PROXY_PROTOCOL), default_value = "none")]
+    pub proxy_protocol: proto::ProxyProtocol,
     /// Concurrent connections per client address, for the whole process;
     /// 0 = unlimited.
     #[arg(long, default_value_t = 0)]

@@ -23,6 +23,7 @@ use super::{EXIT_USAGE, Globals};
 use crate::inspect::{InspectOptions, decode_hex, inspect as inspect_one};
 use crate::worker::runtime::reject_with;
 
+/// Every problem, errors and warnings; exit 2 only for an error.
 pub(super) fn config_check(globals: &Globals) -> ExitCode {
     let path = config_path(globals);
     let problems = check_config_file(&path);
@@ -31,27 +32,33 @@ pub(super) fn config_check(globals: &Globals) -> ExitCode {
             let location = problem
                 .location
                 .map(|l| json!({ "line": l.line, "column": l.column }));
+            let severity = if problem.is_warning() { "warning" } else { "error" };
             println!(
                 "{}",
                 json!({ "file": path.display().to_string(), "location": location,
-                        "code": problem.code.as_str(), "message": problem.message })
+                        "code": problem.code.as_str(), "severity": severity,
+                        "message": problem.message })
             );
         } else {
             println!("{}:{problem}", path.display());
         }
     }
-    if problems.is_empty() {
-        if !globals.json {
+    let warnings = problems.iter().filter(|p| p.is_warning()).count();
+    let errors = problems.len() - warnings;
+    if !globals.json {
+        if errors == 0 {
             println!("{}: ok", path.display());
         }
-        ExitCode::SUCCESS
-    } else {
-        if !globals.json {
+        if !problems.is_empty() {
             eprintln!(
-                "{} problem(s); `preread explain CODE` says how to fix each",
-                problems.len()
+                "{errors} error(s), {warnings} warning(s); `preread explain CODE` says how to \
+                 fix each"
             );
         }
+    }
+    if errors == 0 {
+        ExitCode::SUCCESS
+    } else {
         ExitCode::from(EXIT_USAGE)
     }
 }
@@ -76,7 +83,8 @@ pub(super) fn explain(code: Option<&str>, json_output: bool) -> ExitCode {
             println!(
                 "{}",
                 json!({ "code": code.as_str(), "title": explanation.title, "meaning": explanation.meaning,
-                        "accepted": explanation.accepted, "fix": explanation.fix })
+                        "accepted": explanation.accepted, "fix": explanation.fix,
+                        "see": format!("doc/configure.md §{}", explanation.section) })
             );
         } else if listing {
             println!("{}  {}", code.as_str(), explanation.title);

@@ -8,8 +8,8 @@ use command::proto::{self, request::RequestType};
 
 use super::args::{
     BackendAction, BackendArgs, ClusterAction, ClusterArgs, Command, FrontendAction, FrontendArgs,
-    HealthCheckArg, ListenerAction, LoadBalancingArg, MetricsAction, ProxyProtocolArg,
-    RejectWithArg, StateAction, TcpFrontendAction, TcpListenerAction, TcpListenerArgs,
+    HealthCheckArg, ListenerAction, MetricsAction, StateAction, TcpFrontendAction,
+    TcpListenerAction, TcpListenerArgs,
 };
 
 fn request(request_type: RequestType) -> proto::Request {
@@ -26,28 +26,23 @@ fn listener_config(args: &TcpListenerArgs) -> proto::TcpListenerConfig {
         sni_preread_max_bytes: args.sni_preread_max_bytes,
         default_cluster: args.default_cluster.clone(),
         server_first_timeout: args.server_first_timeout,
-        front_timeout: args.front_timeout,
-        back_timeout: args.back_timeout,
-        connect_timeout: args.connect_timeout,
+        front_timeout: None,
+        back_timeout: None,
+        connect_timeout: None,
         active: None,
-        reject_with: args.reject_with.map(|with| reject_with(with) as i32),
+        reject_with: args.reject_with.map(|with| with as i32),
         max_unrouted_per_ip: args.max_unrouted_per_ip,
-    }
-}
-
-fn reject_with(arg: RejectWithArg) -> proto::RejectWith {
-    match arg {
-        RejectWithArg::Alert => proto::RejectWith::Alert,
-        RejectWithArg::Close => proto::RejectWith::Close,
-        RejectWithArg::Reset => proto::RejectWith::Reset,
+        front_timeout_ms: args.front_timeout,
+        back_timeout_ms: args.back_timeout,
+        connect_timeout_ms: args.connect_timeout,
     }
 }
 
 fn cluster(args: &ClusterArgs) -> proto::Cluster {
     proto::Cluster {
         cluster_id: args.id.clone(),
-        load_balancing: load_balancing(args.load_balancing).into(),
-        proxy_protocol: proxy_protocol(args.proxy_protocol).into(),
+        load_balancing: args.load_balancing.into(),
+        proxy_protocol: args.proxy_protocol.into(),
         max_connections_per_ip: args.max_connections_per_ip,
         health_check: args.health_check.map(|kind| proto::HealthCheck {
             kind: match kind {
@@ -81,23 +76,6 @@ fn frontend(args: &FrontendArgs) -> proto::TcpFrontend {
         sni: args.sni.clone(),
         alpn: args.alpn.clone(),
         tags: Default::default(),
-    }
-}
-
-fn load_balancing(arg: LoadBalancingArg) -> proto::LoadBalancing {
-    match arg {
-        LoadBalancingArg::RoundRobin => proto::LoadBalancing::RoundRobin,
-        LoadBalancingArg::Random => proto::LoadBalancing::Random,
-        LoadBalancingArg::LeastConnections => proto::LoadBalancing::LeastConnections,
-        LoadBalancingArg::PowerOfTwo => proto::LoadBalancing::PowerOfTwo,
-    }
-}
-
-fn proxy_protocol(arg: ProxyProtocolArg) -> proto::ProxyProtocol {
-    match arg {
-        ProxyProtocolArg::None => proto::ProxyProtocol::None,
-        ProxyProtocolArg::Send => proto::ProxyProtocol::Send,
-        ProxyProtocolArg::Relay => proto::ProxyProtocol::Relay,
     }
 }
 
@@ -303,8 +281,8 @@ mod tests {
         );
         assert_eq!(l.default_cluster.as_deref(), Some("d"));
         assert_eq!(
-            (l.front_timeout, l.back_timeout, l.connect_timeout),
-            (Some(9), Some(8), Some(2))
+            (l.front_timeout_ms, l.back_timeout_ms, l.connect_timeout_ms),
+            (Some(9_000), Some(8_000), Some(2_000))
         );
     }
 
@@ -343,6 +321,76 @@ mod tests {
             (b.weight, b.backup, b.address.as_str()),
             (Some(5), true, "127.0.0.1:9001")
         );
+    }
+
+    /// Durations take the config's forms: a bare integer in the key's
+    /// unit, or a string with its unit.
+    #[test]
+    fn listener_durations_take_the_configs_forms() -> Result<(), String> {
+        let line = "preread listener tcp add -a 127.0.0.1:8443 --sni-preread-timeout 5s \
+                    --server-first-timeout 250 --default-cluster d --front-timeout 1500ms \
+                    --back-timeout 2m --connect-timeout 2";
+        let Some(RequestType::AddTcpListener(l)) = build(line) else {
+            return Err(format!("{line}: not a listener add"));
+        };
+        assert_eq!(
+            (l.sni_preread_timeout, l.server_first_timeout),
+            (Some(5_000), Some(250))
+        );
+        assert_eq!(
+            (l.front_timeout_ms, l.back_timeout_ms, l.connect_timeout_ms),
+            (Some(1_500), Some(120_000), Some(2_000))
+        );
+        assert_eq!((l.front_timeout, l.back_timeout, l.connect_timeout), (None, None, None));
+        for bad in ["--front-timeout 5parsecs", "--sni-preread-timeout 60d", "--back-timeout 1500us"] {
+            let line = format!("preread listener tcp add -a 127.0.0.1:1 {bad}");
+            assert!(Cli::try_parse_from(line.split_whitespace()).is_err(), "{line}");
+        }
+        Ok(())
+    }
+
+    /// Every spelling the config file accepts is accepted here, with the
+    /// same meaning, and `--help` shows the config's own.
+    #[test]
+    fn enumerations_take_every_spelling_of_the_config() -> Result<(), String> {
+        use command::spelling::{LOAD_BALANCING, PROXY_PROTOCOL, REJECT_WITH};
+        for spelling in LOAD_BALANCING {
+            for text in std::iter::once(&spelling.name).chain(spelling.aliases) {
+                let line = format!("preread cluster add -i web --load-balancing {text}");
+                let Some(RequestType::AddCluster(c)) = build(&line) else {
+                    return Err(format!("{line}: not a cluster add"));
+                };
+                assert_eq!(c.load_balancing, spelling.value as i32, "{line}");
+            }
+        }
+        for spelling in PROXY_PROTOCOL {
+            let line = format!("preread cluster add -i web --proxy-protocol {}", spelling.name);
+            let Some(RequestType::AddCluster(c)) = build(&line) else {
+                return Err(format!("{line}: not a cluster add"));
+            };
+            assert_eq!(c.proxy_protocol, spelling.value as i32, "{line}");
+        }
+        for spelling in REJECT_WITH {
+            let line = format!("preread listener tcp add -a 127.0.0.1:1 --reject-with {}", spelling.name);
+            let Some(RequestType::AddTcpListener(l)) = build(&line) else {
+                return Err(format!("{line}: not a listener add"));
+            };
+            assert_eq!(l.reject_with, Some(spelling.value as i32), "{line}");
+        }
+        let Some(RequestType::AddCluster(c)) = build("preread cluster add -i web") else {
+            return Err("cluster add: not built".to_owned());
+        };
+        assert_eq!(c.load_balancing, command::proto::LoadBalancing::RoundRobin as i32);
+        let help = match Cli::try_parse_from(["preread", "cluster", "add", "--help"]) {
+            Err(help) => help.to_string(),
+            Ok(_) => return Err("--help parsed as a command".to_owned()),
+        };
+        assert!(
+            help.contains("round_robin, random, least_connections, power_of_two"),
+            "{help}"
+        );
+        assert!(!help.contains("round-robin"), "{help}");
+        Ok(())
     }
 
     #[test]

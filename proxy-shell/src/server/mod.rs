@@ -116,12 +116,12 @@ impl ServerSettings {
             saved_state: global.saved_state.clone(),
             automatic_state_save: global.automatic_state_save,
             order_timeout: DEFAULT_ORDER_TIMEOUT,
-            soft_stop_grace: Duration::from_secs(u64::from(global.soft_stop_grace_s)),
+            soft_stop_grace: global.soft_stop_grace,
             check_unbound: true,
             config_path: None,
             exe: std::env::current_exe().ok(),
             argv: std::env::args_os().skip(1).collect(),
-            client_timeout: Duration::from_secs(u64::from(global.command_client_timeout_s)),
+            client_timeout: global.command_client_timeout,
         }
     }
 }
