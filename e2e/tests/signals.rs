@@ -1,6 +1,6 @@
 //! The signals of `preread start`, sent to a real proxy: SIGHUP reloads the
 //! config file with `preread reload`'s diff (a broken file changes nothing
-//! and the proxy keeps serving), SIGUSR1 moves the access log to a fresh
+//! and the proxy keeps serving; warnings are logged, at start too), SIGUSR1 moves the access log to a fresh
 //! file with no line lost, SIGQUIT stops at once; none of them kills the
 //! proxy without a log line.
 //!
@@ -93,6 +93,38 @@ fn sighup_reloads_the_config_file_and_a_broken_one_changes_nothing() {
         "g.example.com still routes: {}",
         stderr_tail(&proxy)
     );
+    routed_to(&proxy, "a.example.com", "alpha-0");
+    assert!(proxy.exit_status().is_none(), "the proxy stopped");
+}
+
+/// Warnings do not stop a start or a reload, and both log them, with the
+/// file's line.
+#[test]
+fn start_and_sighup_log_the_configs_warnings() {
+    let alpha = TlsBackend::start(BackendConfig::new("alpha-0", &["a.example.com"]));
+    let config = |listener: &[&str]| {
+        ConfigBuilder::new()
+            .listener("main", listener)
+            .frontend("alpha", "main", Some("a.example.com"), &[])
+            .backend("alpha", "alpha-0", alpha.addr())
+            .build()
+    };
+    let mut proxy = ProxyProcess::start(&config(&["connect_timeout = 90"])).expect("proxy ready");
+    proxy
+        .wait_stderr("W003: connect_timeout = 90 is 1m 30s, over 1m", T)
+        .unwrap_or_else(|e| panic!("{e}\n{}", stderr_tail(&proxy)));
+    routed_to(&proxy, "a.example.com", "alpha-0");
+
+    proxy
+        .write_config(&config(&["front_timeout = 60000"]))
+        .expect("write config");
+    proxy.signal(libc::SIGHUP).expect("SIGHUP");
+    proxy
+        .wait_stderr("W004: front_timeout = 60000 is 60000 seconds", T)
+        .unwrap_or_else(|e| panic!("{e}\n{}", stderr_tail(&proxy)));
+    proxy
+        .wait_stderr("1 applied, 0 unchanged, 0 skipped", T)
+        .unwrap_or_else(|e| panic!("{e}\n{}", stderr_tail(&proxy)));
     routed_to(&proxy, "a.example.com", "alpha-0");
     assert!(proxy.exit_status().is_none(), "the proxy stopped");
 }
