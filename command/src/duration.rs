@@ -51,9 +51,7 @@ impl Unit {
             Self::Milliseconds => {
                 "milliseconds as an integer or a duration string like \"5s\" or \"1500ms\""
             }
-            Self::Seconds => {
-                "seconds as an integer or a duration string like \"5s\" or \"1500ms\""
-            }
+            Self::Seconds => "seconds as an integer or a duration string like \"5s\" or \"1500ms\"",
         }
     }
 }
@@ -232,17 +230,7 @@ mod tests {
     #[test]
     fn shown_durations_parse_back() {
         for millis in [
-            0,
-            1,
-            999,
-            1_000,
-            1_500,
-            60_000,
-            61_500,
-            90_000,
-            3_600_000,
-            60_000_000,
-            86_400_000,
+            0, 1, 999, 1_000, 1_500, 60_000, 61_500, 90_000, 3_600_000, 60_000_000, 86_400_000,
             90_061_001,
         ] {
             let text = shown(millis);

@@ -131,7 +131,10 @@ pub fn accepted<T>(table: &[Spelling<T>]) -> String {
         Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
         None => String::new(),
     };
-    let aliases: Vec<&str> = table.iter().flat_map(|s| s.aliases.iter().copied()).collect();
+    let aliases: Vec<&str> = table
+        .iter()
+        .flat_map(|s| s.aliases.iter().copied())
+        .collect();
     if !aliases.is_empty() {
         shown.push_str(&format!(" (also written {})", aliases.join(", ")));
     }
@@ -185,19 +188,19 @@ mod tests {
     fn quoted_is_a_toml_string() {
         assert_eq!(quoted("a b"), "\"a b\"");
         assert_eq!(quoted("é\"\\\n\u{1}"), "\"é\\\"\\\\\\n\\u0001\"");
-        let parsed: Result<toml::Table, _> = toml::from_str(&format!("k = {}", quoted("é\"\\\n\u{1}")));
+        let parsed: Result<toml::Table, _> =
+            toml::from_str(&format!("k = {}", quoted("é\"\\\n\u{1}")));
         assert_eq!(
-            parsed.ok().and_then(|t| t.get("k").and_then(|v| v.as_str().map(str::to_owned))),
+            parsed
+                .ok()
+                .and_then(|t| t.get("k").and_then(|v| v.as_str().map(str::to_owned))),
             Some("é\"\\\n\u{1}".to_owned())
         );
     }
 
     #[test]
     fn accepted_lists_names_then_aliases() {
-        assert_eq!(
-            accepted(REJECT_WITH),
-            "\"alert\", \"close\" or \"reset\""
-        );
+        assert_eq!(accepted(REJECT_WITH), "\"alert\", \"close\" or \"reset\"");
         let lb = accepted(LOAD_BALANCING);
         assert!(
             lb.starts_with("\"round_robin\", \"random\", \"least_connections\" or \"power_of_two\" (also written round-robin, ROUND_ROBIN"),

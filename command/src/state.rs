@@ -115,6 +115,16 @@ fn limit_shown(limit: Option<u32>) -> String {
     limit.map_or_else(|| "unset".to_owned(), |n| n.to_string())
 }
 
+/// A resolved connection timeout: milliseconds always, and the seconds
+/// field exactly when the value is whole seconds that fit it.
+fn both_forms_agree(seconds: Option<u32>, millis: Option<u64>) -> bool {
+    match (seconds, millis) {
+        (Some(seconds), Some(millis)) => u64::from(seconds) * 1_000 == millis,
+        (None, Some(millis)) => millis % 1_000 != 0 || millis / 1_000 > u64::from(u32::MAX),
+        (_, None) => false,
+    }
+}
+
 /// Up to three names and a count, for "still used by" messages.
 fn some_of(names: &[String]) -> String {
     let mut text = names.iter().take(3).cloned().collect::<Vec<_>>().join(", ");
@@ -343,9 +353,9 @@ impl ConfigState {
                     && config.front_timeout_ms.is_some()
                     && config.back_timeout_ms.is_some()
                     && config.connect_timeout_ms.is_some()
-                    && config.front_timeout.is_none()
-                    && config.back_timeout.is_none()
-                    && config.connect_timeout.is_none()
+                    && both_forms_agree(config.front_timeout, config.front_timeout_ms)
+                    && both_forms_agree(config.back_timeout, config.back_timeout_ms)
+                    && both_forms_agree(config.connect_timeout, config.connect_timeout_ms)
                     && config.reject_with.is_some()
                     && config.max_unrouted_per_ip.is_some(),
                 "listener {address} not resolved"
@@ -1124,9 +1134,9 @@ mod tests {
                 sni_preread_max_bytes: Some(4096),
                 default_cluster: Some("fb".into()),
                 server_first_timeout: Some(300),
-                front_timeout: None,
-                back_timeout: None,
-                connect_timeout: None,
+                front_timeout: Some(60),
+                back_timeout: Some(30),
+                connect_timeout: Some(3),
                 active: Some(true),
                 reject_with: Some(proto::RejectWith::Alert as i32),
                 max_unrouted_per_ip: Some(0),

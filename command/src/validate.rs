@@ -172,6 +172,18 @@ fn connection_timeout(
     }
 }
 
+/// The seconds field stored beside a millisecond timeout: set when the
+/// value is whole seconds, so that an older preread handed this state (a
+/// downgrade through `preread upgrade`, which ignores the fields it does
+/// not know) keeps the timeout instead of falling back to its default.
+fn whole_seconds(millis: u64) -> Option<u32> {
+    if millis % 1_000 == 0 {
+        u32::try_from(millis / 1_000).ok()
+    } else {
+        None
+    }
+}
+
 /// The client-side inactivity timeout of a listener config, resolved or
 /// not (either wire form, else the default).
 #[must_use]
@@ -231,6 +243,24 @@ pub(crate) fn resolve_listener(
             ),
         ));
     }
+    let front = connection_timeout(
+        &what,
+        "front_timeout",
+        (config.front_timeout, config.front_timeout_ms),
+        DEFAULT_FRONT_TIMEOUT_MS,
+    )?;
+    let back = connection_timeout(
+        &what,
+        "back_timeout",
+        (config.back_timeout, config.back_timeout_ms),
+        DEFAULT_BACK_TIMEOUT_MS,
+    )?;
+    let connect = connection_timeout(
+        &what,
+        "connect_timeout",
+        (config.connect_timeout, config.connect_timeout_ms),
+        DEFAULT_CONNECT_TIMEOUT_MS,
+    )?;
     let resolved = proto::TcpListenerConfig {
         address: address.to_string(),
         expect_proxy: config.expect_proxy,
@@ -254,27 +284,12 @@ pub(crate) fn resolve_listener(
             }
             other => other,
         },
-        front_timeout: None,
-        front_timeout_ms: Some(connection_timeout(
-            &what,
-            "front_timeout",
-            (config.front_timeout, config.front_timeout_ms),
-            DEFAULT_FRONT_TIMEOUT_MS,
-        )?),
-        back_timeout: None,
-        back_timeout_ms: Some(connection_timeout(
-            &what,
-            "back_timeout",
-            (config.back_timeout, config.back_timeout_ms),
-            DEFAULT_BACK_TIMEOUT_MS,
-        )?),
-        connect_timeout: None,
-        connect_timeout_ms: Some(connection_timeout(
-            &what,
-            "connect_timeout",
-            (config.connect_timeout, config.connect_timeout_ms),
-            DEFAULT_CONNECT_TIMEOUT_MS,
-        )?),
+        front_timeout: whole_seconds(front),
+        front_timeout_ms: Some(front),
+        back_timeout: whole_seconds(back),
+        back_timeout_ms: Some(back),
+        connect_timeout: whole_seconds(connect),
+        connect_timeout_ms: Some(connect),
         active: config.active,
         reject_with: match config.reject_with {
             Some(with) if proto::RejectWith::try_from(with).is_err() => {
@@ -531,10 +546,10 @@ pub(crate) fn resolve_frontend(
 /// are), at a tenth of the cost at 100,000 routes.
 pub(crate) fn frontend_key(frontend: &proto::TcpFrontend) -> Result<FrontendKey, ValidationError> {
     let what = || {
-        let sni = frontend
-            .sni
-            .as_deref()
-            .map_or_else(|| "no sni".to_owned(), |sni| format!("sni {}", spelling::quoted(sni)));
+        let sni = frontend.sni.as_deref().map_or_else(
+            || "no sni".to_owned(),
+            |sni| format!("sni {}", spelling::quoted(sni)),
+        );
         let alpn = if frontend.alpn.is_empty() {
             "any".to_owned()
         } else {
@@ -917,7 +932,17 @@ mod tests {
         };
         assert_eq!(
             (resolved.front_timeout, resolved.front_timeout_ms),
-            (None, Some(9_000))
+            (Some(9), Some(9_000))
+        );
+        let Ok(finer) = resolve(proto::TcpListenerConfig {
+            back_timeout_ms: Some(1_500),
+            ..listener(L)
+        }) else {
+            panic!("1500 ms refused")
+        };
+        assert_eq!(
+            (finer.back_timeout, finer.back_timeout_ms),
+            (None, Some(1_500))
         );
         assert_eq!(front_timeout(&resolved), Duration::from_secs(9));
         assert_eq!(back_timeout(&resolved), Duration::from_secs(8));

@@ -58,7 +58,8 @@ fn sections(document: &str) -> Vec<Section> {
 #[test]
 fn every_code_has_its_section_in_configure_md() -> Result<(), String> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../doc/configure.md");
-    let document = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let document =
+        std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let sections = sections(&document);
     let section = |number: &str| sections.iter().find(|s| s.number == number);
     let codes_table = section("3").ok_or("no §3 in doc/configure.md")?;
@@ -101,7 +102,10 @@ fn sections_nest_and_skip_code_blocks() {
     let found = sections(document);
     let numbers: Vec<&str> = found.iter().map(|s| s.number.as_str()).collect();
     assert_eq!(numbers, ["2", "2.1", "3"]);
-    assert!(found[0].text.contains("E002"), "a section holds its subsections");
+    assert!(
+        found[0].text.contains("E002"),
+        "a section holds its subsections"
+    );
     assert!(!found[0].text.contains("E003"));
     assert!(found[1].text.contains("not a heading"));
     assert!(!found[1].text.contains("E001"));

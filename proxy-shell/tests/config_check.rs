@@ -12,7 +12,11 @@ use std::process::{Command, Output};
 type Outcome = Result<(), Box<dyn Error>>;
 
 fn data(name: &str) -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../command/tests/data")).join(name)
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../command/tests/data"
+    ))
+    .join(name)
 }
 
 fn preread(args: &[&str]) -> Result<Output, Box<dyn Error>> {
@@ -68,10 +72,7 @@ fn one_pass_reports_six_problems_each_with_its_code_and_the_warning() -> Outcome
             && warning.contains("if seconds were meant, write \"5s\""),
         "{warning}"
     );
-    assert!(
-        stderr.contains("6 error(s), 1 warning(s)"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("6 error(s), 1 warning(s)"), "{stderr}");
     // Values are shown as the file writes them, never in Rust's debug form.
     assert!(!stdout.contains("Some("), "{stdout}");
     Ok(())
@@ -107,7 +108,10 @@ fn explain_of_a_warning_cites_its_section() -> Outcome {
     let out = preread(&["explain", "w001"])?;
     assert!(out.status.success());
     let stdout = text(&out.stdout);
-    assert!(stdout.starts_with("W001: a preread timeout under 50 ms"), "{stdout}");
+    assert!(
+        stdout.starts_with("W001: a preread timeout under 50 ms"),
+        "{stdout}"
+    );
     assert!(stdout.contains("See: doc/configure.md §3.3"), "{stdout}");
     Ok(())
 }

@@ -21,8 +21,8 @@ use super::lines::{Problems, duration_millis, ranged};
 use super::raw::{RawConfig, RawDuration};
 use crate::codes::ErrorCode;
 use crate::proto;
-use crate::spelling::{self, LOAD_BALANCING, PROXY_PROTOCOL, REJECT_WITH, Spelling, quoted};
 use crate::proto::request::RequestType;
+use crate::spelling::{self, LOAD_BALANCING, PROXY_PROTOCOL, REJECT_WITH, Spelling, quoted};
 
 /// An optional request field: `None` when absent or out of range (the
 /// problem is recorded and the request goes on with the default, so one bad
@@ -89,7 +89,11 @@ pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> V
                 problems,
             ),
             front_timeout: None,
-            front_timeout_ms: millis_u64(listener.front_timeout.as_ref(), "front_timeout", problems),
+            front_timeout_ms: millis_u64(
+                listener.front_timeout.as_ref(),
+                "front_timeout",
+                problems,
+            ),
             back_timeout: None,
             back_timeout_ms: millis_u64(listener.back_timeout.as_ref(), "back_timeout", problems),
             connect_timeout: None,

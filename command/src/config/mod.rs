@@ -11,8 +11,8 @@
 //! validator shared with the command socket and state replay, so a
 //! declaration means the same thing whichever way it arrived. The checks
 //! made here are only the ones a request cannot express: TOML syntax, key
-//! names, value types and ranges, the spellings of enumerations, and the
-//! global settings.
+//! names, value types and ranges, the spellings of enumerations, the
+//! global settings, and the warnings.
 //!
 //! Paths in the file (`command_socket`, `saved_state`, `access_logs`, a
 //! `syslog:` socket path) are
@@ -20,14 +20,19 @@
 //! relative one against the config file's folder, so the proxy and the CLI
 //! agree on them whatever their working directories.
 //!
-//! Layout: `raw` is the file's serde shape, `global` the process-wide
-//! settings (`keepalive` the TCP keepalive and `syslog` the syslog targets
-//! of the access log among them), `sources` the `[sources.*]` tables,
-//! `declarations` the routing tables turned into requests, `fragment` the
-//! files of a watched directory (cluster tables only), and
-//! `lines` the byte offset → `line:column` mapping every problem goes
-//! through; this file holds the public API and the check that runs them in
-//! order.
+//! Layout: `raw` is the file's serde shape (the one list of keys and
+//! types), `shape` reads the text into it and reports every shape problem
+//! in one pass, `global` the process-wide settings (`keepalive` the TCP
+//! keepalive and `syslog` the syslog targets of the access log among
+//! them), `sources` the `[sources.*]` tables, `declarations` the routing
+//! tables turned into requests, `fragment` the files of a watched
+//! directory (cluster tables only), `warnings` the values accepted but
+//! probably meant otherwise (`W` codes), and `lines` the byte offset →
+//! `line:column` mapping and the range checks every problem goes through;
+//! this file holds the public API and the check that runs them in order.
+//! Adding a key is one field in `raw` and its reading in `global`,
+//! `sources` or `declarations`: `shape` checks its type, suggests it for
+//! typos and names its path with nothing else to change.
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -21,8 +21,8 @@ use toml::Spanned;
 use toml::de::{DeArray, DeTable, DeValue};
 
 use super::lines::LineIndex;
-use super::{ConfigProblem, Location};
 use super::raw::RawConfig;
+use super::{ConfigProblem, Location};
 use crate::codes::ErrorCode;
 use crate::spelling::quoted;
 
@@ -313,7 +313,10 @@ fn word(text: &str, serde: &str, found: &Found) -> String {
     let serde = serde.trim_end();
     let at = dotted(&found.path);
     if serde.starts_with("unknown field") {
-        let parent = found.path.split_last().map_or(&[][..], |(_, parent)| parent);
+        let parent = found
+            .path
+            .split_last()
+            .map_or(&[][..], |(_, parent)| parent);
         return unknown_key(serde, &dotted(parent));
     }
     if let Some(rest) = serde.strip_prefix("missing field ") {
@@ -432,10 +435,16 @@ mod tests {
             assert!(found, "{needle} not in {shown:#?}");
             found
         };
-        assert!(has("1:1: E002: unknown key `worker_cuont`: did you mean `worker_count`?"));
-        assert!(has("2:15: E001: buffer_size: expected an integer, found \"big\""));
+        assert!(has(
+            "1:1: E002: unknown key `worker_cuont`: did you mean `worker_count`?"
+        ));
+        assert!(has(
+            "2:15: E001: buffer_size: expected an integer, found \"big\""
+        ));
         assert!(has("E002: unknown key `colour` in listeners[0]"));
-        assert!(has("E001: listeners[1].expect_proxy: expected true or false, found 1"));
+        assert!(has(
+            "E001: listeners[1].expect_proxy: expected true or false, found 1"
+        ));
         assert!(has("E001: listeners[1] lacks the required key `address`"));
         assert!(has(
             "9:51: E001: clusters.www.frontends[0].alpn: expected a list, found \"h2\": write [\"h2\"]"
@@ -444,7 +453,8 @@ mod tests {
 
     #[test]
     fn a_duration_key_names_its_unit() {
-        let found = problems("[[listeners]]\naddress = \"127.0.0.1:1\"\nsni_preread_timeout = true\n");
+        let found =
+            problems("[[listeners]]\naddress = \"127.0.0.1:1\"\nsni_preread_timeout = true\n");
         assert_eq!(found.len(), 1);
         assert_eq!(
             found[0].message,
@@ -458,7 +468,11 @@ mod tests {
         let found = problems("worker_count = 1\nbuffer_size = [\n");
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].code, ErrorCode::InvalidToml);
-        assert!(found[0].message.contains("the check stopped here"), "{}", found[0]);
+        assert!(
+            found[0].message.contains("the check stopped here"),
+            "{}",
+            found[0]
+        );
     }
 
     #[test]
@@ -482,7 +496,8 @@ mod tests {
         assert_eq!(shaped.problems.len(), MAX_SHAPE_PROBLEMS);
         let last = shaped.problems.last().map(|p| p.message.clone());
         assert!(
-            last.as_deref().is_some_and(|m| m.contains("the check stopped here")),
+            last.as_deref()
+                .is_some_and(|m| m.contains("the check stopped here")),
             "{last:?}"
         );
     }

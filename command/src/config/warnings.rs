@@ -89,9 +89,13 @@ pub(super) fn warnings(raw: &RawConfig, problems: &mut Problems<'_>) {
     }
     for (id, cluster) in &raw.clusters.0 {
         let backends = &cluster.get_ref().backends;
-        let drained = backends
-            .iter()
-            .all(|backend| backend.get_ref().weight.as_ref().is_some_and(|w| *w.get_ref() == 0));
+        let drained = backends.iter().all(|backend| {
+            backend
+                .get_ref()
+                .weight
+                .as_ref()
+                .is_some_and(|w| *w.get_ref() == 0)
+        });
         if !backends.is_empty() && drained {
             problems.push(
                 cluster.span().start,
@@ -127,7 +131,9 @@ fn short_preread<const SECONDS: bool>(
     }
     let meant = match value.get_ref() {
         RawDuration::Integer(count) if RawDuration::<SECONDS>::UNIT == Unit::Milliseconds => {
-            format!("; a bare integer here is milliseconds: if seconds were meant, write \"{count}s\"")
+            format!(
+                "; a bare integer here is milliseconds: if seconds were meant, write \"{count}s\""
+            )
         }
         _ => String::new(),
     };

@@ -237,11 +237,9 @@ pub struct TcpListenerArgs {
 fn spelt<T: Copy + Send + Sync + 'static>(
     table: &'static [Spelling<T>],
 ) -> impl TypedValueParser<Value = T> {
-    PossibleValuesParser::new(
-        table
-            .iter()
-            .map(|spelling| PossibleValue::new(spelling.name).aliases(spelling.aliases.iter().copied())),
-    )
+    PossibleValuesParser::new(table.iter().map(|spelling| {
+        PossibleValue::new(spelling.name).aliases(spelling.aliases.iter().copied())
+    }))
     .try_map(move |text| {
         spelling::parse(table, &text).ok_or_else(|| format!("{text:?} is not one of the values"))
     })
@@ -258,7 +256,10 @@ fn millis_u32(unit: Unit) -> impl Fn(&str) -> Result<u32, String> + Clone + Send
     move |text| {
         let millis = duration::parse_setting(text, unit)?;
         u32::try_from(millis).map_err(|_| {
-            format!("{text} is too long: at most {}", duration::shown(u64::from(u32::MAX)))
+            format!(
+                "{text} is too long: at most {}",
+                duration::shown(u64::from(u32::MAX))
+            )
         })
     }
 }

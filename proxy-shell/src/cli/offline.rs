@@ -32,7 +32,11 @@ pub(super) fn config_check(globals: &Globals) -> ExitCode {
             let location = problem
                 .location
                 .map(|l| json!({ "line": l.line, "column": l.column }));
-            let severity = if problem.is_warning() { "warning" } else { "error" };
+            let severity = if problem.is_warning() {
+                "warning"
+            } else {
+                "error"
+            };
             println!(
                 "{}",
                 json!({ "file": path.display().to_string(), "location": location,

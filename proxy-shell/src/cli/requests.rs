@@ -341,10 +341,20 @@ mod tests {
             (l.front_timeout_ms, l.back_timeout_ms, l.connect_timeout_ms),
             (Some(1_500), Some(120_000), Some(2_000))
         );
-        assert_eq!((l.front_timeout, l.back_timeout, l.connect_timeout), (None, None, None));
-        for bad in ["--front-timeout 5parsecs", "--sni-preread-timeout 60d", "--back-timeout 1500us"] {
+        assert_eq!(
+            (l.front_timeout, l.back_timeout, l.connect_timeout),
+            (None, None, None)
+        );
+        for bad in [
+            "--front-timeout 5parsecs",
+            "--sni-preread-timeout 60d",
+            "--back-timeout 1500us",
+        ] {
             let line = format!("preread listener tcp add -a 127.0.0.1:1 {bad}");
-            assert!(Cli::try_parse_from(line.split_whitespace()).is_err(), "{line}");
+            assert!(
+                Cli::try_parse_from(line.split_whitespace()).is_err(),
+                "{line}"
+            );
         }
         Ok(())
     }
@@ -364,14 +374,20 @@ mod tests {
             }
         }
         for spelling in PROXY_PROTOCOL {
-            let line = format!("preread cluster add -i web --proxy-protocol {}", spelling.name);
+            let line = format!(
+                "preread cluster add -i web --proxy-protocol {}",
+                spelling.name
+            );
             let Some(RequestType::AddCluster(c)) = build(&line) else {
                 return Err(format!("{line}: not a cluster add"));
             };
             assert_eq!(c.proxy_protocol, spelling.value as i32, "{line}");
         }
         for spelling in REJECT_WITH {
-            let line = format!("preread listener tcp add -a 127.0.0.1:1 --reject-with {}", spelling.name);
+            let line = format!(
+                "preread listener tcp add -a 127.0.0.1:1 --reject-with {}",
+                spelling.name
+            );
             let Some(RequestType::AddTcpListener(l)) = build(&line) else {
                 return Err(format!("{line}: not a listener add"));
             };
@@ -380,7 +396,10 @@ mod tests {
         let Some(RequestType::AddCluster(c)) = build("preread cluster add -i web") else {
             return Err("cluster add: not built".to_owned());
         };
-        assert_eq!(c.load_balancing, command::proto::LoadBalancing::RoundRobin as i32);
+        assert_eq!(
+            c.load_balancing,
+            command::proto::LoadBalancing::RoundRobin as i32
+        );
         let help = match Cli::try_parse_from(["preread", "cluster", "add", "--help"]) {
             Err(help) => help.to_string(),
             Ok(_) => return Err("--help parsed as a command".to_owned()),
