@@ -761,6 +761,39 @@ fn dripping_clients_are_rejected_at_the_deadline_while_routing_stays_prompt() {
     assert_eq!(get(&m, "buffers.in_use"), 0, "{m:?}");
 }
 
+/// A duration string reaches the worker's timer in milliseconds: with
+/// `front_timeout = "1500ms"`, an idle client is closed after 1.5 s, not
+/// after 1 s or 2 s as a value rounded to whole seconds would be.
+#[test]
+fn a_front_timeout_in_milliseconds_is_kept_to_the_millisecond() {
+    let backend = PlainBackend::start("alpha-0");
+    let config = ConfigBuilder::new()
+        .global("worker_count = 1")
+        .listener("main", &["front_timeout = \"1500ms\""])
+        .frontend("alpha", "main", Some(SNI), &[])
+        .backend("alpha", "alpha-0", backend.addr())
+        .build();
+    let proxy = start(&config);
+    let addr = proxy.addr("main");
+    let front_timeout = Duration::from_millis(1_500);
+    let idle: Vec<(TcpStream, Instant)> = (0..3)
+        .map(|_| {
+            let stream = client::connect(addr, T).expect("connect an idle client");
+            (stream, Instant::now())
+        })
+        .collect();
+    for (i, (mut stream, connected)) in idle.into_iter().enumerate() {
+        let (_, closed) = read_to_close(&mut stream, front_timeout + SLACK);
+        let after = connected.elapsed();
+        // The bounds tell 1500 ms from 1 s and from 2 s, whatever the load.
+        assert!(
+            closed && after >= Duration::from_millis(1_450) && after < Duration::from_millis(1_950),
+            "#{i}: closed {closed} after {after:?}\nstderr tail:\n{}",
+            stderr_tail(&proxy)
+        );
+    }
+}
+
 #[test]
 fn idle_clients_hold_no_buffer_and_a_shorter_front_timeout_refuses_them() {
     let backend = PlainBackend::start("alpha-0");
