@@ -81,7 +81,7 @@ fn the_proxy_reads_the_file_and_refuses_a_bad_one_with_every_problem() {
     let said = text(&out);
     assert_eq!(out.status.code(), Some(2), "{said}");
     assert!(
-        said.contains("E_CONFIG_REFUSED") || said.contains("2 problem(s)"),
+        said.contains("E_CONFIG_REFUSED") || said.contains("2 error(s)"),
         "{said}"
     );
     assert!(said.contains("E201") && said.contains("E101"), "{said}");

@@ -126,6 +126,20 @@ fn start_and_sighup_log_the_configs_warnings() {
         .wait_stderr("1 applied, 0 unchanged, 0 skipped", T)
         .unwrap_or_else(|e| panic!("{e}\n{}", stderr_tail(&proxy)));
     routed_to(&proxy, "a.example.com", "alpha-0");
+
+    // `preread reload`: the proxy reads the file and the CLI prints the
+    // warnings it answers with.
+    let config_path = proxy.config_path().display().to_string();
+    proxy
+        .write_config(&config(&["connect_timeout = \"2m\""]))
+        .expect("write config");
+    let out = proxy.cli(&["-c", &config_path, "reload"]).expect("reload");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("W003: connect_timeout = \"2m\" is 2m, over 1m"),
+        "{stderr}"
+    );
     assert!(proxy.exit_status().is_none(), "the proxy stopped");
 }
 

@@ -214,7 +214,14 @@ fn send_declarations(
             load_config(text).map_err(|problems| problems.iter().map(|p| format!(":{p}")).collect())
         });
     let loaded = match checked {
-        Ok(loaded) => loaded,
+        Ok(loaded) => {
+            // The proxy gets declarations, not the file: its warnings are
+            // only seen here.
+            for warning in &loaded.warnings {
+                eprintln!("{}:{warning}", path.display());
+            }
+            loaded
+        }
         Err(problems) => {
             for problem in problems {
                 eprintln!("{}{problem}", path.display());
@@ -226,6 +233,9 @@ fn send_declarations(
 }
 
 fn print(globals: &Globals, report: &proto::BatchReport) {
+    for warning in &report.warnings {
+        eprintln!("{warning}");
+    }
     for request in &report.applied {
         if globals.json {
             println!("{}", serde_json::json!({ "applied": request }));

@@ -64,8 +64,9 @@ enum Origin {
     Batch,
     /// A state file (`state load`).
     Load(String),
-    /// A config file the proxy read (SIGHUP, or `preread reload`).
-    Reload(PathBuf),
+    /// A config file the proxy read (SIGHUP, or `preread reload`), with
+    /// its warnings (logged already; the CLI that asked prints them).
+    Reload(PathBuf, Vec<String>),
     /// The route sources.
     Sources,
 }
@@ -313,6 +314,14 @@ impl CommandServer {
             Job::Reload { path, seen } => {
                 match (Instant::now(), reload_file::read(path, seen.as_ref())) {
                     (started, Ok(loaded)) => {
+                        let warnings: Vec<String> = loaded
+                            .warnings
+                            .iter()
+                            .map(|warning| format!("{}:{warning}", path.display()))
+                            .collect();
+                        for warning in &warnings {
+                            log::warn!("reload: {warning}");
+                        }
                         let desired = self.sources.with_file(loaded.state);
                         let changes = diff(&self.state, &desired);
                         log::info!(
@@ -320,7 +329,7 @@ impl CommandServer {
                             path.display(),
                             started.elapsed().as_millis()
                         );
-                        Some((Origin::Reload(path.clone()), changes))
+                        Some((Origin::Reload(path.clone(), warnings), changes))
                     }
                     (_, Err(unread)) => {
                         self.refuse_reload(queued.client, path, unread);
@@ -441,13 +450,14 @@ impl CommandServer {
         let skipped = outcome.skipped();
         let unchanged = outcome.planned.unchanged;
         let answer = match &outcome.origin {
-            Origin::Reload(path) => {
+            Origin::Reload(path, warnings) => {
                 let by_signal = outcome.client.is_none();
                 log_reload(path, applied, unchanged, &skipped, &save_note, by_signal);
                 if by_signal {
                     return;
                 }
-                batch_answer(outcome.applied(), unchanged, &skipped, &save_note)
+                let report = (outcome.applied(), unchanged, &skipped[..]);
+                batch_answer(report, warnings, &save_note)
             }
             Origin::Sources => {
                 log_sources(applied, &skipped, &save_note);
@@ -463,7 +473,9 @@ impl CommandServer {
                     self.workers.len()
                 )),
             },
-            Origin::Batch => batch_answer(outcome.applied(), unchanged, &skipped, &save_note),
+            Origin::Batch => {
+                batch_answer((outcome.applied(), unchanged, &skipped), &[], &save_note)
+            }
             Origin::Load(path) => {
                 let mut message = format!(
                     "state loaded from {path}: {applied} applied, {unchanged} unchanged, {} \
@@ -498,13 +510,17 @@ impl CommandServer {
                 failure(AnswerCode::ConfigUnseen, message)
             }
             Unread::Refused(problems) => {
+                let errors = problems.iter().filter(|p| !p.is_warning()).count();
                 let mut message = format!(
-                    "reload of {} refused: {} problem(s); nothing changed",
-                    path.display(),
-                    problems.len()
+                    "reload of {} refused: {errors} error(s); nothing changed",
+                    path.display()
                 );
                 for problem in &problems {
-                    log::error!("reload: {}:{problem}", path.display());
+                    if problem.is_warning() {
+                        log::warn!("reload: {}:{problem}", path.display());
+                    } else {
+                        log::error!("reload: {}:{problem}", path.display());
+                    }
                     message.push_str(&format!("\n{}:{problem}", path.display()));
                 }
                 failure(AnswerCode::ConfigRefused, message)
@@ -585,11 +601,10 @@ impl Outcome {
 
 /// The answer to a batch or a reload that a client asked for: what was
 /// applied and skipped (the first [`REPORT_LIST_CAP`] of each, with the
-/// totals).
+/// totals), and the warnings of the config file a reload read.
 fn batch_answer(
-    applied: &[proto::Request],
-    unchanged: usize,
-    skipped: &[(proto::Request, Failure)],
+    (applied, unchanged, skipped): (&[proto::Request], usize, &[(proto::Request, Failure)]),
+    warnings: &[String],
     save_note: &str,
 ) -> proto::Response {
     let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
@@ -607,6 +622,7 @@ fn batch_answer(
                 message: failed.message.clone(),
             })
             .collect(),
+        warnings: warnings.to_vec(),
     };
     let mut answer = ok_with(ContentType::Batch(report));
     answer.message = format!(
