@@ -1,8 +1,11 @@
-//! Every code `preread explain` knows is documented in `doc/configure.md`:
-//! it has a row in the codes tables of §3 (the `E` codes in §3, the `W`
-//! codes in §3.3), and the section its explanation cites exists and speaks
-//! of it. A new code without its documentation fails here, and so does an
-//! explanation that sends the operator to a section that was renumbered.
+//! What the config and `preread explain` know is documented in
+//! `doc/configure.md`: every code has a row in the codes tables of §3 (the
+//! `E` codes in §3, the `W` codes in §3.3), and the section its
+//! explanation cites exists and speaks of it; every key a table of the
+//! config accepts has its row in that table's section of §2, and every row
+//! is a key. A new code or key without its documentation fails here, and
+//! so does an explanation that sends the operator to a section that was
+//! renumbered.
 
 use std::path::Path;
 
@@ -109,4 +112,76 @@ fn sections_nest_and_skip_code_blocks() {
     assert!(!found[0].text.contains("E003"));
     assert!(found[1].text.contains("not a heading"));
     assert!(!found[1].text.contains("E001"));
+}
+
+/// The keys a table of the config accepts, as its unknown-key problem
+/// lists them (read from the serde structs, the one list of keys).
+fn accepted_keys(config: &str) -> Vec<String> {
+    let problems = command::config::check_config(config);
+    let Some(unknown) = problems.iter().find(|p| p.code == ErrorCode::UnknownKey) else {
+        return Vec::new();
+    };
+    let Some((_, listed)) = unknown.message.split_once("valid here: ") else {
+        return Vec::new();
+    };
+    listed
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The keys a section's table documents: the first column, `| `key` |`.
+fn documented_keys(section: &str) -> Vec<String> {
+    section
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split_once('`').map(|(key, _)| key.to_owned()))
+        .collect()
+}
+
+/// Every key the config accepts is documented in its table of §2, and
+/// every documented key is accepted: a key added to the structs without
+/// its row (or a row left for a key that went) fails here.
+#[test]
+fn every_key_is_documented_in_its_table() -> Result<(), String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../doc/configure.md");
+    let document =
+        std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let sections = sections(&document);
+    for (number, config) in [
+        ("2.1", "zz_unknown = 1\n"),
+        (
+            "2.2",
+            "[[listeners]]\naddress = \"127.0.0.1:1\"\nzz_unknown = 1\n",
+        ),
+        ("2.3", "[clusters.a]\nzz_unknown = 1\n"),
+        (
+            "2.4",
+            "[clusters.a]\nfrontends = [{ address = \"127.0.0.1:1\", zz_unknown = 1 }]\n",
+        ),
+        (
+            "2.5",
+            "[clusters.a]\nbackends = [{ address = \"127.0.0.1:1\", zz_unknown = 1 }]\n",
+        ),
+    ] {
+        let section = sections
+            .iter()
+            .find(|s| s.number == number)
+            .ok_or_else(|| format!("no §{number}"))?;
+        let mut accepted = accepted_keys(config);
+        let mut documented = documented_keys(&section.text);
+        assert!(
+            !accepted.is_empty(),
+            "§{number}: no key list from {config:?}"
+        );
+        accepted.sort();
+        documented.sort();
+        assert_eq!(
+            accepted, documented,
+            "§{number}: keys accepted vs documented"
+        );
+    }
+    Ok(())
 }
