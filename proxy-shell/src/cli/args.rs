@@ -241,7 +241,8 @@ fn spelt<T: Copy + Send + Sync + 'static>(
         PossibleValue::new(spelling.name).aliases(spelling.aliases.iter().copied())
     }))
     .try_map(move |text| {
-        spelling::parse(table, &text).ok_or_else(|| format!("{text:?} is not one of the values"))
+        spelling::parse(table, &text)
+            .ok_or_else(|| format!("{} is not one of the values", spelling::quoted(&text)))
     })
 }
 

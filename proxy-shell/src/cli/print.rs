@@ -7,27 +7,24 @@
 use std::fmt::Write as _;
 
 use command::proto::{self, response_content::ContentType};
+use command::spelling;
 use serde_json::{Map, Value, json};
 
 use crate::worker::vocabulary::is_process_wide;
 
+/// The config's name of a value (the spelling table is the config's own).
 fn lb_name(value: i32) -> &'static str {
-    match proto::LoadBalancing::try_from(value) {
-        Ok(proto::LoadBalancing::RoundRobin) => "round_robin",
-        Ok(proto::LoadBalancing::Random) => "random",
-        Ok(proto::LoadBalancing::LeastConnections) => "least_connections",
-        Ok(proto::LoadBalancing::PowerOfTwo) => "power_of_two",
-        Err(_) => "unknown",
-    }
+    let name = proto::LoadBalancing::try_from(value)
+        .ok()
+        .and_then(|lb| spelling::name_of(spelling::LOAD_BALANCING, lb));
+    name.map_or("unknown", |name| name)
 }
 
 fn pp_name(value: i32) -> &'static str {
-    match proto::ProxyProtocol::try_from(value) {
-        Ok(proto::ProxyProtocol::None) => "none",
-        Ok(proto::ProxyProtocol::Send) => "send",
-        Ok(proto::ProxyProtocol::Relay) => "relay",
-        Err(_) => "unknown",
-    }
+    let name = proto::ProxyProtocol::try_from(value)
+        .ok()
+        .and_then(|pp| spelling::name_of(spelling::PROXY_PROTOCOL, pp));
+    name.map_or("unknown", |name| name)
 }
 
 fn opt<T: ToString>(value: Option<T>) -> String {
