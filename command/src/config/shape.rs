@@ -13,7 +13,7 @@
 //! syntax error stops the check, since past it the file's structure is
 //! unknown.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
 use serde::Deserialize;
@@ -71,6 +71,7 @@ pub(super) fn shape(text: &str, lines: &LineIndex<'_>) -> Shaped {
     };
     let mut problems = Vec::new();
     let mut damaged = BTreeSet::new();
+    let mut removed = Removed::default();
     while problems.len() < MAX_SHAPE_PROBLEMS {
         let error = match RawConfig::deserialize(toml::de::Deserializer::from(table.clone())) {
             Ok(raw) => {
@@ -84,18 +85,22 @@ pub(super) fn shape(text: &str, lines: &LineIndex<'_>) -> Shaped {
         };
         let span = error.span().unwrap_or(0..0);
         let found = Found::of(&table, &span);
+        let as_written = Found {
+            path: removed.original(&found.path),
+            value: found.value.clone(),
+        };
         problems.push(ConfigProblem {
             location: Some(lines.location(span.start)),
             code: code(error.message()),
-            message: word(text, error.message(), &found),
+            message: word(text, error.message(), &as_written),
         });
-        match set_aside(&mut table, &found, error.message()) {
-            Some(Some(parent)) => {
-                damaged.insert(lines.location(parent));
-            }
-            Some(None) => {}
-            None => break,
+        let Some((gone, parent)) = set_aside(&mut table, &found, error.message()) else {
+            break;
+        };
+        if let Some(parent) = parent {
+            damaged.insert(lines.location(parent));
         }
+        removed.record(&gone);
     }
     let count = problems.len();
     if let Some(last) = problems.last_mut() {
@@ -111,8 +116,47 @@ pub(super) fn shape(text: &str, lines: &LineIndex<'_>) -> Shaped {
     }
 }
 
+/// The tables taken out of lists so far, by their index in the file, so
+/// that a later problem in the same list is named by its index as written
+/// (`listeners[2]`), not by its place in what is left.
+#[derive(Default)]
+struct Removed(BTreeMap<Vec<Step>, Vec<usize>>);
+
+impl Removed {
+    /// `index` of the list at `list`, as now, to its index in the file.
+    fn in_file(&self, list: &[Step], index: usize) -> usize {
+        let mut original = index;
+        for &gone in self.0.get(list).into_iter().flatten() {
+            if gone <= original {
+                original += 1;
+            }
+        }
+        original
+    }
+
+    fn original(&self, path: &[Step]) -> Vec<Step> {
+        path.iter()
+            .enumerate()
+            .map(|(at, step)| match step {
+                Step::Index(index) => Step::Index(self.in_file(&path[..at], *index)),
+                Step::Key(_) => step.clone(),
+            })
+            .collect()
+    }
+
+    /// Notes a removed entry when it was an item of a list.
+    fn record(&mut self, gone: &[Step]) {
+        if let Some((Step::Index(index), list)) = gone.split_last() {
+            let original = self.in_file(list, *index);
+            let removed = self.0.entry(list.to_vec()).or_default();
+            let at = removed.partition_point(|&r| r < original);
+            removed.insert(at, original);
+        }
+    }
+}
+
 /// One step of a path into the file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Step {
     Key(String),
     Index(usize),
@@ -186,14 +230,14 @@ fn search_value(
 /// table that lacks it; a wrong item of a list of values takes its list
 /// with it (the list's meaning is unknown without it), while a table of a
 /// list of tables goes alone, so that its siblings are still checked.
-/// Returns where the table that lost an entry starts (`None` for the
-/// file's root, or when a whole table of a list went), or `None` at all
-/// when nothing could be removed.
+/// Returns the path removed and where the table that lost an entry
+/// starts (`None` for the file's root, or when a whole table of a list
+/// went), or `None` when nothing could be removed.
 fn set_aside(
     table: &mut Spanned<DeTable<'_>>,
     found: &Found,
     message: &str,
-) -> Option<Option<usize>> {
+) -> Option<(Vec<Step>, Option<usize>)> {
     let mut path = found.path.clone();
     let missing = message.starts_with("missing field");
     while let Some(Step::Index(_)) = path.last() {
@@ -211,7 +255,7 @@ fn set_aside(
         }
         _ => None,
     };
-    remove(table.get_mut(), &path).then_some(damaged)
+    remove(table.get_mut(), &path).then_some((path, damaged))
 }
 
 fn value_at<'t, 'i>(table: &'t DeTable<'i>, path: &[Step]) -> Option<&'t Spanned<DeValue<'i>>> {
@@ -332,7 +376,7 @@ fn word(text: &str, serde: &str, found: &Found) -> String {
     match (expected, &found.value) {
         (Some(expected), Some(value)) => {
             let written = as_written(text, value);
-            let hint = if expected.starts_with("a list") && !written.starts_with('[') {
+            let hint = if expected.starts_with("a list") && written.starts_with('"') {
                 format!(": write [{written}]")
             } else {
                 String::new()
@@ -449,6 +493,30 @@ mod tests {
         assert!(has(
             "9:51: E001: clusters.www.frontends[0].alpn: expected a list, found \"h2\": write [\"h2\"]"
         ));
+    }
+
+    /// A table taken out of its list (it lacks a key) does not renumber
+    /// the ones after it in later messages.
+    #[test]
+    fn list_items_keep_their_index_in_the_file() {
+        let text = "[[listeners]]\naddress = \"127.0.0.1:1\"\n[[listeners]]\nexpect_proxy = true\n\
+                    [[listeners]]\nexpect_proxy = true\n[[listeners]]\naddress = \"127.0.0.1:4\"\n\
+                    colour = 1\n";
+        let found = problems(text);
+        let shown: Vec<&str> = found.iter().map(|p| p.message.as_str()).collect();
+        assert_eq!(shown.len(), 3, "{shown:#?}");
+        assert!(
+            shown[0].starts_with("listeners[1] lacks the required key `address`"),
+            "{shown:#?}"
+        );
+        assert!(
+            shown[1].starts_with("listeners[2] lacks the required key `address`"),
+            "{shown:#?}"
+        );
+        assert!(
+            shown[2].starts_with("unknown key `colour` in listeners[3]"),
+            "{shown:#?}"
+        );
     }
 
     #[test]
