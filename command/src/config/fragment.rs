@@ -9,13 +9,14 @@
 
 use serde::Deserialize;
 
-use super::lines::{LineIndex, Problems, shape_problem};
+use super::lines::{LineIndex, Problems};
 use super::raw::{RawClusters, RawConfig};
+use super::shape::shape;
 use super::{ConfigProblem, LocatedRequest, declarations::routing_requests};
 
 /// What a fragment file may hold.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a file of [clusters.<id>] tables")]
 struct RawFragment {
     #[serde(default)]
     clusters: RawClusters,
@@ -26,11 +27,13 @@ struct RawFragment {
 /// `text`; or every problem of its syntax, keys and values, in file order.
 pub fn load_fragment(text: &str) -> Result<Vec<LocatedRequest>, Vec<ConfigProblem>> {
     let lines = LineIndex::new(text);
-    let raw = toml::from_str::<RawFragment>(text)
-        .map_err(|error| vec![shape_problem(text, &lines, &error)])?;
+    let shaped = shape::<RawFragment>(text, &lines);
     let mut problems = Problems {
         lines: &lines,
-        list: Vec::new(),
+        list: shaped.problems,
+    };
+    let Some(raw) = shaped.raw else {
+        return Err(problems.list);
     };
     let config = RawConfig {
         clusters: raw.clusters,
@@ -43,4 +46,39 @@ pub fn load_fragment(text: &str) -> Result<Vec<LocatedRequest>, Vec<ConfigProble
     }
     problems.sort_by_key(|problem| problem.location);
     Err(problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codes::ErrorCode;
+
+    /// A fragment's shape is checked as the config file's is: every
+    /// problem in one pass, a listener there an unknown key.
+    #[test]
+    fn a_fragment_reports_every_shape_problem() {
+        let text = "[clusters.a]\ncolour = 1\nload_balancing = 5\n\n[[listeners]]\n\
+                    address = \"127.0.0.1:1\"\n";
+        let problems = load_fragment(text).err().unwrap_or_default();
+        let found: Vec<(usize, ErrorCode)> = problems
+            .iter()
+            .map(|p| (p.location.map_or(0, |l| l.line), p.code))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (2, ErrorCode::UnknownKey),
+                (3, ErrorCode::InvalidToml),
+                (5, ErrorCode::UnknownKey)
+            ],
+            "{problems:#?}"
+        );
+        assert!(
+            problems[1]
+                .message
+                .starts_with("clusters.a.load_balancing: expected a string"),
+            "{}",
+            problems[1]
+        );
+    }
 }

@@ -51,8 +51,8 @@ mod health_check;
 mod keepalive;
 mod lines;
 mod raw;
-mod sources;
 mod shape;
+mod sources;
 mod syslog;
 mod warnings;
 
@@ -75,6 +75,7 @@ pub use sources::{DEFAULT_DOCKER_ENDPOINT, SourceSettings};
 use declarations::routing_requests;
 use global::global_settings;
 use lines::{LineIndex, Problems};
+use raw::RawConfig;
 use shape::shape;
 use warnings::warnings;
 
@@ -275,7 +276,7 @@ struct Checked {
 
 fn check(text: &str) -> Checked {
     let lines = LineIndex::new(text);
-    let shaped = shape(text, &lines);
+    let shaped = shape::<RawConfig>(text, &lines);
     let Some(raw) = shaped.raw else {
         return Checked {
             global: None,

@@ -59,20 +59,20 @@ pub(super) struct RawConfig {
 
 /// `[sources.*]`: the route sources merged with the file's declarations.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a [sources] table")]
 pub(super) struct RawSources {
     pub(super) docker: Option<RawDockerSource>,
     pub(super) directory: Option<RawDirectorySource>,
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a [sources.docker] table")]
 pub(super) struct RawDockerSource {
     pub(super) endpoint: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a [sources.directory] table")]
 pub(super) struct RawDirectorySource {
     pub(super) path: Spanned<String>,
 }

@@ -1,7 +1,8 @@
 //! The file's shape, checked in one pass: every unknown key, wrong type and
 //! missing key is reported, not just the first one serde meets.
 //!
-//! Owns: turning the text into a [`RawConfig`] whatever its shape problems
+//! Owns: turning the text into its serde shape (the config file's
+//! `RawConfig`, or a watched directory's fragment) whatever its shape problems
 //! (each problem's entry is set aside and deserialization resumes), the
 //! dotted path of a key (`clusters.www.frontends[0].alpn`), and the wording
 //! of shape problems in the config's vocabulary, with the closest valid key
@@ -16,12 +17,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
-use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use toml::Spanned;
 use toml::de::{DeArray, DeTable, DeValue};
 
 use super::lines::LineIndex;
-use super::raw::RawConfig;
 use super::{ConfigProblem, Location};
 use crate::codes::ErrorCode;
 use crate::spelling::quoted;
@@ -33,17 +33,17 @@ pub(super) const MAX_SHAPE_PROBLEMS: usize = 100;
 /// The file's serde shape, with the entries that did not fit set aside,
 /// and one problem per entry set aside. `raw` is `None` when the check had
 /// to stop (a syntax error, or [`MAX_SHAPE_PROBLEMS`]).
-pub(super) struct Shaped {
-    pub(super) raw: Option<RawConfig>,
+pub(super) struct Shaped<T> {
+    pub(super) raw: Option<T>,
     pub(super) problems: Vec<ConfigProblem>,
     /// Where the tables start that lost an entry: what they declare is
     /// not what the file says, so their refusals would mislead.
     pub(super) damaged: BTreeSet<Location>,
 }
 
-pub(super) fn shape(text: &str, lines: &LineIndex<'_>) -> Shaped {
+pub(super) fn shape<T: DeserializeOwned>(text: &str, lines: &LineIndex<'_>) -> Shaped<T> {
     // A file that fits, the usual case, is read once.
-    if let Ok(raw) = toml::from_str::<RawConfig>(text) {
+    if let Ok(raw) = toml::from_str::<T>(text) {
         return Shaped {
             raw: Some(raw),
             problems: Vec::new(),
@@ -73,7 +73,7 @@ pub(super) fn shape(text: &str, lines: &LineIndex<'_>) -> Shaped {
     let mut damaged = BTreeSet::new();
     let mut removed = Removed::default();
     while problems.len() < MAX_SHAPE_PROBLEMS {
-        let error = match RawConfig::deserialize(toml::de::Deserializer::from(table.clone())) {
+        let error = match T::deserialize(toml::de::Deserializer::from(table.clone())) {
             Ok(raw) => {
                 return Shaped {
                     raw: Some(raw),
@@ -84,7 +84,12 @@ pub(super) fn shape(text: &str, lines: &LineIndex<'_>) -> Shaped {
             Err(error) => error,
         };
         let span = error.span().unwrap_or(0..0);
-        let found = Found::of(&table, &span);
+        let unknown = error
+            .message()
+            .strip_prefix("unknown field `")
+            .and_then(|rest| rest.split_once('`'))
+            .map(|(key, _)| key);
+        let found = Found::of(&table, &span, unknown);
         let as_written = Found {
             path: removed.original(&found.path),
             value: found.value.clone(),
@@ -171,11 +176,17 @@ struct Found {
 }
 
 impl Found {
-    fn of(table: &Spanned<DeTable<'_>>, span: &Range<usize>) -> Self {
-        let mut found = Self::default();
-        let mut path = Vec::new();
-        search_table(table.get_ref(), span, &mut path, &mut found);
-        found
+    /// For an unknown key, only an entry of that name can be the one
+    /// (the span of a `[[listeners]]` header covers its first table too).
+    fn of(table: &Spanned<DeTable<'_>>, span: &Range<usize>, unknown: Option<&str>) -> Self {
+        let mut search = Search {
+            span,
+            unknown,
+            found: Self::default(),
+            path: Vec::new(),
+        };
+        search.table(table.get_ref());
+        search.found
     }
 }
 
@@ -183,45 +194,66 @@ fn covers(outer: &Range<usize>, inner: &Range<usize>) -> bool {
     outer.start <= inner.start && inner.end <= outer.end && outer.start < outer.end
 }
 
-/// Walks every entry (a table header's span is the header alone, so a
-/// parent's span is no guide) and keeps the deepest one whose key or value
-/// covers `span`.
-fn search_table(table: &DeTable<'_>, span: &Range<usize>, path: &mut Vec<Step>, found: &mut Found) {
-    for (key, value) in table {
-        path.push(Step::Key(key.get_ref().to_string()));
-        if covers(&key.span(), span) && path.len() >= found.path.len() {
-            *found = Found {
-                path: path.clone(),
-                value: Some(value.span()),
-            };
-        }
-        search_value(value, span, path, found);
-        path.pop();
-    }
+/// A value's span covers `span`, or one of its items' does (a list of
+/// `[[tables]]` has no span of its own).
+fn value_covers(value: &Spanned<DeValue<'_>>, span: &Range<usize>) -> bool {
+    covers(&value.span(), span)
+        || matches!(value.get_ref(), DeValue::Array(items)
+            if items.iter().any(|item| covers(&item.span(), span)))
 }
 
-fn search_value(
-    value: &Spanned<DeValue<'_>>,
-    span: &Range<usize>,
-    path: &mut Vec<Step>,
-    found: &mut Found,
-) {
-    if covers(&value.span(), span) && path.len() > found.path.len() {
-        *found = Found {
-            path: path.clone(),
+/// Walks every entry (a table header's span is the header alone, so a
+/// parent's span is no guide) and keeps the deepest one at the span.
+struct Search<'s> {
+    span: &'s Range<usize>,
+    unknown: Option<&'s str>,
+    found: Found,
+    path: Vec<Step>,
+}
+
+impl Search<'_> {
+    fn keep(&mut self, value: &Spanned<DeValue<'_>>) {
+        self.found = Found {
+            path: self.path.clone(),
             value: Some(value.span()),
         };
     }
-    match value.get_ref() {
-        DeValue::Table(table) => search_table(table, span, path, found),
-        DeValue::Array(array) => {
-            for (index, item) in array.iter().enumerate() {
-                path.push(Step::Index(index));
-                search_value(item, span, path, found);
-                path.pop();
+
+    fn table(&mut self, table: &DeTable<'_>) {
+        for (key, value) in table {
+            self.path.push(Step::Key(key.get_ref().to_string()));
+            let deeper = self.path.len() >= self.found.path.len();
+            let here = match self.unknown {
+                Some(unknown) => {
+                    **key.get_ref() == *unknown
+                        && (covers(&key.span(), self.span) || value_covers(value, self.span))
+                }
+                None => covers(&key.span(), self.span),
+            };
+            if here && deeper {
+                self.keep(value);
             }
+            self.value(value);
+            self.path.pop();
         }
-        _ => {}
+    }
+
+    fn value(&mut self, value: &Spanned<DeValue<'_>>) {
+        let deeper = self.path.len() > self.found.path.len();
+        if self.unknown.is_none() && deeper && covers(&value.span(), self.span) {
+            self.keep(value);
+        }
+        match value.get_ref() {
+            DeValue::Table(table) => self.table(table),
+            DeValue::Array(array) => {
+                for (index, item) in array.iter().enumerate() {
+                    self.path.push(Step::Index(index));
+                    self.value(item);
+                    self.path.pop();
+                }
+            }
+            _ => {}
+        }
     }
 }
 
@@ -446,8 +478,10 @@ fn unknown_key(serde: &str, table: &str) -> String {
 mod tests {
     use super::*;
 
+    use crate::config::raw::RawConfig;
+
     fn problems(text: &str) -> Vec<ConfigProblem> {
-        shape(text, &LineIndex::new(text)).problems
+        shape::<RawConfig>(text, &LineIndex::new(text)).problems
     }
 
     #[test]
@@ -559,7 +593,7 @@ mod tests {
         let text: String = (0..MAX_SHAPE_PROBLEMS + 5)
             .map(|i| format!("unknown_{i} = 1\n"))
             .collect();
-        let shaped = shape(&text, &LineIndex::new(&text));
+        let shaped = shape::<RawConfig>(&text, &LineIndex::new(&text));
         assert!(shaped.raw.is_none());
         assert_eq!(shaped.problems.len(), MAX_SHAPE_PROBLEMS);
         let last = shaped.problems.last().map(|p| p.message.clone());

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use super::lines::Problems;
 use super::raw::RawConfig;
 use crate::codes::ErrorCode;
+use crate::spelling::quoted;
 
 /// The default of `[sources.docker] endpoint`.
 pub const DEFAULT_DOCKER_ENDPOINT: &str = "unix:///var/run/docker.sock";
@@ -50,9 +51,10 @@ pub(super) fn source_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> S
                 docker.endpoint.as_ref().map_or(0, |e| e.span().start),
                 ErrorCode::InvalidValue,
                 format!(
-                    "[sources.docker] endpoint {endpoint:?} is not a unix:// endpoint: preread \
-                     reads the Docker Engine API on its Unix socket, e.g. \
-                     {DEFAULT_DOCKER_ENDPOINT:?}"
+                    "[sources.docker] endpoint {} is not a unix:// endpoint: preread reads the \
+                     Docker Engine API on its Unix socket, e.g. {}",
+                    quoted(endpoint),
+                    quoted(DEFAULT_DOCKER_ENDPOINT)
                 ),
             ),
         }

@@ -19,6 +19,7 @@ use super::{Declared, Fragment, FragmentBody, FragmentId, Problem, SourceKind};
 use crate::codes::ErrorCode;
 use crate::proto;
 use crate::proto::request::RequestType;
+use crate::spelling;
 
 /// Every label of preread's starts with this.
 pub const LABEL_PREFIX: &str = "preread.";
@@ -195,7 +196,10 @@ fn member<'c>(
         Some(value) => match value.trim().trim_matches(['[', ']']).parse::<IpAddr>() {
             Ok(ip) => Some(ip),
             Err(_) => {
-                problem("address", format!("{value:?} is not an IP address"));
+                problem(
+                    "address",
+                    format!("{} is not an IP address", spelling::quoted(value)),
+                );
                 None
             }
         },
@@ -220,15 +224,19 @@ fn member<'c>(
         None => None,
     };
     let proxy_protocol = match keys.get("proxy_protocol").map(|v| v.trim()) {
-        Some("none") => Some(proto::ProxyProtocol::None),
-        Some("send") => Some(proto::ProxyProtocol::Send),
-        Some("relay") => Some(proto::ProxyProtocol::Relay),
-        Some(other) => {
-            problem(
-                "proxy_protocol",
-                format!("{other:?} is unknown: use none, send or relay"),
-            );
-            None
+        Some(text) => {
+            let parsed = spelling::parse(spelling::PROXY_PROTOCOL, text);
+            if parsed.is_none() {
+                problem(
+                    "proxy_protocol",
+                    format!(
+                        "{} is unknown: use {}",
+                        spelling::quoted(text),
+                        spelling::accepted(spelling::PROXY_PROTOCOL)
+                    ),
+                );
+            }
+            parsed
         }
         None => None,
     };

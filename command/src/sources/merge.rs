@@ -21,6 +21,7 @@ use super::{Declared, Fragment, FragmentBody, FragmentId, Problem};
 use crate::codes::ErrorCode;
 use crate::proto;
 use crate::proto::request::RequestType;
+use crate::spelling;
 use crate::state::ConfigState;
 use crate::undo::Change;
 
@@ -167,8 +168,8 @@ fn resolve_any_ip(
         return Err(Problem {
             code: ErrorCode::InvalidAddress,
             message: format!(
-                "frontend address {:?}: *: must be followed by a port from 1 to 65535",
-                frontend.address
+                "frontend address {}: *: must be followed by a port from 1 to 65535",
+                spelling::quoted(&frontend.address)
             ),
         });
     };
