@@ -21,7 +21,8 @@ pub enum Unit {
     /// `sni_preread_timeout`, `server_first_timeout`.
     Milliseconds,
     /// `front_timeout`, `back_timeout`, `connect_timeout`,
-    /// `soft_stop_grace`, `command_client_timeout`.
+    /// `soft_stop_grace`, `command_client_timeout`, `tcp_keepalive_idle`,
+    /// `tcp_keepalive_interval`.
     Seconds,
 }
 

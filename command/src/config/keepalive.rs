@@ -8,9 +8,10 @@
 
 use toml::Spanned;
 
-use super::lines::{Problems, ranged};
-use super::raw::RawConfig;
+use super::lines::{Problems, duration_millis, ranged};
+use super::raw::{RawConfig, Seconds};
 use crate::codes::ErrorCode;
+use crate::duration;
 
 /// Default of `tcp_keepalive_idle`, in seconds.
 pub const DEFAULT_KEEPALIVE_IDLE_S: u32 = 60;
@@ -20,7 +21,7 @@ pub const DEFAULT_KEEPALIVE_INTERVAL_S: u32 = 10;
 pub const DEFAULT_KEEPALIVE_COUNT: u32 = 6;
 
 /// The largest `TCP_KEEPIDLE` and `TCP_KEEPINTVL` Linux takes, in seconds.
-const MAX_KEEPALIVE_S: i64 = 32_767;
+const MAX_KEEPALIVE_S: u64 = 32_767;
 /// The largest `TCP_KEEPCNT` Linux takes.
 const MAX_KEEPALIVE_COUNT: i64 = 127;
 
@@ -51,39 +52,53 @@ impl Default for TcpKeepalive {
 /// false`; each value in range or reported, its default standing in.
 pub(super) fn tcp_keepalive(raw: &RawConfig, problems: &mut Problems<'_>) -> Option<TcpKeepalive> {
     let mut keepalive = TcpKeepalive::default();
-    let values = [
+    for (value, key, slot) in [
         (
             &raw.tcp_keepalive_idle,
             "tcp_keepalive_idle",
-            MAX_KEEPALIVE_S,
+            &mut keepalive.idle_s,
         ),
         (
             &raw.tcp_keepalive_interval,
             "tcp_keepalive_interval",
-            MAX_KEEPALIVE_S,
+            &mut keepalive.interval_s,
         ),
-        (
-            &raw.tcp_keepalive_count,
-            "tcp_keepalive_count",
-            MAX_KEEPALIVE_COUNT,
-        ),
-    ];
-    let slots = [
-        &mut keepalive.idle_s,
-        &mut keepalive.interval_s,
-        &mut keepalive.count,
-    ];
-    for ((value, key, max), slot) in values.into_iter().zip(slots) {
+    ] {
         if let Some(value) = value
-            && let Some(n) = at_most(value, key, max, problems)
+            && let Some(seconds) = whole_seconds(value, key, problems)
         {
-            *slot = n;
+            *slot = seconds;
         }
+    }
+    if let Some(count) = &raw.tcp_keepalive_count
+        && let Some(n) = at_most(count, "tcp_keepalive_count", MAX_KEEPALIVE_COUNT, problems)
+    {
+        keepalive.count = n;
     }
     match &raw.tcp_keepalive {
         Some(on) if !*on.get_ref() => None,
         _ => Some(keepalive),
     }
+}
+
+/// A keepalive duration in `[1 s, MAX_KEEPALIVE_S]`: the kernel counts
+/// these in whole seconds, so a finer string is a problem, not rounded.
+fn whole_seconds(value: &Spanned<Seconds>, key: &str, problems: &mut Problems<'_>) -> Option<u32> {
+    let millis = duration_millis(value, key, (1_000, MAX_KEEPALIVE_S * 1_000), problems)?;
+    if millis % 1_000 != 0 {
+        problems.push(
+            value.span().start,
+            ErrorCode::InvalidValue,
+            format!(
+                "{key} = {} is not whole seconds: the kernel counts keepalive time in seconds, \
+                 so write e.g. \"{}s\"",
+                duration::shown(millis),
+                millis.div_ceil(1_000)
+            ),
+        );
+        return None;
+    }
+    u32::try_from(millis / 1_000).ok()
 }
 
 /// A value in `[1, max]`, or a problem at it.
@@ -165,7 +180,9 @@ mod tests {
             ]
         );
         assert!(
-            problems[1].message.contains("use at most 32767"),
+            problems[1]
+                .message
+                .contains("use at most 9h 6m 7s (32767000 ms)"),
             "{}",
             problems[1].message
         );
@@ -175,7 +192,30 @@ mod tests {
             problems[2].message
         );
         assert!(
-            problems[0].message.contains("at least 1"),
+            problems[0].message.contains("at least 1s"),
+            "{}",
+            problems[0].message
+        );
+    }
+
+    /// The two durations take strings too, in whole seconds: the kernel
+    /// has no finer unit.
+    #[test]
+    fn durations_take_strings_of_whole_seconds() {
+        assert_eq!(
+            keepalive("tcp_keepalive_idle = \"2m\"\ntcp_keepalive_interval = \"15s\""),
+            Some(TcpKeepalive {
+                idle_s: 120,
+                interval_s: 15,
+                ..TcpKeepalive::default()
+            })
+        );
+        let problems = check_config("tcp_keepalive_idle = \"1500ms\"\n");
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].code, ErrorCode::InvalidValue);
+        assert!(
+            problems[0].message.contains("is not whole seconds")
+                && problems[0].message.contains("\"2s\""),
             "{}",
             problems[0].message
         );

@@ -46,8 +46,8 @@ pub(super) struct RawConfig {
     pub(super) empty_saved_state: Option<Spanned<String>>,
     pub(super) command_client_timeout: Option<Spanned<Seconds>>,
     pub(super) tcp_keepalive: Option<Spanned<bool>>,
-    pub(super) tcp_keepalive_idle: Option<Spanned<i64>>,
-    pub(super) tcp_keepalive_interval: Option<Spanned<i64>>,
+    pub(super) tcp_keepalive_idle: Option<Spanned<Seconds>>,
+    pub(super) tcp_keepalive_interval: Option<Spanned<Seconds>>,
     pub(super) tcp_keepalive_count: Option<Spanned<i64>>,
     pub(super) resolve_interval: Option<Spanned<i64>>,
     #[serde(default)]

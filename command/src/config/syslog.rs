@@ -9,6 +9,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use crate::spelling::quoted;
+
 /// The prefix that makes `access_logs` a syslog target.
 const PREFIX: &str = "syslog:";
 
@@ -27,17 +29,18 @@ pub enum SyslogTarget {
 pub(super) fn syslog_target(value: &str) -> Option<Result<SyslogTarget, String>> {
     let rest = value.strip_prefix(PREFIX)?;
     let usage = "write syslog:/dev/log (a Unix datagram socket) or syslog:udp://IP:PORT";
+    let shown = quoted(value);
     Some(match rest.split_once("://") {
         Some(("udp", address)) => address.parse().map(SyslogTarget::Udp).map_err(|_| {
             format!(
-                "access_logs {value:?}: {address:?} is not an ip:port address (host names are \
+                "access_logs {shown}: `{address}` is not an ip:port address (host names are \
                  not resolved); {usage}"
             )
         }),
         Some((scheme, _)) => Err(format!(
-            "access_logs {value:?}: syslog over {scheme:?} is not supported; {usage}"
+            "access_logs {shown}: syslog over `{scheme}` is not supported; {usage}"
         )),
-        None if rest.is_empty() => Err(format!("access_logs {value:?} names no socket; {usage}")),
+        None if rest.is_empty() => Err(format!("access_logs {shown} names no socket; {usage}")),
         None => Ok(SyslogTarget::Unix(PathBuf::from(rest))),
     })
 }
@@ -70,7 +73,7 @@ mod tests {
             ("syslog:udp://localhost:514", "is not an ip:port address"),
             (
                 "syslog:tcp://127.0.0.1:514",
-                "syslog over \"tcp\" is not supported",
+                "syslog over `tcp` is not supported",
             ),
         ] {
             let Some(Err(message)) = syslog_target(value) else {
