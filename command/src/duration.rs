@@ -22,7 +22,8 @@ pub enum Unit {
     Milliseconds,
     /// `front_timeout`, `back_timeout`, `connect_timeout`,
     /// `soft_stop_grace`, `command_client_timeout`, `tcp_keepalive_idle`,
-    /// `tcp_keepalive_interval`.
+    /// `tcp_keepalive_interval`, `resolve_interval`, a `health_check`'s
+    /// `interval` and `timeout`.
     Seconds,
 }
 
@@ -167,6 +168,13 @@ pub fn shown(millis: u64) -> String {
     humantime::format_duration(Duration::from_millis(millis)).to_string()
 }
 
+/// [`shown`] of a [`Duration`], whole milliseconds (a longer one than
+/// 64 bits of them shows as the longest).
+#[must_use]
+pub fn shown_duration(duration: Duration) -> String {
+    shown(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,5 +250,6 @@ mod tests {
         assert_eq!(shown(1_500), "1500ms");
         assert_eq!(shown(7_200_000), "2h");
         assert_eq!(shown(60_000_000), "16h 40m");
+        assert_eq!(shown_duration(Duration::from_secs(30)), "30s");
     }
 }

@@ -1,5 +1,5 @@
 //! The names of enumerated settings (`load_balancing`, `proxy_protocol`,
-//! `reject_with`): one table per setting that the config file, the command
+//! `reject_with`, a health check's `kind`): one table per setting that the config file, the command
 //! line and the printed lists all read, so their spellings cannot drift.
 //!
 //! Owns: each value's name (the config's snake_case, which `--help`, `cluster
@@ -79,6 +79,20 @@ pub const REJECT_WITH: &[Spelling<proto::RejectWith>] = &[
     Spelling {
         value: proto::RejectWith::Reset,
         name: "reset",
+        aliases: &[],
+    },
+];
+
+/// `health_check = { kind }` / `--health-check`.
+pub const HEALTH_CHECK_KIND: &[Spelling<proto::HealthCheckKind>] = &[
+    Spelling {
+        value: proto::HealthCheckKind::Tcp,
+        name: "tcp",
+        aliases: &[],
+    },
+    Spelling {
+        value: proto::HealthCheckKind::Tls,
+        name: "tls",
         aliases: &[],
     },
 ];
@@ -166,6 +180,7 @@ mod tests {
         check(LOAD_BALANCING);
         check(PROXY_PROTOCOL);
         check(REJECT_WITH);
+        check(HEALTH_CHECK_KIND);
     }
 
     /// Every protobuf value has a spelling, so none is left unnamed.
@@ -180,6 +195,9 @@ mod tests {
             }
             if let Ok(with) = proto::RejectWith::try_from(value) {
                 assert!(name_of(REJECT_WITH, with).is_some(), "{with:?}");
+            }
+            if let Ok(kind) = proto::HealthCheckKind::try_from(value) {
+                assert!(name_of(HEALTH_CHECK_KIND, kind).is_some(), "{kind:?}");
             }
         }
     }

@@ -415,7 +415,7 @@ fn serve(
 /// connection. A name that does not resolve is logged by the resolver and
 /// does not hold the start.
 fn start_backend_threads(shared: &Arc<Shared>, global: &GlobalSettings) -> Result<(), String> {
-    let interval = Duration::from_secs(u64::from(global.resolve_interval_s.max(1)));
+    let interval = global.resolve_interval;
     let first = resolve::spawn(
         Arc::clone(&shared.registry),
         Arc::clone(&shared.counters),

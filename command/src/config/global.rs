@@ -58,8 +58,8 @@ pub const DEFAULT_REJECT_CAPTURE: usize = 64;
 /// The most windows `reject_capture` keeps per worker: each holds up to a
 /// listener's cap (16 KiB by default).
 pub const MAX_REJECT_CAPTURE: usize = 4096;
-/// Default of `resolve_interval`, in seconds.
-pub const DEFAULT_RESOLVE_INTERVAL_S: u32 = 30;
+/// Default of `resolve_interval`.
+pub const DEFAULT_RESOLVE_INTERVAL: Duration = Duration::from_secs(30);
 
 /// The smallest accepted `buffer_size`: a buffer must at least hold a TLS
 /// record header.
@@ -156,8 +156,9 @@ pub struct GlobalSettings {
     pub sources: SourceSettings,
     /// Keepalive probes on the client and backend sockets; `None` is off.
     pub tcp_keepalive: Option<TcpKeepalive>,
-    /// Seconds between two resolutions of each named backend, at least 1.
-    pub resolve_interval_s: u32,
+    /// The time between two resolutions of each named backend, at least
+    /// 1 ms.
+    pub resolve_interval: Duration,
 }
 
 impl GlobalSettings {
@@ -211,7 +212,7 @@ impl Default for GlobalSettings {
             command_client_timeout: DEFAULT_COMMAND_CLIENT_TIMEOUT,
             sources: SourceSettings::default(),
             tcp_keepalive: Some(TcpKeepalive::default()),
-            resolve_interval_s: DEFAULT_RESOLVE_INTERVAL_S,
+            resolve_interval: DEFAULT_RESOLVE_INTERVAL,
         }
     }
 }
@@ -381,8 +382,10 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
     global.sources = source_settings(raw, problems);
     global.tcp_keepalive = tcp_keepalive(raw, problems);
     if let Some(interval) = &raw.resolve_interval {
-        if let Some(interval) = ranged::<u32>(interval, "resolve_interval", 1, problems) {
-            global.resolve_interval_s = interval;
+        if let Some(interval) =
+            duration_millis(interval, "resolve_interval", (1, u64::MAX), problems)
+        {
+            global.resolve_interval = Duration::from_millis(interval);
         }
     }
     global

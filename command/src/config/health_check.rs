@@ -7,14 +7,13 @@
 //! against interval): [`resolve_health_check`](crate::health_check) does,
 //! for the config file and the command socket alike.
 
-use std::time::Duration;
-
 use toml::Spanned;
 
-use super::lines::{Problems, ranged};
-use super::raw::{RawDuration, RawHealthCheck};
+use super::lines::{Problems, duration_millis, ranged};
+use super::raw::{RawHealthCheck, Seconds};
 use crate::codes::ErrorCode;
 use crate::proto;
+use crate::spelling::{self, HEALTH_CHECK_KIND, quoted};
 
 /// The request's `health_check`; a bad value is a located problem and its
 /// field stays unset (the default).
@@ -24,16 +23,16 @@ pub(super) fn health_check(
 ) -> proto::HealthCheck {
     let kind = match raw.kind.as_ref() {
         None => proto::HealthCheckKind::Tcp,
-        Some(kind) => match kind.get_ref().as_str() {
-            "tcp" => proto::HealthCheckKind::Tcp,
-            "tls" => proto::HealthCheckKind::Tls,
-            other => {
+        Some(kind) => match spelling::parse(HEALTH_CHECK_KIND, kind.get_ref()) {
+            Some(kind) => kind,
+            None => {
                 problems.push(
                     kind.span().start,
                     ErrorCode::InvalidValue,
                     format!(
-                        "health_check kind {other:?} is unknown: use \"tcp\" (a connect) or \
-                         \"tls\" (a ClientHello answered by a TLS record)"
+                        "health_check kind {} is unknown: use \"tcp\" (a connect) or \"tls\" \
+                         (a ClientHello answered by a TLS record)",
+                        quoted(kind.get_ref())
                     ),
                 );
                 proto::HealthCheckKind::Tcp
@@ -60,31 +59,9 @@ pub(super) fn health_check(
 
 /// A duration in milliseconds: `"1500ms"`, `"2s"`, or an integer of
 /// seconds; `None` (with a problem) when it is not one, or does not fit.
-fn milliseconds(
-    value: &Spanned<RawDuration>,
-    key: &str,
-    problems: &mut Problems<'_>,
-) -> Option<u32> {
-    let duration = match value.get_ref() {
-        RawDuration::Integer(seconds) => u64::try_from(*seconds).ok().map(Duration::from_secs),
-        RawDuration::Text(text) => humantime::parse_duration(text).ok(),
-    };
-    let millis = duration.and_then(|d| u32::try_from(d.as_millis()).ok());
-    if millis.is_none() {
-        let written = match value.get_ref() {
-            RawDuration::Integer(seconds) => seconds.to_string(),
-            RawDuration::Text(text) => format!("{text:?}"),
-        };
-        problems.push(
-            value.span().start,
-            ErrorCode::InvalidValue,
-            format!(
-                "{key} = {written} is not a duration: write a string with its unit, such as \
-                 \"500ms\" or \"2s\", or a whole number of seconds"
-            ),
-        );
-    }
-    millis
+fn milliseconds(value: &Spanned<Seconds>, key: &str, problems: &mut Problems<'_>) -> Option<u32> {
+    let millis = duration_millis(value, key, (0, u64::from(u32::MAX)), problems)?;
+    u32::try_from(millis).ok()
 }
 
 #[cfg(test)]

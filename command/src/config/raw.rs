@@ -49,7 +49,7 @@ pub(super) struct RawConfig {
     pub(super) tcp_keepalive_idle: Option<Spanned<Seconds>>,
     pub(super) tcp_keepalive_interval: Option<Spanned<Seconds>>,
     pub(super) tcp_keepalive_count: Option<Spanned<i64>>,
-    pub(super) resolve_interval: Option<Spanned<i64>>,
+    pub(super) resolve_interval: Option<Spanned<Seconds>>,
     #[serde(default)]
     pub(super) listeners: Vec<Spanned<RawListener>>,
     #[serde(default)]
@@ -137,22 +137,16 @@ pub(super) struct RawBackend {
 
 /// A cluster's `health_check = { kind, interval, timeout, rise, fall }`.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a health_check table such as { kind = \"tcp\", interval = \"2s\" }"
+)]
 pub(super) struct RawHealthCheck {
     pub(super) kind: Option<Spanned<String>>,
-    pub(super) interval: Option<Spanned<RawDuration>>,
-    pub(super) timeout: Option<Spanned<RawDuration>>,
+    pub(super) interval: Option<Spanned<Seconds>>,
+    pub(super) timeout: Option<Spanned<Seconds>>,
     pub(super) rise: Option<Spanned<i64>>,
     pub(super) fall: Option<Spanned<i64>>,
-}
-
-/// A duration as written: a bare integer (in the key's unit) or a string
-/// with its unit (`"1500ms"`, `"2s"`).
-#[derive(Deserialize)]
-#[serde(untagged)]
-pub(super) enum RawDuration {
-    Integer(i64),
-    Text(String),
 }
 
 /// `[clusters.<id>]` tables, in the order the deserializer yields them

@@ -10,7 +10,9 @@ use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
 use command::duration::{self, Unit};
 use command::proto;
-use command::spelling::{self, LOAD_BALANCING, PROXY_PROTOCOL, REJECT_WITH, Spelling};
+use command::spelling::{
+    self, HEALTH_CHECK_KIND, LOAD_BALANCING, PROXY_PROTOCOL, REJECT_WITH, Spelling,
+};
 
 /// preread: routes TLS connections by SNI and ALPN without terminating TLS.
 #[derive(Debug, Parser)]
@@ -301,14 +303,14 @@ pub struct ClusterArgs {
     pub max_connections_per_ip: u32,
     /// Check every backend actively: a connect (tcp), or a ClientHello
     /// answered by a TLS record (tls).
-    #[arg(long, value_enum)]
-    pub health_check: Option<HealthCheckArg>,
+    #[arg(long, value_parser = spelt(HEALTH_CHECK_KIND))]
+    pub health_check: Option<proto::HealthCheckKind>,
     /// Time between two checks of a backend: "500ms", "2s" (a bare number
     /// is seconds); default 2s.
-    #[arg(long, requires = "health_check", value_parser = duration_ms)]
+    #[arg(long, requires = "health_check", value_parser = millis_u32(Unit::Seconds))]
     pub health_check_interval: Option<u32>,
     /// Time one check may take, at most the interval; default 1s.
-    #[arg(long, requires = "health_check", value_parser = duration_ms)]
+    #[arg(long, requires = "health_check", value_parser = millis_u32(Unit::Seconds))]
     pub health_check_timeout: Option<u32>,
     /// Checks passed in a row that bring a down backend up; default 2.
     #[arg(long, requires = "health_check")]
@@ -316,12 +318,6 @@ pub struct ClusterArgs {
     /// Checks failed in a row that take an up backend down; default 3.
     #[arg(long, requires = "health_check")]
     pub health_check_fall: Option<u32>,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum HealthCheckArg {
-    Tcp,
-    Tls,
 }
 
 #[derive(Debug, Subcommand)]
@@ -445,19 +441,6 @@ fn reject_reason(text: &str) -> Result<String, String> {
     } else {
         Err(format!("unknown reason; use one of {}", known.join(", ")))
     }
-}
-
-/// A duration in milliseconds: "500ms", "2s", or a bare number of seconds,
-/// as the config file writes it.
-fn duration_ms(text: &str) -> Result<u32, String> {
-    let text = text.trim();
-    let duration = match text.parse::<u64>() {
-        Ok(seconds) => Some(std::time::Duration::from_secs(seconds)),
-        Err(_) => humantime::parse_duration(text).ok(),
-    };
-    duration
-        .and_then(|d| u32::try_from(d.as_millis()).ok())
-        .ok_or_else(|| format!("{text:?} is not a duration: write e.g. \"500ms\" or \"2s\""))
 }
 
 /// One size of `inspect --reads`: a read adds at least one byte.

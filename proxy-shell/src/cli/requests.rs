@@ -8,8 +8,8 @@ use command::proto::{self, request::RequestType};
 
 use super::args::{
     BackendAction, BackendArgs, ClusterAction, ClusterArgs, Command, FrontendAction, FrontendArgs,
-    HealthCheckArg, ListenerAction, MetricsAction, StateAction, TcpFrontendAction,
-    TcpListenerAction, TcpListenerArgs,
+    ListenerAction, MetricsAction, StateAction, TcpFrontendAction, TcpListenerAction,
+    TcpListenerArgs,
 };
 
 fn request(request_type: RequestType) -> proto::Request {
@@ -45,11 +45,7 @@ fn cluster(args: &ClusterArgs) -> proto::Cluster {
         proxy_protocol: args.proxy_protocol.into(),
         max_connections_per_ip: args.max_connections_per_ip,
         health_check: args.health_check.map(|kind| proto::HealthCheck {
-            kind: match kind {
-                HealthCheckArg::Tcp => proto::HealthCheckKind::Tcp,
-                HealthCheckArg::Tls => proto::HealthCheckKind::Tls,
-            }
-            .into(),
+            kind: kind.into(),
             interval_ms: args.health_check_interval,
             timeout_ms: args.health_check_timeout,
             rise: args.health_check_rise,
@@ -363,7 +359,7 @@ mod tests {
     /// same meaning, and `--help` shows the config's own.
     #[test]
     fn enumerations_take_every_spelling_of_the_config() -> Result<(), String> {
-        use command::spelling::{LOAD_BALANCING, PROXY_PROTOCOL, REJECT_WITH};
+        use command::spelling::{HEALTH_CHECK_KIND, LOAD_BALANCING, PROXY_PROTOCOL, REJECT_WITH};
         for spelling in LOAD_BALANCING {
             for text in std::iter::once(&spelling.name).chain(spelling.aliases) {
                 let line = format!("preread cluster add -i web --load-balancing {text}");
@@ -382,6 +378,20 @@ mod tests {
                 return Err(format!("{line}: not a cluster add"));
             };
             assert_eq!(c.proxy_protocol, spelling.value as i32, "{line}");
+        }
+        for spelling in HEALTH_CHECK_KIND {
+            let line = format!(
+                "preread cluster add -i web --health-check {}",
+                spelling.name
+            );
+            let Some(RequestType::AddCluster(c)) = build(&line) else {
+                return Err(format!("{line}: not a cluster add"));
+            };
+            assert_eq!(
+                c.health_check.map(|h| h.kind),
+                Some(spelling.value as i32),
+                "{line}"
+            );
         }
         for spelling in REJECT_WITH {
             let line = format!(

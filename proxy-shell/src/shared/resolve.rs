@@ -19,6 +19,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use command::backend_address::BackendAddress;
+use command::duration::shown_duration;
 
 use super::events::Counters;
 use super::registry::{Registry, SharedBackend};
@@ -137,10 +138,10 @@ fn failure(
     };
     format!(
         "backend {} of {}: cannot resolve {host}:{port}: {error}; {consequence}, and it is \
-         tried again every {} s (resolve_interval); the other backends and clusters serve",
+         tried again every {} (resolve_interval); the other backends and clusters serve",
         backend.id(),
         backend.cluster(),
-        interval.as_secs()
+        shown_duration(interval)
     )
 }
 
