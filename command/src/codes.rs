@@ -583,7 +583,7 @@ impl ErrorCode {
                  key share (X25519MLKEM768) send ClientHellos of about 1,800 bytes or more, \
                  which a smaller cap refuses as too_large. This is a warning: the value is \
                  used as written.",
-                "sni_preread_max_bytes of 2048 or more; the default 16384 holds any \
+                "sni_preread_max_bytes of 2048 or more; the default 65536 holds any \
                  ClientHello in one record.",
                 "Raise sni_preread_max_bytes, or remove it to use the default.",
                 "3.3",
