@@ -65,13 +65,15 @@ mod tests {
         }
     }
 
+    type Outcome = Result<(), Box<dyn std::error::Error>>;
+
     #[test]
-    fn only_the_file_the_cli_saw_is_loaded() {
-        let dir = tempfile::tempdir().unwrap();
+    fn only_the_file_the_cli_saw_is_loaded() -> Outcome {
+        let dir = tempfile::tempdir()?;
         let path = dir.path().join("preread.toml");
         let text = "[[listeners]]\naddress = \"127.0.0.1:9443\"\n";
-        std::fs::write(&path, text).unwrap();
-        let loaded = read(&path, Some(&seen(text.as_bytes()))).unwrap();
+        std::fs::write(&path, text)?;
+        let loaded = read(&path, Some(&seen(text.as_bytes()))).map_err(|e| format!("{e:?}"))?;
         assert_eq!(loaded.state.listeners().len(), 1);
         assert!(read(&path, None).is_ok(), "SIGHUP checks nothing more");
         let other = seen(b"[[listeners]]\naddress = \"127.0.0.1:9444\"\n");
@@ -82,18 +84,20 @@ mod tests {
         assert!(
             matches!(read(&missing, None), Err(Unread::Unseen(m)) if m.contains("cannot read"))
         );
+        Ok(())
     }
 
     #[test]
-    fn a_config_with_problems_is_refused_with_them() {
-        let dir = tempfile::tempdir().unwrap();
+    fn a_config_with_problems_is_refused_with_them() -> Outcome {
+        let dir = tempfile::tempdir()?;
         let path = dir.path().join("preread.toml");
-        std::fs::write(&path, "[[listeners]]\naddress = \"nowhere\"\n").unwrap();
+        std::fs::write(&path, "[[listeners]]\naddress = \"nowhere\"\n")?;
         let Err(Unread::Refused(problems)) = read(&path, None) else {
-            panic!("a bad address loaded")
+            return Err("a bad address loaded".into());
         };
         assert_eq!(problems[0].code.as_str(), "E101");
-        std::fs::write(&path, b"\xff\xfe").unwrap();
+        std::fs::write(&path, b"\xff\xfe")?;
         assert!(matches!(read(&path, None), Err(Unread::Refused(_))));
+        Ok(())
     }
 }
