@@ -3,11 +3,13 @@
 //!
 //! Owns: [`RejectRing`]: `reject_capture` slots, each with a buffer
 //! reserved when the ring is made (as large as a pooled buffer, which
-//! holds any window), filled in turn (the oldest is overwritten), and
-//! listed newest first, filtered by reason and listener.
-//! Must never: allocate when a window is captured (the slot's buffer is
-//! reused; a window never outgrows a pooled buffer), keep a window past the
-//! listener's cap, or hold anything of a session but a copy.
+//! holds nearly every window), filled in turn (the oldest is overwritten),
+//! and listed newest first, filtered by reason and listener.
+//! Must never: cut a window (a `too_large` one is as long as the
+//! listener's cap, 64 KiB by default, past a pooled buffer, and only whole
+//! does it replay to its reason), allocate for a window its slot already
+//! has room for (a slot grows once to the largest window it held, then
+//! reuses that), or hold anything of a session but a copy.
 
 use std::net::SocketAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -40,7 +42,6 @@ struct Slot {
 #[derive(Debug)]
 pub struct RejectRing {
     slots: Vec<Slot>,
-    window_capacity: usize,
     /// Captures made so far; the next one goes to `seq % slots.len()`.
     seq: u64,
 }
@@ -48,7 +49,8 @@ pub struct RejectRing {
 impl RejectRing {
     /// A ring of `capacity` slots (0: capture is off), each with a buffer
     /// of `window_capacity` bytes reserved now: the memory is the kernel's
-    /// to give as windows are written, and a capture never allocates.
+    /// to give as windows are written, and a capture of a window that fits
+    /// never allocates.
     pub fn new(capacity: usize, window_capacity: usize) -> Self {
         let slots = (0..capacity)
             .map(|_| Slot {
@@ -57,11 +59,7 @@ impl RejectRing {
                 window: Vec::with_capacity(window_capacity),
             })
             .collect();
-        Self {
-            slots,
-            window_capacity,
-            seq: 0,
-        }
+        Self { slots, seq: 0 }
     }
 
     /// Keeps a copy of `window` (the session's bytes at its decision) and
@@ -79,8 +77,7 @@ impl RejectRing {
         slot.seq = Some(self.seq);
         slot.what = Some(what);
         slot.window.clear();
-        let kept = window.len().min(self.window_capacity);
-        slot.window.extend_from_slice(&window[..kept]);
+        slot.window.extend_from_slice(window);
         self.seq += 1;
     }
 
@@ -157,20 +154,27 @@ mod tests {
     }
 
     #[test]
-    fn the_ring_keeps_the_newest_and_reuses_its_buffers() {
+    fn the_ring_keeps_the_newest_whole_and_reuses_its_buffers() {
         let mut ring = RejectRing::new(2, 8);
         let not_tls = Outcome::Rejected(RejectReason::NotTls);
         let buffers: Vec<*const u8> = ring.slots.iter().map(|s| s.window.as_ptr()).collect();
         ring.capture(b"one", what(1, not_tls));
         ring.capture(b"two", what(1, not_tls));
-        ring.capture(b"three-and-more", what(1, not_tls));
+        ring.capture(b"three", what(1, not_tls));
         let listed = ring.list(0, &QueryRejects::default());
         let windows: Vec<&[u8]> = listed.iter().map(|w| w.window.as_slice()).collect();
-        assert_eq!(windows, [&b"three-an"[..], b"two"], "newest first, capped");
+        assert_eq!(windows, [&b"three"[..], b"two"], "newest first");
         assert_eq!(listed.iter().map(|w| w.seq).collect::<Vec<_>>(), [2, 1]);
         let after: Vec<*const u8> = ring.slots.iter().map(|s| s.window.as_ptr()).collect();
         assert_eq!(buffers, after, "each slot kept the buffer it was made with");
         assert_eq!(listed[0].outcome, "rejected:not_tls");
+        // A window past the reserve (a too_large hello at the cap) is kept
+        // whole: its slot grows, once.
+        let large = vec![0x16; 20];
+        ring.capture(&large, what(1, Outcome::Rejected(RejectReason::TooLarge)));
+        let listed = ring.list(0, &QueryRejects::default());
+        assert_eq!(listed[0].window, large);
+        assert_eq!(listed[1].window, b"three", "the other slot is untouched");
     }
 
     #[test]
