@@ -312,8 +312,9 @@ impl CommandServer {
                 Some((Origin::Sources, diff(&self.state, &desired)))
             }
             Job::Reload { path, seen } => {
-                match (Instant::now(), reload_file::read(path, seen.as_ref())) {
-                    (started, Ok(loaded)) => {
+                let started = Instant::now();
+                match reload_file::read(path, seen.as_ref()) {
+                    Ok(loaded) => {
                         let warnings: Vec<String> = loaded
                             .warnings
                             .iter()
@@ -331,7 +332,7 @@ impl CommandServer {
                         );
                         Some((Origin::Reload(path.clone(), warnings), changes))
                     }
-                    (_, Err(unread)) => {
+                    Err(unread) => {
                         self.refuse_reload(queued.client, path, unread);
                         None
                     }
