@@ -385,7 +385,7 @@ fn a_scrape_behind_dripping_clients_answers_within_6_s() {
     let (status, body) = http(metrics, SCRAPE);
     assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
     assert!(
-        body.contains("# TYPE preread_tcp_accepted counter"),
+        body.contains("# TYPE preread_connections_accepted_total counter"),
         "{body}"
     );
     assert_eq!(

@@ -14,6 +14,7 @@ pub mod fd_budget;
 pub mod handover;
 pub mod heap;
 pub mod inspect;
+pub mod metrics;
 pub mod metrics_http;
 pub mod notify;
 pub mod server;

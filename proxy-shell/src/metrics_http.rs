@@ -1,5 +1,8 @@
 //! The optional Prometheus endpoint (`metrics_address`): `GET /metrics`
-//! answers the workers' summed metrics in the text exposition format.
+//! answers the labelled families of the workers' summed series, in the
+//! Prometheus text format or, when the scrape's `Accept` asks for it,
+//! OpenMetrics (`crate::metrics::exposition`, encoded by
+//! `prometheus-client`).
 //!
 //! Owns: a small blocking HTTP/1.x responder on threads of its own: one
 //! accepts, [`MAX_SCRAPES_IN_FLIGHT`] serve, and at most [`MAX_WAITING`]
@@ -35,7 +38,7 @@ use std::time::{Duration, Instant};
 use command::channel::BlockingChannel;
 use command::proto::{self, request::RequestType, response_content::ContentType};
 
-use crate::worker::metrics::prometheus_text;
+use crate::metrics::exposition::{self, Format};
 
 /// Scrapes served at once, each on a thread of its own.
 pub const MAX_SCRAPES_IN_FLIGHT: usize = 4;
@@ -128,7 +131,7 @@ fn refuse_busy(stream: TcpStream) {
         let body = format!(
             "{MAX_SCRAPES_IN_FLIGHT} scrapes in flight and {MAX_WAITING} waiting: try again\n"
         );
-        let _ = stream.write(response_bytes("503 Service Unavailable", &body).as_slice());
+        let _ = stream.write(response_bytes("503 Service Unavailable", PLAIN, &body).as_slice());
     }
 }
 
@@ -169,8 +172,12 @@ fn left(deadline: Instant) -> io::Result<Duration> {
 enum Head {
     /// More bytes are needed.
     Partial,
-    /// A whole head: its method and path.
-    Complete { method: String, path: String },
+    /// A whole head: its method, path and `Accept` header.
+    Complete {
+        method: String,
+        path: String,
+        accept: Option<String>,
+    },
     /// Not HTTP/1.x.
     Malformed,
     /// Over `MAX_HEADERS` header lines.
@@ -184,6 +191,11 @@ fn parse_head(bytes: &[u8]) -> Head {
         Ok(httparse::Status::Complete(_)) => Head::Complete {
             method: request.method.unwrap_or_default().to_owned(),
             path: request.path.unwrap_or_default().to_owned(),
+            accept: request
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("accept"))
+                .map(|h| String::from_utf8_lossy(h.value).into_owned()),
         },
         Ok(httparse::Status::Partial) => Head::Partial,
         Err(httparse::Error::TooManyHeaders) => Head::TooManyHeaders,
@@ -222,9 +234,12 @@ fn read_head(stream: &mut TcpStream, deadline: Instant) -> io::Result<Head> {
     }
 }
 
-fn response_bytes(status: &str, body: &str) -> Vec<u8> {
+/// The `Content-Type` of an answer that is not metrics.
+const PLAIN: &str = "text/plain; charset=utf-8";
+
+fn response_bytes(status: &str, content_type: &str, body: &str) -> Vec<u8> {
     format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()
@@ -232,7 +247,18 @@ fn response_bytes(status: &str, body: &str) -> Vec<u8> {
 
 /// Writes the whole answer before the deadline, then closes gracefully.
 fn answer(stream: &mut TcpStream, deadline: Instant, status: &str, body: &str) -> io::Result<()> {
-    let bytes = response_bytes(status, body);
+    answer_as(stream, deadline, status, PLAIN, body)
+}
+
+/// [`answer`] with its `Content-Type`.
+fn answer_as(
+    stream: &mut TcpStream,
+    deadline: Instant,
+    status: &str,
+    content_type: &str,
+    body: &str,
+) -> io::Result<()> {
+    let bytes = response_bytes(status, content_type, body);
     let mut rest = bytes.as_slice();
     while !rest.is_empty() {
         stream.set_write_timeout(Some(left(deadline)?))?;
@@ -271,8 +297,12 @@ fn linger(stream: &mut TcpStream, until: Instant) {
 
 fn serve(mut stream: TcpStream, accepted: Instant, command_socket: &Path) -> io::Result<()> {
     let deadline = accepted + REQUEST_DEADLINE;
-    let (method, path) = match read_head(&mut stream, accepted + HEAD_DEADLINE)? {
-        Head::Complete { method, path } => (method, path),
+    let (method, path, accept) = match read_head(&mut stream, accepted + HEAD_DEADLINE)? {
+        Head::Complete {
+            method,
+            path,
+            accept,
+        } => (method, path, accept),
         Head::TooManyHeaders => {
             return answer(
                 &mut stream,
@@ -296,11 +326,21 @@ fn serve(mut stream: TcpStream, accepted: Instant, command_socket: &Path) -> io:
     if path != "/metrics" {
         return answer(&mut stream, deadline, "404 Not Found", "GET /metrics\n");
     }
-    match query_totals(
+    let format = Format::negotiate(accept.as_deref());
+    match query_series(
         command_socket,
         deadline.checked_sub(ANSWER_RESERVE).unwrap_or(deadline),
     ) {
-        Ok(text) => answer(&mut stream, deadline, "200 OK", &text),
+        Ok(series) => {
+            let body = exposition::render(&series, format);
+            answer_as(
+                &mut stream,
+                deadline,
+                "200 OK",
+                format.content_type(),
+                &body,
+            )
+        }
         Err(message) => answer(
             &mut stream,
             deadline,
@@ -310,7 +350,10 @@ fn serve(mut stream: TcpStream, accepted: Instant, command_socket: &Path) -> io:
     }
 }
 
-fn query_totals(command_socket: &Path, deadline: Instant) -> Result<String, String> {
+fn query_series(
+    command_socket: &Path,
+    deadline: Instant,
+) -> Result<Vec<proto::MetricSeries>, String> {
     let time_left = || left(deadline).map_err(|e| e.to_string());
     let mut channel =
         BlockingChannel::connect(command_socket, time_left()?).map_err(|e| e.to_string())?;
@@ -322,7 +365,7 @@ fn query_totals(command_socket: &Path, deadline: Instant) -> Result<String, Stri
     channel.set_timeout(time_left()?);
     let response = channel.recv().map_err(|e| e.to_string())?;
     match response.content.and_then(|c| c.content_type) {
-        Some(ContentType::Metrics(report)) => Ok(prometheus_text(&report.total)),
+        Some(ContentType::Metrics(report)) => Ok(report.series),
         _ => Err(format!(
             "the proxy did not answer with metrics: {}",
             response.message
@@ -340,7 +383,16 @@ mod tests {
             parse_head(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
             Head::Complete {
                 method: "GET".into(),
-                path: "/metrics".into()
+                path: "/metrics".into(),
+                accept: None,
+            }
+        );
+        assert_eq!(
+            parse_head(b"GET /metrics HTTP/1.1\r\naccept: application/openmetrics-text\r\n\r\n"),
+            Head::Complete {
+                method: "GET".into(),
+                path: "/metrics".into(),
+                accept: Some("application/openmetrics-text".into()),
             }
         );
         assert_eq!(parse_head(b"GET /metrics HTTP/1.1\r\nHo"), Head::Partial);

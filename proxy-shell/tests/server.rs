@@ -125,6 +125,7 @@ fn spawn_fake(
                     ]
                     .into_iter()
                     .collect(),
+                    series: Vec::new(),
                 }),
                 _ => Answer::Done,
             };
@@ -873,6 +874,7 @@ fn metrics_are_summed_over_the_workers() {
         ("backend.recovered".to_owned(), 0),
         ("backend.resolve.errors".to_owned(), 0),
         ("bytes_in".to_owned(), 20),
+        ("config.generation".to_owned(), 0),
         ("tcp.accepted".to_owned(), 3),
     ]
     .into_iter()

@@ -480,10 +480,12 @@ mod tests {
         let worker = |id: u32, n: i64| proto::WorkerMetrics {
             worker_id: id,
             values: [("tcp.accepted".to_owned(), n)].into_iter().collect(),
+            series: Vec::new(),
         };
         let report = proto::MetricsReport {
             workers: vec![worker(0, 2), worker(1, 3)],
             total: [("tcp.accepted".to_owned(), 5)].into_iter().collect(),
+            series: Vec::new(),
         };
         let lines = success_json(&with(ContentType::Metrics(report.clone())));
         assert_eq!(lines.len(), 3);

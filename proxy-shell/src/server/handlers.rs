@@ -148,7 +148,8 @@ impl CommandServer {
             ),
             Query::Metrics => responses::metrics(
                 &gathered.answers,
-                self.shared.counters.metrics(&self.shared.registry),
+                self.shared.counters.series(&self.shared.registry),
+                self.generation,
             ),
             Query::Rejects(_) => responses::rejects(&gathered.answers),
         };

@@ -4,15 +4,17 @@
 //! Owns: the shape of every response (status, message, code, content).
 //! Must never: change the state or talk to a worker.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
 
 use command::listing::fill_by;
-use command::proto::{self, response_content::ContentType};
+use command::proto::{self, MetricSeries, response_content::ContentType};
 use command::state::ConfigState;
 use prost::Message;
 
 use crate::answer_code::AnswerCode;
+use crate::metrics::families::{Family, Label};
+use crate::metrics::flat;
+use crate::metrics::series::{family_total, plain, sum};
 use crate::shared::registry::Registry;
 use crate::worker::orders::Answer;
 
@@ -141,24 +143,53 @@ fn statuses(backend: &proto::Backend, registry: &Registry) -> Vec<proto::Backend
         .collect()
 }
 
-/// The metrics of every worker, by worker id, and their total: counters
-/// and gauges summed, histogram quantiles re-estimated from the summed
-/// buckets (a sum of per-worker p99s means nothing), with the process-wide
-/// ones (`process`: health and resolution) in the total only.
-pub(crate) fn metrics(answers: &[(u32, Answer)], process: BTreeMap<String, i64>) -> ContentType {
-    let workers: Vec<proto::WorkerMetrics> = answers
+/// The metrics of every worker, by worker id, and their total: flat
+/// counters and gauges summed, histogram quantiles re-estimated from the
+/// summed buckets (a sum of per-worker p99s means nothing), and the
+/// labelled series summed; the process-wide series (`process`: health and
+/// resolution), the config `generation` and each worker's open sessions are
+/// in the total only.
+pub(crate) fn metrics(
+    answers: &[(u32, Answer)],
+    process: Vec<MetricSeries>,
+    generation: u64,
+) -> ContentType {
+    let mut workers: Vec<proto::WorkerMetrics> = answers
         .iter()
         .filter_map(|(worker, answer)| match answer {
             Answer::Metrics(metrics) => Some(proto::WorkerMetrics {
                 worker_id: *worker,
-                values: metrics.values.clone(),
+                ..metrics.clone()
             }),
             _ => None,
         })
         .collect();
-    let mut total = crate::worker::metrics::totals(&workers);
-    total.extend(process);
-    ContentType::Metrics(proto::MetricsReport { workers, total })
+    let mut series = process;
+    series.push(plain(
+        Family::ConfigGeneration,
+        &[],
+        i64::try_from(generation).unwrap_or(i64::MAX),
+    ));
+    for worker in &workers {
+        let active = family_total(&worker.series, Family::ConnectionsActive);
+        let id = worker.worker_id.to_string();
+        series.push(plain(
+            Family::WorkerConnectionsActive,
+            &[(Label::Worker, &id)],
+            active,
+        ));
+    }
+    let mut total = flat::totals(&workers);
+    flat::view(&series, &mut total);
+    series.extend(sum(workers.iter().flat_map(|w| &w.series)));
+    for worker in &mut workers {
+        worker.series.clear();
+    }
+    ContentType::Metrics(proto::MetricsReport {
+        workers,
+        total,
+        series,
+    })
 }
 
 /// Room for the windows in one answer, under the channel's 1 MiB frame
@@ -200,10 +231,15 @@ pub(crate) fn rejects(answers: &[(u32, Answer)]) -> ContentType {
 mod tests {
     use super::*;
 
-    fn worker(values: &[(&str, i64)]) -> Answer {
+    fn worker(values: &[(&str, i64)], active: i64) -> Answer {
         Answer::Metrics(proto::WorkerMetrics {
             worker_id: 99,
             values: values.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+            series: vec![plain(
+                Family::ConnectionsActive,
+                &[(Label::Listener, "127.0.0.1:1")],
+                active,
+            )],
         })
     }
 
@@ -291,32 +327,55 @@ mod tests {
     }
 
     #[test]
-    fn metrics_total_is_a_per_name_sum() {
-        let process = BTreeMap::from([("backend.down".to_owned(), 2)]);
+    fn metrics_total_is_a_per_name_and_per_series_sum() {
+        let process = vec![plain(Family::BackendDown, &[], 2)];
         let ContentType::Metrics(report) = metrics(
             &[
-                (0, worker(&[("a", 1), ("b", 2)])),
-                (1, worker(&[("b", 3), ("c", 4)])),
+                (0, worker(&[("a", 1), ("b", 2)], 3)),
+                (1, worker(&[("b", 3), ("c", 4)], 4)),
             ],
             process,
+            17,
         ) else {
             panic!("not metrics");
         };
         let total: Vec<(&str, i64)> = report.total.iter().map(|(k, v)| (k.as_str(), *v)).collect();
         assert_eq!(
             total,
-            vec![("a", 1), ("b", 5), ("backend.down", 2), ("c", 4)],
+            vec![
+                ("a", 1),
+                ("b", 5),
+                ("backend.down", 2),
+                ("c", 4),
+                ("config.generation", 17)
+            ],
             "the process-wide names are in the total"
         );
         assert!(
             report
                 .workers
                 .iter()
-                .all(|w| !w.values.contains_key("backend.down")),
-            "and in no worker's column"
+                .all(|w| !w.values.contains_key("backend.down") && w.series.is_empty()),
+            "and in no worker's column; the series are summed once"
         );
         let ids: Vec<u32> = report.workers.iter().map(|w| w.worker_id).collect();
         assert_eq!(ids, vec![0, 1], "the reply's worker id wins");
+        let value = |family: Family, worker: Option<&str>| {
+            report
+                .series
+                .iter()
+                .find(|s| {
+                    s.family == family.name()
+                        && worker
+                            .is_none_or(|w| s.labels.get("worker").map(String::as_str) == Some(w))
+                })
+                .map(|s| s.value)
+        };
+        assert_eq!(value(Family::ConnectionsActive, None), Some(7));
+        assert_eq!(value(Family::WorkerConnectionsActive, Some("0")), Some(3));
+        assert_eq!(value(Family::WorkerConnectionsActive, Some("1")), Some(4));
+        assert_eq!(value(Family::ConfigGeneration, None), Some(17));
+        assert_eq!(value(Family::BackendDown, None), Some(2));
     }
 
     fn captured(worker: u32, at_unix_ms: u64, len: usize) -> proto::CapturedWindow {

@@ -3,21 +3,21 @@
 //!
 //! Owns: [`Counters`] (`backend.down`, `backend.recovered`,
 //! `backend.resolve.errors`, counted by whichever thread saw the event),
-//! the process-wide metrics merged into the total of `metrics get`
-//! ([`Counters::metrics`], with each backend's `backend.<id>.up`), and the
-//! wording of the health log lines. Must never: name a metric itself (the
-//! names are the worker vocabulary's), or be called with a lock held (each
-//! announcement logs, a write to stderr).
+//! the process-wide series merged into the report of `metrics get`
+//! ([`Counters::series`], with each backend's `preread_backend_up`), and
+//! the wording of the health log lines. Must never: name a metric itself
+//! (the families are `crate::metrics`'), or be called with a lock held
+//! (each announcement logs, a write to stderr).
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use command::proto::MetricSeries;
 
 use super::health::Change;
 use super::instance::{Instance, Transition};
 use super::registry::Registry;
-use crate::worker::vocabulary::{
-    BACKEND_DOWN, BACKEND_RECOVERED, BACKEND_RESOLVE_ERRORS, backend_up,
-};
+use crate::metrics::families::Family;
+use crate::metrics::series::{Series, plain};
 
 /// The process-wide counters.
 #[derive(Debug, Default)]
@@ -59,26 +59,25 @@ impl Counters {
         self.resolve_errors.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The process-wide metrics: these counters, and `backend.<id>.up`
+    /// The process-wide series: these counters, and `preread_backend_up`
     /// for every backend of `registry`.
     #[must_use]
-    pub fn metrics(&self, registry: &Registry) -> BTreeMap<String, i64> {
+    pub fn series(&self, registry: &Registry) -> Vec<MetricSeries> {
         let count = |n: &AtomicU64| i64::try_from(n.load(Ordering::Relaxed)).unwrap_or(i64::MAX);
-        let mut metrics = BTreeMap::from([
-            (BACKEND_DOWN.to_owned(), count(&self.down)),
-            (BACKEND_RECOVERED.to_owned(), count(&self.recovered)),
-            (
-                BACKEND_RESOLVE_ERRORS.to_owned(),
+        let mut series = vec![
+            plain(Family::BackendDown, &[], count(&self.down)),
+            plain(Family::BackendRecovered, &[], count(&self.recovered)),
+            plain(
+                Family::BackendResolveErrors,
+                &[],
                 count(&self.resolve_errors),
             ),
-        ]);
+        ];
         for backend in registry.backends() {
             let up = backend.instances().iter().filter(|i| i.is_up()).count();
-            metrics.insert(
-                backend_up(backend.id()),
-                i64::try_from(up).unwrap_or(i64::MAX),
-            );
+            let key = Series::backend(Family::BackendUp, backend.cluster(), backend.id());
+            series.push(key.to_proto(i64::try_from(up).unwrap_or(i64::MAX)));
         }
-        metrics
+        series
     }
 }

@@ -118,6 +118,18 @@ impl Instance {
         &self.backend
     }
 
+    /// The cluster's id, shared (a metric's label).
+    #[must_use]
+    pub fn cluster_id(&self) -> &Arc<str> {
+        &self.cluster
+    }
+
+    /// The backend's id, shared (a session's and a metric's label).
+    #[must_use]
+    pub fn backend_id(&self) -> &Arc<str> {
+        &self.backend
+    }
+
     /// Connections open to it now, by every worker.
     #[must_use]
     pub fn active(&self) -> u32 {

@@ -204,7 +204,10 @@ mod tests {
             Arc::ptr_eq(&before, &good.instances()),
             "nothing was due: no second lookup"
         );
-        let metrics = counters.metrics(&registry);
-        assert_eq!(metrics.get("backend.resolve.errors"), Some(&1));
+        let series = counters.series(&registry);
+        let errors = series
+            .iter()
+            .find(|s| s.family == "preread_backend_resolve_errors_total");
+        assert_eq!(errors.map(|s| s.value), Some(1));
     }
 }

@@ -31,9 +31,9 @@ use super::session::Session;
 use super::shortage::{is_connection_error, is_out_of_descriptors};
 use super::tokens::{Side, session_token};
 use super::unrouted::{self, Full, Held};
-use super::vocabulary::{
-    Outcome, RefuseReason, SNI_PREREAD_ACTIVE, TCP_ACCEPT_EMFILE, TCP_ACCEPTED, TCP_ACTIVE,
-};
+use super::vocabulary::{Outcome, RefuseReason};
+use crate::metrics::families::Family;
+use crate::metrics::series::Series;
 use crate::shared::admission::Slot;
 
 /// How an accept loop ended.
@@ -66,12 +66,14 @@ pub(super) fn accept(
             }
             Err(e) => {
                 if is_out_of_descriptors(&e) {
-                    ctx.metrics.incr(TCP_ACCEPT_EMFILE);
+                    ctx.metrics
+                        .incr(Series::on(Family::AcceptDescriptorErrors, address));
                 }
                 return Accepted::Short(e);
             }
         };
-        ctx.metrics.incr(TCP_ACCEPTED);
+        ctx.metrics
+            .incr(Series::on(Family::ConnectionsAccepted, address));
         let limit = unrouted::limit(ctx.runtime.listeners.get(&address));
         let admitted = match ctx.shared.sessions.try_take() {
             None => Err(RefuseReason::MaxConnections),
@@ -83,7 +85,8 @@ pub(super) fn accept(
         let (slot, held) = match admitted {
             Ok(admitted) => admitted,
             Err(reason) => {
-                ctx.metrics.incr(reason.metric_name());
+                ctx.metrics
+                    .incr(Series::on(Family::ConnectionsRefused, address).reason(reason.as_str()));
                 debug!("refused {client} on {address}: {reason}");
                 continue;
             }
@@ -121,7 +124,8 @@ fn open(
         }
         return;
     }
-    ctx.metrics.gauge_add(TCP_ACTIVE, 1);
+    ctx.metrics
+        .gauge_add(Series::on(Family::ConnectionsActive, address), 1);
     let Some(runtime) = ctx.runtime.listeners.get(&address) else {
         if let Some(held) = held {
             ctx.unrouted.release(held);
@@ -143,7 +147,8 @@ fn open(
     session.unrouted = held;
     session.timers.front_idle = Some(ctx.schedule(key, TimerKind::FrontIdle, now + front_timeout));
     if session.step.is_reading() {
-        ctx.metrics.gauge_add(SNI_PREREAD_ACTIVE, 1);
+        ctx.metrics
+            .gauge_add(Series::on(Family::PrereadActive, address), 1);
     } else {
         trace!("{client} on {address}: catch-all, unread");
     }

@@ -19,11 +19,10 @@ use log::trace;
 use super::ctx::Ctx;
 use super::preread;
 use super::session::{Phase, Session};
-use super::vocabulary::{
-    ACCESS_LOG_DROPPED, BACKEND_CONNECTIONS, BYTES_IN, BYTES_OUT, Outcome, TCP_ACTIVE,
-    backend_bytes, backend_connections, cluster_bytes,
-};
+use super::vocabulary::Outcome;
 use crate::access_log::AccessLogEntry;
+use crate::metrics::families::Family;
+use crate::metrics::series::{IN, OUT, Series};
 
 /// Closes a session already taken out of the slab: settles every count
 /// exactly once, then writes its access-log line.
@@ -47,31 +46,35 @@ pub(super) fn close(ctx: &mut Ctx, key: usize, mut session: Session, outcome: Ou
     for pipe in std::mem::take(&mut session.lanes).into_pipes() {
         ctx.pipes.give_back(pipe);
     }
-    ctx.metrics.gauge_add(TCP_ACTIVE, -1);
+    let listener = session.listener;
+    ctx.metrics
+        .gauge_add(Series::on(Family::ConnectionsActive, listener), -1);
     if let Outcome::Refused(reason) = outcome {
-        ctx.metrics.incr(reason.metric_name());
+        let refused = Series::on(Family::ConnectionsRefused, listener).reason(reason.as_str());
+        ctx.metrics.incr(refused);
     }
     let piped = session.phase == Phase::Pipe;
-    if piped && session.lease.is_some() {
-        ctx.metrics.gauge_add(BACKEND_CONNECTIONS, -1);
-        if let Some(id) = &session.backend_id {
-            ctx.metrics.gauge_add(&backend_connections(id), -1);
-        }
-    }
-    let (bytes_in, bytes_out) = (session.bytes_in as i64, session.bytes_out as i64);
-    ctx.metrics.add(BYTES_IN, bytes_in);
-    ctx.metrics.add(BYTES_OUT, bytes_out);
-    if let Some(cluster) = &session.cluster {
-        let [name_in, name_out] = cluster_bytes(cluster);
-        ctx.metrics.add(&name_in, bytes_in);
-        ctx.metrics.add(&name_out, bytes_out);
-    }
-    if let Some(id) = &session.backend_id
+    let backend = session.cluster.as_ref().zip(session.backend_id.as_ref());
+    if let Some((cluster, id)) = backend
         && piped
+        && session.lease.is_some()
     {
-        let [name_in, name_out] = backend_bytes(id);
-        ctx.metrics.add(&name_in, bytes_in);
-        ctx.metrics.add(&name_out, bytes_out);
+        let connections = Series::backend(Family::BackendConnections, cluster, id);
+        ctx.metrics.gauge_add(connections, -1);
+    }
+    for (direction, bytes) in [(IN, session.bytes_in), (OUT, session.bytes_out)] {
+        let client = Series::on(Family::ClientBytes, listener).direction(direction);
+        ctx.metrics.add(client, bytes);
+        if let Some(cluster) = &session.cluster {
+            let routed = Series::of(Family::ClusterBytes).cluster(cluster);
+            ctx.metrics.add(routed.direction(direction), bytes);
+        }
+        if let Some((cluster, id)) = backend
+            && piped
+        {
+            let piped = Series::backend(Family::BackendBytes, cluster, id);
+            ctx.metrics.add(piped.direction(direction), bytes);
+        }
     }
     if outcome == Outcome::Silent {
         trace!(
@@ -120,6 +123,6 @@ fn log(ctx: &mut Ctx, session: &Session, outcome: Outcome, now: Instant) {
         hello: core.hello(),
     };
     if ctx.access_log.submit(&entry).is_err() {
-        ctx.metrics.incr(ACCESS_LOG_DROPPED);
+        ctx.metrics.incr(Series::of(Family::AccessLogDropped));
     }
 }

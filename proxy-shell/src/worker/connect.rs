@@ -34,10 +34,9 @@ use super::pipe::open_lanes;
 use super::session::{Phase, Session};
 use super::shortage::{RETRY_EVERY, is_local};
 use super::tokens::{Side, session_token};
-use super::vocabulary::{
-    BACKEND_CONNECT_ERRORS, BACKEND_CONNECT_LOCAL_ERRORS, BACKEND_CONNECT_RETRIES,
-    BACKEND_CONNECTIONS, Outcome, RefuseReason, backend_connections,
-};
+use super::vocabulary::{Outcome, RefuseReason};
+use crate::metrics::families::Family;
+use crate::metrics::series::Series;
 use crate::shared::instance::Observed;
 
 /// Used only if the session's listener was removed mid-connect.
@@ -97,9 +96,14 @@ pub(super) fn next(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instan
         };
         let instance = std::sync::Arc::clone(lease.instance());
         let address = instance.address();
-        session.backend_id = Some(instance.backend().to_owned());
+        session.backend_id = Some(std::sync::Arc::clone(instance.backend_id()));
         if attempts > 0 {
-            ctx.metrics.incr(BACKEND_CONNECT_RETRIES);
+            let retry = Series::backend(
+                Family::BackendConnectRetries,
+                instance.cluster_id(),
+                instance.backend_id(),
+            );
+            ctx.metrics.incr(retry);
         }
         session.tried.push(instance);
         session.lease = Some(lease);
@@ -177,7 +181,8 @@ fn local_error(
     error: &io::Error,
     now: Instant,
 ) -> Drive {
-    ctx.metrics.incr(BACKEND_CONNECT_LOCAL_ERRORS);
+    ctx.metrics
+        .incr(Series::of(Family::BackendConnectLocalErrors));
     let backend = session.backend_id.take().unwrap_or_default();
     match ctx.local_errors_log.admit(now) {
         Some(held_back) => warn!(
@@ -219,7 +224,10 @@ fn local_error(
 /// it, tell the instance's health, drop the socket. The caller tries the
 /// next one.
 pub(super) fn failed(ctx: &mut Ctx, session: &mut Session, now: Instant, why: &str) {
-    ctx.metrics.incr(BACKEND_CONNECT_ERRORS);
+    if let Some((cluster, backend)) = session.cluster.as_ref().zip(session.backend_id.as_ref()) {
+        let errors = Series::backend(Family::BackendConnectErrors, cluster, backend);
+        ctx.metrics.incr(errors);
+    }
     if let Some(mut back) = session.back.take() {
         let _ = ctx.registry.deregister(&mut back);
     }
@@ -315,9 +323,9 @@ fn connected_to_backend(ctx: &mut Ctx, key: usize, session: &mut Session, now: I
     // Passive health waits for the backend's first byte (`passive.rs`): a
     // backend that accepts and closes at once must not pass for healthy.
     let mode = proxy_mode(backends.proxy_protocol());
-    ctx.metrics.gauge_add(BACKEND_CONNECTIONS, 1);
     if let Some(id) = &session.backend_id {
-        ctx.metrics.gauge_add(&backend_connections(id), 1);
+        let connections = Series::backend(Family::BackendConnections, cluster, id);
+        ctx.metrics.gauge_add(connections, 1);
     }
     if let Some(route) = &session.route {
         let local = match mode {

@@ -25,10 +25,9 @@ use super::pipe::{PipeFault, PipeStep, Splicing, turn};
 use super::preread;
 use super::session::{Phase, Session};
 use super::tokens::Side;
-use super::vocabulary::{
-    Outcome, RefuseReason, SPLICE_FALLBACKS, SPLICE_PIPES_CREATED, TCP_RESET_FROM_BACKEND,
-    TCP_RESET_FROM_CLIENT,
-};
+use super::vocabulary::{Outcome, RefuseReason};
+use crate::metrics::families::Family;
+use crate::metrics::series::Series;
 
 /// Drives in a row without progress before a session is closed.
 const LOOP_GUARD: u32 = 1_000;
@@ -67,8 +66,10 @@ fn drive_pipe(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instant) ->
         return Drive::End(Outcome::Refused(RefuseReason::PoolExhausted));
     };
     if done.pipes_created > 0 {
-        ctx.metrics
-            .add(SPLICE_PIPES_CREATED, i64::from(done.pipes_created));
+        ctx.metrics.add(
+            Series::of(Family::SplicePipesCreated),
+            u64::from(done.pipes_created),
+        );
     }
     let (step, fallbacks) = (done.step, done.fallbacks);
     let fault = match &step {
@@ -77,7 +78,8 @@ fn drive_pipe(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instant) ->
     };
     passive::judge(ctx, session, fault, now);
     if fallbacks > 0 {
-        ctx.metrics.add(SPLICE_FALLBACKS, i64::from(fallbacks));
+        ctx.metrics
+            .add(Series::of(Family::SpliceFallbacks), u64::from(fallbacks));
         // The direction now copies and needs a buffer: the next drive
         // lends it, and no socket event may come to trigger that drive.
         if matches!(step, PipeStep::Continue { .. }) {
@@ -117,11 +119,13 @@ fn failed(ctx: &mut Ctx, session: &mut Session, fault: &PipeFault) {
     }
     match fault.side {
         Side::Back => {
-            ctx.metrics.incr(TCP_RESET_FROM_BACKEND);
+            let reset = Series::on(Family::ConnectionsReset, session.listener);
+            ctx.metrics.incr(reset.from("backend"));
             farewell::reset(&session.front);
         }
         Side::Front => {
-            ctx.metrics.incr(TCP_RESET_FROM_CLIENT);
+            let reset = Series::on(Family::ConnectionsReset, session.listener);
+            ctx.metrics.incr(reset.from("client"));
             if let Some(back) = &session.back {
                 farewell::reset(back);
             }

@@ -41,9 +41,11 @@ use super::timer::fired;
 use super::timers::Timers;
 use super::tokens::{LISTENER_BASE, Side, WAKER_TOKEN, session_of};
 use super::unrouted::Unrouted;
-use super::vocabulary::{BUFFERS_IN_USE, Outcome, RefuseReason};
+use super::vocabulary::{Outcome, RefuseReason};
 use crate::access_log::AccessLogQueue;
 use crate::answer_code::AnswerCode;
+use crate::metrics::families::Family;
+use crate::metrics::series::Series;
 use crate::shared::Shared;
 
 /// A soft stop in progress: sessions drain until `deadline`.
@@ -253,8 +255,10 @@ impl Worker {
             Order::Apply(generation) => self.apply(&generation),
             Order::Metrics => {
                 let in_use = self.ctx.pool.in_use() as i64;
-                self.ctx.metrics.gauge_set(BUFFERS_IN_USE, in_use);
-                Answer::Metrics(self.ctx.metrics.snapshot())
+                let buffers = Series::of(Family::BuffersInUse);
+                self.ctx.metrics.gauge_set(buffers, in_use);
+                let listeners = self.ctx.runtime.listeners.keys().copied();
+                Answer::Metrics(self.ctx.metrics.snapshot(listeners))
             }
             Order::Rejects(query) => Answer::Rejects(self.ctx.rejects.list(self.ctx.id, &query)),
             Order::ExportListeners => self.export_listeners(),

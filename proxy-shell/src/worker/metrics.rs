@@ -1,513 +1,317 @@
-//! The per-worker metrics registry, the merge of worker snapshots into
-//! totals, and the Prometheus text rendering of those totals.
+//! One worker's metrics registry: counters, gauges and histograms keyed by
+//! their labelled series, and the worker's snapshot of them (the series and
+//! their flat view, `crate::metrics::flat`).
 //!
-//! Owns: counters, gauges and millisecond histograms of one worker, their
-//! flat export (`command::proto::WorkerMetrics`), and the naming rules of
-//! doc/configure.md (`preread_` + dots→underscores in Prometheus; a name is a
-//! gauge iff it ends in one of `GAUGE_SUFFIXES`). Must never: lock (one
-//! registry per worker), allocate when an existing name is counted, or drop a
-//! registered series (operators see zeros, not missing series).
-//!
-//! A histogram `h` is exported flat as `h.count`, `h.sum_ms`, the cumulative
-//! buckets `h.le_<bound>` (so worker snapshots add up) and the estimates
-//! `h.p50`, `h.p99` (which do not: [`totals`] recomputes them).
+//! Owns: the values of one worker. Must never: lock (one registry per
+//! worker), allocate when an existing series is counted (its key holds
+//! shared ids), or drop a series once counted (operators see zeros, not
+//! missing series): every listener's series start at 0.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fmt::Write as _;
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
 
-use command::proto::WorkerMetrics;
+use command::proto::{MetricSeries, WorkerMetrics};
+use preread_core::{FallbackReason, RejectReason};
 
-use super::vocabulary::{SNI_PREREAD_DURATION, fixed_names};
+use super::vocabulary::{RefuseReason, fixed_names};
+use crate::metrics::families::{Family, Kind};
+use crate::metrics::flat;
+use crate::metrics::series::{IN, OUT, Series};
 
-/// A name ending in one of these is a gauge; every other name is a counter.
-/// One rule for the registry and the exporter, since worker snapshots reach
-/// the exporter as bare names.
-const GAUGE_SUFFIXES: [&str; 6] = [".active", ".connections", ".in_use", ".p50", ".p99", ".up"];
-
-/// Histogram bucket upper bounds in milliseconds; a last bucket is +Inf.
-const BUCKETS_MS: [u64; 12] = [1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000];
-
-/// The quantiles exported, as (suffix, permille).
-const QUANTILES: [(&str, u64); 2] = [("p50", 500), ("p99", 990)];
-
-fn is_gauge(name: &str) -> bool {
-    GAUGE_SUFFIXES.iter().any(|suffix| name.ends_with(suffix))
-}
-
-#[derive(Debug, Default, Clone)]
+/// Observations of one histogram series, per bucket of its family's bounds
+/// (not cumulative; the last one is +Inf), and their sum.
+#[derive(Debug, Clone)]
 struct Histogram {
-    count: u64,
-    sum_ms: u64,
-    /// Observations per bucket (not cumulative); the last one is +Inf.
-    buckets: [u64; BUCKETS_MS.len() + 1],
+    buckets: Box<[u64]>,
+    sum: u64,
 }
 
 impl Histogram {
-    fn observe(&mut self, value_ms: u64) {
+    fn of(family: Family) -> Self {
+        let bounds = family.histogram().map_or(0, |(bounds, _)| bounds.len());
+        Self {
+            buckets: vec![0; bounds + 1].into_boxed_slice(),
+            sum: 0,
+        }
+    }
+
+    fn observe(&mut self, bounds: &[u64], value: u64) {
         // The first bound >= value: Prometheus buckets are `le` (≤).
-        let bucket = BUCKETS_MS.partition_point(|&bound| bound < value_ms);
-        self.buckets[bucket] += 1;
-        self.count += 1;
-        self.sum_ms = self.sum_ms.saturating_add(value_ms);
-    }
-
-    fn export(&self, name: &str, out: &mut BTreeMap<String, i64>) {
-        let mut cumulative = [0; BUCKETS_MS.len()];
-        let mut running = 0;
-        for (slot, (bound, n)) in cumulative
-            .iter_mut()
-            .zip(BUCKETS_MS.iter().zip(self.buckets))
-        {
-            running += n;
-            *slot = running;
-            out.insert(format!("{name}.le_{bound}"), saturate(running));
+        let bucket = bounds.partition_point(|&bound| bound < value);
+        if let Some(n) = self.buckets.get_mut(bucket) {
+            *n = n.saturating_add(1);
         }
-        out.insert(format!("{name}.count"), saturate(self.count));
-        out.insert(format!("{name}.sum_ms"), saturate(self.sum_ms));
-        for (suffix, permille) in QUANTILES {
-            let estimate = quantile(&cumulative, self.count, permille);
-            out.insert(format!("{name}.{suffix}"), saturate(estimate));
-        }
+        self.sum = self.sum.saturating_add(value);
     }
 }
 
-fn saturate(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-/// The `permille` quantile estimated from cumulative bucket counts, by
-/// linear interpolation inside the bucket that holds it; the last finite
-/// bound when it lies in +Inf (as Prometheus' `histogram_quantile` does).
-fn quantile(cumulative: &[u64; BUCKETS_MS.len()], count: u64, permille: u64) -> u64 {
-    if count == 0 {
-        return 0;
-    }
-    let rank = count.saturating_mul(permille).div_ceil(1000).max(1);
-    let mut below = (0, 0); // (bound, cumulative count) of the previous bucket
-    for (&bound, &seen) in BUCKETS_MS.iter().zip(cumulative) {
-        if seen >= rank {
-            let (lower, before) = below;
-            let width = u128::from(bound - lower);
-            let into = u128::from(rank - before);
-            // `seen >= rank > before`, so the bucket is not empty.
-            let inside = u128::from(seen - before);
-            // Rounded up: whole milliseconds, and never under-reporting.
-            return lower + u64::try_from((width * into).div_ceil(inside)).unwrap_or(bound - lower);
-        }
-        below = (bound, seen);
-    }
-    BUCKETS_MS[BUCKETS_MS.len() - 1]
+/// The families every listener has a series of from the start, with the
+/// reasons of those labelled by one.
+fn listener_series(listener: SocketAddr) -> impl Iterator<Item = Series> {
+    let on = move |family| Series::on(family, listener);
+    [
+        Family::ConnectionsAccepted,
+        Family::ConnectionsActive,
+        Family::AcceptDescriptorErrors,
+        Family::PrereadActive,
+    ]
+    .into_iter()
+    .map(on)
+    .chain([IN, OUT].map(|d| on(Family::ClientBytes).direction(d)))
+    .chain(["backend", "client"].map(|side| on(Family::ConnectionsReset).from(side)))
+    .chain(RefuseReason::ALL.map(|r| on(Family::ConnectionsRefused).reason(r.as_str())))
+    .chain(RejectReason::ALL.map(|r| on(Family::PrereadRejected).reason(r.as_str())))
+    .chain(FallbackReason::ALL.map(|r| on(Family::PrereadFallback).reason(r.as_str())))
 }
 
 /// One worker's metrics.
 #[derive(Debug)]
 pub struct Metrics {
     worker_id: u32,
-    values: HashMap<Box<str>, i64>,
-    histograms: HashMap<Box<str>, Histogram>,
+    values: HashMap<Series, i64>,
+    histograms: HashMap<Series, Histogram>,
 }
 
 impl Metrics {
-    /// A registry with every fixed, reject, fallback and refusal name at 0.
+    /// An empty registry: the process-level series start at 0.
     pub fn new(worker_id: u32) -> Self {
-        let values = fixed_names().map(|name| (Box::from(name), 0)).collect();
-        let histograms = [(Box::from(SNI_PREREAD_DURATION), Histogram::default())].into();
+        let values = [
+            Family::BackendConnectLocalErrors,
+            Family::SplicePipesCreated,
+            Family::SpliceFallbacks,
+            Family::BuffersInUse,
+            Family::AccessLogDropped,
+        ]
+        .into_iter()
+        .map(|family| (Series::of(family), 0))
+        .collect();
         Self {
             worker_id,
             values,
-            histograms,
+            histograms: HashMap::new(),
         }
     }
 
     /// Adds one to a counter.
-    pub fn incr(&mut self, name: &str) {
-        self.add(name, 1);
+    pub fn incr(&mut self, series: Series) {
+        self.add(series, 1);
     }
 
     /// Adds `n` to a counter.
-    pub fn add(&mut self, name: &str, n: i64) {
-        debug_assert!(!is_gauge(name), "{name} is a gauge: use gauge_add");
-        self.bump(name, n);
+    pub fn add(&mut self, series: Series, n: u64) {
+        debug_assert_eq!(series.family().kind(), Kind::Counter, "{series:?}");
+        self.bump(series, i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// Moves a gauge up or down.
-    pub fn gauge_add(&mut self, name: &str, delta: i64) {
-        debug_assert!(is_gauge(name), "{name} is not named as a gauge");
-        self.bump(name, delta);
+    pub fn gauge_add(&mut self, series: Series, delta: i64) {
+        debug_assert_eq!(series.family().kind(), Kind::Gauge, "{series:?}");
+        self.bump(series, delta);
     }
 
-    /// Sets a gauge that is sampled rather than tracked (e.g. buffers in use).
-    pub fn gauge_set(&mut self, name: &str, value: i64) {
-        debug_assert!(is_gauge(name), "{name} is not named as a gauge");
-        match self.values.get_mut(name) {
+    /// Sets a gauge that is sampled rather than tracked (buffers in use).
+    pub fn gauge_set(&mut self, series: Series, value: i64) {
+        debug_assert_eq!(series.family().kind(), Kind::Gauge, "{series:?}");
+        debug_assert!(series.is_well_formed(), "{series:?}");
+        match self.values.get_mut(&series) {
             Some(slot) => *slot = value,
             None => {
-                self.values.insert(name.into(), value);
+                self.values.insert(series, value);
             }
         }
     }
 
-    /// Records one observation of a millisecond histogram.
-    pub fn observe_ms(&mut self, name: &str, value_ms: u64) {
-        match self.histograms.get_mut(name) {
-            Some(histogram) => histogram.observe(value_ms),
+    /// Records one observation of a histogram, in its family's unit.
+    pub fn observe(&mut self, series: Series, value: u64) {
+        debug_assert!(series.is_well_formed(), "{series:?}");
+        let Some((bounds, _)) = series.family().histogram() else {
+            debug_assert!(false, "{series:?} is not a histogram");
+            return;
+        };
+        match self.histograms.get_mut(&series) {
+            Some(histogram) => histogram.observe(bounds, value),
             None => {
-                let mut histogram = Histogram::default();
-                histogram.observe(value_ms);
-                self.histograms.insert(name.into(), histogram);
+                let mut histogram = Histogram::of(series.family());
+                histogram.observe(bounds, value);
+                self.histograms.insert(series, histogram);
             }
         }
     }
 
     /// A counter or gauge; 0 when never touched.
-    pub fn get(&self, name: &str) -> i64 {
-        self.values.get(name).copied().unwrap_or(0)
+    pub fn get(&self, series: &Series) -> i64 {
+        self.values.get(series).copied().unwrap_or(0)
     }
 
-    /// Every value, flat, histograms expanded (see the module doc).
-    pub fn snapshot(&self) -> WorkerMetrics {
-        let mut values: BTreeMap<String, i64> = self
+    /// Every series, with those of each of `listeners` at 0 when never
+    /// touched, and their flat view (the fixed flat names at 0 too).
+    pub fn snapshot(&self, listeners: impl IntoIterator<Item = SocketAddr>) -> WorkerMetrics {
+        let mut series: Vec<MetricSeries> = self
             .values
             .iter()
-            .map(|(name, &value)| (name.to_string(), value))
+            .map(|(key, &value)| key.to_proto(value))
             .collect();
-        for (name, histogram) in &self.histograms {
-            histogram.export(name, &mut values);
+        series.extend(self.histograms.iter().map(|(key, histogram)| MetricSeries {
+            buckets: histogram.buckets.to_vec(),
+            sum: histogram.sum,
+            ..key.to_proto(0)
+        }));
+        for listener in listeners {
+            for key in listener_series(listener) {
+                if !self.values.contains_key(&key) {
+                    series.push(key.to_proto(0));
+                }
+            }
+            for family in [Family::PrereadDuration, Family::ClientHelloBytes] {
+                let key = Series::on(family, listener);
+                if !self.histograms.contains_key(&key) {
+                    series.push(MetricSeries {
+                        buckets: Histogram::of(family).buckets.to_vec(),
+                        ..key.to_proto(0)
+                    });
+                }
+            }
         }
+        let mut values: BTreeMap<String, i64> =
+            fixed_names().map(|name| (name.to_owned(), 0)).collect();
+        flat::zero_histogram(&mut values);
+        flat::view(&series, &mut values);
         WorkerMetrics {
             worker_id: self.worker_id,
             values,
+            series,
         }
     }
 
-    // The lookup by `&str` finds an existing name without allocating; only a
-    // new name (a per-cluster or per-backend one, once) allocates its key.
-    fn bump(&mut self, name: &str, n: i64) {
-        match self.values.get_mut(name) {
+    // The lookup by an existing key finds it without allocating; only a new
+    // series (a cluster's or a backend's, once) allocates its slot.
+    fn bump(&mut self, series: Series, n: i64) {
+        debug_assert!(series.is_well_formed(), "{series:?}");
+        match self.values.get_mut(&series) {
             Some(slot) => *slot = slot.saturating_add(n),
             None => {
-                self.values.insert(name.into(), n);
+                self.values.insert(series, n);
             }
         }
     }
-}
-
-/// The sum of the workers' snapshots, with the histogram quantiles
-/// re-estimated from the summed buckets (a sum of medians is no median).
-pub fn totals(workers: &[WorkerMetrics]) -> BTreeMap<String, i64> {
-    let mut total: BTreeMap<String, i64> = BTreeMap::new();
-    for worker in workers {
-        for (name, value) in &worker.values {
-            let slot = total.entry(name.clone()).or_default();
-            *slot = slot.saturating_add(*value);
-        }
-    }
-    let bases: Vec<String> = histogram_bases(&total).map(str::to_owned).collect();
-    for base in bases {
-        let cumulative = BUCKETS_MS.map(|bound| {
-            let value = total
-                .get(&format!("{base}.le_{bound}"))
-                .copied()
-                .unwrap_or(0);
-            u64::try_from(value).unwrap_or(0)
-        });
-        let count =
-            u64::try_from(total.get(&format!("{base}.count")).copied().unwrap_or(0)).unwrap_or(0);
-        for (suffix, permille) in QUANTILES {
-            let estimate = quantile(&cumulative, count, permille);
-            total.insert(format!("{base}.{suffix}"), saturate(estimate));
-        }
-    }
-    total
-}
-
-/// The histograms among flat names: every `h` with an `h.sum_ms`.
-fn histogram_bases(values: &BTreeMap<String, i64>) -> impl Iterator<Item = &str> {
-    values
-        .keys()
-        .filter_map(|name| name.strip_suffix(".sum_ms"))
-}
-
-/// The Prometheus name: `preread_` + the name with every character outside
-/// `[A-Za-z0-9_]` (dots, and the `-` or `:` an id may hold) made `_`.
-fn prometheus_name(name: &str) -> String {
-    let mut out = String::with_capacity(8 + name.len());
-    out.push_str("preread_");
-    out.extend(name.chars().map(|c| {
-        if c.is_ascii_alphanumeric() || c == '_' {
-            c
-        } else {
-            '_'
-        }
-    }));
-    out
-}
-
-/// Renders totals in the Prometheus text exposition format (0.0.4):
-/// counters and gauges as plain samples, each histogram as a `histogram`
-/// family (`_bucket{le=…}`, `_sum`, `_count`, in milliseconds) with its
-/// quantile estimates as gauges. Two names that sanitize to one Prometheus
-/// name (ids `a-0` and `a_0`) keep the first; the second is left out with a
-/// comment, since a repeated family makes the whole page invalid.
-pub fn prometheus_text(totals: &BTreeMap<String, i64>) -> String {
-    let histograms: BTreeSet<&str> = histogram_bases(totals).collect();
-    let in_histogram = |name: &str| {
-        let base = name
-            .strip_suffix(".count")
-            .or_else(|| name.strip_suffix(".sum_ms"))
-            .or_else(|| name.rsplit_once(".le_").map(|(base, _)| base));
-        base.is_some_and(|base| histograms.contains(base))
-    };
-    let mut out = String::new();
-    let mut taken = BTreeSet::new();
-    for (name, value) in totals.iter().filter(|(name, _)| !in_histogram(name)) {
-        let family = prometheus_name(name);
-        if !taken.insert(family.clone()) {
-            let _ = writeln!(out, "# skipped: a second series named {family}");
-            continue;
-        }
-        let kind = if is_gauge(name) { "gauge" } else { "counter" };
-        let _ = writeln!(out, "# TYPE {family} {kind}\n{family} {value}");
-    }
-    for base in histograms {
-        let family = prometheus_name(base);
-        let samples = ["_bucket", "_sum", "_count"].map(|suffix| format!("{family}{suffix}"));
-        if taken.contains(&family) || samples.iter().any(|sample| taken.contains(sample)) {
-            let _ = writeln!(out, "# skipped: a second series named {family}");
-            continue;
-        }
-        taken.insert(family.clone());
-        taken.extend(samples);
-        let get = |field: &str| totals.get(&format!("{base}.{field}")).copied().unwrap_or(0);
-        let _ = writeln!(out, "# TYPE {family} histogram");
-        for bound in BUCKETS_MS {
-            let _ = writeln!(
-                out,
-                "{family}_bucket{{le=\"{bound}\"}} {}",
-                get(&format!("le_{bound}"))
-            );
-        }
-        let count = get("count");
-        let _ = writeln!(out, "{family}_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(
-            out,
-            "{family}_sum {}\n{family}_count {count}",
-            get("sum_ms")
-        );
-    }
-    out
 }
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::net::SocketAddr;
+    use std::sync::Arc;
 
-    use command::proto::WorkerMetrics;
     use preread_core::{FallbackReason, RejectReason};
 
-    use super::super::vocabulary::{
-        self as names, SNI_PREREAD_ACTIVE, SNI_PREREAD_DURATION, fallback, rejected,
-    };
-    use super::{Metrics, prometheus_text, totals};
+    use super::Metrics;
+    use crate::metrics::families::Family;
+    use crate::metrics::series::{IN, Series};
+    use crate::worker::vocabulary::RefuseReason;
+
+    fn listener() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 8443))
+    }
 
     #[test]
-    fn every_fixed_and_reason_name_starts_at_zero() {
-        let values = Metrics::new(3).snapshot().values;
-        let reasons = RejectReason::ALL.map(rejected);
-        let fallbacks = FallbackReason::ALL.map(fallback);
-        for name in reasons.iter().chain(&fallbacks).chain(&[
-            SNI_PREREAD_ACTIVE,
+    fn every_fixed_name_and_listener_series_starts_at_zero() {
+        let snapshot = Metrics::new(3).snapshot([listener()]);
+        let values = &snapshot.values;
+        for name in [
+            "tcp.sni_preread.active",
             "tcp.sni_preread.routed",
             "tcp.accepted",
             "tcp.active",
             "tcp.refused.pool_exhausted",
-            "tcp.refused.max_connections",
             "tcp.refused.per_ip_limit",
-            "tcp.refused.unrouted_per_ip",
-            "tcp.refused.silent_timeout",
+            "session.loop_guard",
             "backend.connections",
             "backend.connect.errors",
-            "backend.connect.retries",
-            "tcp.refused.backend_full",
             "bytes_in",
             "bytes_out",
-            "session.loop_guard",
             "access_log.dropped_total",
             "tcp.sni_preread.duration.count",
             "tcp.sni_preread.duration.p99",
-        ]) {
-            assert_eq!(values.get(*name), Some(&0), "{name}");
+            "tcp.sni_preread.rejected.not_tls",
+            "tcp.sni_preread.fallback.server_first",
+        ] {
+            assert_eq!(values.get(name), Some(&0), "{name}");
         }
-    }
-
-    #[test]
-    fn counters_add_up_and_new_names_appear() {
-        let mut metrics = Metrics::new(0);
-        metrics.incr(names::TCP_ACCEPTED);
-        metrics.incr(names::TCP_ACCEPTED);
-        metrics.add(names::BYTES_IN, 40);
-        metrics.add("cluster.alpha.bytes_in", 7);
-        metrics.add("cluster.alpha.bytes_in", 3);
-        assert_eq!(metrics.get(names::TCP_ACCEPTED), 2);
-        assert_eq!(metrics.get(names::BYTES_IN), 40);
-        assert_eq!(metrics.get("cluster.alpha.bytes_in"), 10);
-        assert_eq!(metrics.get("never.touched"), 0);
-    }
-
-    #[test]
-    fn gauges_go_up_and_down() {
-        let mut metrics = Metrics::new(0);
-        metrics.gauge_add(names::TCP_ACTIVE, 1);
-        metrics.gauge_add(names::TCP_ACTIVE, 1);
-        metrics.gauge_add(names::TCP_ACTIVE, -1);
-        assert_eq!(metrics.get(names::TCP_ACTIVE), 1);
-        metrics.gauge_add("backend.alpha-0.connections", -1);
-        assert_eq!(
-            metrics.get("backend.alpha-0.connections"),
-            -1,
-            "gauges are signed"
-        );
-        metrics.gauge_set(names::BUFFERS_IN_USE, 12);
-        metrics.gauge_set(names::BUFFERS_IN_USE, 5);
-        assert_eq!(metrics.get(names::BUFFERS_IN_USE), 5);
-    }
-
-    #[test]
-    fn histogram_count_sum_and_estimates() {
-        let mut metrics = Metrics::new(0);
-        // 100 observations: 1..=100 ms.
-        for value in 1..=100 {
-            metrics.observe_ms(SNI_PREREAD_DURATION, value);
-        }
-        let values = metrics.snapshot().values;
-        let get = |field: &str| values[&format!("{SNI_PREREAD_DURATION}.{field}")];
-        assert_eq!(get("count"), 100);
-        assert_eq!(get("sum_ms"), 5050);
-        assert_eq!((get("le_1"), get("le_5"), get("le_10")), (1, 5, 10));
-        assert_eq!(
-            (get("le_50"), get("le_100"), get("le_10000")),
-            (50, 100, 100)
-        );
-        // Rank 50 is the last of (25, 50]: interpolation lands on 50 exactly.
-        assert_eq!(get("p50"), 50);
-        // Rank 99 is the 49th of 50 in (50, 100]: 50 + 50 * 49 / 50.
-        assert_eq!(get("p99"), 99);
-    }
-
-    #[test]
-    fn histogram_edges() {
-        let mut metrics = Metrics::new(0);
-        metrics.observe_ms("h", 0);
-        metrics.observe_ms("h", 60_000);
-        let values = metrics.snapshot().values;
-        assert_eq!(values["h.le_1"], 1, "0 ms is in the first bucket");
-        assert_eq!(values["h.le_10000"], 1, "a minute is only in +Inf");
-        assert_eq!(
-            values["h.p50"], 1,
-            "the bound of the bucket holding the median"
-        );
-        assert_eq!(
-            values["h.p99"], 10_000,
-            "+Inf reports the last finite bound"
-        );
-    }
-
-    #[test]
-    fn snapshot_carries_the_worker_and_every_value() {
-        let mut metrics = Metrics::new(7);
-        metrics.incr(rejected(RejectReason::NoSni));
-        let snapshot = metrics.snapshot();
-        assert_eq!(snapshot.worker_id, 7);
-        assert_eq!(snapshot.values["tcp.sni_preread.rejected.no_sni"], 1);
-        assert_eq!(snapshot.values["tcp.sni_preread.rejected.not_tls"], 0);
-        // 17 fixed, 11 rejects, 5 fallbacks, 12 refusals, 12 + 4 histogram
-        // fields.
-        assert_eq!(snapshot.values.len(), 17 + 11 + 5 + 12 + 16);
-    }
-
-    #[test]
-    fn totals_sum_workers_and_re_estimate_quantiles() {
-        let worker = |id: u32, value: u64| {
-            let mut metrics = Metrics::new(id);
-            metrics.incr(names::TCP_ACCEPTED);
-            for _ in 0..10 {
-                metrics.observe_ms("h", value);
-            }
-            metrics.snapshot()
+        let of = |family: Family| {
+            snapshot
+                .series
+                .iter()
+                .filter(|s| s.family == family.name())
+                .count()
         };
-        let total = totals(&[worker(0, 1), worker(1, 1), worker(2, 1000)]);
-        assert_eq!(total[names::TCP_ACCEPTED], 3);
-        assert_eq!(total["h.count"], 30);
-        assert_eq!(total["h.le_1"], 20);
-        // Summed, the medians would say 1 + 1 + 1000.
-        assert_eq!(total["h.p50"], 1);
-        assert_eq!(total["h.p99"], 1000);
-        assert!(totals(&[] as &[WorkerMetrics]).is_empty());
+        assert_eq!(of(Family::PrereadRejected), RejectReason::ALL.len());
+        assert_eq!(of(Family::PrereadFallback), FallbackReason::ALL.len());
+        assert_eq!(of(Family::ConnectionsRefused), RefuseReason::ALL.len());
+        assert_eq!(of(Family::PrereadDuration), 1);
+        assert_eq!(of(Family::ClientHelloBytes), 1);
+        assert_eq!(of(Family::SpliceFallbacks), 1);
+        assert!(snapshot.series.iter().all(|s| s.value == 0));
+        assert_eq!(snapshot.worker_id, 3);
     }
 
     #[test]
-    fn prometheus_text_is_one_sample_per_name_with_its_type() {
+    fn counters_and_gauges_move_their_series_and_the_flat_names() {
         let mut metrics = Metrics::new(0);
-        metrics.incr(names::TCP_ACCEPTED);
-        metrics.gauge_add(names::TCP_ACTIVE, 2);
-        metrics.add("backend.alpha-0.bytes_in", 5);
-        metrics.observe_ms(SNI_PREREAD_DURATION, 3);
-        let total = totals(&[metrics.snapshot()]);
-        let text = prometheus_text(&total);
-        assert!(
-            text.contains("# TYPE preread_tcp_accepted counter\npreread_tcp_accepted 1\n"),
-            "{text}"
+        let accepted = Series::on(Family::ConnectionsAccepted, listener());
+        metrics.incr(accepted.clone());
+        metrics.incr(accepted.clone());
+        assert_eq!(metrics.get(&accepted), 2);
+        let active = Series::on(Family::ConnectionsActive, listener());
+        metrics.gauge_add(active.clone(), 1);
+        metrics.gauge_add(active.clone(), -2);
+        assert_eq!(metrics.get(&active), -1, "gauges are signed");
+        let (cluster, backend): (Arc<str>, Arc<str>) = ("alpha".into(), "alpha-0".into());
+        metrics.add(
+            Series::backend(Family::BackendBytes, &cluster, &backend).direction(IN),
+            7,
         );
-        assert!(text.contains("# TYPE preread_tcp_active gauge\npreread_tcp_active 2\n"));
-        assert!(text.contains("preread_backend_alpha_0_bytes_in 5\n"));
-        assert!(text.contains("# TYPE preread_tcp_sni_preread_duration_p99 gauge\n"));
-        let histogram = "# TYPE preread_tcp_sni_preread_duration histogram\n\
-            preread_tcp_sni_preread_duration_bucket{le=\"1\"} 0\n\
-            preread_tcp_sni_preread_duration_bucket{le=\"5\"} 1\n";
-        assert!(text.contains(histogram), "{text}");
-        assert!(text.contains("preread_tcp_sni_preread_duration_bucket{le=\"+Inf\"} 1\n"));
-        assert!(text.contains(
-            "preread_tcp_sni_preread_duration_sum 3\npreread_tcp_sni_preread_duration_count 1\n"
-        ));
-
-        let mut families = std::collections::BTreeSet::new();
-        let mut samples = 0;
-        for line in text.lines() {
-            if let Some(declared) = line.strip_prefix("# TYPE ") {
-                let family = declared.split(' ').next().unwrap_or_default();
-                assert!(
-                    families.insert(family.to_owned()),
-                    "{family} declared twice"
-                );
-                continue;
-            }
-            let (name, value) = line.rsplit_once(' ').unwrap_or_default();
-            let name = name.split('{').next().unwrap_or_default();
-            assert!(name.starts_with("preread_"), "{line}");
-            assert!(
-                name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
-                "{line}"
-            );
-            assert!(value.parse::<i64>().is_ok(), "{line}");
-            samples += 1;
-        }
-        // Every plain name once; the histogram's 4 flat fields become 15 samples.
-        let plain = total.len() - (12 + 2);
-        assert_eq!(samples, plain + 12 + 1 + 2);
+        metrics.gauge_set(Series::of(Family::BuffersInUse), 12);
+        metrics.gauge_set(Series::of(Family::BuffersInUse), 5);
+        let snapshot = metrics.snapshot([]);
+        assert_eq!(snapshot.values["tcp.accepted"], 2);
+        assert_eq!(snapshot.values["tcp.active"], -1);
+        assert_eq!(snapshot.values["backend.alpha-0.bytes_in"], 7);
+        assert_eq!(snapshot.values["buffers.in_use"], 5);
+        let bytes = snapshot
+            .series
+            .iter()
+            .find(|s| s.family == "preread_backend_bytes_total");
+        assert_eq!(
+            bytes.map(|s| (s.labels["backend"].as_str(), s.value)),
+            Some(("alpha-0", 7))
+        );
     }
 
     #[test]
-    fn prometheus_text_skips_a_name_that_collides_once_sanitized() {
-        let total: BTreeMap<String, i64> = [
-            ("backend.a-0.bytes_in".to_owned(), 1),
-            ("backend.a_0.bytes_in".to_owned(), 2),
-        ]
-        .into();
-        let text = prometheus_text(&total);
-        assert_eq!(
-            text,
-            "# TYPE preread_backend_a_0_bytes_in counter\npreread_backend_a_0_bytes_in 1\n\
-             # skipped: a second series named preread_backend_a_0_bytes_in\n"
-        );
+    fn histograms_count_in_their_familys_buckets() {
+        let mut metrics = Metrics::new(0);
+        let hello = Series::on(Family::ClientHelloBytes, listener());
+        for size in [300, 1_800, 1_800, 70_000] {
+            metrics.observe(hello.clone(), size);
+        }
+        let duration = Series::on(Family::PrereadDuration, listener());
+        metrics.observe(duration, 1_500);
+        let snapshot = metrics.snapshot([listener()]);
+        let find = |family: Family| {
+            snapshot
+                .series
+                .iter()
+                .find(|s| s.family == family.name())
+                .map(|s| (s.buckets.clone(), s.sum))
+        };
+        let (buckets, sum) = find(Family::ClientHelloBytes).unwrap_or_default();
+        // (256, 512] holds 300; (1536, 2048] both 1,800s; +Inf 70,000.
+        assert_eq!(buckets, vec![0, 1, 0, 0, 2, 0, 0, 0, 0, 0, 1]);
+        assert_eq!(sum, 73_900);
+        let (buckets, sum) = find(Family::PrereadDuration).unwrap_or_default();
+        assert_eq!(buckets.iter().sum::<u64>(), 1);
+        assert_eq!(sum, 1_500);
+        assert_eq!(snapshot.values["tcp.sni_preread.duration.count"], 1);
+        assert_eq!(snapshot.values["tcp.sni_preread.duration.le_1"], 0);
+        assert_eq!(snapshot.values["tcp.sni_preread.duration.le_5"], 1);
     }
 }

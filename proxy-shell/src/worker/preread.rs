@@ -23,10 +23,9 @@ use super::farewell;
 use super::pool::Checkout;
 use super::rejects::Captured;
 use super::session::Session;
-use super::vocabulary::{
-    Outcome, RefuseReason, SNI_PREREAD_ACTIVE, SNI_PREREAD_DURATION, SNI_PREREAD_ROUTED, fallback,
-    rejected,
-};
+use super::vocabulary::{Outcome, RefuseReason};
+use crate::metrics::families::Family;
+use crate::metrics::series::Series;
 
 /// One drive of a session in the preread stage, after readiness.
 pub(super) fn drive(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instant) -> Drive {
@@ -104,13 +103,21 @@ pub(super) fn perform(
         &mut timers.silent,
     );
     if let Some(left) = actions.left {
-        ctx.metrics.gauge_add(SNI_PREREAD_ACTIVE, -1);
+        let listener = session.listener;
+        ctx.metrics
+            .gauge_add(Series::on(Family::PrereadActive, listener), -1);
         if let Some(held) = session.unrouted.take() {
             ctx.unrouted.release(held);
         }
         if let Some(sample) = left.sample {
+            let micros = u64::try_from(sample.as_micros()).unwrap_or(u64::MAX);
             ctx.metrics
-                .observe_ms(SNI_PREREAD_DURATION, sample.as_millis() as u64);
+                .observe(Series::on(Family::PrereadDuration, listener), micros);
+        }
+        if let Some(hello) = session.step.core().hello() {
+            let size = u64::try_from(hello.len).unwrap_or(u64::MAX);
+            ctx.metrics
+                .observe(Series::on(Family::ClientHelloBytes, listener), size);
         }
     }
     match actions.next {
@@ -128,7 +135,8 @@ pub(super) fn perform(
             Drive::End(Outcome::Refused(RefuseReason::SilentTimeout))
         }
         Next::Close(Close::Rejected(reason)) => {
-            ctx.metrics.incr(rejected(reason));
+            let rejected = Series::on(Family::PrereadRejected, session.listener);
+            ctx.metrics.incr(rejected.reason(reason.as_str()));
             capture(ctx, session, Outcome::Rejected(reason));
             farewell::say(&mut session.front, actions.farewell);
             Drive::End(Outcome::Rejected(reason))
@@ -137,10 +145,14 @@ pub(super) fn perform(
             // A catch-all route matched no name: it counts as neither.
             match route.fallback {
                 Some(reason) => {
-                    ctx.metrics.incr(fallback(reason));
+                    let fallback = Series::on(Family::PrereadFallback, session.listener);
+                    ctx.metrics.incr(fallback.reason(reason.as_str()));
                     capture(ctx, session, Outcome::Fallback(reason));
                 }
-                None if route.matched_sni.is_some() => ctx.metrics.incr(SNI_PREREAD_ROUTED),
+                None if route.matched_sni.is_some() => {
+                    let routed = Series::on(Family::PrereadRouted, session.listener);
+                    ctx.metrics.incr(routed.cluster(&route.cluster));
+                }
                 None => {}
             }
             session.route = Some(route);

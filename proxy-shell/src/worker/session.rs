@@ -89,7 +89,7 @@ pub struct Session {
     pub cluster: Option<ClusterId>,
     /// The connection to the backend instance, counted from its pick.
     pub lease: Option<Lease>,
-    pub backend_id: Option<String>,
+    pub backend_id: Option<Arc<str>>,
     /// The instances this connection tried, so it never tries one twice.
     pub tried: Vec<Arc<Instance>>,
     /// The session's place in the process's `max_connections`.

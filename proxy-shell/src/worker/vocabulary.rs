@@ -62,6 +62,9 @@ pub const SPLICE_PIPES_CREATED: &str = "splice.pipes_created";
 /// (a slow disk, a pipe nobody reads): the worker never waits for it.
 pub const ACCESS_LOG_DROPPED: &str = "access_log.dropped_total";
 
+/// Gauge: routing generations committed since the start (process-wide).
+pub const CONFIG_GENERATION: &str = "config.generation";
+
 /// The counter of connections refused by the core for `reason`.
 pub fn rejected(reason: RejectReason) -> &'static str {
     match reason {
@@ -107,24 +110,18 @@ pub fn backend_up(id: &str) -> String {
 pub fn is_process_wide(name: &str) -> bool {
     matches!(
         name,
-        BACKEND_DOWN | BACKEND_RECOVERED | BACKEND_RESOLVE_ERRORS
+        BACKEND_DOWN | BACKEND_RECOVERED | BACKEND_RESOLVE_ERRORS | CONFIG_GENERATION
     ) || (name.starts_with("backend.") && name.ends_with(".up"))
 }
 
-/// The byte counters (`bytes_in`, `bytes_out`) of cluster `id`.
-pub fn cluster_bytes(id: &str) -> [String; 2] {
-    [
-        format!("cluster.{id}.bytes_in"),
-        format!("cluster.{id}.bytes_out"),
-    ]
+/// The byte counter of cluster `id` in `direction` (`in` or `out`).
+pub fn cluster_bytes(id: &str, direction: &str) -> String {
+    format!("cluster.{id}.bytes_{direction}")
 }
 
-/// The byte counters (`bytes_in`, `bytes_out`) of backend `id`.
-pub fn backend_bytes(id: &str) -> [String; 2] {
-    [
-        format!("backend.{id}.bytes_in"),
-        format!("backend.{id}.bytes_out"),
-    ]
+/// The byte counter of backend `id` in `direction` (`in` or `out`).
+pub fn backend_bytes(id: &str, direction: &str) -> String {
+    format!("backend.{id}.bytes_{direction}")
 }
 
 /// Why the shell, not the core, ended or refused a connection. Each has a
