@@ -8,7 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 # tool package: one pair per tool (kept in step with the tests'
-# `require_tool` calls by e2e/tests/test_script.rs).
+# `require_tool` calls by e2e/tests/test_script.rs); a tool given as an
+# absolute path is a file the package installs (a Python module).
 TOOLS="
 openssl openssl
 curl curl
@@ -17,12 +18,18 @@ dockerd docker.io
 busybox busybox-static
 unshare util-linux
 python3 python3
+promtool prometheus
+/usr/bin/python3 python3
+/usr/lib/python3/dist-packages/prometheus_client/parser.py python3-prometheus-client
 "
 
 missing=()
 while read -r tool package; do
     [ -n "$tool" ] || continue
-    command -v "$tool" >/dev/null 2>&1 || missing+=("$package")
+    case "$tool" in
+    /*) [ -e "$tool" ] || missing+=("$package") ;;
+    *) command -v "$tool" >/dev/null 2>&1 || missing+=("$package") ;;
+    esac
 done <<<"$TOOLS"
 
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -18,7 +18,12 @@ use crate::testkit::{TempDir, tail};
 /// The bound of an `apt-get` step that installs a missing tool.
 const APT_T: Duration = Duration::from_secs(180);
 
+/// Where `program` is: itself when it is an absolute path (a file a
+/// package installs, such as a Python module), else its place on `PATH`.
 pub fn on_path(program: &str) -> Option<PathBuf> {
+    if Path::new(program).is_absolute() {
+        return Some(PathBuf::from(program)).filter(|path| path.is_file());
+    }
     std::env::var_os("PATH").and_then(|path| {
         std::env::split_paths(&path)
             .map(|dir| dir.join(program))
