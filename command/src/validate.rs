@@ -1361,7 +1361,7 @@ mod tests {
             RequestType::ListClusters(proto::ListClusters::default()),
             RequestType::ListFrontends(proto::ListFrontends::default()),
             RequestType::ListSources(proto::ListSources {}),
-            RequestType::QueryMetrics(proto::QueryMetrics {}),
+            RequestType::QueryMetrics(proto::QueryMetrics::default()),
             RequestType::QueryRejects(proto::QueryRejects::default()),
             RequestType::SaveState(proto::SaveState { path: "x".into() }),
             RequestType::LoadState(proto::LoadState { path: "x".into() }),

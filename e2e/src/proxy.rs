@@ -859,7 +859,7 @@ impl ProxyProcess {
 
     /// The metric totals over the workers (`QueryMetrics`).
     pub fn metrics(&self) -> Result<BTreeMap<String, i64>, String> {
-        let response = self.apply(RequestType::QueryMetrics(proto::QueryMetrics {}))?;
+        let response = self.apply(RequestType::QueryMetrics(proto::QueryMetrics::default()))?;
         match response.content.and_then(|content| content.content_type) {
             Some(ContentType::Metrics(report)) => Ok(report.total.into_iter().collect()),
             other => Err(format!("QueryMetrics answered {other:?}")),
@@ -869,7 +869,7 @@ impl ProxyProcess {
     /// One metric of each worker, in worker order (0 where a worker does
     /// not have it).
     pub fn per_worker(&self, name: &str) -> Result<Vec<i64>, String> {
-        let response = self.apply(RequestType::QueryMetrics(proto::QueryMetrics {}))?;
+        let response = self.apply(RequestType::QueryMetrics(proto::QueryMetrics::default()))?;
         match response.content.and_then(|content| content.content_type) {
             Some(ContentType::Metrics(report)) => Ok(report
                 .workers

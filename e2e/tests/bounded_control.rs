@@ -150,7 +150,7 @@ fn a_client_flooding_requests_without_reading_is_held_back_and_traffic_keeps_rou
     let before = rss_kib(pid);
 
     let socket = proxy.socket_path().to_owned();
-    let frame = frame_of(RequestType::QueryMetrics(proto::QueryMetrics {}));
+    let frame = frame_of(RequestType::QueryMetrics(proto::QueryMetrics::default()));
     let flooder = thread::spawn(move || {
         flood(
             &socket,

@@ -17,11 +17,14 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
+use command::channel::{BlockingChannel, MAX_ANSWER_LEN};
+use command::proto::{self, request::RequestType};
 use e2e::backend::{BackendConfig, TlsBackend};
 use e2e::client::{self, read_to_close, tls_request};
 use e2e::proxy::{ConfigBuilder, ProxyProcess};
 use e2e::testkit::{TempDir, start, stderr_tail};
 use e2e::tools::{require_tool, run};
+use prost::Message;
 use serde_json::Value;
 
 /// Bound of one wait or one tool run.
@@ -253,4 +256,59 @@ fn a_scrape_parses_in_both_formats_and_holds_the_traffic() {
         &[("listener", &listener), ("reason", "not_tls")],
     );
     assert_eq!(rejected, Some(1.0), "{open}");
+}
+
+/// A proxy with more backends than one 1 MiB frame can list still answers
+/// `metrics get` and a scrape whole: answers have their own, larger cap.
+#[test]
+fn a_large_proxys_metrics_go_past_the_request_cap() {
+    // Hosting-shaped: many clusters of two backends, none connected.
+    const BACKENDS: u16 = 12_000;
+    let mut config = ConfigBuilder::new()
+        .global("metrics_address = \"${addr:metrics}\"")
+        .listener("main", &[]);
+    for n in 0..BACKENDS {
+        let cluster = format!("site{}", n / 2);
+        if n % 2 == 0 {
+            let name = format!("{cluster}.example.com");
+            config = config.frontend(&cluster, "main", Some(&name), &[]);
+        }
+        let address = SocketAddr::from(([127, 0, 0, 1], 20_000 + n));
+        config = config.backend(&cluster, &format!("{BACKEND}-{n:05}"), address);
+    }
+    let proxy = start(&config.build());
+    let (_, page) = scrape(proxy.addr("metrics"), None);
+    let up = page
+        .lines()
+        .filter(|l| l.starts_with("preread_backend_up{"))
+        .count();
+    assert_eq!(up, usize::from(BACKENDS), "every backend's up series");
+    // The answer itself is past the 1 MiB request cap.
+    let mut channel = BlockingChannel::connect(proxy.socket_path(), T)
+        .expect("connect to the command socket")
+        .with_max_frame_len(MAX_ANSWER_LEN);
+    let request = proto::Request {
+        request_type: Some(RequestType::QueryMetrics(proto::QueryMetrics::default())),
+    };
+    channel.send(&request).expect("ask for the metrics");
+    let answer = channel.recv().expect("the metrics");
+    assert!(
+        answer.encoded_len() > 1 << 20,
+        "an answer past 1 MiB: {} bytes",
+        answer.encoded_len()
+    );
+    let out = proxy
+        .cli(&["--json", "metrics", "get"])
+        .expect("metrics get");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let total = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .map(|line| serde_json::from_str::<Value>(line).expect("JSON"))
+        .expect("a total line");
+    assert_eq!(total[format!("backend.{BACKEND}-11999.up").as_str()], 1);
 }

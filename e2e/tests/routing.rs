@@ -811,7 +811,7 @@ fn openssl_s_client_and_curl_through_the_proxy() {
 /// Per-worker values of `name` (QueryMetrics through the command socket).
 fn per_worker(proxy: &ProxyProcess, name: &str) -> BTreeMap<u32, i64> {
     let response = proxy
-        .apply(RequestType::QueryMetrics(proto::QueryMetrics {}))
+        .apply(RequestType::QueryMetrics(proto::QueryMetrics::default()))
         .expect("query metrics");
     let Some(ContentType::Metrics(report)) = response.content.and_then(|c| c.content_type) else {
         panic!("QueryMetrics gave no report");

@@ -35,7 +35,7 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use command::channel::BlockingChannel;
+use command::channel::{BlockingChannel, MAX_ANSWER_LEN};
 use command::proto::{self, request::RequestType, response_content::ContentType};
 
 use crate::metrics::exposition::{self, Format};
@@ -355,10 +355,13 @@ fn query_series(
     deadline: Instant,
 ) -> Result<Vec<proto::MetricSeries>, String> {
     let time_left = || left(deadline).map_err(|e| e.to_string());
-    let mut channel =
-        BlockingChannel::connect(command_socket, time_left()?).map_err(|e| e.to_string())?;
+    let mut channel = BlockingChannel::connect(command_socket, time_left()?)
+        .map_err(|e| e.to_string())?
+        .with_max_frame_len(MAX_ANSWER_LEN);
     let request = proto::Request {
-        request_type: Some(RequestType::QueryMetrics(proto::QueryMetrics {})),
+        request_type: Some(RequestType::QueryMetrics(proto::QueryMetrics {
+            series_only: true,
+        })),
     };
     channel.set_timeout(time_left()?);
     channel.send(&request).map_err(|e| e.to_string())?;

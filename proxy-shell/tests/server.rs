@@ -861,7 +861,7 @@ fn save_and_load_state_round_trip() {
 fn metrics_are_summed_over_the_workers() {
     let h = Harness::start("metrics", &[Script::Done, Script::Done]);
     let ContentType::Metrics(report) =
-        content(h.ask(RequestType::QueryMetrics(proto::QueryMetrics {})))
+        content(h.ask(RequestType::QueryMetrics(proto::QueryMetrics::default())))
     else {
         panic!("not metrics");
     };

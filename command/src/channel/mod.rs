@@ -49,6 +49,14 @@ pub const HEADER_LEN: usize = 4;
 /// enough for the listings of a large configuration.
 pub const DEFAULT_MAX_FRAME_LEN: usize = 1 << 20;
 
+/// Cap on one answer the server writes: 64 MiB. An answer is only built
+/// for a request, one at a time per client, so this bounds what one client
+/// makes the proxy hold; it is above the request cap because a large
+/// proxy's metrics (a series per backend) go past 1 MiB. A client that asks
+/// for such an answer raises its own cap to this
+/// ([`BlockingChannel::with_max_frame_len`]).
+pub const MAX_ANSWER_LEN: usize = 64 << 20;
+
 /// `error_code` of the FAILURE answer to a frame that could not be read (too
 /// large, or not a valid message). Stable: scripts may match on it.
 pub const E_CHANNEL_FRAME: &str = "E_CHANNEL_FRAME";

@@ -17,7 +17,8 @@ use std::io::{self, Read, Write};
 
 use super::frame::encode_frame_into;
 use super::{
-    ChannelError, DEFAULT_MAX_FRAME_LEN, FrameDecoder, HEADER_LEN, OUT_COMPACT_MIN, READ_CHUNK,
+    ChannelError, DEFAULT_MAX_FRAME_LEN, FrameDecoder, HEADER_LEN, MAX_ANSWER_LEN, OUT_COMPACT_MIN,
+    READ_CHUNK,
 };
 use crate::proto::{Request, Response};
 
@@ -55,6 +56,8 @@ pub enum ReadOutcome {
 /// connections.
 pub struct ServerEnd {
     decoder: FrameDecoder,
+    /// The largest answer [`queue`](Self::queue) takes.
+    max_answer: usize,
     out: Vec<u8>,
     /// First byte of `out` not yet written.
     out_pos: usize,
@@ -67,10 +70,18 @@ impl ServerEnd {
         Self::with_max_frame_len(DEFAULT_MAX_FRAME_LEN)
     }
 
-    /// A fresh connection, refusing frames over `max` bytes.
+    /// A fresh connection, refusing requests over `max` bytes; answers are
+    /// capped at [`MAX_ANSWER_LEN`].
     pub fn with_max_frame_len(max: usize) -> Self {
+        Self::with_caps(max, MAX_ANSWER_LEN)
+    }
+
+    /// A fresh connection, refusing requests over `max_request` bytes and
+    /// answers over `max_answer`.
+    pub fn with_caps(max_request: usize, max_answer: usize) -> Self {
         Self {
-            decoder: FrameDecoder::with_max_frame_len(max),
+            decoder: FrameDecoder::with_max_frame_len(max_request),
+            max_answer,
             out: Vec::new(),
             out_pos: 0,
             peer_closed: false,
@@ -146,7 +157,7 @@ impl ServerEnd {
     }
 
     /// Appends `response` as a frame to the output buffer; nothing is written
-    /// until [`write_to`](Self::write_to). A response over the cap is refused
+    /// until [`write_to`](Self::write_to). A response over the answer cap is refused
     /// and nothing is queued (answer with
     /// [`failure_response`](super::failure_response) of that error instead).
     pub fn queue(&mut self, response: &Response) -> Result<(), ChannelError> {
@@ -154,7 +165,7 @@ impl ServerEnd {
             self.out.clear();
             self.out_pos = 0;
         }
-        encode_frame_into(response, self.decoder.max_frame_len(), &mut self.out)
+        encode_frame_into(response, self.max_answer, &mut self.out)
     }
 
     /// Writes queued bytes to `sink` until all are written (`Ok(true)`) or it

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use command::channel::BlockingChannel;
+use command::channel::{BlockingChannel, MAX_ANSWER_LEN};
 use command::config::load_global_settings_file;
 use command::proto;
 
@@ -44,7 +44,9 @@ pub(super) fn socket_path(globals: &Globals) -> Result<PathBuf, String> {
 
 /// An open channel to the proxy listening on `socket`.
 pub(super) fn open(socket: &std::path::Path, globals: &Globals) -> Result<BlockingChannel, String> {
+    // The answers of a large proxy (its metrics) go past the request cap.
     BlockingChannel::connect(socket, Duration::from_millis(globals.timeout))
+        .map(|channel| channel.with_max_frame_len(MAX_ANSWER_LEN))
         .map_err(|e| format!("{e} (is `preread start` running with this config?)"))
 }
 

@@ -163,7 +163,7 @@ pub fn for_command(command: &Command) -> Option<proto::Request> {
         },
         Command::Metrics {
             action: MetricsAction::Get,
-        } => RequestType::QueryMetrics(proto::QueryMetrics {}),
+        } => RequestType::QueryMetrics(proto::QueryMetrics::default()),
         Command::Rejects {
             reason, listener, ..
         } => RequestType::QueryRejects(proto::QueryRejects {

@@ -23,7 +23,9 @@ use crate::worker::orders::Order;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Query {
     Status,
-    Metrics,
+    Metrics {
+        series_only: bool,
+    },
     /// The captured windows that match.
     Rejects(proto::QueryRejects),
 }
@@ -43,7 +45,12 @@ impl CommandServer {
         };
         match kind {
             RequestType::Status(_) => self.query(who, Query::Status),
-            RequestType::QueryMetrics(_) => self.query(who, Query::Metrics),
+            RequestType::QueryMetrics(q) => self.query(
+                who,
+                Query::Metrics {
+                    series_only: q.series_only,
+                },
+            ),
             RequestType::QueryRejects(filter) => self.query(who, Query::Rejects(filter)),
             RequestType::ListListeners(_) => {
                 let answer = ok_with(responses::listeners(&self.state));
@@ -122,7 +129,7 @@ impl CommandServer {
         self.set_busy(who);
         let order = match &query {
             Query::Status => Order::Status,
-            Query::Metrics => Order::Metrics,
+            Query::Metrics { .. } => Order::Metrics,
             Query::Rejects(filter) => Order::Rejects(filter.clone()),
         };
         let timeout = self.settings.order_timeout;
@@ -146,11 +153,15 @@ impl CommandServer {
                 self.generation,
                 &gathered.answers,
             ),
-            Query::Metrics => responses::metrics(
-                &gathered.answers,
-                self.shared.counters.series(&self.shared.registry),
-                self.generation,
-            ),
+            Query::Metrics { series_only } => {
+                let process = self.shared.counters.series(&self.shared.registry);
+                let report = responses::metrics(&gathered.answers, process, self.generation);
+                if *series_only {
+                    responses::series_only(report)
+                } else {
+                    report
+                }
+            }
             Query::Rejects(_) => responses::rejects(&gathered.answers),
         };
         ok_with(content)

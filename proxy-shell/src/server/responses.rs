@@ -192,6 +192,18 @@ pub(crate) fn metrics(
     })
 }
 
+/// `report` with only its labelled series: what `GET /metrics` serves.
+pub(crate) fn series_only(report: ContentType) -> ContentType {
+    match report {
+        ContentType::Metrics(report) => ContentType::Metrics(proto::MetricsReport {
+            workers: Vec::new(),
+            total: Default::default(),
+            series: report.series,
+        }),
+        other => other,
+    }
+}
+
 /// Room for the windows in one answer, under the channel's 1 MiB frame
 /// with what else the answer holds.
 const REJECTS_BUDGET: usize = 960 * 1024;

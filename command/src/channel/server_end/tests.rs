@@ -158,6 +158,19 @@ fn stalled_partial_writes_deliver_every_answer_whole() {
 }
 
 #[test]
+fn answers_have_their_own_cap_above_the_requests_one() {
+    let big = response(ResponseStatus::Ok, &"m".repeat(300));
+    let mut end = ServerEnd::with_caps(64, 1024);
+    end.queue(&big).expect("an answer over the request cap");
+    let mut small = ServerEnd::with_caps(64, 128);
+    assert!(
+        small.queue(&big).is_err(),
+        "an answer over the answer cap is refused"
+    );
+    assert_eq!(small.pending_output(), 0, "and nothing of it is queued");
+}
+
+#[test]
 fn a_peer_gone_while_writing_is_closed() {
     struct Gone;
     impl Write for Gone {
