@@ -19,6 +19,7 @@
 //! count back when dropped, whatever became of the backend).
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -83,6 +84,12 @@ pub struct ClusterBackends {
     shared: Arc<SharedCluster>,
     registry: Arc<Registry>,
     backends: Vec<Backend>,
+    /// Where each backend is in `backends`, by id: an add at 10,000
+    /// backends must not compare 10,000 ids.
+    positions: HashMap<Arc<str>, usize>,
+    /// The round robin restarts at the next pick: set by an add, so that a
+    /// batch of adds restarts it once, not once per add.
+    restart: bool,
     load_balancing: LoadBalancing,
     proxy_protocol: ProxyProtocol,
     max_connections_per_ip: u32,
@@ -105,6 +112,8 @@ impl ClusterBackends {
             shared: registry.cluster(&cluster.cluster_id),
             registry: Arc::clone(registry),
             backends: Vec::new(),
+            positions: HashMap::new(),
+            restart: false,
             load_balancing: LoadBalancing::RoundRobin,
             proxy_protocol: ProxyProtocol::None,
             max_connections_per_ip: 0,
@@ -143,11 +152,8 @@ impl ClusterBackends {
         let shared = self
             .registry
             .backend(self.shared.id(), &backend.backend_id, &address, now);
-        match self
-            .backends
-            .iter_mut()
-            .find(|b| *b.id == *backend.backend_id)
-        {
+        let position = self.positions.get(backend.backend_id.as_str()).copied();
+        match position.and_then(|at| self.backends.get_mut(at)) {
             Some(existing) => {
                 if !Arc::ptr_eq(&existing.shared, &shared) {
                     // A new endpoint: the old one's instances say nothing.
@@ -157,22 +163,32 @@ impl ClusterBackends {
                 existing.weight = weight;
                 existing.backup = backend.backup;
                 existing.max_connections = max_connections;
+                if existing.refresh() {
+                    self.restart_round_robin();
+                }
             }
-            None => self.backends.push(Backend {
-                id: Arc::clone(shared.id()),
-                weight,
-                backup: backend.backup,
-                max_connections,
-                version: u64::MAX,
-                instances: Arc::new([]),
-                current: Vec::new(),
-                shared,
-            }),
+            None => {
+                let mut added = Backend {
+                    id: Arc::clone(shared.id()),
+                    weight,
+                    backup: backend.backup,
+                    max_connections,
+                    version: u64::MAX,
+                    instances: Arc::new([]),
+                    current: Vec::new(),
+                    shared,
+                };
+                added.refresh();
+                self.positions
+                    .insert(Arc::clone(&added.id), self.backends.len());
+                self.backends.push(added);
+            }
         }
-        for backend in &mut self.backends {
-            backend.refresh();
-        }
-        self.restart_round_robin();
+        debug_assert_eq!(self.positions.len(), self.backends.len());
+        // A new backend's running weights are 0: the cycle restarts at the
+        // next pick (once for a batch of adds), which also refreshes the
+        // others' instances, as after a resolution.
+        self.restart = true;
         true
     }
 
@@ -181,8 +197,17 @@ impl ClusterBackends {
     pub fn remove(&mut self, backend_id: &str) -> bool {
         let before = self.backends.len();
         self.backends.retain(|b| *b.id != *backend_id);
+        if self.backends.len() == before {
+            return false;
+        }
+        self.positions = self
+            .backends
+            .iter()
+            .enumerate()
+            .map(|(at, b)| (Arc::clone(&b.id), at))
+            .collect();
         self.restart_round_robin();
-        self.backends.len() != before
+        true
     }
 
     /// A lease on the instance for a connect, or why there is none.
@@ -199,11 +224,11 @@ impl ClusterBackends {
         rng: &mut Rng,
         tried: &[Arc<Instance>],
     ) -> Result<Lease, NoBackend> {
-        if self
+        let refreshed = self
             .backends
             .iter_mut()
-            .fold(false, |any, b| b.refresh() | any)
-        {
+            .fold(false, |any, b| b.refresh() | any);
+        if refreshed || std::mem::take(&mut self.restart) {
             self.restart_round_robin();
         }
         let mut candidates = std::mem::take(&mut self.candidates);
