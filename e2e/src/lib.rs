@@ -13,7 +13,9 @@
 //!   PROXY headers;
 //! - [`proxy`]: the `preread` process with a config in a temp dir, its
 //!   command socket, metrics, stderr (access logs), signals;
-//! - [`openssl`]: `openssl s_server`, a TLS server that is not rustls.
+//! - [`openssl`]: `openssl s_server`, a TLS server that is not rustls;
+//! - [`promql`]: the series names a PromQL expression reads, to check the
+//!   shipped alert rules and dashboard against the served families.
 //!
 //! Only loopback is used; every wait is bounded; processes and threads
 //! started here are stopped on Drop.
@@ -40,6 +42,7 @@ pub mod certs;
 pub mod client;
 pub mod docker;
 pub mod openssl;
+pub mod promql;
 pub mod proxy;
 pub mod testkit;
 pub mod tools;
