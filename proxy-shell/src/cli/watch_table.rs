@@ -3,7 +3,7 @@
 //! an aligned table or as one JSON line.
 //!
 //! Owns: the selection of rows (`--filter`, `--hide-zero`), the rate rule
-//! (counters only, by the registry's own gauge rule; a counter that went
+//! (counters only, by the flat view's gauge rule; a counter that went
 //! down was reset by a new proxy process, so its whole value is the
 //! increase), the header and outage lines, and cutting a frame to the
 //! screen. Must never: read a clock, a terminal or a socket: the caller
