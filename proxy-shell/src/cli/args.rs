@@ -426,7 +426,41 @@ pub enum StateAction {
 #[derive(Debug, Subcommand)]
 pub enum MetricsAction {
     /// All metrics, per worker and in total.
-    Get,
+    Get(MetricsGetArgs),
+}
+
+/// `metrics get`: one answer, or with `--watch` a table refreshed until
+/// SIGINT or SIGTERM.
+#[derive(Debug, Args)]
+pub struct MetricsGetArgs {
+    /// Refresh every INTERVAL until interrupted: the totals with each
+    /// counter's rate per second; a bare number is seconds (2, 2s, 500ms;
+    /// at least 100ms).
+    #[arg(long, value_name = "INTERVAL", value_parser = watch_interval)]
+    pub watch: Option<u64>,
+    /// Only metrics whose name contains this text (e.g. `rejected`).
+    #[arg(long, requires = "watch", value_name = "TEXT")]
+    pub filter: Option<String>,
+    /// Leave out metrics that are 0 and did not move since the last refresh.
+    #[arg(long, requires = "watch")]
+    pub hide_zero: bool,
+}
+
+/// The shortest `--watch` interval: each refresh asks every worker, so a
+/// tighter loop would load the proxy for a table nobody can read.
+pub const WATCH_MIN_MS: u64 = 100;
+
+/// A `--watch` interval, in milliseconds.
+fn watch_interval(text: &str) -> Result<u64, String> {
+    let millis = duration::parse_setting(text, Unit::Seconds)?;
+    if millis < WATCH_MIN_MS {
+        return Err(format!(
+            "{} is too short an interval: give at least {}, such as 2, 2s or 500ms",
+            duration::shown(millis),
+            duration::shown(WATCH_MIN_MS)
+        ));
+    }
+    Ok(millis)
 }
 
 /// A reason `rejects --reason` can match: a reject or a fallback reason.

@@ -12,11 +12,14 @@ pub mod print;
 mod rejects;
 mod reload;
 pub mod requests;
+mod screen;
+mod watch;
+mod watch_table;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use args::{Cli, Command, StateAction};
+use args::{Cli, Command, MetricsAction, MetricsGetArgs, StateAction};
 
 /// Exit status of a refused or failed request.
 pub const EXIT_FAILED: u8 = 1;
@@ -61,6 +64,15 @@ pub fn run(cli: Cli) -> ExitCode {
             action: StateAction::Seal { file },
         } => offline::state_seal(file, globals.json),
         Command::Reload => reload::run(&globals),
+        Command::Metrics {
+            action:
+                MetricsAction::Get(
+                    args @ MetricsGetArgs {
+                        watch: Some(interval_ms),
+                        ..
+                    },
+                ),
+        } => watch::run(&globals, args, *interval_ms),
         Command::Rejects { dump, .. } => match requests::for_command(&cli.command) {
             Some(request) => rejects::run(&globals, &request, dump.as_deref()),
             None => ExitCode::from(EXIT_USAGE),

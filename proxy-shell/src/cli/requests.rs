@@ -162,7 +162,7 @@ pub fn for_command(command: &Command) -> Option<proto::Request> {
             StateAction::Seal { .. } => return None,
         },
         Command::Metrics {
-            action: MetricsAction::Get,
+            action: MetricsAction::Get(_),
         } => RequestType::QueryMetrics(proto::QueryMetrics::default()),
         Command::Rejects {
             reason, listener, ..
@@ -419,6 +419,55 @@ mod tests {
             "{help}"
         );
         assert!(!help.contains("round-robin"), "{help}");
+        Ok(())
+    }
+
+    /// `--watch` takes a bare number of seconds or a duration string, at
+    /// least 100ms; `--filter` and `--hide-zero` only go with it.
+    #[test]
+    fn metrics_watch_takes_a_positive_interval() -> Result<(), String> {
+        use crate::cli::args::{Command, MetricsAction};
+        let watch = |line: &str| match Cli::try_parse_from(line.split_whitespace()) {
+            Ok(Cli {
+                command:
+                    Command::Metrics {
+                        action: MetricsAction::Get(args),
+                    },
+                ..
+            }) => Ok(args),
+            Ok(other) => Err(format!("{line}: parsed as {other:?}")),
+            Err(error) => Err(error.to_string()),
+        };
+        for (flag, millis) in [("2", 2_000), ("2s", 2_000), ("500ms", 500), ("100ms", 100)] {
+            let line = format!("preread metrics get --watch {flag}");
+            assert_eq!(watch(&line)?.watch, Some(millis), "{line}");
+            assert!(
+                matches!(build(&line), Some(RequestType::QueryMetrics(_))),
+                "{line}"
+            );
+        }
+        let args = watch("preread metrics get --watch 1 --filter rejected --hide-zero")?;
+        assert_eq!(
+            (args.filter.as_deref(), args.hide_zero),
+            (Some("rejected"), true)
+        );
+        assert_eq!(watch("preread metrics get")?.watch, None);
+        for (bad, says) in [
+            ("--watch 0", "too short an interval"),
+            ("--watch 0s", "too short an interval"),
+            ("--watch 50ms", "at least 100ms"),
+            ("--watch soon", "not a duration"),
+            ("--watch -1", "unexpected argument"),
+            ("--filter rejected", "--watch"),
+            ("--hide-zero", "--watch"),
+        ] {
+            let line = format!("preread metrics get {bad}");
+            let refused = watch(&line);
+            assert!(
+                refused.as_ref().is_err_and(|e| e.contains(says)),
+                "{line}: {refused:?}"
+            );
+        }
         Ok(())
     }
 
