@@ -14,12 +14,13 @@ use super::raw::{RawClusters, RawConfig};
 use super::shape::shape;
 use super::{ConfigProblem, LocatedRequest, declarations::routing_requests};
 
-/// What a fragment file may hold.
+/// What a fragment file may hold; also a `[clusters.<id>]` table of the
+/// config file, read on its own by a reload (`outline`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a file of [clusters.<id>] tables")]
-struct RawFragment {
+pub(super) struct RawFragment {
     #[serde(default)]
-    clusters: RawClusters,
+    pub(super) clusters: RawClusters,
 }
 
 /// The requests of a fragment file's cluster tables (each cluster, then

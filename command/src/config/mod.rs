@@ -27,9 +27,12 @@
 //! them), `sources` the `[sources.*]` tables, `declarations` the routing
 //! tables turned into requests, `fragment` the files of a watched
 //! directory (cluster tables only), `warnings` the values accepted but
-//! probably meant otherwise (`W` codes), and `lines` the byte offset →
-//! `line:column` mapping and the range checks every problem goes through;
-//! this file holds the public API and the check that runs them in order.
+//! probably meant otherwise (`W` codes), `lines` the byte offset →
+//! `line:column` mapping and the range checks every problem goes through,
+//! `pieces` the cut of a text at its table headers and `outline` what a
+//! reload remembers of a text to read only its changed cluster tables
+//! next time (`crate::reread` uses both); this file holds the public API
+//! and the check that runs them in order.
 //! Adding a key is one field in `raw` and its reading in `global`,
 //! `sources` or `declarations`: `shape` checks its type, suggests it for
 //! typos and names its path with nothing else to change.
@@ -50,6 +53,8 @@ mod global;
 mod health_check;
 mod keepalive;
 mod lines;
+pub(crate) mod outline;
+mod pieces;
 mod raw;
 mod shape;
 mod sources;
@@ -69,6 +74,7 @@ pub use keepalive::{
 pub use syslog::SyslogTarget;
 
 pub use fragment::load_fragment;
+pub use outline::Outline;
 pub use sources::{DEFAULT_DOCKER_ENDPOINT, SourceSettings};
 
 use declarations::routing_requests;
@@ -192,6 +198,20 @@ pub fn load_config_file(path: impl AsRef<Path>) -> Result<LoadedConfig, Vec<Conf
     let mut loaded = load_config(&text)?;
     loaded.global.resolve_paths_beside(path);
     Ok(loaded)
+}
+
+/// [`load_config_file`], and the [`Outline`] of the text it read: what the
+/// proxy keeps at boot so that its first reload reads only the tables
+/// that changed (`crate::reread`).
+pub fn load_config_file_outlined(
+    path: impl AsRef<Path>,
+) -> Result<(LoadedConfig, Option<Outline>), Vec<ConfigProblem>> {
+    let path = path.as_ref();
+    let text = read_config_text(path).map_err(|problem| vec![problem])?;
+    let mut loaded = load_config(&text)?;
+    let outline = Outline::of(&text, &loaded);
+    loaded.global.resolve_paths_beside(path);
+    Ok((loaded, outline))
 }
 
 /// The global settings of a config file, without its routing tables: what
