@@ -20,7 +20,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use command::codes::ErrorCode;
-use command::config::{EmptySavedState, GlobalSettings, load_config_file};
+use command::config::{EmptySavedState, GlobalSettings, Outline, load_config_file_outlined};
 use command::state::ConfigState;
 use command::state_file::{journal_path, load_saved_state, remove_stale_temp_files};
 
@@ -59,7 +59,7 @@ pub fn run(globals: &Globals) -> ExitCode {
             return ExitCode::from(EXIT_FAILED);
         }
     };
-    let loaded = match load_config_file(&config_path) {
+    let (loaded, outline) = match load_config_file_outlined(&config_path) {
         Ok(loaded) => loaded,
         Err(problems) => {
             eprintln!(
@@ -93,6 +93,7 @@ pub fn run(globals: &Globals) -> ExitCode {
         // The route sources merge with the file's declarations whatever
         // the boot state: only then is a copy kept.
         state: global.sources.any().then(|| loaded.state.clone()),
+        outline,
     };
     // The state is what the declarations built. `loaded` lives until the
     // process ends, so its requests would otherwise stay resident for the
@@ -110,12 +111,12 @@ pub fn run(globals: &Globals) -> ExitCode {
             Ok(mut successor) => {
                 // Taken, not copied: the successor keeps serving with it.
                 let state = std::mem::take(&mut successor.state);
-                serve(
-                    &global,
-                    (state, SavedBase::Other),
-                    (&config_path, file),
-                    Some(successor),
-                )
+                let boot = Boot {
+                    state,
+                    base: SavedBase::Other,
+                    from_config: false,
+                };
+                serve(&global, boot, (&config_path, file), Some(successor))
             }
             Err(_) => ExitCode::from(EXIT_FAILED),
         };
@@ -130,12 +131,24 @@ pub fn run(globals: &Globals) -> ExitCode {
     serve(&global, boot, (&config_path, file), None)
 }
 
-/// The config file's routing declarations, for the route sources.
+/// The config file's routing declarations, for the route sources and the
+/// reloads.
 struct FileDeclarations {
     /// How many frontends it declares.
     routes: usize,
     /// Its state, when a route source merges with it.
     state: Option<ConfigState>,
+    /// The outline of its text: a reload reads only the tables that
+    /// changed since.
+    outline: Option<Outline>,
+}
+
+/// The state the proxy boots with.
+struct Boot {
+    state: ConfigState,
+    base: SavedBase,
+    /// Whether it is the config file's declarations.
+    from_config: bool,
 }
 
 fn init_logging(log_level: &str) {
@@ -148,13 +161,15 @@ fn init_logging(log_level: &str) {
 /// the source of truth), with its journal's records replayed over it, else
 /// the config's declarations. An empty saved state against a config that
 /// declares routing is `empty_saved_state`'s choice. Also says whether the
-/// saved files hold it.
-fn boot_state(
-    global: &GlobalSettings,
-    from_config: ConfigState,
-) -> Result<(ConfigState, SavedBase), String> {
+/// saved files hold it, and whether it is the config's.
+fn boot_state(global: &GlobalSettings, from_config: ConfigState) -> Result<Boot, String> {
+    let config = |state| Boot {
+        state,
+        base: SavedBase::Other,
+        from_config: true,
+    };
     let Some(path) = &global.saved_state else {
-        return Ok((from_config, SavedBase::Other));
+        return Ok(config(from_config));
     };
     for stale in remove_stale_temp_files(path)
         .into_iter()
@@ -169,8 +184,7 @@ fn boot_state(
         Ok(saved) => {
             let declared = from_config.generate_requests().len();
             if is_empty(&saved.state) && declared > 0 {
-                return empty_state(global.empty_saved_state, path, declared, from_config)
-                    .map(|state| (state, SavedBase::Other));
+                return empty_state(global.empty_saved_state, path, declared, from_config);
             }
             let journal = saved.journal.as_ref().map_or_else(String::new, |j| {
                 format!(
@@ -185,14 +199,18 @@ fn boot_state(
                 saved.snapshot_requests,
             );
             let base = saved.journal.map_or(SavedBase::Other, SavedBase::Saved);
-            Ok((saved.state, base))
+            Ok(Boot {
+                state: saved.state,
+                base,
+                from_config: false,
+            })
         }
         Err(error) if error.is_not_found() => {
             log::info!(
                 "no state file at {} yet: booting from the config's declarations",
                 path.display()
             );
-            Ok((from_config, SavedBase::Other))
+            Ok(config(from_config))
         }
         Err(error) => Err(format!(
             "the state file {} is not valid, not starting (fix or remove it): {error}",
@@ -216,7 +234,7 @@ fn empty_state(
     path: &Path,
     declared: usize,
     from_config: ConfigState,
-) -> Result<ConfigState, String> {
+) -> Result<Boot, String> {
     let path = path.display();
     match choice {
         EmptySavedState::UseConfig => {
@@ -224,14 +242,22 @@ fn empty_state(
                 "the state file {path} is empty: booting from the config's {declared} \
                  declaration(s) (empty_saved_state = \"use_config\")"
             );
-            Ok(from_config)
+            Ok(Boot {
+                state: from_config,
+                base: SavedBase::Other,
+                from_config: true,
+            })
         }
         EmptySavedState::KeepEmpty => {
             log::warn!(
                 "the state file {path} is empty: booting with no routing, the config's \
                  {declared} declaration(s) unused (empty_saved_state = \"keep_empty\")"
             );
-            Ok(ConfigState::default())
+            Ok(Boot {
+                state: ConfigState::default(),
+                base: SavedBase::Other,
+                from_config: false,
+            })
         }
         EmptySavedState::Refuse => Err(format!(
             "the state file {path} holds no routing while the config declares {declared} \
@@ -247,7 +273,11 @@ fn empty_state(
 /// sockets, and takes the command socket path only once it serves.
 fn serve(
     global: &GlobalSettings,
-    (state, base): (ConfigState, SavedBase),
+    Boot {
+        state,
+        base,
+        from_config,
+    }: Boot,
     (config_path, file): (&Path, FileDeclarations),
     mut successor: Option<Successor>,
 ) -> ExitCode {
@@ -353,6 +383,7 @@ fn serve(
     if let Err(error) = server.resume_saved_state(base) {
         log::error!("cannot save the state: {error}; the next change tries again");
     }
+    server.know_config_text(file.outline, from_config);
     if let Err(error) = server.start_sources(file.routes, file.state, &global.sources) {
         log::error!("cannot start the route sources: {error}");
         abort(&mut server, threads);

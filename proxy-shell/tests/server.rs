@@ -1457,3 +1457,170 @@ fn a_directory_source_merges_with_the_file_and_survives_a_reload() -> Result<(),
     );
     Ok(())
 }
+
+// ---- reloads that read only the changed tables ----
+
+/// A config of one listener and a cluster per `(id, sni)`.
+fn config_text(tables: &[(&str, &str)]) -> String {
+    let mut text = format!("[[listeners]]\naddress = \"{ADDR}\"\n\n");
+    for (id, sni) in tables {
+        text.push_str(&format!(
+            "[clusters.{id}]\nfrontends = [{{ address = \"{ADDR}\", sni = \"{sni}\" }}]\n\n"
+        ));
+    }
+    text
+}
+
+/// Writes `text` to `path` and asks the server to reload it.
+fn reload_text(h: &Harness, path: &Path, text: &str) -> Result<proto::Response, String> {
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(h.ask(RequestType::ReloadFile(proto::ReloadFile {
+        path: path.display().to_string(),
+        size: text.len() as u64,
+        crc32: crc32fast::hash(text.as_bytes()),
+    })))
+}
+
+/// A server booted from the config at `dir/preread.toml`, which holds
+/// `text`, with that text's outline.
+fn booted_from(
+    dir: TempDir,
+    text: &str,
+    running_is_file: bool,
+) -> Result<(CommandServer, Vec<Fake>, TempDir, PathBuf), String> {
+    let path = dir.path().join("preread.toml");
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let (loaded, outline) = command::config::load_config_file_outlined(&path)
+        .map_err(|problems| format!("{problems:?}"))?;
+    if outline.is_none() {
+        return Err(format!("no outline of {text}"));
+    }
+    let (mut server, fakes) = server_with(
+        settings(dir.path()),
+        loaded.state,
+        &[Script::Done, Script::Done],
+    );
+    server.know_config_text(outline, running_is_file);
+    Ok((server, fakes, dir, path))
+}
+
+#[test]
+fn reloads_from_the_last_outline_follow_the_running_state() -> Result<(), String> {
+    let text = config_text(&[("a", "a.example.com"), ("b", "b.example.com")]);
+    let (server, fakes, dir, path) = booted_from(temp_dir("reread"), &text, true)?;
+    let h = Harness::serve(dir, server, fakes);
+
+    let renamed = config_text(&[("a", "a.example.com"), ("b", "b2.example.com")]);
+    let response = reload_text(&h, &path, &renamed)?;
+    assert_ok(&response);
+    assert_eq!(response.message, "2 applied, 0 unchanged, 0 skipped");
+    assert_eq!(snis(&h)?, ["a.example.com", "b2.example.com"]);
+
+    // A runtime add: the running state is no longer the file's, so the next
+    // reload, whose table `a` did not change, still takes the add out.
+    assert_ok(&h.ask(frontend("a", ADDR, "added.example.com")));
+    let again = config_text(&[("a", "a.example.com"), ("b", "b3.example.com")]);
+    assert_ok(&reload_text(&h, &path, &again)?);
+    assert_eq!(snis(&h)?, ["a.example.com", "b3.example.com"]);
+
+    // A refused file changes nothing and leaves the outline of the last one.
+    let clash = config_text(&[("a", "a.example.com"), ("b", "a.example.com")]);
+    let refused = reload_text(&h, &path, &clash)?;
+    assert_failure(&refused, AnswerCode::ConfigRefused.as_str());
+    assert!(refused.message.contains("E204"), "{}", refused.message);
+    assert_eq!(snis(&h)?, ["a.example.com", "b3.example.com"]);
+    let dropped = config_text(&[("b", "b3.example.com")]);
+    let response = reload_text(&h, &path, &dropped)?;
+    assert_ok(&response);
+    assert_eq!(response.message, "2 applied, 0 unchanged, 0 skipped");
+    assert_eq!(snis(&h)?, ["b3.example.com"]);
+    let same = reload_text(&h, &path, &dropped)?;
+    assert_eq!(same.message, "0 applied, 0 unchanged, 0 skipped");
+    let state = h.stop();
+    assert_eq!(state.clusters().len(), 1);
+    Ok(())
+}
+
+#[test]
+fn reloads_from_the_last_outline_merge_with_the_route_sources() -> Result<(), String> {
+    let dir = temp_dir("reread-sources");
+    let watched = dir.path().join("conf.d");
+    std::fs::create_dir(&watched).map_err(|e| format!("conf.d: {e}"))?;
+    std::fs::write(
+        watched.join("frag.toml"),
+        format!(
+            "[clusters.frag]\nfrontends = [{{ address = \"*:8443\", sni = \"f.example.com\" }}]\n"
+        ),
+    )
+    .map_err(|e| format!("frag.toml: {e}"))?;
+    let text = config_text(&[("a", "a.example.com")]);
+    // The sources merge with the file: the running state is not the file's.
+    let (mut server, fakes, dir, path) = booted_from(dir, &text, false)?;
+    let file = command::config::load_config(&text).map_err(|p| format!("{p:?}"))?;
+    let sources = command::config::SourceSettings {
+        docker: None,
+        directory: Some(watched),
+    };
+    server
+        .start_sources(1, Some(file.state), &sources)
+        .map_err(|e| format!("sources: {e}"))?;
+    let h = Harness::serve(dir, server, fakes);
+    within_bound(|| Ok(snis(&h)? == ["a.example.com", "f.example.com"]))
+        .map_err(|e| format!("frag.toml never applied: {e}"))?;
+
+    let renamed = config_text(&[("a", "a2.example.com"), ("b", "b.example.com")]);
+    assert_ok(&reload_text(&h, &path, &renamed)?);
+    assert_eq!(
+        snis(&h)?,
+        ["a2.example.com", "b.example.com", "f.example.com"]
+    );
+    let directory = directory_source(&h)?;
+    assert_eq!((directory.routes, directory.excluded_total), (1, 0));
+    let ContentType::Sources(list) =
+        content(h.ask(RequestType::ListSources(proto::ListSources {})))
+    else {
+        return Err("not sources".to_owned());
+    };
+    let file_routes = list
+        .sources
+        .iter()
+        .find(|s| s.kind == "file")
+        .map(|s| s.routes);
+    assert_eq!(
+        file_routes,
+        Some(2),
+        "the file's own routes, not the fragment's"
+    );
+    // A table that takes the fragment's name: the fragment is excluded.
+    let taken = config_text(&[("a", "a2.example.com"), ("b", "f.example.com")]);
+    assert_ok(&reload_text(&h, &path, &taken)?);
+    assert_eq!(snis(&h)?, ["a2.example.com", "f.example.com"]);
+    assert_eq!(directory_source(&h)?.excluded_total, 1);
+    // Declarations sent over the socket replace the file's: the same file
+    // reloaded next is read against them, not against its last outline.
+    let declarations = [
+        cluster("d"),
+        listener(ADDR),
+        frontend("d", ADDR, "d.example.com"),
+    ]
+    .into_iter()
+    .map(|kind| proto::Request {
+        request_type: Some(kind),
+    })
+    .collect();
+    assert_ok(&h.ask(RequestType::ApplyChanges(proto::ChangeBatch {
+        requests: declarations,
+        declarations: true,
+        more: false,
+    })));
+    assert_eq!(snis(&h)?, ["d.example.com", "f.example.com"]);
+    assert_ok(&reload_text(&h, &path, &taken)?);
+    assert_eq!(snis(&h)?, ["a2.example.com", "f.example.com"]);
+    let state = h.stop();
+    assert!(
+        state
+            .clusters()
+            .all(|c| c.cluster_id != "frag" && c.cluster_id != "d")
+    );
+    Ok(())
+}

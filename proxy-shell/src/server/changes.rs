@@ -286,6 +286,8 @@ impl CommandServer {
             Job::Change(request) => Some((Origin::Change, vec![request.clone()])),
             Job::Batch(requests) => Some((Origin::Batch, requests.clone())),
             Job::Declarations(requests) => {
+                // The file state becomes these declarations, of no text.
+                self.last_text.forget();
                 let mut desired = ConfigState::default();
                 for (index, request) in requests.iter().enumerate() {
                     if let Err(error) = desired.dispatch(request) {
@@ -313,9 +315,11 @@ impl CommandServer {
             }
             Job::Reload { path, seen } => {
                 let started = Instant::now();
-                match reload_file::read(path, seen.as_ref()) {
-                    Ok(loaded) => {
-                        let warnings: Vec<String> = loaded
+                let reread = reload_file::read(path, seen.as_ref())
+                    .and_then(|text| self.reread(&text).map_err(Unread::Refused));
+                match reread {
+                    Ok(reread) => {
+                        let warnings: Vec<String> = reread
                             .warnings
                             .iter()
                             .map(|warning| format!("{}:{warning}", path.display()))
@@ -323,14 +327,13 @@ impl CommandServer {
                         for warning in &warnings {
                             log::warn!("reload: {warning}");
                         }
-                        let desired = self.sources.with_file(loaded.state);
-                        let changes = diff(&self.state, &desired);
                         log::info!(
-                            "reloading {}: read, checked and compared with the running state in {} ms",
+                            "reloading {}: read, checked and compared with the running state in {} ms{}",
                             path.display(),
-                            started.elapsed().as_millis()
+                            started.elapsed().as_millis(),
+                            reread.read_note()
                         );
-                        Some((Origin::Reload(path.clone(), warnings), changes))
+                        Some((Origin::Reload(path.clone(), warnings), reread.changes))
                     }
                     Err(unread) => {
                         self.refuse_reload(queued.client, path, unread);
@@ -435,10 +438,13 @@ impl CommandServer {
     /// Saves the state if the job changed it, records a merge the workers
     /// applied, and answers the job.
     fn finish(&mut self, outcome: Outcome) {
+        let skipped = outcome.skipped();
         if outcome.refused.is_none() {
             self.sources.commit();
+            self.last_text.commit(skipped.is_empty(), self.generation);
         } else {
             self.sources.abandon();
+            self.last_text.abandon();
         }
         let applied = outcome.applied().len();
         let save_note = if applied > 0 {
@@ -448,7 +454,6 @@ impl CommandServer {
         } else {
             String::new()
         };
-        let skipped = outcome.skipped();
         let unchanged = outcome.planned.unchanged;
         let answer = match &outcome.origin {
             Origin::Reload(path, warnings) => {

@@ -20,6 +20,7 @@ mod clients;
 mod handlers;
 mod pending;
 mod reload_file;
+mod reread;
 mod responses;
 mod saving;
 mod signals;
@@ -210,6 +211,9 @@ pub struct CommandServer {
     adopted: BTreeSet<SocketAddr>,
     /// The route sources merged with the config file's declarations.
     sources: sources::RouteSources,
+    /// The outline of the config text the file state came from: a reload
+    /// reads only the cluster tables that changed since.
+    last_text: reread::LastText,
     /// Asks the access-log writer to reopen its file (SIGUSR1); `None`
     /// when the log is off.
     access_log: Option<Reopener>,
@@ -276,6 +280,7 @@ impl CommandServer {
             stopping: None,
             adopted: BTreeSet::new(),
             sources: sources::RouteSources::new(settings_config.as_deref()),
+            last_text: reread::LastText::default(),
             access_log: None,
             shared: Shared::new(&GlobalSettings::default()),
         })

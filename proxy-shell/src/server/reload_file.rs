@@ -3,16 +3,16 @@
 //!
 //! Owns: reading the file once and making sure it is the file the CLI saw
 //! (same size and CRC-32: a proxy in another mount namespace or container
-//! sees another file at that path, and must not reload it), then loading
-//! it with the config check every other path uses. Reading the file here
-//! spares the CLI its parse and the proxy a second one of the same
-//! declarations sent over the socket. Must never: reload a file other than
-//! the one the CLI saw, or change anything when the file has a problem.
+//! sees another file at that path, and must not reload it), and that it is
+//! text; the reread (`command::reread`, in `reread.rs`) checks it as every
+//! other path does. Reading the file here spares the CLI its parse and the
+//! proxy a second one of the same declarations sent over the socket. Must
+//! never: hand on a file other than the one the CLI saw.
 
 use std::path::Path;
 
 use command::codes::ErrorCode;
-use command::config::{ConfigProblem, LoadedConfig, load_config};
+use command::config::ConfigProblem;
 use command::proto;
 
 /// Why a reload read nothing it could apply.
@@ -25,9 +25,9 @@ pub(super) enum Unread {
     Refused(Vec<ConfigProblem>),
 }
 
-/// Reads and loads the config at `path`; when `seen` is given, only if
-/// the file is the one it describes.
-pub(super) fn read(path: &Path, seen: Option<&proto::ReloadFile>) -> Result<LoadedConfig, Unread> {
+/// The text of the config at `path`; when `seen` is given, only if the
+/// file is the one it describes.
+pub(super) fn read(path: &Path, seen: Option<&proto::ReloadFile>) -> Result<String, Unread> {
     let bytes = std::fs::read(path).map_err(|error| {
         Unread::Unseen(format!("the proxy cannot read {}: {error}", path.display()))
     })?;
@@ -43,14 +43,13 @@ pub(super) fn read(path: &Path, seen: Option<&proto::ReloadFile>) -> Result<Load
             )));
         }
     }
-    let text = String::from_utf8(bytes).map_err(|error| {
+    String::from_utf8(bytes).map_err(|error| {
         Unread::Refused(vec![ConfigProblem {
             location: None,
             code: ErrorCode::InvalidToml,
             message: format!("config file {} is not UTF-8: {error}", path.display()),
         }])
-    })?;
-    load_config(&text).map_err(Unread::Refused)
+    })
 }
 
 #[cfg(test)]
@@ -73,8 +72,8 @@ mod tests {
         let path = dir.path().join("preread.toml");
         let text = "[[listeners]]\naddress = \"127.0.0.1:9443\"\n";
         std::fs::write(&path, text)?;
-        let loaded = read(&path, Some(&seen(text.as_bytes()))).map_err(|e| format!("{e:?}"))?;
-        assert_eq!(loaded.state.listeners().len(), 1);
+        let read_back = read(&path, Some(&seen(text.as_bytes()))).map_err(|e| format!("{e:?}"))?;
+        assert_eq!(read_back, text);
         assert!(read(&path, None).is_ok(), "SIGHUP checks nothing more");
         let other = seen(b"[[listeners]]\naddress = \"127.0.0.1:9444\"\n");
         assert!(
@@ -88,16 +87,17 @@ mod tests {
     }
 
     #[test]
-    fn a_config_with_problems_is_refused_with_them() -> Outcome {
+    fn a_file_that_is_not_text_is_refused() -> Outcome {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("preread.toml");
-        std::fs::write(&path, "[[listeners]]\naddress = \"nowhere\"\n")?;
-        let Err(Unread::Refused(problems)) = read(&path, None) else {
-            return Err("a bad address loaded".into());
-        };
-        assert_eq!(problems[0].code.as_str(), "E101");
         std::fs::write(&path, b"\xff\xfe")?;
-        assert!(matches!(read(&path, None), Err(Unread::Refused(_))));
+        let Err(Unread::Refused(problems)) = read(&path, None) else {
+            return Err("bytes that are not UTF-8 were read as text".into());
+        };
+        assert_eq!(
+            problems.first().map(|p| p.code),
+            Some(ErrorCode::InvalidToml)
+        );
         Ok(())
     }
 }

@@ -200,17 +200,35 @@ impl RouteSources {
         Some(merged.state)
     }
 
+    /// Whether a source is configured: a reload's desired state is then
+    /// the merge of the file's declarations with the fragments.
+    pub(super) fn merges(&self) -> bool {
+        !self.slots.is_empty()
+    }
+
+    /// The config file's declarations every merge starts from, when a
+    /// source is configured.
+    pub(super) fn base(&self) -> Option<&ConfigState> {
+        self.base.as_ref()
+    }
+
+    /// A reload without a source, of a file that declares `routes`
+    /// frontends: `preread sources` counts them once it is applied.
+    pub(super) fn with_file_routes(&mut self, routes: usize) {
+        self.pending = Some(PendingMerge {
+            file: Some((routes, None)),
+            outcome: None,
+        });
+    }
+
     /// The desired state of a reload whose config file declares `file`:
     /// `file` itself without a source, else its merge with the fragments.
     pub(super) fn with_file(&mut self, file: ConfigState) -> ConfigState {
-        let routes = file.frontends().len();
-        if self.slots.is_empty() {
-            self.pending = Some(PendingMerge {
-                file: Some((routes, None)),
-                outcome: None,
-            });
+        if !self.merges() {
+            self.with_file_routes(file.frontends().len());
             return file;
         }
+        let routes = file.frontends().len();
         let merged = self.merged(&file);
         self.pending = Some(PendingMerge {
             file: Some((routes, Some(file))),
