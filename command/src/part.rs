@@ -12,8 +12,9 @@
 //! route tables exactly its SNI frontends.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
-use preread_core::routes::RouteTable;
+use preread_core::routes::{ClusterId, RouteTable};
 
 use crate::state::{ConfigState, Listener};
 
@@ -39,8 +40,15 @@ impl ConfigState {
                 part.clusters.insert(id.clone(), cluster.clone());
             }
         }
+        // A frontend holds its cluster's interned id: comparing pointers
+        // instead of names keeps the walk over every frontend cheap.
+        let interned: Vec<&ClusterId> = clusters
+            .iter()
+            .filter_map(|id| self.clusters.get_key_value(*id))
+            .map(|(id, _)| id)
+            .collect();
         for (key, stored) in &self.frontends {
-            if !clusters.contains(&*stored.cluster) {
+            if !interned.iter().any(|id| Arc::ptr_eq(id, &stored.cluster)) {
                 continue;
             }
             if let (Some(sni), Some(listener)) = (&key.sni, part.listeners.get_mut(&key.address)) {

@@ -80,8 +80,8 @@ pub fn file_state(
     if let Some((outline, base)) = last
         && let Some(edit) = outline.edit(text)
     {
+        let requests = edit_requests(&edit, &base.part(&edit.leaving()));
         let mut state = base.clone();
-        let requests = edit_requests(&edit, &state);
         if requests.iter().all(|r| state.dispatch(r).is_ok()) {
             return Ok(FileState {
                 state,
@@ -145,14 +145,14 @@ fn whole(text: &str) -> Result<(LoadedConfig, Option<Outline>), Vec<ConfigProble
 /// and new states that concern the edited clusters, which is the diff of
 /// the whole states (see `part`).
 fn edited(edit: &Edit, running: &mut ConfigState) -> Option<(Vec<proto::Request>, usize)> {
-    let requests = edit_requests(edit, running);
+    // A new table's cluster is in neither part before its requests: the
+    // parts on the leaving clusters cover every object the edit touches.
+    let before = running.part(&edit.leaving());
+    let requests = edit_requests(edit, &before);
     let planned = plan::<ValidationError>(running, requests.iter().cloned(), |_, _| Ok(()));
     if !planned.skipped.is_empty() {
         return None;
     }
-    // A new table's cluster is in neither part before its requests: the
-    // parts on the leaving clusters cover every object the edit touches.
-    let before = running.part(&edit.leaving());
     let mut after = before.clone();
     for request in &requests {
         // Accepted on the whole state, so on this part of it too.
@@ -162,32 +162,24 @@ fn edited(edit: &Edit, running: &mut ConfigState) -> Option<(Vec<proto::Request>
     Some((diff(&before, &after), routes))
 }
 
-/// The requests that turn `state` (the state of the edit's old text) into
-/// the new text's: the objects of the clusters whose tables went or
-/// changed out, the clusters whose tables went, then the new tables'
-/// declarations, a changed table's cluster updated in place (a listener
-/// may name it as `default_cluster`).
-fn edit_requests(edit: &Edit, state: &ConfigState) -> Vec<proto::Request> {
-    let leaving = edit.leaving();
-    let mut requests: Vec<proto::Request> = state
+/// The requests that turn the state of the edit's old text into the new
+/// text's, given that state's part on the leaving clusters: every frontend
+/// and backend of the part out, the clusters whose tables went out, then
+/// the new tables' declarations, a changed table's cluster updated in
+/// place (a listener may name it as `default_cluster`).
+fn edit_requests(edit: &Edit, part: &ConfigState) -> Vec<proto::Request> {
+    let mut requests: Vec<proto::Request> = part
         .frontends
         .iter()
-        .filter(|(_, stored)| leaving.contains(&*stored.cluster))
         .map(|(key, stored)| request(RequestType::RemoveTcpFrontend(stored.to_proto(key))))
         .collect();
-    requests.extend(
-        state
-            .backends
-            .values()
-            .filter(|backend| leaving.contains(backend.cluster_id.as_str()))
-            .map(|backend| {
-                request(RequestType::RemoveBackend(BackendRef {
-                    cluster_id: backend.cluster_id.clone(),
-                    backend_id: backend.backend_id.clone(),
-                    address: backend.address.clone(),
-                }))
-            }),
-    );
+    requests.extend(part.backends.values().map(|backend| {
+        request(RequestType::RemoveBackend(BackendRef {
+            cluster_id: backend.cluster_id.clone(),
+            backend_id: backend.backend_id.clone(),
+            address: backend.address.clone(),
+        }))
+    }));
     requests.extend(edit.gone.iter().map(|id| {
         request(RequestType::RemoveCluster(ClusterRef {
             cluster_id: id.clone(),

@@ -26,7 +26,7 @@ use toml::de::DeTable;
 use super::declarations::routing_requests;
 use super::fragment::RawFragment;
 use super::lines::{LineIndex, Problems};
-use super::pieces::{Opens, Piece, pieces};
+use super::pieces::{Opens, Piece, checked_pieces, pieces};
 use super::raw::RawConfig;
 use super::warnings::warnings;
 use super::{ConfigProblem, LoadedConfig, Location};
@@ -140,7 +140,9 @@ impl Outline {
     /// documentation).
     #[must_use]
     pub fn of(text: &str, loaded: &LoadedConfig) -> Option<Self> {
-        let pieces = pieces(text)?;
+        // Checked against the TOML lexer: every piece remembered is one
+        // the config parser would read as a whole on its own.
+        let pieces = checked_pieces(text)?;
         let root = pieces.first()?;
         // A root table that names `clusters` (a dotted key, an inline
         // table) would meet a cluster table added later: only a full
