@@ -1,6 +1,7 @@
 //! The control plane at 20,000 routes, sized to run in seconds: a start
 //! from a config of 200 clusters × 100 names, a one-line reload that
-//! renames one of them, batches of runtime adds cut by a kill -9 in the
+//! renames one of them (and reads only that cluster's table), batches of
+//! runtime adds cut by a kill -9 in the
 //! middle, and a restart from the saved state and its journal; real TLS
 //! handshakes show which names are served: every acknowledged one, and the
 //! batch in flight at the kill either whole or not at all. The timing goals
@@ -139,6 +140,15 @@ fn twenty_thousand_routes_start_reload_and_route() {
         "{text}{}\n{}",
         String::from_utf8_lossy(&out.stderr),
         stderr_tail(&proxy)
+    );
+    // The proxy booted from this file's text: it read only the table that
+    // changed.
+    let logged = proxy
+        .wait_stderr("reloading ", Duration::from_secs(10))
+        .expect("the proxy logged its reload");
+    assert!(
+        logged.contains("(its 1 changed cluster table(s);"),
+        "{logged}"
     );
     assert!(served(&proxy, "renamed.example.com"));
     assert!(!served(&proxy, &name(5, 7)), "the old name still routes");

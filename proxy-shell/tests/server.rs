@@ -1548,9 +1548,7 @@ fn reloads_from_the_last_outline_merge_with_the_route_sources() -> Result<(), St
     std::fs::create_dir(&watched).map_err(|e| format!("conf.d: {e}"))?;
     std::fs::write(
         watched.join("frag.toml"),
-        format!(
-            "[clusters.frag]\nfrontends = [{{ address = \"*:8443\", sni = \"f.example.com\" }}]\n"
-        ),
+        "[clusters.frag]\nfrontends = [{ address = \"*:8443\", sni = \"f.example.com\" }]\n",
     )
     .map_err(|e| format!("frag.toml: {e}"))?;
     let text = config_text(&[("a", "a.example.com")]);

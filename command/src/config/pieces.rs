@@ -75,7 +75,7 @@ fn split<'t>(text: &'t str, starts: &Starts) -> Option<Vec<Piece<'t>>> {
             line,
             opens: opens.clone(),
         });
-        line += piece.bytes().filter(|&b| b == b'\n').count();
+        line += memchr::memchr_iter(b'\n', piece.as_bytes()).count();
     }
     Some(pieces)
 }
@@ -128,11 +128,29 @@ fn scan(text: &str) -> Option<Starts> {
                 depth = depth.checked_sub(1)?;
                 at + 1
             }
-            _ => at + 1,
+            // Nothing but these bytes can start a string, a comment, a
+            // bracket or a line: the rest of a line's keys and values is
+            // skipped at once.
+            _ => bytes[at..]
+                .iter()
+                .position(|&b| MEANINGFUL[usize::from(b)])
+                .map_or(bytes.len(), |n| at + n),
         };
     }
     (depth == 0).then_some(starts)
 }
+
+/// The bytes [`scan`] acts on past a line's first token.
+const MEANINGFUL: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut index = 0;
+    let bytes = b"\n\"'#[]{}";
+    while index < bytes.len() {
+        table[bytes[index] as usize] = true;
+        index += 1;
+    }
+    table
+};
 
 /// The end of a basic string whose content starts at `at`; `None` when
 /// the line ends first.
