@@ -35,6 +35,7 @@ fn key(entry: &Entry) -> &[u8] {
 /// from bits 32 and up: a hash table takes its bucket from the low bits
 /// and its tag from the top seven, so shards cut on either would crowd
 /// their entries into one bucket or one tag.
+#[inline]
 fn shard_index(hash: u64, shards: usize) -> usize {
     // Truncation keeps the low bits of the upper half, which the mask takes.
     ((hash >> 32) as usize) & shards.wrapping_sub(1)
@@ -51,11 +52,14 @@ pub(super) struct Entries {
 }
 
 impl Entries {
+    #[inline]
     fn hash(&self, name: &[u8]) -> u64 {
         self.hasher.hash_one(name)
     }
 
     /// The entry named `name`: one hash, one shard, one probe sequence.
+    /// Inlined: it runs up to once per label of every client's name.
+    #[inline]
     pub(super) fn get(&self, name: &[u8]) -> Option<&Entry> {
         let hash = self.hash(name);
         self.shards
