@@ -253,6 +253,28 @@ impl ConfigState {
         self.listeners.get(address).map(|l| &l.routes)
     }
 
+    /// Every listener's SNI routes, by address.
+    pub fn route_tables(&self) -> impl ExactSizeIterator<Item = (SocketAddr, &RouteTable)> {
+        self.listeners
+            .iter()
+            .map(|(address, listener)| (*address, &listener.routes))
+    }
+
+    /// Makes `table`, a snapshot equal to the routes of the listener at
+    /// `address`, its routes: the state then shares their storage with the
+    /// workers that route on the snapshot instead of keeping an equal copy.
+    /// Nothing changes for an address without a listener.
+    pub(crate) fn adopt_routes(&mut self, address: &SocketAddr, table: &RouteTable) {
+        if let Some(listener) = self.listeners.get_mut(address) {
+            debug_assert_eq!(
+                listener.routes.len(),
+                table.len(),
+                "{address}: other routes"
+            );
+            listener.routes = table.clone();
+        }
+    }
+
     /// The cluster of the listener's frontend without SNI, if it has one: the
     /// worker then proxies every connection there without prereading.
     #[must_use]
