@@ -11,7 +11,7 @@
 //! a route table other than the state's own (a snapshot of it, which every
 //! worker then shares instead of building its own copy).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use preread_core::routes::RouteTable;
@@ -148,7 +148,8 @@ impl Generation {
             );
         }
         for (address, table) in &self.routes {
-            state.adopt_routes(address, table);
+            let adopted = state.adopt_routes(address, table);
+            debug_assert!(adopted, "{address}: routes for no listener");
         }
         Ok(())
     }
@@ -187,7 +188,17 @@ pub fn plan<E: From<ValidationError>>(
         unchanged: 0,
         skipped: Vec::new(),
     };
+    // Each listener's table as the workers hold it, taken before the first
+    // request that may change it: the undo below builds an equal table,
+    // and restoring this one keeps one copy of it, not two.
+    let mut held: BTreeMap<SocketAddr, RouteTable> = BTreeMap::new();
     for request in requests {
+        if let Some(address) = routed_at(&request)
+            && !held.contains_key(&address)
+            && let Some(table) = state.route_table(&address)
+        {
+            held.insert(address, table.clone());
+        }
         match state.dispatch_undoable(&request) {
             Err(error) => planned.skipped.push((request, error.into())),
             Ok(Change::Unchanged) => planned.unchanged += 1,
@@ -212,6 +223,15 @@ pub fn plan<E: From<ValidationError>>(
         let restored = state.dispatch(undo);
         debug_assert!(restored.is_ok(), "the inverse {undo:?} was refused");
     }
-    planned.generation.routes_before = snapshot(state, &routed);
+    planned.generation.routes_before = routed
+        .iter()
+        .filter_map(|address| {
+            let table = held.remove(address)?;
+            // A listener the generation adds has no table before it.
+            state
+                .adopt_routes(address, &table)
+                .then_some((*address, table))
+        })
+        .collect();
     planned
 }

@@ -263,16 +263,18 @@ impl ConfigState {
     /// Makes `table`, a snapshot equal to the routes of the listener at
     /// `address`, its routes: the state then shares their storage with the
     /// workers that route on the snapshot instead of keeping an equal copy.
-    /// Nothing changes for an address without a listener.
-    pub(crate) fn adopt_routes(&mut self, address: &SocketAddr, table: &RouteTable) {
-        if let Some(listener) = self.listeners.get_mut(address) {
-            debug_assert_eq!(
-                listener.routes.len(),
-                table.len(),
-                "{address}: other routes"
-            );
-            listener.routes = table.clone();
-        }
+    /// Returns whether there is such a listener (nothing changes without).
+    pub(crate) fn adopt_routes(&mut self, address: &SocketAddr, table: &RouteTable) -> bool {
+        let Some(listener) = self.listeners.get_mut(address) else {
+            return false;
+        };
+        debug_assert_eq!(
+            listener.routes.len(),
+            table.len(),
+            "{address}: other routes"
+        );
+        listener.routes = table.clone();
+        true
     }
 
     /// The cluster of the listener's frontend without SNI, if it has one: the

@@ -268,6 +268,14 @@ fn reload_ok(current: &mut ConfigState, desired: &ConfigState) -> Planned<Valida
     let steps = diff(current, desired);
     let planned = plan(current, steps, |_, _| Ok(()));
     assert_eq!(*current, before, "planning leaves the state as it was");
+    assert_same_storage(current, &before);
+    for (address, table) in &planned.generation.routes_before {
+        let held = before.route_table(address).expect("a listener before");
+        assert!(
+            table.same_storage(held),
+            "{address}: a copy, not the table held"
+        );
+    }
     assert_routes_of(&planned.generation, &before, desired);
     planned
         .generation
@@ -284,6 +292,18 @@ fn reload_ok(current: &mut ConfigState, desired: &ConfigState) -> Planned<Valida
         );
     }
     planned
+}
+
+/// Every listener of `a` holds the very table it holds in `b`: `a` is `b`
+/// or a clone of it, and no table of it was copied since.
+fn assert_same_storage(a: &ConfigState, b: &ConfigState) {
+    for (address, table) in a.route_tables() {
+        assert!(
+            b.route_table(&address)
+                .is_some_and(|t| t.same_storage(table)),
+            "{address}: the table was copied"
+        );
+    }
 }
 
 /// The generation from `a` to `b` carries `b`'s table for every listener
@@ -424,6 +444,7 @@ proptest! {
             }
         });
         prop_assert_eq!(&state, &a, "planning leaves the state as it was");
+        assert_same_storage(&state, &a);
         let mut planned_on = a.clone();
         apply_all(&mut planned_on, &planned.generation.steps);
         assert_routes_of(&planned.generation, &a, &planned_on);
