@@ -223,15 +223,12 @@ pub fn plan<E: From<ValidationError>>(
         let restored = state.dispatch(undo);
         debug_assert!(restored.is_ok(), "the inverse {undo:?} was refused");
     }
-    planned.generation.routes_before = routed
-        .iter()
-        .filter_map(|address| {
-            let table = held.remove(address)?;
-            // A listener the generation adds has no table before it.
-            state
-                .adopt_routes(address, &table)
-                .then_some((*address, table))
-        })
-        .collect();
+    // Every table held goes back, a change the check refused included; a
+    // listener the generation adds has no table before it.
+    for (address, table) in held {
+        if state.adopt_routes(&address, &table) && routed.contains(&address) {
+            planned.generation.routes_before.push((address, table));
+        }
+    }
     planned
 }
