@@ -88,10 +88,12 @@ fn state_table(state: &ConfigState) -> Result<&RouteTable, String> {
 
 /// The cluster `name` routes to, `None` when unmatched.
 fn routed(runtime: &Runtime, name: &str) -> Result<Option<String>, String> {
-    Ok(match table(runtime)?.lookup(name.as_bytes(), None::<&[u8]>) {
-        Lookup::Matched { cluster, .. } => Some(cluster.to_string()),
-        _ => None,
-    })
+    Ok(
+        match table(runtime)?.lookup(name.as_bytes(), None::<&[u8]>) {
+            Lookup::Matched { cluster, .. } => Some(cluster.to_string()),
+            _ => None,
+        },
+    )
 }
 
 fn booted(state: &mut ConfigState) -> Result<(Runtime, Runtime), String> {
