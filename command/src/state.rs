@@ -4,7 +4,8 @@
 //! that validates and applies a state-changing request, whatever its source
 //! (config file, command socket, state-file replay, reload diff). Keeps one
 //! `preread_core` [`RouteTable`] per listener, so the SNI/ALPN conflict
-//! rules are the core's own. A frontend is kept as its key and a
+//! rules are the core's own; the workers route on snapshots of these very
+//! tables (a generation carries them), so the process keeps one copy. A frontend is kept as its key and a
 //! `StoredFrontend` (cluster id interned as the cluster map's `Arc`, tags
 //! boxed only when present), not as a protobuf message repeating the key in
 //! five heap fields; [`ConfigState::frontends`] rebuilds the messages.
