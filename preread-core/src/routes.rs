@@ -386,9 +386,10 @@ fn split_first_label(name: &[u8]) -> Option<(&[u8], &[u8])> {
 /// frontends are added, search it with [`RouteTable::lookup`] once per
 /// connection.
 ///
-/// `clone` is a snapshot: it shares the storage (one reference count per
-/// shard of about 256 entries) instead of copying it, and a later insert
-/// or remove on either copies only the shard it changes. A snapshot never
+/// `clone` is a snapshot: it shares the storage (a reference count for
+/// each of the three kinds of pattern) instead of copying it, and a later
+/// insert or remove on either copies only the shard of about 256 entries
+/// it changes, and the list of shards (a pointer each). A snapshot never
 /// sees the changes made after it, so a reader holding one decides on one
 /// consistent table without a lock.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

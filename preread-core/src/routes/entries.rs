@@ -1,13 +1,14 @@
 //! The entries of one kind of pattern in a [`RouteTable`](super::RouteTable),
 //! found by the pattern's name.
 //!
-//! Owns: [`Entries`], hash tables (shards) each behind its own `Arc`,
-//! whose key is the name inside each entry's pattern (a route's name is
-//! stored once, not a second time as a map key). A clone shares every
-//! shard; a change copies the one shard it touches when another table
-//! still holds it. So the main thread and every worker hold one copy of a
-//! listener's routes, and a change costs a shard (a few hundred entries),
-//! never the table. Must never: allocate or take time proportional to the
+//! Owns: [`Entries`], hash tables (shards) each behind its own `Arc`, in
+//! a list behind an `Arc` too, whose key is the name inside each entry's
+//! pattern (a route's name is stored once, not a second time as a map
+//! key). A clone shares the list (one reference count); a change copies
+//! the list (a pointer per shard) and the one shard it touches when
+//! another table still holds them. So the main thread and every worker
+//! hold one copy of a listener's routes, and a change costs a shard (a few
+//! hundred entries), never the table. Must never: allocate or take time proportional to the
 //! number of entries in [`Entries::get`]; hold two entries of one name, or
 //! an empty one; copy a shard for a change that leaves it as it is.
 
@@ -44,8 +45,9 @@ fn shard_index(hash: u64, shards: usize) -> usize {
 /// Entries by the name of their pattern.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Entries {
-    /// None while the table never held an entry, then a power of two.
-    shards: Box<[Arc<Shard>]>,
+    /// None while the table never held an entry, then a power of two. The
+    /// list is shared too, so a snapshot of 100,000 routes is one count.
+    shards: Arc<[Arc<Shard>]>,
     hasher: DefaultHashBuilder,
     /// The entries in all shards.
     len: usize,
@@ -78,8 +80,8 @@ impl Entries {
     ) -> Option<R> {
         let hash = self.hash(name);
         let index = shard_index(hash, self.shards.len());
-        let shard = self.shards.get_mut(index)?;
-        shard.find(hash, |e| key(e) == name)?;
+        self.shards.get(index)?.find(hash, |e| key(e) == name)?;
+        let shard = Arc::make_mut(&mut self.shards).get_mut(index)?;
         let Ok(mut found) = Arc::make_mut(shard).find_entry(hash, |e| key(e) == name) else {
             return None;
         };
@@ -102,8 +104,8 @@ impl Entries {
         let index = shard_index(hash, self.shards.len());
         let hasher = &self.hasher;
         // `grow` left at least one shard, and the index is masked to them.
-        Arc::make_mut(&mut self.shards[index])
-            .insert_unique(hash, entry, |e| hasher.hash_one(key(e)));
+        let shard = &mut Arc::make_mut(&mut self.shards)[index];
+        Arc::make_mut(shard).insert_unique(hash, entry, |e| hasher.hash_one(key(e)));
         self.len += 1;
     }
 
@@ -121,11 +123,21 @@ impl Entries {
             let hash = hasher.hash_one(key(&entry));
             grown[shard_index(hash, count)].insert_unique(hash, entry, |e| hasher.hash_one(key(e)));
         };
-        for shard in core::mem::take(&mut self.shards) {
-            match Arc::try_unwrap(shard) {
-                Ok(owned) => owned.into_iter().for_each(&mut place),
-                Err(shared) => shared.iter().cloned().for_each(&mut place),
+        match Arc::get_mut(&mut self.shards) {
+            Some(owned) => {
+                for slot in owned {
+                    match Arc::try_unwrap(core::mem::take(slot)) {
+                        Ok(shard) => shard.into_iter().for_each(&mut place),
+                        Err(shared) => shared.iter().cloned().for_each(&mut place),
+                    }
+                }
             }
+            None => self
+                .shards
+                .iter()
+                .flat_map(|shard| shard.iter())
+                .cloned()
+                .for_each(&mut place),
         }
         self.shards = grown.into_iter().map(Arc::new).collect();
     }
@@ -141,7 +153,7 @@ impl Entries {
             && self
                 .shards
                 .iter()
-                .zip(&*other.shards)
+                .zip(other.shards.iter())
                 .all(|(a, b)| Arc::ptr_eq(a, b))
     }
 
@@ -199,7 +211,7 @@ mod tests {
     fn shared(a: &Entries, b: &Entries) -> usize {
         a.shards
             .iter()
-            .zip(&*b.shards)
+            .zip(b.shards.iter())
             .filter(|(a, b)| Arc::ptr_eq(a, b))
             .count()
     }
