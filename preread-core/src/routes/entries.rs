@@ -63,6 +63,11 @@ impl Entries {
     /// Inlined: it runs up to once per label of every client's name.
     #[inline]
     pub(super) fn get(&self, name: &[u8]) -> Option<&Entry> {
+        // Most listeners have no wildcard of one kind or the other: their
+        // probes cost no hash.
+        if self.len == 0 {
+            return None;
+        }
         let hash = self.hash(name);
         self.shards
             .get(shard_index(hash, self.shards.len()))?
