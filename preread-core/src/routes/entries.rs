@@ -135,9 +135,9 @@ impl Entries {
         match Arc::get_mut(&mut self.shards) {
             Some(owned) => {
                 for slot in owned {
-                    match Arc::try_unwrap(core::mem::take(slot)) {
-                        Ok(shard) => shard.into_iter().for_each(&mut place),
-                        Err(shared) => shared.iter().cloned().for_each(&mut place),
+                    match Arc::get_mut(slot) {
+                        Some(shard) => core::mem::take(shard).into_iter().for_each(&mut place),
+                        None => slot.iter().cloned().for_each(&mut place),
                     }
                 }
             }
@@ -240,6 +240,40 @@ mod tests {
         let emptiest = many.shards.iter().map(|s| s.len()).min().unwrap_or(0);
         // The hash spreads them: no shard far from the average of 156.
         assert!(fullest < 256 && emptiest > 64, "{emptiest}..{fullest}");
+        Ok(())
+    }
+
+    #[test]
+    fn a_changed_snapshot_grows_apart_from_the_table_it_shares_with()
+    -> Result<(), Box<dyn core::error::Error>> {
+        // 512 entries fill two shards: the next add doubles them.
+        let original = entries((0..512).map(|i| format!("n{i}.com")))?;
+        assert_eq!(original.shards.len(), 2);
+        let mut changed = original.clone();
+        // The change copies the list and one shard; the other is still
+        // shared when the growth comes, so the growth moves the entries of
+        // one shard and copies those of the other.
+        let h2 = AlpnSet::protocols(["h2"])?;
+        assert_eq!(
+            changed.change(b"n0.com", |e| e.add(h2, "d".into())),
+            Some(())
+        );
+        assert_eq!(shared(&original, &changed), 1);
+        let mut entry = Entry::new(validate_sni_pattern("a.com")?);
+        entry.add(AlpnSet::Any, "c".into());
+        changed.insert_new(entry);
+        assert_eq!((changed.shards.len(), changed.len), (4, 513));
+        assert_eq!((original.shards.len(), original.len), (2, 512));
+        changed.check_invariants();
+        original.check_invariants();
+        for i in 0..512 {
+            let name = format!("n{i}.com");
+            assert!(changed.get(name.as_bytes()).is_some(), "{name}");
+            assert!(original.get(name.as_bytes()).is_some(), "{name}");
+        }
+        let listed = |e: &Entries| e.get(b"n0.com").map(|entry| entry.listed.len());
+        assert_eq!((listed(&changed), listed(&original)), (Some(1), Some(0)));
+        assert!(changed.get(b"a.com").is_some() && original.get(b"a.com").is_none());
         Ok(())
     }
 
