@@ -1,21 +1,37 @@
 //! Routing generations: the accepted changes of one request, one reload or
 //! one state load, which every worker applies as a single step.
 //!
-//! Owns: [`Generation`] (the changes and their inverses) and [`plan`], which
-//! validates a list of requests on the running state, skips the ones
-//! refused (with why), keeps the others in order, and leaves the state as
-//! it found it. Must never: keep a change whose inverse it does not hold,
-//! or leave a trace of a refused request or of the plan itself in the
-//! state (a refusal changes nothing, and every accepted change is taken
-//! back through its inverse).
+//! Owns: [`Generation`] (the changes, their inverses, and the route tables
+//! before and after them) and [`plan`], which validates a list of requests
+//! on the running state, skips the ones refused (with why), keeps the
+//! others in order, and leaves the state as it found it. Must never: keep
+//! a change whose inverse it does not hold, leave a trace of a refused
+//! request or of the plan itself in the state (a refusal changes nothing,
+//! and every accepted change is taken back through its inverse), or carry
+//! a route table other than the state's own (a snapshot of it, which every
+//! worker then shares instead of building its own copy).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+
+use preread_core::routes::RouteTable;
 
 use crate::proto;
+use crate::proto::request::RequestType;
 use crate::state::{Applied, ConfigState};
 use crate::undo::{Change, undo_of_addition};
 use crate::validate::ValidationError;
 
+/// Route tables by listener address.
+pub type RouteTables = Vec<(SocketAddr, RouteTable)>;
+
 /// The changes a worker applies in one step, between two events of its
 /// loop, so that no connection sees part of them.
+///
+/// A worker does not change route tables itself: it installs `routes`, the
+/// very tables the main thread's state holds (clones share their storage),
+/// so the process keeps one copy of every listener's routes however many
+/// workers route on it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Generation {
     /// The changes, in the order they apply.
@@ -23,6 +39,36 @@ pub struct Generation {
     /// `undo[i]` takes the state after `steps[i]` back to the state before
     /// it.
     pub undo: Vec<proto::Request>,
+    /// The route table of every listener whose SNI frontends the steps
+    /// change, as the steps leave it (none for a listener they remove).
+    pub routes: RouteTables,
+    /// The tables of the same listeners before the steps (none for a
+    /// listener they add): what the inverse installs.
+    pub routes_before: RouteTables,
+}
+
+/// The listener whose route table `request` changes: the address of a
+/// frontend with an SNI.
+fn routed_at(request: &proto::Request) -> Option<SocketAddr> {
+    match request.request_type.as_ref()? {
+        RequestType::AddTcpFrontend(frontend) | RequestType::RemoveTcpFrontend(frontend)
+            if frontend.sni.is_some() =>
+        {
+            frontend.address.parse().ok()
+        }
+        _ => None,
+    }
+}
+
+/// Snapshots of the route tables of `state`'s listeners at `addresses`.
+fn snapshot<'a>(
+    state: &ConfigState,
+    addresses: impl IntoIterator<Item = &'a SocketAddr>,
+) -> RouteTables {
+    addresses
+        .into_iter()
+        .filter_map(|address| Some((*address, state.route_table(address)?.clone())))
+        .collect()
 }
 
 impl Generation {
@@ -45,6 +91,8 @@ impl Generation {
         Generation {
             steps: self.undo.iter().rev().cloned().collect(),
             undo: self.steps.iter().rev().cloned().collect(),
+            routes: self.routes_before.clone(),
+            routes_before: self.routes.clone(),
         }
     }
 
@@ -57,9 +105,12 @@ impl Generation {
 impl Generation {
     /// The generation that builds `state` from nothing (what a boot
     /// replays): its requests, which are all additions, each with its
-    /// removal. `state` is valid already, so nothing is validated again:
-    /// at 100,000 routes that is most of a start. `None` if a request is
-    /// not an addition (then [`plan`] it from an empty state instead).
+    /// removal, and `state`'s own route tables. `state` is valid already,
+    /// so nothing is validated again: at 100,000 routes that is most of a
+    /// start. `None` if a request is not an addition (then [`plan`] it
+    /// from an empty state instead, and [`share_routes_of`] the state).
+    ///
+    /// [`share_routes_of`]: Self::share_routes_of
     #[must_use]
     pub fn replay(state: &ConfigState) -> Option<Self> {
         let mut generation = Generation::default();
@@ -67,12 +118,26 @@ impl Generation {
             let undo = undo_of_addition(&step)?;
             generation.push(step, undo);
         }
+        generation.share_routes_of(state);
         Some(generation)
     }
 
-    /// Applies the generation to `state`, change by change: what the
-    /// command server does once every worker applied it. Fails only when
-    /// `state` is not the one the generation was planned on.
+    /// Makes `routes` the tables of `state` that hold routes: the ones a
+    /// generation that builds `state` from nothing leaves, and shared with
+    /// `state` rather than equal copies of them.
+    pub fn share_routes_of(&mut self, state: &ConfigState) {
+        self.routes = state
+            .route_tables()
+            .filter(|(_, table)| !table.is_empty())
+            .map(|(address, table)| (address, table.clone()))
+            .collect();
+    }
+
+    /// Applies the generation to `state`, change by change, and then
+    /// adopts its route tables (equal to what the changes built, and
+    /// shared with the workers): what the command server does once every
+    /// worker applied it. Fails only when `state` is not the one the
+    /// generation was planned on.
     pub fn apply_to(&self, state: &mut ConfigState) -> Result<(), ValidationError> {
         for step in &self.steps {
             let applied = state.dispatch(step)?;
@@ -81,6 +146,10 @@ impl Generation {
                 Applied::Changed,
                 "{step:?} was planned as a change"
             );
+        }
+        for (address, table) in &self.routes {
+            let adopted = state.adopt_routes(address, table);
+            debug_assert!(adopted, "{address}: routes for no listener");
         }
         Ok(())
     }
@@ -119,7 +188,17 @@ pub fn plan<E: From<ValidationError>>(
         unchanged: 0,
         skipped: Vec::new(),
     };
+    // Each listener's table as the workers hold it, taken before the first
+    // request that may change it: the undo below builds an equal table,
+    // and restoring this one keeps one copy of it, not two.
+    let mut held: BTreeMap<SocketAddr, RouteTable> = BTreeMap::new();
     for request in requests {
+        if let Some(address) = routed_at(&request)
+            && !held.contains_key(&address)
+            && let Some(table) = state.route_table(&address)
+        {
+            held.insert(address, table.clone());
+        }
         match state.dispatch_undoable(&request) {
             Err(error) => planned.skipped.push((request, error.into())),
             Ok(Change::Unchanged) => planned.unchanged += 1,
@@ -133,9 +212,23 @@ pub fn plan<E: From<ValidationError>>(
             },
         }
     }
+    let routed: BTreeSet<SocketAddr> = planned
+        .generation
+        .steps
+        .iter()
+        .filter_map(routed_at)
+        .collect();
+    planned.generation.routes = snapshot(state, &routed);
     for undo in planned.generation.undo.iter().rev() {
         let restored = state.dispatch(undo);
         debug_assert!(restored.is_ok(), "the inverse {undo:?} was refused");
+    }
+    // Every table held goes back, a change the check refused included; a
+    // listener the generation adds has no table before it.
+    for (address, table) in held {
+        if state.adopt_routes(&address, &table) && routed.contains(&address) {
+            planned.generation.routes_before.push((address, table));
+        }
     }
     planned
 }

@@ -4,7 +4,8 @@
 //! that validates and applies a state-changing request, whatever its source
 //! (config file, command socket, state-file replay, reload diff). Keeps one
 //! `preread_core` [`RouteTable`] per listener, so the SNI/ALPN conflict
-//! rules are the core's own. A frontend is kept as its key and a
+//! rules are the core's own; the workers route on snapshots of these very
+//! tables (a generation carries them), so the process keeps one copy. A frontend is kept as its key and a
 //! `StoredFrontend` (cluster id interned as the cluster map's `Arc`, tags
 //! boxed only when present), not as a protobuf message repeating the key in
 //! five heap fields; [`ConfigState::frontends`] rebuilds the messages.
@@ -251,6 +252,30 @@ impl ConfigState {
     #[must_use]
     pub fn route_table(&self, address: &SocketAddr) -> Option<&RouteTable> {
         self.listeners.get(address).map(|l| &l.routes)
+    }
+
+    /// Every listener's SNI routes, by address.
+    pub fn route_tables(&self) -> impl ExactSizeIterator<Item = (SocketAddr, &RouteTable)> {
+        self.listeners
+            .iter()
+            .map(|(address, listener)| (*address, &listener.routes))
+    }
+
+    /// Makes `table`, a snapshot equal to the routes of the listener at
+    /// `address`, its routes: the state then shares their storage with the
+    /// workers that route on the snapshot instead of keeping an equal copy.
+    /// Returns whether there is such a listener (nothing changes without).
+    pub(crate) fn adopt_routes(&mut self, address: &SocketAddr, table: &RouteTable) -> bool {
+        let Some(listener) = self.listeners.get_mut(address) else {
+            return false;
+        };
+        debug_assert_eq!(
+            listener.routes.len(),
+            table.len(),
+            "{address}: other routes"
+        );
+        listener.routes = table.clone();
+        true
     }
 
     /// The cluster of the listener's frontend without SNI, if it has one: the

@@ -1,6 +1,7 @@
 //! Properties of `ConfigState`, `generate_requests`, `diff`, the inverses
-//! of `dispatch_undoable` and generations `plan`ned from a reload, over
-//! random request sequences.
+//! of `dispatch_undoable` and generations `plan`ned from a reload (their
+//! route tables included, which the committed state shares), over random
+//! request sequences.
 //!
 //! States are built by dispatching random requests over a small universe of
 //! addresses, ids, patterns and protocols (so that conflicts, references
@@ -267,12 +268,90 @@ fn reload_ok(current: &mut ConfigState, desired: &ConfigState) -> Planned<Valida
     let steps = diff(current, desired);
     let planned = plan(current, steps, |_, _| Ok(()));
     assert_eq!(*current, before, "planning leaves the state as it was");
+    assert_same_storage(current, &before);
+    for (address, table) in &planned.generation.routes_before {
+        let held = before.route_table(address).expect("a listener before");
+        assert!(
+            table.same_storage(held),
+            "{address}: a copy, not the table held"
+        );
+    }
+    assert_routes_of(&planned.generation, &before, desired);
     planned
         .generation
         .apply_to(current)
         .expect("the generation commits");
     current.check_invariants();
+    for (address, table) in &planned.generation.routes {
+        let committed = current
+            .route_table(address)
+            .expect("a listener with routes");
+        assert!(
+            committed.same_storage(table),
+            "{address}: the committed state keeps a copy of the workers' routes"
+        );
+    }
     planned
+}
+
+/// Every listener of `a` holds the very table it holds in `b`: `a` is `b`
+/// or a clone of it, and no table of it was copied since.
+fn assert_same_storage(a: &ConfigState, b: &ConfigState) {
+    for (address, table) in a.route_tables() {
+        assert!(
+            b.route_table(&address)
+                .is_some_and(|t| t.same_storage(table)),
+            "{address}: the table was copied"
+        );
+    }
+}
+
+/// The generation from `a` to `b` carries `b`'s table for every listener
+/// of `b` whose routes differ from `a`'s, and `a`'s table before it for
+/// those `a` has: a worker that installs them routes as `b` (or, undone,
+/// as `a`) without changing a table itself.
+fn assert_routes_of(
+    generation: &command::generation::Generation,
+    a: &ConfigState,
+    b: &ConfigState,
+) {
+    let empty = preread_core::routes::RouteTable::new();
+    let tables = |state: &ConfigState| -> BTreeMap<SocketAddr, preread_core::routes::RouteTable> {
+        state
+            .route_tables()
+            .map(|(address, table)| (address, table.clone()))
+            .collect()
+    };
+    let after: BTreeMap<_, _> = generation.routes.iter().cloned().collect();
+    let before: BTreeMap<_, _> = generation.routes_before.iter().cloned().collect();
+    assert_eq!(
+        after.len(),
+        generation.routes.len(),
+        "one table per listener"
+    );
+    for (address, table) in tables(b) {
+        let old = a.route_table(&address).unwrap_or(&empty);
+        match after.get(&address) {
+            Some(carried) => assert_eq!(carried, &table, "{address}: not b's routes"),
+            None => assert_eq!(old, &table, "{address}: changed routes not carried"),
+        }
+    }
+    for (address, table) in tables(a) {
+        if b.route_table(&address).unwrap_or(&empty) != &table {
+            assert_eq!(
+                before.get(&address),
+                Some(&table),
+                "{address}: a's routes not carried"
+            );
+        }
+    }
+    for (address, table) in &before {
+        assert_eq!(
+            a.route_table(address),
+            Some(table),
+            "{address}: not a's routes"
+        );
+    }
 }
 
 fn addr(text: &str) -> SocketAddr {
@@ -316,6 +395,12 @@ proptest! {
     fn a_replay_builds_the_state_and_undoes_it(state in a_state()) {
         let generation = command::generation::Generation::replay(&state).expect("all additions");
         prop_assert_eq!(&generation.steps, &state.generate_requests());
+        assert_routes_of(&generation, &ConfigState::default(), &state);
+        for (address, table) in &generation.routes {
+            prop_assert!(!table.is_empty(), "{}: an empty table carried", address);
+            prop_assert!(state.route_table(address).is_some_and(|t| t.same_storage(table)));
+        }
+        prop_assert!(generation.routes_before.is_empty());
         let mut built = ConfigState::default();
         apply_all(&mut built, &generation.steps);
         prop_assert_eq!(&built, &state);
@@ -359,6 +444,11 @@ proptest! {
             }
         });
         prop_assert_eq!(&state, &a, "planning leaves the state as it was");
+        assert_same_storage(&state, &a);
+        let mut planned_on = a.clone();
+        apply_all(&mut planned_on, &planned.generation.steps);
+        assert_routes_of(&planned.generation, &a, &planned_on);
+        assert_routes_of(&planned.generation.inverse(), &planned_on, &a);
         apply_all(&mut state, &planned.generation.steps);
         state.check_invariants();
         let mut back = state.clone();

@@ -6,9 +6,12 @@
 //! on every connection), perform I/O, or panic on a name or offer the wire
 //! controls.
 //!
-//! Storage is three hash tables (module `entries`) found by the normalized name:
-//! exact names, `*.` suffixes and `**.` suffixes. A lookup costs one hash
-//! probe per label of the client's name, plus one.
+//! Storage is three sets of entries (module `entries`) found by the
+//! normalized name: exact names, `*.` suffixes and `**.` suffixes. A lookup
+//! costs one hash probe per label of the client's name, plus one. Each set
+//! is cut into shards behind `Arc`s, so a clone is a snapshot that shares
+//! them and a change copies only the shard it touches: the command server
+//! builds a listener's table once and every worker routes on that one copy.
 
 mod entries;
 
@@ -278,61 +281,70 @@ impl Entry {
         self.any.is_none() && self.listed.is_empty()
     }
 
-    /// Returns whether a frontend was added (`false`: it was already there).
-    fn insert(&mut self, alpn: AlpnSet, cluster: ClusterId) -> Result<bool, RouteConflict> {
-        let existing = match &alpn {
+    /// The cluster of the frontend `alpn` of this pattern, if there is one.
+    fn cluster_of(&self, alpn: &AlpnSet) -> Option<&ClusterId> {
+        match alpn {
             AlpnSet::Any => self.any.as_ref(),
             AlpnSet::Protocols(protocols) => self
                 .listed
                 .iter()
                 .find(|l| l.protocols == *protocols)
                 .map(|l| &l.cluster),
-        };
-        if let Some(existing) = existing {
-            return if *existing == cluster {
+        }
+    }
+
+    /// Whether the frontend `(alpn, cluster)` may join: `Ok(true)` when it
+    /// is new, `Ok(false)` when it is already there. Changes nothing, so a
+    /// shared table is not copied for a refusal or a repeat.
+    fn admits(&self, alpn: &AlpnSet, cluster: &ClusterId) -> Result<bool, RouteConflict> {
+        if let Some(existing) = self.cluster_of(alpn) {
+            return if existing == cluster {
                 Ok(false)
             } else {
                 Err(RouteConflict::ClusterMismatch {
                     pattern: self.pattern.clone(),
                     existing: existing.clone(),
-                    alpn,
-                    requested: cluster,
+                    alpn: alpn.clone(),
+                    requested: cluster.clone(),
                 })
             };
         }
+        if let AlpnSet::Protocols(protocols) = alpn {
+            for other in &self.listed {
+                if let Some(taken) = protocols.iter().find(|p| other.protocols.find(p).is_some()) {
+                    return Err(RouteConflict::ProtocolTaken {
+                        pattern: self.pattern.clone(),
+                        protocol: taken.into(),
+                        listed_by: AlpnSet::Protocols(other.protocols.clone()),
+                        existing: other.cluster.clone(),
+                    });
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Adds a frontend that [`admits`](Self::admits) found new.
+    fn add(&mut self, alpn: AlpnSet, cluster: ClusterId) {
         match alpn {
             AlpnSet::Any => self.any = Some(cluster),
             AlpnSet::Protocols(protocols) => {
-                for other in &self.listed {
-                    if let Some(taken) =
-                        protocols.iter().find(|p| other.protocols.find(p).is_some())
-                    {
-                        return Err(RouteConflict::ProtocolTaken {
-                            pattern: self.pattern.clone(),
-                            protocol: taken.into(),
-                            listed_by: AlpnSet::Protocols(other.protocols.clone()),
-                            existing: other.cluster.clone(),
-                        });
-                    }
-                }
                 let at = self.listed.partition_point(|l| l.protocols < protocols);
                 let mut listed = core::mem::take(&mut self.listed).into_vec();
                 listed.insert(at, Listed { protocols, cluster });
                 self.listed = listed.into_boxed_slice();
             }
         }
-        Ok(true)
     }
 
-    fn remove(&mut self, alpn: &AlpnSet) -> Option<ClusterId> {
+    /// Drops the frontend `alpn`, if there is one.
+    fn remove(&mut self, alpn: &AlpnSet) {
         match alpn {
-            AlpnSet::Any => self.any.take(),
+            AlpnSet::Any => self.any = None,
             AlpnSet::Protocols(protocols) => {
-                let at = self.listed.iter().position(|l| l.protocols == *protocols)?;
                 let mut listed = core::mem::take(&mut self.listed).into_vec();
-                let removed = listed.remove(at);
+                listed.retain(|l| l.protocols != *protocols);
                 self.listed = listed.into_boxed_slice();
-                Some(removed.cluster)
             }
         }
     }
@@ -373,6 +385,13 @@ fn split_first_label(name: &[u8]) -> Option<(&[u8], &[u8])> {
 /// The routes of one listener. Build it with [`RouteTable::insert`] as
 /// frontends are added, search it with [`RouteTable::lookup`] once per
 /// connection.
+///
+/// `clone` is a snapshot: it shares the storage (a reference count for
+/// each of the three kinds of pattern) instead of copying it, and a later
+/// insert or remove on either copies only the shard of about 256 entries
+/// it changes, and the list of shards (a pointer each). A snapshot never
+/// sees the changes made after it, so a reader holding one decides on one
+/// consistent table without a lock.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RouteTable {
     exact: Entries,
@@ -431,19 +450,22 @@ impl RouteTable {
         cluster: ClusterId,
     ) -> Result<(), RouteConflict> {
         let map = self.map_mut(&pattern);
-        let added = match map.get_mut(pattern.name().as_bytes()) {
-            Some(entry) => entry.insert(alpn, cluster)?,
+        let name = pattern.name().as_bytes();
+        match map.get(name) {
+            Some(entry) => {
+                if !entry.admits(&alpn, &cluster)? {
+                    return Ok(());
+                }
+                let added = map.change(name, |entry| entry.add(alpn, cluster));
+                debug_assert!(added.is_some(), "{pattern} found, then lost");
+            }
             None => {
                 let mut entry = Entry::new(pattern);
-                // A fresh entry has nothing to conflict with.
-                let added = entry.insert(alpn, cluster)?;
+                entry.add(alpn, cluster);
                 map.insert_new(entry);
-                added
             }
-        };
-        if added {
-            self.len += 1;
         }
+        self.len += 1;
         Ok(())
     }
 
@@ -452,14 +474,23 @@ impl RouteTable {
     /// removing a frontend leaves the table equal to what it was.
     pub fn remove(&mut self, pattern: &SniPattern, alpn: &AlpnSet) -> Option<ClusterId> {
         let map = self.map_mut(pattern);
-        let key = pattern.name().as_bytes();
-        let entry = map.get_mut(key)?;
-        let cluster = entry.remove(alpn)?;
-        if entry.is_empty() {
-            map.remove(key);
-        }
+        let name = pattern.name().as_bytes();
+        let cluster = map.get(name)?.cluster_of(alpn)?.clone();
+        let removed = map.change(name, |entry| entry.remove(alpn));
+        debug_assert!(removed.is_some(), "{pattern} found, then lost");
         self.len -= 1;
         Some(cluster)
+    }
+
+    /// Whether `other` holds the very same storage as this table: it is a
+    /// clone of this one (or this one of it), and neither changed since.
+    /// Equal tables built apart compare `==` but not this.
+    #[must_use]
+    pub fn same_storage(&self, other: &Self) -> bool {
+        self.len == other.len
+            && self.exact.same_storage(&other.exact)
+            && self.one_label.same_storage(&other.one_label)
+            && self.any_depth.same_storage(&other.any_depth)
     }
 
     /// Routes a connection. Call it once per ClientHello with the name from
@@ -528,6 +559,7 @@ impl RouteTable {
             (&self.one_label, "one-label"),
             (&self.any_depth, "any-depth"),
         ] {
+            map.check_invariants();
             for entry in map.iter() {
                 let pattern = &entry.pattern;
                 debug_assert!(!entry.is_empty(), "empty {kind} entry {pattern} kept");
@@ -882,6 +914,113 @@ mod tests {
             cfg!(debug_assertions),
             "the check every table test relies on must fail on a broken table"
         );
+    }
+
+    /// `n` exact names `host-<i>.example.com` to cluster `c<i % 7>`.
+    fn big(n: usize) -> RouteTable {
+        let mut t = RouteTable::new();
+        for i in 0..n {
+            let name = format!("host-{i}.example.com");
+            let cluster: ClusterId = format!("c{}", i % 7).into();
+            assert_eq!(t.insert(pattern(&name), AlpnSet::Any, cluster), Ok(()));
+        }
+        t
+    }
+
+    #[test]
+    fn a_clone_is_a_snapshot_that_shares_until_a_change() {
+        let original = big(3_000);
+        let mut changed = original.clone();
+        assert!(changed.same_storage(&original));
+        // A repeat, a refusal and the removal of a missing frontend change
+        // nothing, so they copy nothing either.
+        assert_eq!(
+            changed.insert(pattern("host-1.example.com"), AlpnSet::Any, "c1".into()),
+            Ok(())
+        );
+        assert!(
+            changed
+                .insert(pattern("host-1.example.com"), AlpnSet::Any, "other".into())
+                .is_err()
+        );
+        assert_eq!(
+            changed.remove(&pattern("host-1.example.com"), &alpn(&["h2"])),
+            None
+        );
+        assert_eq!(
+            changed.remove(&pattern("nowhere.example.com"), &AlpnSet::Any),
+            None
+        );
+        assert!(changed.same_storage(&original));
+
+        assert_eq!(
+            changed.insert(pattern("new.example.com"), AlpnSet::Any, "n".into()),
+            Ok(())
+        );
+        assert_eq!(
+            changed
+                .remove(&pattern("host-2.example.com"), &AlpnSet::Any)
+                .as_deref(),
+            Some("c2")
+        );
+        assert!(!changed.same_storage(&original));
+        changed.check_invariants();
+        original.check_invariants();
+        // The snapshot routes as it did when it was taken.
+        assert_eq!(cluster(&original, "new.example.com"), None);
+        assert_eq!(
+            cluster(&original, "host-2.example.com").as_deref(),
+            Some("c2")
+        );
+        assert_eq!(cluster(&changed, "new.example.com").as_deref(), Some("n"));
+        assert_eq!(cluster(&changed, "host-2.example.com"), None);
+        assert_eq!((original.len(), changed.len()), (3_000, 3_000));
+        // Both ways back give equal tables, not the same storage.
+        assert_eq!(
+            changed
+                .remove(&pattern("new.example.com"), &AlpnSet::Any)
+                .as_deref(),
+            Some("n")
+        );
+        assert_eq!(
+            changed.insert(pattern("host-2.example.com"), AlpnSet::Any, "c2".into()),
+            Ok(())
+        );
+        assert_eq!(changed, original);
+        assert!(!changed.same_storage(&original));
+        assert!(!big(3_000).same_storage(&original));
+    }
+
+    #[test]
+    fn a_table_grows_past_its_snapshots_and_shrinks_back_to_an_equal_one() {
+        let small = big(300);
+        let mut grown = small.clone();
+        for i in 300..5_000 {
+            let name = format!("host-{i}.example.com");
+            assert_eq!(
+                grown.insert(pattern(&name), AlpnSet::Any, "x".into()),
+                Ok(())
+            );
+        }
+        grown.check_invariants();
+        small.check_invariants();
+        assert_eq!(small.len(), 300);
+        assert_eq!(cluster(&small, "host-4999.example.com"), None);
+        assert_eq!(
+            cluster(&grown, "host-4999.example.com").as_deref(),
+            Some("x")
+        );
+        assert_eq!(
+            cluster(&grown, "host-299.example.com").as_deref(),
+            Some("c5")
+        );
+        for i in 300..5_000 {
+            let name = format!("host-{i}.example.com");
+            assert!(grown.remove(&pattern(&name), &AlpnSet::Any).is_some());
+        }
+        grown.check_invariants();
+        assert_eq!(grown, small);
+        assert_eq!(grown, big(300));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The command server over a real Unix socket, driven with fake workers
 //! that answer orders per a script: validation, fan-out, rollback when a
-//! worker refuses, timeouts, state files, queries, bad frames, stop.
+//! worker refuses, the route tables the workers share, timeouts, state
+//! files, queries, bad frames, stop.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -540,6 +541,71 @@ fn a_worker_refusal_is_rolled_back_on_the_others() {
         state,
         state_of(&[cluster("alpha"), listener("127.0.0.1:8444")])
     );
+}
+
+/// The generations a worker was given, in order.
+fn generations_of(log: &[Order]) -> Vec<Arc<command::generation::Generation>> {
+    log.iter()
+        .filter_map(|o| match o {
+            Order::Apply(generation) => Some(Arc::clone(generation)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_workers_are_given_the_state_s_own_route_tables() -> Result<(), String> {
+    let h = Harness::start(
+        "shared-routes",
+        &[
+            Script::Done,
+            Script::RefuseListener("127.0.0.1:8444".into()),
+        ],
+    );
+    let mut client = h.client();
+    for kind in setup() {
+        assert_ok(&ask(&mut client, kind));
+    }
+    let address: std::net::SocketAddr = ADDR.parse().map_err(|e| format!("{e}"))?;
+    let (zero, one) = (generations_of(&h.log(0)), generations_of(&h.log(1)));
+    // The frontend's generation carries the listener's table, one for all.
+    let routed = &zero[2];
+    assert!(
+        Arc::ptr_eq(routed, &one[2]),
+        "one generation for every worker"
+    );
+    let [(at, table)] = routed.routes.as_slice() else {
+        return Err(format!("not one table: {:?}", routed.routes));
+    };
+    assert_eq!((*at, table.len()), (address, 1));
+    assert!(routed.routes_before.iter().all(|(_, t)| t.is_empty()));
+    // Only frontends bring tables.
+    for other in [&zero[0], &zero[1], &zero[3]] {
+        assert!(other.routes.is_empty(), "{other:?}");
+    }
+    // Refused by worker 1, undone on worker 0 with the table it had.
+    let response = ask(
+        &mut client,
+        batch(vec![
+            frontend("alpha", ADDR, "b.example.com"),
+            listener("127.0.0.1:8444"),
+        ]),
+    );
+    assert_eq!(batch_report(response).applied_total, 0);
+    let zero = generations_of(&h.wait_orders(0, 6));
+    let (refused, inverse) = (&zero[4], &zero[5]);
+    assert_eq!(refused.routes.first().map(|(_, t)| t.len()), Some(2));
+    let [(_, before)] = inverse.routes.as_slice() else {
+        return Err(format!("not one table: {:?}", inverse.routes));
+    };
+    assert!(before.same_storage(table), "the very table worker 0 had");
+    let state = h.stop();
+    let kept = state.route_table(&address).ok_or("no listener")?;
+    assert!(
+        kept.same_storage(table),
+        "the state shares the workers' table"
+    );
+    Ok(())
 }
 
 fn batch(kinds: Vec<RequestType>) -> RequestType {

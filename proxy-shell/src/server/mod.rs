@@ -390,7 +390,11 @@ impl CommandServer {
                         message: error.message.clone(),
                     });
                 }
-                planned.generation
+                // Equal tables built on the scratch state would be a
+                // second copy of every route: the workers share the state's.
+                let mut generation = planned.generation;
+                generation.share_routes_of(&self.state);
+                generation
             }
         };
         let count = generation.len();

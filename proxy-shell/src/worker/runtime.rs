@@ -2,26 +2,27 @@
 //! config and routes, clusters with their backends.
 //!
 //! Owns: applying the routing generations the main thread already
-//! validated, change by change and incrementally (a frontend change is one
-//! route-table insert or remove, never a rebuild), and walking a generation
-//! back through its inverses when one of its changes cannot apply. Must
-//! never: validate policy (the main thread's `ConfigState` is the judge) or
-//! touch a socket; binding what the listeners say is the event loop's job.
+//! validated, change by change, then installing the route tables they
+//! carry, and walking a generation back through its inverses (and the
+//! tables before it) when one of its changes cannot apply. Must never:
+//! build or change a route table (the main thread's state built the one
+//! every worker shares: a generation's tables are snapshots of it), validate
+//! policy (that state is the judge) or touch a socket; binding what the
+//! listeners say is the event loop's job.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use command::generation::Generation;
+use command::generation::{Generation, RouteTables};
 use command::proto::{self, request::RequestType};
 use command::validate::{
     DEFAULT_SNI_PREREAD_MAX_BYTES, DEFAULT_SNI_PREREAD_TIMEOUT_MS, back_timeout, connect_timeout,
     front_timeout,
 };
 use preread_core::PrereadConfig;
-use preread_core::pattern::validate_sni_pattern;
-use preread_core::routes::{AlpnSet, ClusterId, RouteTable};
+use preread_core::routes::{ClusterId, RouteTable};
 use preread_core::step::{PrereadListener, RejectWith};
 
 use super::backends::ClusterBackends;
@@ -68,13 +69,6 @@ fn parse(what: &str, address: &str) -> Result<SocketAddr, Refusal> {
     address
         .parse()
         .map_err(|_| Refusal(format!("{what} {address:?} is not an ip:port address")))
-}
-
-fn alpn_set(names: &[String]) -> Result<AlpnSet, Refusal> {
-    if names.is_empty() {
-        return Ok(AlpnSet::Any);
-    }
-    AlpnSet::protocols(names).map_err(|e| Refusal(e.to_string()))
 }
 
 impl Runtime {
@@ -137,8 +131,9 @@ impl Runtime {
             .ok_or_else(|| Refusal(format!("no listener {address} in this worker")))
     }
 
-    /// Applies every change of `generation`, or none: when one is
-    /// refused, the ones before it are undone, last first.
+    /// Applies every change of `generation`, then routes on its tables; or
+    /// none of it: when a change is refused, the ones before it are
+    /// undone, last first, and the tables stay as they were.
     pub fn apply_generation(&mut self, generation: &Generation) -> Result<(), Refusal> {
         for (index, step) in generation.steps.iter().enumerate() {
             if let Err(refusal) = self.apply(step) {
@@ -151,6 +146,7 @@ impl Runtime {
                 )));
             }
         }
+        self.install(&generation.routes);
         Ok(())
     }
 
@@ -158,6 +154,20 @@ impl Runtime {
     /// could not be opened).
     pub fn undo_generation(&mut self, generation: &Generation) {
         self.undo_first(generation, generation.len());
+        self.install(&generation.routes_before);
+    }
+
+    /// Routes each listener of `tables` on its table from now on: a
+    /// snapshot that shares its storage with the main thread's. Sessions
+    /// that decided keep their route; the next decision sees the table.
+    /// A listener this worker does not have (removed by the generation)
+    /// has nothing left to route.
+    fn install(&mut self, tables: &RouteTables) {
+        for (address, table) in tables {
+            if let Some(listener) = self.listeners.get_mut(address) {
+                listener.preread.config.routes = table.clone();
+            }
+        }
     }
 
     /// Undoes the first `applied` changes of `generation`, last first.
@@ -283,25 +293,20 @@ impl Runtime {
         }
     }
 
+    /// A frontend without SNI is the listener's catch-all, set here; one
+    /// with an SNI is in the route table the generation brings, so only
+    /// its listener and (for an add) its cluster are checked here.
     fn frontend(&mut self, frontend: &proto::TcpFrontend, add: bool) -> Result<(), Refusal> {
         let cluster = self.cluster_id(&frontend.cluster_id);
         let listener = self.listener_mut(&frontend.address)?;
-        let Some(sni) = &frontend.sni else {
+        if frontend.sni.is_none() {
             listener.preread.config.catch_all = if add { Some(cluster?) } else { None };
-            return Ok(());
-        };
-        let pattern = validate_sni_pattern(sni).map_err(|e| Refusal(e.to_string()))?;
-        let alpn = alpn_set(&frontend.alpn)?;
-        if add {
-            listener
-                .preread
-                .config
-                .routes
-                .insert(pattern, alpn, cluster?)
-                .map_err(|e| Refusal(e.to_string()))?;
-        } else {
-            listener.preread.config.routes.remove(&pattern, &alpn);
+        } else if add {
+            cluster?;
         }
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;
