@@ -211,6 +211,11 @@ impl ConfigState {
         self.clusters.values()
     }
 
+    /// The cluster `id`, if the state holds it.
+    pub fn cluster(&self, id: &str) -> Option<&proto::Cluster> {
+        self.clusters.get(id)
+    }
+
     /// The frontends in canonical form (normalized SNI, sorted ALPN), by
     /// `(address, sni, alpn)`. Each is rebuilt from the compact form the
     /// state keeps, so this allocates per frontend.

@@ -418,9 +418,11 @@ impl CommandServer {
         };
         // Committed or not, the registry follows the state: what a refused
         // generation created goes, what a committed one removed goes.
-        self.shared
-            .registry
-            .sync(&self.state, std::time::Instant::now());
+        self.shared.registry.sync_changed(
+            &self.state,
+            &run.generation.steps,
+            std::time::Instant::now(),
+        );
         let large = run.generation.len() >= crate::heap::TRIM_AFTER_CHANGES;
         self.finish(Outcome {
             client: run.client,

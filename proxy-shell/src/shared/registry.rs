@@ -298,18 +298,7 @@ impl Registry {
         let wanted: HashSet<&str> = state.clusters().map(|c| c.cluster_id.as_str()).collect();
         lock(&self.clusters).retain(|id, _| wanted.contains(id.as_str()));
         for cluster in state.clusters() {
-            let shared = self.cluster(&cluster.cluster_id);
-            let plan = cluster.health_check.as_ref().map(|check| {
-                let sni = (check.kind == proto::HealthCheckKind::Tls as i32)
-                    .then(|| state.first_exact_sni(&cluster.cluster_id))
-                    .flatten();
-                CheckPlan::of(check, sni)
-            });
-            let mut current = lock(&shared.check);
-            if *current != plan {
-                *current = plan;
-                self.changed();
-            }
+            self.sync_check(state, cluster);
         }
         let mut keep = HashSet::new();
         for backend in state.backends() {
@@ -328,6 +317,63 @@ impl Registry {
         backends.retain(|key, _| keep.contains(key));
         if backends.len() != before {
             drop(backends);
+            self.changed();
+        }
+    }
+
+    /// [`sync`](Self::sync) for what `steps` changed: the clusters they
+    /// name, with their checks and backends, so that a runtime change costs
+    /// what it touched, not a pass over every backend. A step that names no
+    /// cluster (a listener's) syncs everything.
+    pub fn sync_changed(&self, state: &ConfigState, steps: &[proto::Request], now: Instant) {
+        let mut touched = std::collections::BTreeSet::new();
+        for step in steps {
+            match cluster_of(step) {
+                Some(cluster) => touched.insert(cluster),
+                None => return self.sync(state, now),
+            };
+        }
+        for id in touched {
+            match state.cluster(id) {
+                Some(cluster) => self.sync_check(state, cluster),
+                None => {
+                    lock(&self.clusters).remove(id);
+                }
+            }
+            let mut keep = HashSet::new();
+            for backend in state.backends().filter(|b| b.cluster_id == id) {
+                let Ok(address) = BackendAddress::parse(&backend.backend_id, &backend.address)
+                else {
+                    continue;
+                };
+                self.backend(id, &backend.backend_id, &address, now);
+                keep.insert((backend.backend_id.as_str(), address));
+            }
+            let mut backends = lock(&self.backends);
+            let before = backends.len();
+            backends.retain(|(cluster, backend, address), _| {
+                cluster != id || keep.contains(&(backend.as_str(), address.clone()))
+            });
+            if backends.len() != before {
+                drop(backends);
+                self.changed();
+            }
+        }
+    }
+
+    /// Sets the active check of `cluster` as the state declares it.
+    fn sync_check(&self, state: &ConfigState, cluster: &proto::Cluster) {
+        let shared = self.cluster(&cluster.cluster_id);
+        let plan = cluster.health_check.as_ref().map(|check| {
+            let sni = (check.kind == proto::HealthCheckKind::Tls as i32)
+                .then(|| state.first_exact_sni(&cluster.cluster_id))
+                .flatten();
+            CheckPlan::of(check, sni)
+        });
+        let mut current = lock(&shared.check);
+        if *current != plan {
+            *current = plan;
+            drop(current);
             self.changed();
         }
     }
@@ -404,6 +450,29 @@ impl Registry {
 
 /// Every lock here guards data that each step assigns whole, so a poisoned
 /// one (a panic inside a step) is still consistent.
+/// The one cluster a change concerns, for [`Registry::sync_changed`];
+/// `None` for a change that is not about one cluster.
+fn cluster_of(step: &proto::Request) -> Option<&str> {
+    use proto::request::RequestType;
+    match step.request_type.as_ref()? {
+        RequestType::AddCluster(cluster) | RequestType::UpdateCluster(cluster) => {
+            Some(&cluster.cluster_id)
+        }
+        RequestType::RemoveCluster(cluster) => Some(&cluster.cluster_id),
+        RequestType::AddTcpFrontend(frontend) | RequestType::RemoveTcpFrontend(frontend) => {
+            Some(&frontend.cluster_id)
+        }
+        RequestType::AddBackend(backend) | RequestType::UpdateBackend(backend) => {
+            Some(&backend.cluster_id)
+        }
+        RequestType::RemoveBackend(backend) => Some(&backend.cluster_id),
+        _ => None,
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
+
+#[cfg(test)]
+mod tests;
