@@ -81,7 +81,7 @@ fn a_sync_of_what_changed_leaves_what_a_full_sync_leaves() -> Result<(), String>
                 ..Default::default()
             })),
         };
-        state.dispatch(&listener).map_err(|e| e.to_string())?;
+        let _added = state.dispatch(&listener).map_err(|e| e.to_string())?;
         let (changed, full) = (Registry::default(), Registry::default());
         for _ in 0..200 {
             let step = change(&mut rng);
