@@ -574,7 +574,7 @@ pub(crate) fn frontend_key(frontend: &proto::TcpFrontend) -> Result<FrontendKey,
             frontend.address, frontend.cluster_id
         )
     };
-    let address = parse_address_of(&what, &frontend.address)?;
+    let address = parse_address_of(what, &frontend.address)?;
     let sni = match &frontend.sni {
         None => None,
         Some(sni) => Some(validate_sni_pattern(sni).map_err(|e| {
