@@ -10,7 +10,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use e2e::backend::PlainBackend;
 use e2e::proxy::{ConfigBuilder, ProxyProcess};
@@ -24,13 +24,24 @@ const TICKS_PER_S: u64 = 100;
 const KEEPALIVE_TIMER: u8 = 2;
 /// The `st` value of an established socket.
 const ESTABLISHED: &str = "01";
+/// The idle time the first test configures: far enough from the default
+/// that a timer armed for one cannot pass for the other within the wait
+/// `T`, and long enough that no probe fires before the read.
+const IDLE_S: u64 = 37;
+/// The documented default idle time (doc/configure.md §2.1).
+const DEFAULT_IDLE_S: u64 = 60;
 
-/// Whether a keepalive timer read right after the session opened was armed
-/// for `idle_s`: the kernel's timer wheel rounds a long timeout up by at
-/// most an eighth, and the read may come a moment after the arming.
-fn armed_for(idle_s: u64, (tr, when): Timer) -> bool {
+/// Whether a keepalive timer read `elapsed` after the session's connect
+/// began was armed for `idle_s` at some moment since then. The bound comes
+/// from the configured value and the time measured, never from when the
+/// read happens to land: on a loaded machine the read may come seconds
+/// late, and the timer has then run down by as much. The kernel's timer
+/// wheel rounds a long timeout up by at most an eighth, and one tick of
+/// clock granularity is allowed either way.
+fn armed_for(idle_s: u64, elapsed: Duration, (tr, when): Timer) -> bool {
     let idle = idle_s * TICKS_PER_S;
-    tr == KEEPALIVE_TIMER && when + 2 * TICKS_PER_S > idle && when <= idle + idle / 8 + 10
+    let ran_down = elapsed.as_millis() as u64 * TICKS_PER_S / 1000 + 1;
+    tr == KEEPALIVE_TIMER && when + ran_down >= idle && when <= idle + idle / 8 + 1
 }
 
 /// An IPv4 address as `/proc/net/tcp` writes it: the address as a
@@ -81,8 +92,11 @@ fn start(backend: &PlainBackend, globals: &[&str]) -> ProxyProcess {
     ProxyProcess::start(&config.build()).expect("proxy ready")
 }
 
-/// Opens a session and waits until it is piped (the backend answered).
-fn piped_session(proxy: &ProxyProcess) -> TcpStream {
+/// Opens a session and waits until it is piped (the backend answered);
+/// with the moment its connect began, which bounds when the proxy armed
+/// the session's timers.
+fn piped_session(proxy: &ProxyProcess) -> (TcpStream, Instant) {
+    let began = Instant::now();
     let mut stream = TcpStream::connect(proxy.listener()).expect("connect");
     stream.set_read_timeout(Some(T)).expect("read timeout");
     stream.write_all(b"hello\n").expect("write");
@@ -91,7 +105,7 @@ fn piped_session(proxy: &ProxyProcess) -> TcpStream {
         .read_line(&mut line)
         .expect("the backend's answer");
     assert_eq!(line, "backend=plain-0\n", "{}", stderr_tail(proxy));
-    stream
+    (stream, began)
 }
 
 /// The proxy's two sockets of the session: (the client's side, the
@@ -116,17 +130,20 @@ fn session_timers(
 #[test]
 fn both_sockets_of_a_session_probe_after_the_configured_idle_time() {
     let backend = PlainBackend::start("plain-0");
-    let proxy = start(&backend, &["tcp_keepalive_idle = 7"]);
-    let client = piped_session(&proxy);
+    let proxy = start(&backend, &[&format!("tcp_keepalive_idle = {IDLE_S}")]);
+    let (client, began) = piped_session(&proxy);
     let mut seen = (Vec::new(), Vec::new());
     // A timer shows as retransmit (1) while data is unacknowledged; on
     // loopback that lasts microseconds.
     let armed = eventually(T, || {
         seen = session_timers(&proxy, &client, &backend);
         let (front, back) = &seen;
-        [front, back]
-            .iter()
-            .all(|side| side.len() == 1 && side.iter().all(|&timer| armed_for(7, timer)))
+        [front, back].iter().all(|side| {
+            side.len() == 1
+                && side
+                    .iter()
+                    .all(|&timer| armed_for(IDLE_S, began.elapsed(), timer))
+        })
     });
     assert!(armed, "client side, backend side: {seen:?}");
 }
@@ -135,14 +152,17 @@ fn both_sockets_of_a_session_probe_after_the_configured_idle_time() {
 fn the_default_is_on_and_false_turns_it_off() {
     let backend = PlainBackend::start("plain-0");
     let on = start(&backend, &[]);
-    let client = piped_session(&on);
+    let (client, began) = piped_session(&on);
     let mut seen = (Vec::new(), Vec::new());
     let armed = eventually(T, || {
         seen = session_timers(&on, &client, &backend);
         let (front, back) = &seen;
-        [front, back]
-            .iter()
-            .all(|side| side.len() == 1 && side.iter().all(|&timer| armed_for(60, timer)))
+        [front, back].iter().all(|side| {
+            side.len() == 1
+                && side
+                    .iter()
+                    .all(|&timer| armed_for(DEFAULT_IDLE_S, began.elapsed(), timer))
+        })
     });
     assert!(armed, "default: client side, backend side: {seen:?}");
     drop(client);
@@ -150,7 +170,7 @@ fn the_default_is_on_and_false_turns_it_off() {
 
     let backend = PlainBackend::start("plain-0");
     let off = start(&backend, &["tcp_keepalive = false"]);
-    let client = piped_session(&off);
+    let (client, _) = piped_session(&off);
     let mut seen = (Vec::new(), Vec::new());
     // No timer at all once the exchange is acknowledged: an idle
     // established socket without keepalive has none.
