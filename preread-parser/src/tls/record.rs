@@ -5,7 +5,9 @@
 //! 1..=2^14), the handshake header (type ClientHello, 24-bit length) across
 //! any record boundary, reassembly of a message split over records, and the
 //! fewest bytes the lengths read so far still call for (against the
-//! caller's limit, so that an announced length past it is known at once).
+//! caller's limit, so that an announced length past it is known at once),
+//! and the [`FrameCursor`] that lets a grown window resume past the
+//! records already framed instead of walking them again.
 //!
 //! Must never: read past the record that completes the handshake message,
 //! or past the length that proved the message cannot end within the limit;
@@ -86,28 +88,55 @@ fn record_header(rest: &[u8], first: bool) -> Result<Header, TlsError> {
 }
 
 /// The 4-byte handshake header, gathered across record boundaries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct HandshakeHeader {
     bytes: [u8; HANDSHAKE_HEADER_LEN],
-    seen: usize,
+    seen: u8,
 }
 
 impl HandshakeHeader {
     /// Takes header bytes from the front of `payload`; returns the message
     /// length (header included) once all four are known.
     fn feed(&mut self, payload: &[u8]) -> Result<Option<usize>, TlsError> {
-        let take = (HANDSHAKE_HEADER_LEN - self.seen).min(payload.len());
-        self.bytes[self.seen..self.seen + take].copy_from_slice(&payload[..take]);
-        self.seen += take;
-        if self.seen > 0 && self.bytes[0] != HANDSHAKE_TYPE_CLIENT_HELLO {
+        let seen = usize::from(self.seen);
+        let take = (HANDSHAKE_HEADER_LEN - seen).min(payload.len());
+        self.bytes[seen..seen + take].copy_from_slice(&payload[..take]);
+        let seen = seen + take;
+        // At most 4: `take` never passes what the header still lacks.
+        self.seen = seen as u8;
+        if seen > 0 && self.bytes[0] != HANDSHAKE_TYPE_CLIENT_HELLO {
             return Err(HandshakeFault::NotClientHello(self.bytes[0]).into());
         }
-        if self.seen < HANDSHAKE_HEADER_LEN {
+        if seen < HANDSHAKE_HEADER_LEN {
             return Ok(None);
         }
         let [_, a, b, c] = self.bytes;
         let body_len = (usize::from(a) << 16) | (usize::from(b) << 8) | usize::from(c);
         Ok(Some(HANDSHAKE_HEADER_LEN + body_len))
     }
+}
+
+/// How far framing got on one connection's window in earlier calls: the
+/// records already de-framed, which a grown window does not walk again.
+///
+/// Keep one per connection, start it with [`FrameCursor::default`], and
+/// hand it to [`super::parse_client_hello_resuming`] with that connection's
+/// window every time (the whole window, grown from the same first byte).
+/// It only moves past whole records, so each answer is the one a fresh
+/// parse of the same window gives; a window shorter than what it framed, or
+/// another limit, starts it over from the first byte.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FrameCursor {
+    /// The limit the records were framed against.
+    limit: usize,
+    /// Offset of the next record header.
+    pos: usize,
+    /// Handshake bytes in the records before `pos`.
+    collected: usize,
+    /// The handshake message length, once its header is in.
+    handshake_len: Option<usize>,
+    records: u32,
+    header: HandshakeHeader,
 }
 
 /// Where the fewest bytes that could still complete the message end: past
@@ -127,7 +156,7 @@ fn beyond(window: &[u8], end: usize) -> Framing {
 }
 
 /// Frames the ClientHello at the start of `window`, for a caller that never
-/// holds more than `limit` bytes of it.
+/// holds more than `limit` bytes of it, from where `cursor` stopped.
 ///
 /// As soon as a record length, or the handshake length, shows that the
 /// message cannot end within `limit` bytes, the answer is `Incomplete` with
@@ -136,63 +165,72 @@ fn beyond(window: &[u8], end: usize) -> Framing {
 /// arrived. Every other `Incomplete` count is lowered to what `limit`
 /// leaves (at least 1), so the window plus the count passes `limit` exactly
 /// when the message cannot fit in it.
-pub(super) fn frame(window: &[u8], limit: usize) -> Result<Framing, TlsError> {
-    let mut pos = 0;
-    let mut records = 0;
-    let mut collected = 0;
-    let mut header = HandshakeHeader {
-        bytes: [0; HANDSHAKE_HEADER_LEN],
-        seen: 0,
-    };
-    let mut handshake_len = None;
+pub(super) fn frame(
+    window: &[u8],
+    limit: usize,
+    cursor: &mut FrameCursor,
+) -> Result<Framing, TlsError> {
+    if cursor.limit != limit || cursor.pos > window.len() {
+        *cursor = FrameCursor {
+            limit,
+            ..FrameCursor::default()
+        };
+    }
     loop {
-        let rest = &window[pos..];
-        let payload_len = match record_header(rest, records == 0)? {
+        if let Some(total) = cursor.handshake_len
+            && cursor.collected >= total
+        {
+            if cursor.collected > total {
+                return Err(HandshakeFault::TrailingHandshakeData.into());
+            }
+            return Ok(Framing::Complete(Framed {
+                records: cursor.records as usize,
+                first_payload: RECORD_HEADER_LEN,
+                handshake_len: total,
+                end: cursor.pos,
+            }));
+        }
+        // Changes to a copy: the cursor moves only past a whole record.
+        let mut next = *cursor;
+        let rest = &window[next.pos..];
+        let payload_len = match record_header(rest, next.records == 0)? {
             Header::PayloadLen(len) => len,
             Header::Short => {
                 let short = RECORD_HEADER_LEN - rest.len();
-                let message_left = handshake_len.map_or(0, |total: usize| total - collected);
+                let message_left = next.handshake_len.map_or(0, |total| total - next.collected);
                 return Ok(within(window, short + message_left, limit));
             }
         };
-        let start = pos + RECORD_HEADER_LEN;
+        let start = next.pos + RECORD_HEADER_LEN;
         let record_end = start + payload_len;
         if record_end > limit {
             return Ok(beyond(window, record_end));
         }
         let available = payload_len.min(window.len() - start);
         let payload = &window[start..start + available];
-        if handshake_len.is_none() {
-            handshake_len = header.feed(payload)?;
+        if next.handshake_len.is_none() {
+            next.handshake_len = next.header.feed(payload)?;
         }
-        if let Some(total) = handshake_len {
-            let end = fewest_end(record_end, total.saturating_sub(collected + payload_len));
+        if let Some(total) = next.handshake_len {
+            let end = fewest_end(
+                record_end,
+                total.saturating_sub(next.collected + payload_len),
+            );
             if end > limit {
                 return Ok(beyond(window, end));
             }
         }
         if available < payload_len {
             let record_left = payload_len - available;
-            let message_left =
-                handshake_len.map_or(0, |total| total.saturating_sub(collected + available));
+            let message_left = next
+                .handshake_len
+                .map_or(0, |total| total.saturating_sub(next.collected + available));
             return Ok(within(window, record_left.max(message_left), limit));
         }
-        collected += payload_len;
-        records += 1;
-        pos = start + payload_len;
-        if let Some(total) = handshake_len
-            && collected >= total
-        {
-            if collected > total {
-                return Err(HandshakeFault::TrailingHandshakeData.into());
-            }
-            return Ok(Framing::Complete(Framed {
-                records,
-                first_payload: RECORD_HEADER_LEN,
-                handshake_len: total,
-                end: pos,
-            }));
-        }
+        next.collected += payload_len;
+        next.records = next.records.saturating_add(1);
+        next.pos = record_end;
+        *cursor = next;
     }
 }
 
