@@ -87,10 +87,12 @@ fn record_header(rest: &[u8], first: bool) -> Result<Header, TlsError> {
     Ok(Header::PayloadLen(usize::from(len)))
 }
 
-/// The 4-byte handshake header, gathered across record boundaries.
+/// The 4-byte handshake header, gathered across record boundaries: its
+/// bytes so far, big-endian in an integer (a byte array here would be
+/// stored and reloaded with every record the cursor is copied past).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct HandshakeHeader {
-    bytes: [u8; HANDSHAKE_HEADER_LEN],
+    value: u32,
     seen: u8,
 }
 
@@ -98,20 +100,22 @@ impl HandshakeHeader {
     /// Takes header bytes from the front of `payload`; returns the message
     /// length (header included) once all four are known.
     fn feed(&mut self, payload: &[u8]) -> Result<Option<usize>, TlsError> {
-        let seen = usize::from(self.seen);
-        let take = (HANDSHAKE_HEADER_LEN - seen).min(payload.len());
-        self.bytes[seen..seen + take].copy_from_slice(&payload[..take]);
-        let seen = seen + take;
-        // At most 4: `take` never passes what the header still lacks.
-        self.seen = seen as u8;
-        if seen > 0 && self.bytes[0] != HANDSHAKE_TYPE_CLIENT_HELLO {
-            return Err(HandshakeFault::NotClientHello(self.bytes[0]).into());
+        let take = (HANDSHAKE_HEADER_LEN - usize::from(self.seen)).min(payload.len());
+        for &byte in &payload[..take] {
+            self.value = (self.value << 8) | u32::from(byte);
+            self.seen += 1;
         }
-        if seen < HANDSHAKE_HEADER_LEN {
+        if self.seen == 0 {
             return Ok(None);
         }
-        let [_, a, b, c] = self.bytes;
-        let body_len = (usize::from(a) << 16) | (usize::from(b) << 8) | usize::from(c);
+        let msg_type = (self.value >> (8 * (u32::from(self.seen) - 1))) as u8;
+        if msg_type != HANDSHAKE_TYPE_CLIENT_HELLO {
+            return Err(HandshakeFault::NotClientHello(msg_type).into());
+        }
+        if usize::from(self.seen) < HANDSHAKE_HEADER_LEN {
+            return Ok(None);
+        }
+        let body_len = (self.value & 0x00ff_ffff) as usize;
         Ok(Some(HANDSHAKE_HEADER_LEN + body_len))
     }
 }
@@ -170,46 +174,67 @@ pub(super) fn frame(
     limit: usize,
     cursor: &mut FrameCursor,
 ) -> Result<Framing, TlsError> {
-    if cursor.limit != limit || cursor.pos > window.len() {
-        *cursor = FrameCursor {
+    let start = if cursor.limit != limit || cursor.pos > window.len() {
+        FrameCursor {
             limit,
             ..FrameCursor::default()
-        };
-    }
+        }
+    } else {
+        *cursor
+    };
+    // The walk keeps its cursor by value, in registers: written back once,
+    // not stored and reloaded on every record.
+    let (answer, reached) = walk(window, limit, start);
+    *cursor = reached;
+    answer
+}
+
+/// [`frame`] from `cursor`: the answer, and the cursor past the last
+/// whole record.
+fn walk(
+    window: &[u8],
+    limit: usize,
+    mut cursor: FrameCursor,
+) -> (Result<Framing, TlsError>, FrameCursor) {
     loop {
         if let Some(total) = cursor.handshake_len
             && cursor.collected >= total
         {
             if cursor.collected > total {
-                return Err(HandshakeFault::TrailingHandshakeData.into());
+                return (Err(HandshakeFault::TrailingHandshakeData.into()), cursor);
             }
-            return Ok(Framing::Complete(Framed {
+            let framed = Framed {
                 records: cursor.records as usize,
                 first_payload: RECORD_HEADER_LEN,
                 handshake_len: total,
                 end: cursor.pos,
-            }));
+            };
+            return (Ok(Framing::Complete(framed)), cursor);
         }
         // Changes to a copy: the cursor moves only past a whole record.
-        let mut next = *cursor;
+        let mut next = cursor;
         let rest = &window[next.pos..];
-        let payload_len = match record_header(rest, next.records == 0)? {
-            Header::PayloadLen(len) => len,
-            Header::Short => {
+        let payload_len = match record_header(rest, next.records == 0) {
+            Ok(Header::PayloadLen(len)) => len,
+            Ok(Header::Short) => {
                 let short = RECORD_HEADER_LEN - rest.len();
                 let message_left = next.handshake_len.map_or(0, |total| total - next.collected);
-                return Ok(within(window, short + message_left, limit));
+                return (Ok(within(window, short + message_left, limit)), cursor);
             }
+            Err(error) => return (Err(error), cursor),
         };
         let start = next.pos + RECORD_HEADER_LEN;
         let record_end = start + payload_len;
         if record_end > limit {
-            return Ok(beyond(window, record_end));
+            return (Ok(beyond(window, record_end)), cursor);
         }
         let available = payload_len.min(window.len() - start);
         let payload = &window[start..start + available];
         if next.handshake_len.is_none() {
-            next.handshake_len = next.header.feed(payload)?;
+            match next.header.feed(payload) {
+                Ok(len) => next.handshake_len = len,
+                Err(error) => return (Err(error), cursor),
+            }
         }
         if let Some(total) = next.handshake_len {
             let end = fewest_end(
@@ -217,7 +242,7 @@ pub(super) fn frame(
                 total.saturating_sub(next.collected + payload_len),
             );
             if end > limit {
-                return Ok(beyond(window, end));
+                return (Ok(beyond(window, end)), cursor);
             }
         }
         if available < payload_len {
@@ -225,12 +250,15 @@ pub(super) fn frame(
             let message_left = next
                 .handshake_len
                 .map_or(0, |total| total.saturating_sub(next.collected + available));
-            return Ok(within(window, record_left.max(message_left), limit));
+            return (
+                Ok(within(window, record_left.max(message_left), limit)),
+                cursor,
+            );
         }
         next.collected += payload_len;
         next.records = next.records.saturating_add(1);
         next.pos = record_end;
-        *cursor = next;
+        cursor = next;
     }
 }
 
