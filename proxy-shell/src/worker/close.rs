@@ -45,7 +45,10 @@ pub(super) fn close(ctx: &mut Ctx, key: usize, mut session: Session, outcome: Ou
         ctx.metrics.incr(refused);
     }
     let piped = match &session.phase {
-        Phase::Piped(piped) => Some((&piped.target.route.cluster, piped.lease.instance().backend_id())),
+        Phase::Piped(piped) => Some((
+            &piped.target.route.cluster,
+            piped.lease.instance().backend_id(),
+        )),
         Phase::Preread(_) | Phase::Gated(_) | Phase::Connecting(_) => None,
     };
     if let Some((cluster, id)) = piped {

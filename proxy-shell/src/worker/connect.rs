@@ -1,7 +1,10 @@
 //! The backend side of a session: the connect gate, picking and connecting
 //! a backend, retries on the next one, and the switch to the pipe.
 //!
-//! Owns: the per-(cluster, source IP) admission, the non-blocking connect and
+//! Owns: the session's way out of the preread (`Gated` when the gate
+//! refuses, else `Connecting`, then `Piped` once connected: the only
+//! places those phases are made), the per-(cluster, source IP) admission,
+//! the non-blocking connect and
 //! its timer, what a failed connect counts and reports to passive health
 //! (the instance's, shared by every worker), what a backend socket this
 //! host could not open counts and how it is retried (a local error:
@@ -86,7 +89,10 @@ fn connect_timeout(ctx: &Ctx, listener: SocketAddr) -> Duration {
 
 /// The routed cluster's backends: a reload may remove the cluster while
 /// its session connects, and the session is refused then.
-fn backends<'a>(runtime: &'a mut Runtime, cluster: &ClusterId) -> Result<&'a mut ClusterBackends, Drive> {
+fn backends<'a>(
+    runtime: &'a mut Runtime,
+    cluster: &ClusterId,
+) -> Result<&'a mut ClusterBackends, Drive> {
     (runtime.clusters.get_mut(cluster)).ok_or(refused(RefuseReason::ClusterUnknown))
 }
 
@@ -104,11 +110,10 @@ pub(super) fn start(
     let admitted = match backends(&mut ctx.runtime, &route.cluster) {
         Err(drive) => Err((drive, None, RefuseReason::ClusterUnknown)),
         // Known before the limit check, so a refusal names whose limit it was.
-        Ok(backends) => (backends.admit_ip(source))
-            .map_err(|_| {
-                let reason = RefuseReason::PerIpLimit;
-                (refused(reason), Some(route.cluster.clone()), reason)
-            }),
+        Ok(backends) => (backends.admit_ip(source)).map_err(|_| {
+            let reason = RefuseReason::PerIpLimit;
+            (refused(reason), Some(route.cluster.clone()), reason)
+        }),
     };
     let per_ip = match admitted {
         Ok(hold) => hold,
@@ -131,7 +136,13 @@ pub(super) fn start(
 }
 
 /// Picks a backend not tried yet and starts a non-blocking connect.
-fn next(ctx: &mut Ctx, key: usize, connecting: &mut Connecting, whose: Whose, now: Instant) -> Drive {
+fn next(
+    ctx: &mut Ctx,
+    key: usize,
+    connecting: &mut Connecting,
+    whose: Whose,
+    now: Instant,
+) -> Drive {
     loop {
         let attempts = connecting.tried.len() as u32;
         let backends = match backends(&mut ctx.runtime, &connecting.target.route.cluster) {
@@ -169,7 +180,9 @@ fn next(ctx: &mut Ctx, key: usize, connecting: &mut Connecting, whose: Whose, no
                 let why = format!("connect to {address} failed: {e}");
                 report_failure(ctx, &connecting.target.route.cluster, lease, now, &why);
             }
-            Err(OpenError::Local(e)) => return local_error(ctx, key, connecting, whose, (lease, &e), now),
+            Err(OpenError::Local(e)) => {
+                return local_error(ctx, key, connecting, whose, (lease, &e), now);
+            }
         }
     }
 }
@@ -184,7 +197,12 @@ enum OpenError {
     Local(io::Error),
 }
 
-fn open_backend(ctx: &mut Ctx, key: usize, address: SocketAddr, now: Instant) -> Result<Peer, OpenError> {
+fn open_backend(
+    ctx: &mut Ctx,
+    key: usize,
+    address: SocketAddr,
+    now: Instant,
+) -> Result<Peer, OpenError> {
     let mut stream = TcpStream::connect(address).map_err(|e| {
         if is_local(&e) {
             OpenError::Local(e)
@@ -267,7 +285,11 @@ fn failed(ctx: &mut Ctx, connecting: &mut Connecting, attempt: Attempt, now: Ins
 /// Counts a failed connect to the backend of `lease` and reports it to
 /// the instance's health.
 fn report_failure(ctx: &mut Ctx, cluster: &ClusterId, mut lease: Lease, now: Instant, why: &str) {
-    let errors = Series::backend(Family::BackendConnectErrors, cluster, lease.instance().backend_id());
+    let errors = Series::backend(
+        Family::BackendConnectErrors,
+        cluster,
+        lease.instance().backend_id(),
+    );
     ctx.metrics.incr(errors);
     let checks = (ctx.runtime.clusters.get(cluster)).and_then(|backends| backends.checks());
     if let Some(transition) = lease.report(Observed::Failed(why.to_owned()), now, checks) {

@@ -70,7 +70,14 @@ fn drive_pipe(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instant) ->
         threshold: ctx.settings.splice_threshold,
     });
     let front = &mut session.front;
-    let Ok(done) = turn(front, &mut piped.pipe, session.client, now, &mut ctx.pool, splicing) else {
+    let Ok(done) = turn(
+        front,
+        &mut piped.pipe,
+        session.client,
+        now,
+        &mut ctx.pool,
+        splicing,
+    ) else {
         return Drive::End(Outcome::Refused(RefuseReason::PoolExhausted));
     };
     if done.pipes_created > 0 {

@@ -4,8 +4,8 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::tests::{BOUND, pair, session, step};
 use super::PipeStep;
+use super::tests::{BOUND, pair, session, step};
 use crate::worker::io::Ready;
 use crate::worker::pool::BufferPool;
 use crate::worker::tokens::Side;

@@ -157,7 +157,12 @@ impl Pipe {
 /// once the queue towards that side is empty (buffer and kernel pipe).
 /// Returns the step and the directions that fell back from splice to
 /// copying on the way (counted even when a later round failed).
-pub fn pipe(front: &mut Peer, pipe: &mut Pipe, client: SocketAddr, now: Instant) -> (PipeStep, u32) {
+pub fn pipe(
+    front: &mut Peer,
+    pipe: &mut Pipe,
+    client: SocketAddr,
+    now: Instant,
+) -> (PipeStep, u32) {
     let mut fallbacks = 0;
     let step = match pipe_inner(front, pipe, client, now, &mut fallbacks) {
         Ok(step) => step,
@@ -189,16 +194,25 @@ fn pipe_inner(
             .round(back, front, now)
             .map_err(|fault| fault_of(Side::Back, fault))?;
         *bytes_out += went_down.written as u64;
-        for (moved, direction) in [(&went_up, "client to backend"), (&went_down, "backend to client")] {
+        for (moved, direction) in [
+            (&went_up, "client to backend"),
+            (&went_down, "backend to client"),
+        ] {
             if let Some(e) = &moved.fell_back {
                 debug!("splice refused for {client} ({direction}): {e}; copying");
                 *fallbacks += 1;
             }
         }
         up.forward_fin(&back.stream, down.shut)
-            .map_err(|error| PipeFault { side: Side::Back, error })?;
+            .map_err(|error| PipeFault {
+                side: Side::Back,
+                error,
+            })?;
         down.forward_fin(&front.stream, up.shut)
-            .map_err(|error| PipeFault { side: Side::Front, error })?;
+            .map_err(|error| PipeFault {
+                side: Side::Front,
+                error,
+            })?;
         if up.shut && down.shut {
             return Ok(PipeStep::Done);
         }
@@ -290,8 +304,8 @@ impl Flow {
             && let Some(buf) = self.buf.as_mut()
             && !buf.is_empty()
         {
-            let n = write_some(&mut dst.stream, buf.data(), &mut dst.ready)
-                .map_err(at_destination)?;
+            let n =
+                write_some(&mut dst.stream, buf.data(), &mut dst.ready).map_err(at_destination)?;
             buf.consume(n);
             moved.written += n;
         }

@@ -123,11 +123,7 @@ pub(super) fn run_with(
 /// cleared only by the pipe; a drive per event or yield, until `Done`.
 /// A readiness flag wrongly cleared shows as a stall: an error here.
 /// Returns the directions that fell back from splice and the pipes made.
-fn drive(
-    session: &mut Piped,
-    pool: &mut BufferPool,
-    threshold: u64,
-) -> Result<(u32, u32), String> {
+fn drive(session: &mut Piped, pool: &mut BufferPool, threshold: u64) -> Result<(u32, u32), String> {
     let mut poll = Poll::new().map_err(|e| e.to_string())?;
     let both = Interest::READABLE | Interest::WRITABLE;
     poll.registry()
