@@ -193,7 +193,7 @@ pub fn plan<E: From<ValidationError>>(
     // restoring this one keeps one copy of it, not two.
     let mut held: BTreeMap<SocketAddr, RouteTable> = BTreeMap::new();
     for request in requests {
-        if let Some(address) = routed_by(&request)
+        if let Some(address) = holds_table_of(&request)
             && !held.contains_key(&address)
             && let Some(table) = state.route_table(&address)
         {
@@ -252,16 +252,19 @@ fn typed(
     Ok((Change::from_request(request)?, Change::from_request(undo)?))
 }
 
-/// The listener whose route table `request` would change, read off the
-/// request before the state judges it (its table is taken before the
-/// change): the address of a frontend with an SNI.
-fn routed_by(request: &proto::Request) -> Option<SocketAddr> {
+/// The listener whose route table `request` may change or drop, read off
+/// the request before the state judges it (its table is taken before the
+/// change): the listener a frontend with an SNI routes at, and a listener
+/// removed (its inverse adds it back with a table of its own, which
+/// planning replaces with the one held).
+fn holds_table_of(request: &proto::Request) -> Option<SocketAddr> {
     match request.request_type.as_ref()? {
         RequestType::AddTcpFrontend(frontend) | RequestType::RemoveTcpFrontend(frontend)
             if frontend.sni.is_some() =>
         {
             frontend.address.parse().ok()
         }
+        RequestType::RemoveListener(at) => at.address.parse().ok(),
         _ => None,
     }
 }

@@ -178,11 +178,11 @@ impl Worker {
         let Some(session) = self.sessions.get_mut(key) else {
             return;
         };
-        let ready: &mut Ready = match side {
-            Side::Front => &mut session.front_ready,
-            Side::Back => &mut session.back_ready,
-        };
-        ready.merge(event);
+        // A backend socket's event after the socket was dropped (a
+        // failed connect) has nothing left to tell.
+        if let Some(peer) = session.peer_mut(side) {
+            peer.ready.merge(event);
+        }
         self.ctx.requeue(key, session);
     }
 
