@@ -297,7 +297,7 @@ impl Worker {
             message,
         };
         if let Err(refusal) = self.ctx.runtime.apply_generation(generation) {
-            return refused(format!("worker {}: {}", self.ctx.id, refusal.0));
+            return refused(format!("worker {}: {}", self.ctx.id, refusal));
         }
         let to_open: Vec<SocketAddr> = self
             .ctx
