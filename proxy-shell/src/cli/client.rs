@@ -94,7 +94,12 @@ pub(super) fn send_and_print(globals: &Globals, request: &proto::Request) -> Exi
             println!("{line}");
         }
     } else {
-        print!("{}", success_text(&response));
+        let text = success_text(&response);
+        // A change says what it changed: the proxy's answer says only how.
+        match super::describe::change(request) {
+            Some(change) if response.content.is_none() => print!("{change}: {text}"),
+            _ => print!("{text}"),
+        }
     }
     ExitCode::SUCCESS
 }

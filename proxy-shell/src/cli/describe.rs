@@ -1,6 +1,7 @@
-//! One line a person reads for a routing change, as `reload` and `state
-//! load` list what they applied or skipped: `add frontend 127.0.0.1:8443
-//! sni=new.example.com alpn=any -> www`, not the request's JSON.
+//! One line a person reads for a routing change, as a change subcommand
+//! answers it and `reload` lists what it applied or skipped: `add frontend
+//! 127.0.0.1:8443 sni=new.example.com alpn=any -> www`, not the request's
+//! JSON.
 //!
 //! Owns: the wording of a change, with the config file's key names and
 //! spellings. Must never: drop the identity of what changed (the address,
@@ -13,12 +14,11 @@ use command::{duration, spelling};
 
 use super::print::{lb_name, pp_name, tags_text};
 
-/// The change `request` makes, in one line.
-pub(super) fn change(request: &proto::Request) -> String {
-    let Some(request_type) = &request.request_type else {
-        return "an empty request".to_owned();
-    };
-    match request_type {
+/// The change `request` makes, in one line; `None` for a request that
+/// changes no routing by itself (a listing, `status`, a stop, a state
+/// save or load, whose answers say what they did).
+pub(super) fn change(request: &proto::Request) -> Option<String> {
+    let line = match request.request_type.as_ref()? {
         RequestType::AddTcpListener(l) => format!("add listener {}", listener(l)),
         RequestType::UpdateTcpListener(l) => format!("update listener {}", listener(l)),
         RequestType::RemoveListener(a) => format!("remove listener {}", a.address),
@@ -35,11 +35,10 @@ pub(super) fn change(request: &proto::Request) -> String {
             "remove backend {} {} of cluster {}",
             b.backend_id, b.address, b.cluster_id
         ),
-        RequestType::LoadState(s) => format!("load state {}", s.path),
-        RequestType::SaveState(s) => format!("save state {}", s.path),
         RequestType::ApplyChanges(batch) => format!("{} change(s)", batch.requests.len()),
-        other => format!("{other:?}"),
-    }
+        _ => return None,
+    };
+    Some(line)
 }
 
 fn listener(l: &proto::TcpListenerConfig) -> String {
@@ -138,9 +137,12 @@ mod tests {
             tags: [("team".to_owned(), "web".to_owned())].into(),
         };
         assert_eq!(
-            change(&wrap(RequestType::RemoveTcpFrontend(frontend))),
-            "remove frontend 127.0.0.1:8443 sni=new.example.com alpn=any -> www tags=team=web"
+            change(&wrap(RequestType::RemoveTcpFrontend(frontend))).as_deref(),
+            Some(
+                "remove frontend 127.0.0.1:8443 sni=new.example.com alpn=any -> www tags=team=web"
+            )
         );
+        assert_eq!(change(&wrap(RequestType::Status(proto::Status {}))), None);
     }
 
     #[test]
@@ -151,7 +153,7 @@ mod tests {
             reject_with: Some(proto::RejectWith::Reset as i32),
             ..Default::default()
         };
-        let line = change(&wrap(RequestType::UpdateTcpListener(listener)));
+        let line = change(&wrap(RequestType::UpdateTcpListener(listener))).unwrap_or_default();
         assert_eq!(
             line,
             "update listener 127.0.0.1:8443 front_timeout=2m reject_with=reset"
@@ -161,7 +163,7 @@ mod tests {
             load_balancing: proto::LoadBalancing::Random as i32,
             ..Default::default()
         };
-        let line = change(&wrap(RequestType::UpdateCluster(cluster)));
+        let line = change(&wrap(RequestType::UpdateCluster(cluster))).unwrap_or_default();
         assert_eq!(
             line,
             "update cluster alpha load_balancing=random proxy_protocol=none \
@@ -176,8 +178,8 @@ mod tests {
             max_connections: None,
         };
         assert_eq!(
-            change(&wrap(RequestType::AddBackend(backend))),
-            "add backend www-0 127.0.0.1:9001 of cluster www weight=100 backup"
+            change(&wrap(RequestType::AddBackend(backend))).as_deref(),
+            Some("add backend www-0 127.0.0.1:9001 of cluster www weight=100 backup")
         );
         assert!(!line.contains('{'), "{line}");
     }

@@ -229,6 +229,11 @@ fn send_declarations(
     send(channel, loaded.requests().cloned().collect()).map_err(Unsent::Failed)
 }
 
+/// A reloaded request is always a change; anything else is shown as sent.
+fn described(request: &proto::Request) -> String {
+    describe::change(request).unwrap_or_else(|| format!("{request:?}"))
+}
+
 fn print(globals: &Globals, report: &proto::BatchReport) {
     for warning in &report.warnings {
         eprintln!("{warning}");
@@ -237,7 +242,7 @@ fn print(globals: &Globals, report: &proto::BatchReport) {
         if globals.json {
             println!("{}", serde_json::json!({ "applied": request }));
         } else {
-            println!("applied {}", describe::change(request));
+            println!("applied {}", described(request));
         }
     }
     let unlisted = (report.applied_total as usize).saturating_sub(report.applied.len());
@@ -254,7 +259,7 @@ fn print(globals: &Globals, report: &proto::BatchReport) {
         } else {
             eprintln!(
                 "skipped {}: {}: {}",
-                describe::change(&request),
+                described(&request),
                 skipped.error_code,
                 skipped.message
             );
