@@ -88,7 +88,11 @@ fn listed_in_readme() -> BTreeSet<String> {
     let (list, _) = rest
         .split_once("Then it runs")
         .expect("the README's package list ends with \"Then it runs\"");
-    list.split('`').skip(1).step_by(2).map(str::to_owned).collect()
+    list.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
 }
 
 #[test]
