@@ -279,11 +279,7 @@ impl Drop for Running {
 }
 
 fn require_tools() {
-    for (tool, package) in [
-        ("curl", "curl"),
-        ("openssl", "openssl"),
-        ("python3", "python3"),
-    ] {
+    for (tool, package) in [("curl", "curl"), ("python3", "python3")] {
         require_tool(tool, package);
     }
 }
