@@ -60,6 +60,17 @@ fn routed_at(request: &proto::Request) -> Option<SocketAddr> {
     }
 }
 
+/// The listener whose route table `request` may change or drop: the
+/// listener a frontend with an SNI routes at, and a listener removed (its
+/// inverse adds it back with a table of its own, which planning replaces
+/// with the one held).
+fn holds_table_of(request: &proto::Request) -> Option<SocketAddr> {
+    match request.request_type.as_ref()? {
+        RequestType::RemoveListener(at) => at.address.parse().ok(),
+        _ => routed_at(request),
+    }
+}
+
 /// Snapshots of the route tables of `state`'s listeners at `addresses`.
 fn snapshot<'a>(
     state: &ConfigState,
@@ -193,7 +204,7 @@ pub fn plan<E: From<ValidationError>>(
     // and restoring this one keeps one copy of it, not two.
     let mut held: BTreeMap<SocketAddr, RouteTable> = BTreeMap::new();
     for request in requests {
-        if let Some(address) = routed_at(&request)
+        if let Some(address) = holds_table_of(&request)
             && !held.contains_key(&address)
             && let Some(table) = state.route_table(&address)
         {

@@ -595,3 +595,24 @@ fn address_spellings_are_one_listener() {
     );
     assert_eq!(state.listeners().len(), 1);
 }
+
+/// The case proptest found: a listener whose last frontend was removed
+/// keeps an emptied table (its storage is still the one the workers
+/// hold). Planning its removal takes it away and undoes that by adding
+/// the listener back; the table held before the removal must be the one
+/// that comes back, not a new empty one.
+#[test]
+fn planning_a_listener_removal_gives_back_its_emptied_table() {
+    let mut a = ConfigState::default();
+    dispatch(&mut a, cluster("r"));
+    dispatch(&mut a, listener("127.0.0.1:8443"));
+    let frontend = tcp_frontend("r", "127.0.0.1:8443", "a.example.com", &[]);
+    dispatch(&mut a, RequestType::AddTcpFrontend(frontend.clone()));
+    dispatch(&mut a, RequestType::RemoveTcpFrontend(frontend));
+    let mut state = a.clone();
+    let planned: Planned<ValidationError> =
+        plan(&mut state, diff(&a, &ConfigState::default()), |_, _| Ok(()));
+    assert_eq!(planned.generation.steps.len(), 2, "{planned:?}");
+    assert_eq!(state, a, "planning leaves the state as it was");
+    assert_same_storage(&state, &a);
+}
