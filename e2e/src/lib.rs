@@ -8,7 +8,7 @@
 //!   it (servers, mTLS clients), rustls configurations (ring provider);
 //! - [`backend`]: [`backend::TlsBackend`] (answers with its name, the ALPN
 //!   and SNI it saw, then echoes; records the raw bytes it received) and
-//!   [`backend::PlainBackend`];
+//!   [`backend::PlainBackend`]; [`h2_backend::H2Backend`] answers HTTP/2;
 //! - [`client`]: TLS requests and streams, raw byte exchanges, slow clients,
 //!   PROXY headers;
 //! - [`proxy`]: the `preread` process with a config in a temp dir, its
@@ -41,6 +41,7 @@ pub mod backend;
 pub mod certs;
 pub mod client;
 pub mod docker;
+pub mod h2_backend;
 pub mod openssl;
 pub mod promql;
 pub mod proxy;

@@ -1001,7 +1001,7 @@ fn every_socket_subcommand_works_through_the_cli() {
     assert!(row.contains("active") && row.contains("1000"), "{list}");
     assert!(list.lines().any(|l| l.starts_with(&main_s)), "{list}");
     assert!(eventually(T, || accepts(extra)), "the new listener accepts");
-    cli_ok(
+    let added = cli_ok(
         &proxy,
         &[
             "frontend",
@@ -1017,7 +1017,21 @@ fn every_socket_subcommand_works_through_the_cli() {
             "h2,http/1.1",
         ],
     );
+    // The answer says what changed, in words, not as the request's JSON.
+    assert_eq!(
+        added,
+        format!(
+            "add frontend {extra_s} sni=b.example.com alpn=h2,http/1.1 -> alpha: applied on 2 worker(s)\n"
+        )
+    );
     let frontends = cli_ok(&proxy, &["frontend", "list"]);
+    assert!(
+        frontends
+            .lines()
+            .next()
+            .is_some_and(|l| l.ends_with("TAGS")),
+        "{frontends}"
+    );
     assert!(
         frontends.lines().any(|l| l.contains(&extra_s)
             && l.contains("b.example.com")
@@ -1182,6 +1196,13 @@ fn every_socket_subcommand_works_through_the_cli() {
     let applied: Vec<&str> = out.lines().filter(|l| l.starts_with("applied ")).collect();
     assert_eq!(applied.len(), 3, "{out}");
     assert!(applied.iter().all(|l| l.contains("gamma")), "{out}");
+    assert!(
+        applied.contains(
+            &format!("applied add frontend {main_s} sni=g.example.com alpn=any -> gamma").as_str()
+        ),
+        "{out}"
+    );
+    assert!(!out.contains('{'), "a person reads these lines: {out}");
     assert!(!out.contains("alpha"), "{out}");
     assert!(out.contains("3 applied, 0 skipped"), "{out}");
     routed_to(main, "g.example.com", "gamma-0");

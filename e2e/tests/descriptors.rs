@@ -323,17 +323,18 @@ fn the_descriptor_limit_is_raised_or_warned_about_at_start() {
             T,
         )
         .expect("the raise is logged");
-    assert!(!proxy.stderr_text().contains("but this config can need"));
+    assert!(!proxy.stderr_text().contains("enough for"));
     drop(proxy);
 
     // 10,000 sessions do not fit in 4096: raised as far as it goes, and told.
     let proxy = ProxyProcess::start_with(&config(10_000), &options).expect("proxy ready");
     assert_eq!(max_open_files(&proxy), ["4096", "4096"]);
     let warning = proxy
-        .wait_stderr("but this config can need 20067", T)
+        .wait_stderr("raise the hard limit to 20067", T)
         .expect("the shortage is told");
     assert!(
-        warning.contains("is 4096 (hard limit 4096)") && warning.contains("2014 or less"),
+        warning.contains("is 4096 (hard limit 4096), enough for 2014 of max_connections 10000")
+            && warning.contains("or set max_connections = 2014"),
         "{warning}"
     );
 }

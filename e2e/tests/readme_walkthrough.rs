@@ -15,11 +15,21 @@
 //!
 //! `demo-backends` runs with standard input at EOF (`/dev/null`), as a
 //! second terminal in the background would, and must keep serving through
-//! the walkthrough and stop on SIGTERM.
+//! the walkthrough and stop on SIGTERM. `XDG_RUNTIME_DIR` is the test's
+//! temp dir for every command, so its demo directory (and the README's
+//! `CA=` line) is the test's own.
+//!
+//! The first start must be quiet (no `WARN` line), as the README promises.
+//! A second run puts the example's listener on `[::1]:8443`: the
+//! connection commands run with the IPv6 forms the README gives
+//! (`--resolve 'NAME:8443:[::1]'`, `('::1',8443)`), and the commands that
+//! `demo-backends` prints for that listener are run too. The two runs take
+//! the same ports, so they take turns.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use e2e::proxy::preread_bin;
@@ -30,6 +40,13 @@ use e2e::tools::{require_tool, run, wait_or_kill};
 const COMMAND_T: Duration = Duration::from_secs(30);
 /// The bound of a process's start (ready line) and of its stop.
 const START_T: Duration = Duration::from_secs(30);
+
+/// The example's fixed ports: one walkthrough at a time.
+static PORTS: Mutex<()> = Mutex::new(());
+
+fn ports() -> MutexGuard<'static, ()> {
+    PORTS.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -141,7 +158,10 @@ fn matches(shown: &str, line: &str) -> bool {
 
 /// Runs one step in `dir` through bash, and checks its status and output.
 fn run_step(step: &Step, dir: &Path, preread: &Path) -> String {
-    let mut script = String::from("set -euo pipefail\n");
+    let mut script = format!(
+        "set -euo pipefail\nexport XDG_RUNTIME_DIR='{}'\n",
+        dir.display()
+    );
     for line in &step.assignments {
         script.push_str(&rewrite(line, preread));
         script.push('\n');
@@ -192,8 +212,7 @@ impl Running {
         let child = Command::new("bash")
             .args(["-c", &format!("exec {command}")])
             .current_dir(dir)
-            // The README's paths (`/tmp/preread-demo/ca.pem`) assume it.
-            .env_remove("TMPDIR")
+            .env("XDG_RUNTIME_DIR", dir)
             .stdin(Stdio::null())
             .stdout(create(&stdout))
             .stderr(create(&stderr))
@@ -259,67 +278,124 @@ impl Drop for Running {
     }
 }
 
-#[test]
-fn the_readme_walkthrough_prints_what_the_readme_shows() {
-    for (tool, package) in [
-        ("curl", "curl"),
-        ("openssl", "openssl"),
-        ("python3", "python3"),
-    ] {
+fn require_tools() {
+    for (tool, package) in [("curl", "curl"), ("python3", "python3")] {
         require_tool(tool, package);
     }
-    let preread = preread_bin().unwrap_or_else(|e| panic!("{e}"));
-    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
-    let walkthrough = section(&readme, "## Walkthrough");
+}
 
-    // The config's relative paths (the command socket) resolve next to it:
-    // a copy keeps them out of the checkout. The captures are read in place.
+/// The README, its walkthrough section and the built `preread`.
+struct Readme {
+    text: String,
+    preread: PathBuf,
+}
+
+impl Readme {
+    fn read() -> Self {
+        require_tools();
+        Self {
+            text: std::fs::read_to_string(repo().join("README.md")).expect("README.md"),
+            preread: preread_bin().unwrap_or_else(|e| panic!("{e}")),
+        }
+    }
+
+    fn walkthrough(&self) -> &str {
+        section(&self.text, "## Walkthrough")
+    }
+
+    /// The walkthrough's four sh blocks: backends, connections, runtime,
+    /// inspect.
+    fn blocks(&self) -> [Vec<String>; 4] {
+        blocks(self.walkthrough(), "sh")
+            .try_into()
+            .unwrap_or_else(|b: Vec<_>| {
+                panic!(
+                    "the walkthrough has four sh blocks: backends, connections, runtime, inspect; \
+                 found {}",
+                    b.len()
+                )
+            })
+    }
+
+    /// A copy of the example config under `dir` (its relative paths, the
+    /// command socket, resolve next to it), through `edit`; the captures
+    /// are read in place.
+    fn lay_out(&self, dir: &Path, edit: impl Fn(&str) -> String) {
+        let examples = dir.join("doc/examples");
+        std::fs::create_dir_all(&examples).expect("doc/examples");
+        let example = std::fs::read_to_string(repo().join("doc/examples/preread.toml"))
+            .expect("the example config");
+        std::fs::write(examples.join("preread.toml"), edit(&example)).expect("write the copy");
+        std::os::unix::fs::symlink(repo().join("testdata"), dir.join("testdata"))
+            .expect("link testdata");
+    }
+
+    /// Step 1, "the first command above" (the README's first block): the
+    /// proxy, which must start without a warning.
+    fn start_proxy(&self, dir: &Path) -> Running {
+        let first = blocks(&self.text, "sh")
+            .into_iter()
+            .next()
+            .expect("a first sh block");
+        let start = first
+            .iter()
+            .find(|line| line.contains(" start "))
+            .expect("the first block starts the proxy");
+        let proxy = Running::start(
+            &rewrite(command_of(start), &self.preread),
+            dir,
+            "proxy",
+            "preread ready",
+            false,
+        );
+        let log = std::fs::read_to_string(&proxy.stderr).unwrap_or_default();
+        assert!(
+            !log.contains(" WARN "),
+            "the first start on the example config warns:\n{log}"
+        );
+        proxy
+    }
+
+    /// Step 2: `demo-backends`, as the backends block writes it.
+    fn start_demo(&self, dir: &Path) -> Running {
+        let [backends, ..] = self.blocks();
+        let [backends] = &backends[..] else {
+            panic!("the backends block is one command: {backends:?}");
+        };
+        Running::start(
+            &rewrite(command_of(backends), &self.preread),
+            dir,
+            "demo-backends",
+            "Running until",
+            true,
+        )
+    }
+}
+
+/// Stops `demo` with SIGTERM; it must exit cleanly.
+fn stop_demo(demo: &mut Running) {
+    let pid = libc::pid_t::try_from(demo.child.id()).expect("pid");
+    // SAFETY: kill(2) on the PID of a child this test started and has not
+    // reaped; it touches no memory.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    demo.exits_cleanly("demo-backends after SIGTERM");
+}
+
+#[test]
+fn the_readme_walkthrough_prints_what_the_readme_shows() {
+    let _ports = ports();
+    let readme = Readme::read();
+    let preread = &readme.preread;
     let dir = TempDir::new("readme");
-    let examples = dir.path().join("doc/examples");
-    std::fs::create_dir_all(&examples).expect("doc/examples");
-    std::fs::copy(
-        repo().join("doc/examples/preread.toml"),
-        examples.join("preread.toml"),
-    )
-    .expect("copy the example config");
-    std::os::unix::fs::symlink(repo().join("testdata"), dir.path().join("testdata"))
-        .expect("link testdata");
+    readme.lay_out(dir.path(), str::to_owned);
+    let mut proxy = readme.start_proxy(dir.path());
+    let [_, connect, runtime, inspect] = readme.blocks();
+    let mut demo = readme.start_demo(dir.path());
 
-    // Step 1: "the first command above", the README's first block.
-    let first = blocks(&readme, "sh")
-        .into_iter()
-        .next()
-        .expect("a first sh block");
-    let start = first
-        .iter()
-        .find(|line| line.contains(" start "))
-        .expect("the first block starts the proxy");
-    let mut proxy = Running::start(
-        &rewrite(command_of(start), &preread),
-        dir.path(),
-        "proxy",
-        "preread ready",
-        false,
-    );
-
-    let [backends, connect, runtime, inspect] = &blocks(walkthrough, "sh")[..] else {
-        panic!("the walkthrough has four sh blocks: backends, connections, runtime, inspect");
-    };
-    let [backends] = &backends[..] else {
-        panic!("the backends block is one command: {backends:?}");
-    };
-    let mut demo = Running::start(
-        &rewrite(command_of(backends), &preread),
-        dir.path(),
-        "demo-backends",
-        "Running until",
-        true,
-    );
-
-    let connect = steps(connect);
+    let connect = steps(&connect);
     assert!(connect.iter().all(|s| !s.shown.is_empty()), "{connect:?}");
     for step in &connect {
-        run_step(step, dir.path(), &preread);
+        run_step(step, dir.path(), preread);
     }
     assert!(
         demo.still_running(),
@@ -327,14 +403,14 @@ fn the_readme_walkthrough_prints_what_the_readme_shows() {
         demo.output()
     );
 
-    let inspect = steps(inspect);
+    let inspect = steps(&inspect);
     let [inspect] = &inspect[..] else {
         panic!("one inspect command: {inspect:?}");
     };
-    let printed = run_step(inspect, dir.path(), &preread);
+    let printed = run_step(inspect, dir.path(), preread);
     let printed: serde_json::Value =
         serde_json::from_str(printed.trim()).unwrap_or_else(|e| panic!("{e}: {printed}"));
-    let inspect_section = section(&readme, "## `preread inspect`");
+    let inspect_section = section(&readme.text, "## `preread inspect`");
     let shown = blocks(inspect_section, "json").concat().concat();
     let shown: serde_json::Value =
         serde_json::from_str(&shown).unwrap_or_else(|e| panic!("README's JSON: {e}: {shown}"));
@@ -345,9 +421,31 @@ fn the_readme_walkthrough_prints_what_the_readme_shows() {
             "inspect's `{key}` differs from the README's: {printed}"
         );
     }
+    // The README names every field of the decision (the JSON keys sort).
+    let listed = inspect_section
+        .split_once("also has the `decision`")
+        .and_then(|(_, rest)| rest.split_once(':'))
+        .and_then(|(_, rest)| rest.split_once(".\n"))
+        .map(|(list, _)| list)
+        .expect("the README lists the decision's fields");
+    let listed: Vec<&str> = listed
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|word| *word != "null")
+        .collect();
+    let decision: Vec<&str> = printed["decision"]
+        .as_object()
+        .expect("a decision with -c")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let mut sorted = listed.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, decision, "README lists {listed:?}");
 
     // Last: the runtime commands, which end with the proxy's shutdown.
-    let runtime = steps(runtime);
+    let runtime = steps(&runtime);
     assert!(
         runtime
             .last()
@@ -355,15 +453,117 @@ fn the_readme_walkthrough_prints_what_the_readme_shows() {
         "{runtime:?}"
     );
     for step in &runtime {
-        run_step(step, dir.path(), &preread);
+        run_step(step, dir.path(), preread);
     }
     proxy.exits_cleanly("the proxy after `shutdown`");
+    stop_demo(&mut demo);
+}
 
-    let pid = libc::pid_t::try_from(demo.child.id()).expect("pid");
-    // SAFETY: kill(2) on the PID of a child this test started and has not
-    // reaped; it touches no memory.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    demo.exits_cleanly("demo-backends after SIGTERM");
+/// A connection command of the README for the example's listener moved to
+/// `[::1]:8443`, in the forms the README gives for IPv6.
+fn over_ipv6(command: &str) -> String {
+    let words: Vec<String> = command
+        .split(' ')
+        .map(|word| match word.strip_suffix(":8443:127.0.0.1") {
+            Some(name) => format!("'{name}:8443:[::1]'"),
+            None => word.to_owned(),
+        })
+        .collect();
+    let command = words
+        .join(" ")
+        .replace("('127.0.0.1',8443)", "('::1',8443)");
+    assert!(
+        !command.contains("127.0.0.1"),
+        "the test does not know this command's IPv6 form: {command}"
+    );
+    command
+}
+
+#[test]
+fn the_walkthrough_works_on_an_ipv6_listener_with_plain_curl() {
+    let _ports = ports();
+    let readme = Readme::read();
+    let preread = &readme.preread;
+    let dir = TempDir::new("readme-ipv6");
+    readme.lay_out(dir.path(), |config| {
+        let moved = config.replace("\"127.0.0.1:8443\"", "\"[::1]:8443\"");
+        assert_ne!(moved, config, "the example listens on 127.0.0.1:8443");
+        moved
+    });
+    let mut proxy = readme.start_proxy(dir.path());
+    let [_, connect, ..] = readme.blocks();
+    let mut demo = readme.start_demo(dir.path());
+
+    let connect = steps(&connect);
+    // Plain curl, no --http1.1, reaches the HTTP/2 backend.
+    assert!(
+        connect.iter().any(|s| s.command.starts_with("curl ")
+            && !s.command.contains("--http1.1")
+            && s.shown.iter().any(|l| l.contains("alpn=h2"))),
+        "the README checks the h2 backend with plain curl: {connect:?}"
+    );
+    for step in &connect {
+        let step = Step {
+            assignments: step.assignments.clone(),
+            command: over_ipv6(&step.command),
+            shown: step
+                .shown
+                .iter()
+                .map(|l| l.replace("proxy=127.0.0.1:", "proxy=[::1]:"))
+                .collect(),
+        };
+        run_step(&step, dir.path(), preread);
+    }
+
+    // The commands demo-backends suggests, for this listener.
+    let printed = std::fs::read_to_string(&demo.stdout).expect("demo-backends' output");
+    let hint = printed
+        .lines()
+        .skip_while(|l| !l.starts_with("Try, with the proxy running on [::1]:8443"))
+        .find_map(|l| l.trim().strip_prefix("curl "))
+        .unwrap_or_else(|| panic!("no curl hint for [::1]:8443:\n{printed}"));
+    assert!(hint.contains(":8443:[::1]'"), "{hint}");
+    let name = hint
+        .split_once("https://")
+        .and_then(|(_, rest)| rest.split_once(':'))
+        .map(|(name, _)| name)
+        .expect("the hint's URL");
+    let ran = run(
+        Path::new("bash"),
+        &["-c", &format!("curl {hint}")],
+        dir.path(),
+        COMMAND_T,
+    )
+    .expect("run the hint");
+    assert!(ran.status.success(), "curl {hint}: {}", ran.both());
+    assert!(
+        ran.stdout.starts_with("backend=") && ran.stdout.contains(&format!(" sni={name}")),
+        "curl {hint}: {}",
+        ran.stdout
+    );
+
+    let shutdown = format!(
+        "{} -c doc/examples/preread.toml shutdown",
+        preread.display()
+    );
+    let ran = run(Path::new("bash"), &["-c", &shutdown], dir.path(), COMMAND_T).expect("shutdown");
+    assert!(ran.status.success(), "{}", ran.both());
+    proxy.exits_cleanly("the proxy after `shutdown`");
+    stop_demo(&mut demo);
+}
+
+#[test]
+fn ipv6_forms_are_the_readmes() {
+    assert_eq!(
+        over_ipv6(
+            "curl --cacert $CA --resolve www.example.com:8443:127.0.0.1 https://www.example.com:8443/"
+        ),
+        "curl --cacert $CA --resolve 'www.example.com:8443:[::1]' https://www.example.com:8443/"
+    );
+    assert_eq!(
+        over_ipv6("python3 -c \"socket.create_connection(('127.0.0.1',8443))\""),
+        "python3 -c \"socket.create_connection(('::1',8443))\""
+    );
 }
 
 #[test]

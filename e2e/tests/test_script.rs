@@ -1,7 +1,8 @@
 //! `./test.sh`, the README's test command, installs every tool the tests
 //! drive: each `require_tool(tool, package)` in the e2e sources has its
 //! `tool package` line in the script, so a fresh machine needs no manual
-//! install and no test has to install one in the middle of the run.
+//! install and no test has to install one in the middle of the run; and
+//! the README lists exactly the packages the script installs.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -75,4 +76,35 @@ fn the_test_script_installs_every_tool_a_test_requires() {
     );
     let missing: Vec<_> = tests.difference(&script).collect();
     assert!(missing.is_empty(), "test.sh does not install {missing:?}");
+}
+
+/// The packages the README says `./test.sh` installs: the words in
+/// backquotes from "installs the Debian packages" to "Then it runs".
+fn listed_in_readme() -> BTreeSet<String> {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let (_, rest) = readme
+        .split_once("installs the Debian\npackages")
+        .expect("the README says which Debian packages test.sh installs");
+    let (list, _) = rest
+        .split_once("Then it runs")
+        .expect("the README's package list ends with \"Then it runs\"");
+    list.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_readme_lists_the_packages_the_test_script_installs() {
+    let script: BTreeSet<String> = installed_by_script()
+        .into_iter()
+        .map(|(_, package)| package)
+        .collect();
+    let readme = listed_in_readme();
+    assert!(script.len() >= 4, "the script's packages: {script:?}");
+    assert_eq!(
+        readme, script,
+        "README.md's list of the packages ./test.sh installs (left) is not test.sh's TOOLS (right)"
+    );
 }

@@ -6,6 +6,8 @@
 //!     127.0.0.1:8443 example.com=127.0.0.1:9001 '*.example.org=127.0.0.1:9002'
 //! ```
 //!
+//! `--help` prints the usage ([`USAGE`]).
+//!
 //! Each connection is read until the core decides. A routed connection is
 //! connected to the route's backend, the whole window is replayed to it
 //! (the backend's TLS server sees the ClientHello as the client sent it),
@@ -180,11 +182,54 @@ fn describe(route: &Route, backend: &SocketAddr) -> String {
     format!("sni {sni} matched {pattern} -> {backend}")
 }
 
+const USAGE: &str = "\
+usage: blocking_proxy LISTEN PATTERN=BACKEND...
+
+An SNI proxy on std::net: accepts on LISTEN (ip:port), reads each
+connection's ClientHello without terminating TLS, and relays it to the
+BACKEND (ip:port) of the PATTERN that matches its SNI: an exact name,
+*.example.org (one label) or **.example.org (any depth), the most specific
+winning. A connection no pattern matches is closed, and the reason printed.
+
+example:
+  blocking_proxy 127.0.0.1:8443 example.com=127.0.0.1:9001 '*.example.org=127.0.0.1:9002'";
+
+/// What the command line asks for.
+#[derive(Debug, PartialEq)]
+enum Invocation<'a> {
+    /// `-h` or `--help`: the usage on stdout, success.
+    Help,
+    /// Serve on `listen` with these `PATTERN=BACKEND` routes.
+    Serve {
+        listen: &'a str,
+        routes: &'a [String],
+    },
+    /// Nothing to listen on: the usage on stderr, status 2.
+    Usage,
+}
+
+fn invocation(args: &[String]) -> Invocation<'_> {
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        return Invocation::Help;
+    }
+    match args.split_first() {
+        Some((listen, routes)) => Invocation::Serve { listen, routes },
+        None => Invocation::Usage,
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some((listen, routes)) = args.split_first() else {
-        eprintln!("usage: blocking_proxy LISTEN PATTERN=BACKEND...");
-        return ExitCode::from(2);
+    let (listen, routes) = match invocation(&args) {
+        Invocation::Help => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Invocation::Usage => {
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+        Invocation::Serve { listen, routes } => (listen, routes),
     };
     let proxy = match Proxy::from_routes(routes.iter().map(String::as_str)) {
         Ok(proxy) => proxy,
@@ -196,7 +241,9 @@ fn main() -> ExitCode {
     let listener = match TcpListener::bind(listen) {
         Ok(listener) => listener,
         Err(error) => {
-            eprintln!("blocking_proxy: listen on {listen}: {error}");
+            eprintln!(
+                "blocking_proxy: listen on {listen}: {error} (give LISTEN as ip:port; --help for the usage)"
+            );
             return ExitCode::FAILURE;
         }
     };
@@ -320,6 +367,27 @@ mod tests {
             backend.accept().map(drop).map_err(|e| e.kind()),
             Err(ErrorKind::WouldBlock)
         );
+    }
+
+    #[test]
+    fn help_is_asked_for_anywhere_and_nothing_is_a_usage_error() {
+        let args =
+            |line: &[&str]| -> Vec<String> { line.iter().map(|a| (*a).to_owned()).collect() };
+        assert_eq!(invocation(&args(&["--help"])), Invocation::Help);
+        assert_eq!(
+            invocation(&args(&["127.0.0.1:8443", "-h"])),
+            Invocation::Help
+        );
+        assert_eq!(invocation(&[]), Invocation::Usage);
+        let serve = args(&["127.0.0.1:8443", "a.example=127.0.0.1:9001"]);
+        assert_eq!(
+            invocation(&serve),
+            Invocation::Serve {
+                listen: "127.0.0.1:8443",
+                routes: &serve[1..]
+            }
+        );
+        assert!(USAGE.starts_with("usage: blocking_proxy LISTEN PATTERN=BACKEND..."));
     }
 
     /// A client that sends half a hello and waits is refused at the

@@ -311,16 +311,60 @@ fn time(case: &mut Case, bursts: usize, per_burst: u64) -> (f64, f64) {
     (ns[0], ns[ns.len() / 2])
 }
 
-fn main() {
+const USAGE: &str = "\
+usage: decide_once cases | allocs | time [SUBSTRING...] | run CASE ITERATIONS
+
+  cases                  every case name
+  allocs                 heap allocations per decision, every case
+  time [SUBSTRING...]    ns per decision (best and median of 200 short bursts),
+                         for the cases whose name holds every SUBSTRING
+  run CASE ITERATIONS    set CASE up, then decide ITERATIONS times (for
+                         callgrind: the difference of two runs is the cost)
+
+Build it with --release: a debug build measures the debug build.";
+
+/// What the command line asks for.
+#[derive(Debug, PartialEq)]
+enum Invocation<'a> {
+    Help,
+    Cases,
+    Allocs,
+    Time(&'a [&'a str]),
+    Run(&'a str, u64),
+    /// A mistake, said in a line above the usage.
+    Usage(String),
+}
+
+fn invocation<'a>(args: &'a [&'a str]) -> Invocation<'a> {
+    if args.iter().any(|a| *a == "-h" || *a == "--help") {
+        return Invocation::Help;
+    }
+    match args {
+        ["cases"] => Invocation::Cases,
+        ["allocs"] => Invocation::Allocs,
+        ["time", filter @ ..] => Invocation::Time(filter),
+        ["run", case, n] => match n.parse() {
+            Ok(n) => Invocation::Run(case, n),
+            Err(_) => Invocation::Usage(format!("{n:?} is not an iteration count")),
+        },
+        [] => Invocation::Usage("no subcommand given".to_owned()),
+        [first, ..] => Invocation::Usage(format!(
+            "{first:?} with these arguments is not a subcommand"
+        )),
+    }
+}
+
+fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    match args.as_slice() {
-        ["cases"] => {
+    match invocation(&args) {
+        Invocation::Help => println!("{USAGE}"),
+        Invocation::Cases => {
             for case in cases() {
                 println!("{case}");
             }
         }
-        ["allocs"] => {
+        Invocation::Allocs => {
             for case in cases() {
                 if case.starts_with("100000:") || case.ends_with("-rotating") {
                     continue; // the decisions of 1000:exact, with a slower setup
@@ -330,7 +374,7 @@ fn main() {
                 println!("{case:<45} {counted}");
             }
         }
-        ["time", filter @ ..] => {
+        Invocation::Time(filter) => {
             println!("{:<45} {:>9} {:>9}", "case", "best ns", "median ns");
             let cases = cases().into_iter();
             for case in cases.filter(|c| filter.iter().all(|f| c.contains(f))) {
@@ -338,15 +382,43 @@ fn main() {
                 println!("{case:<45} {best:>9.1} {median:>9.1}");
             }
         }
-        ["run", case, n] => {
-            let n: u64 = n.parse().expect("iteration count");
-            decide_n(&mut setup(case), Instant::now(), n);
+        Invocation::Run(case, n) => decide_n(&mut setup(case), Instant::now(), n),
+        Invocation::Usage(mistake) => {
+            eprintln!("decide_once: {mistake}\n{USAGE}");
+            return std::process::ExitCode::from(2);
         }
-        _ => {
-            eprintln!(
-                "usage: decide_once cases | allocs | time [substring] | run <case> <iterations>"
+    }
+    std::process::ExitCode::SUCCESS
+}
+
+/// `cargo test` runs these (`test = true` in Cargo.toml).
+#[cfg(test)]
+mod tests {
+    use super::{Invocation, USAGE, invocation};
+
+    #[test]
+    fn help_and_mistakes_print_the_usage() {
+        assert_eq!(invocation(&["--help"]), Invocation::Help);
+        assert_eq!(invocation(&["time", "-h"]), Invocation::Help);
+        assert_eq!(invocation(&["cases"]), Invocation::Cases);
+        assert_eq!(
+            invocation(&["time", "corpus", "h2"]),
+            Invocation::Time(&["corpus", "h2"])
+        );
+        assert_eq!(
+            invocation(&["run", "corpus:curl_h2", "10"]),
+            Invocation::Run("corpus:curl_h2", 10)
+        );
+        for wrong in [
+            &["run", "corpus:curl_h2", "many"][..],
+            &[],
+            &["cases", "extra"],
+        ] {
+            assert!(
+                matches!(invocation(wrong), Invocation::Usage(_)),
+                "{wrong:?}"
             );
-            std::process::exit(2);
         }
+        assert!(USAGE.starts_with("usage: decide_once "));
     }
 }

@@ -117,8 +117,8 @@ pub fn plan(need: u64, soft: u64, hard: u64) -> Plan {
 }
 
 /// Compares `RLIMIT_NOFILE` with what `global` and `listeners` listeners
-/// can need; raises the soft limit when that helps, and warns with the
-/// numbers when the limit is still short.
+/// can need; raises the soft limit when that helps, and warns in one line
+/// ([`shortage`]) when the limit is still short.
 pub fn check(global: &GlobalSettings, listeners: usize) {
     let budget = Budget::of(global, listeners);
     let need = budget.total();
@@ -150,18 +150,23 @@ pub fn check(global: &GlobalSettings, listeners: usize) {
         Plan::Short => soft,
     };
     if limit < need {
-        let fits = match budget.connections_within(limit) {
-            0 => String::new(),
-            n => format!(" to {n} or less"),
-        };
-        log::warn!(
-            "the descriptor limit (RLIMIT_NOFILE) is {limit} (hard limit {hard}), but this \
-             config can need {need}: {budget}. Past the limit, accepting pauses \
-             (tcp.accept.emfile) and backend sockets fail here (backend.connect.local_errors); \
-             raise the hard limit (`ulimit -Hn`, systemd's LimitNOFILE=) or lower \
-             max_connections{fits}"
-        );
+        log::warn!("{}", shortage(&budget, limit, hard));
+        log::debug!("descriptors this config can need: {budget}");
     }
+}
+
+/// The warning for a limit under the budget, in one line: what it means
+/// (past how many connections accepting pauses) and what to change.
+pub fn shortage(budget: &Budget, limit: u64, hard: u64) -> String {
+    let need = budget.total();
+    let fits = budget.connections_within(limit);
+    format!(
+        "the descriptor limit (RLIMIT_NOFILE) is {limit} (hard limit {hard}), enough for \
+         {fits} of max_connections {}: past {fits} connections, accepting pauses \
+         (tcp.accept.emfile) and backend connects fail here; raise the hard limit to {need} \
+         (systemd's LimitNOFILE={need}, `ulimit -Hn {need}`) or set max_connections = {fits}",
+        budget.connections
+    )
 }
 
 #[cfg(test)]
@@ -202,6 +207,28 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_shortage_is_one_line_with_what_fits_and_what_to_change() {
+        let budget = Budget::of(
+            &GlobalSettings {
+                max_connections: 10_000,
+                worker_count: 1,
+                splice: false,
+                ..GlobalSettings::default()
+            },
+            1,
+        );
+        let text = super::shortage(&budget, 4096, 4096);
+        assert_eq!(
+            text,
+            "the descriptor limit (RLIMIT_NOFILE) is 4096 (hard limit 4096), enough for 2014 of \
+             max_connections 10000: past 2014 connections, accepting pauses (tcp.accept.emfile) \
+             and backend connects fail here; raise the hard limit to 20067 (systemd's \
+             LimitNOFILE=20067, `ulimit -Hn 20067`) or set max_connections = 2014"
+        );
+        assert!(!text.contains('\n'));
     }
 
     #[test]

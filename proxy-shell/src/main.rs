@@ -2,11 +2,10 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use proxy_shell::cli::{self, args::Cli};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_args();
     if !cli.command.is_long_running() {
         restore_default_sigpipe();
     }

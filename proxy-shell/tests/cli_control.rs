@@ -327,9 +327,12 @@ fn no_proxy_running_is_a_clear_error() {
         Some(1),
         "a request that could not be sent failed"
     );
+    // One hint, the channel's, not a second one after it.
+    let stderr = text(&out.stderr);
     assert!(
-        text(&out.stderr).contains("preread start"),
-        "{}",
-        text(&out.stderr)
+        stderr
+            .contains("(is the proxy running, and is this the socket path of its configuration?)"),
+        "{stderr}"
     );
+    assert_eq!(stderr.matches("(is ").count(), 1, "{stderr}");
 }

@@ -6,7 +6,10 @@
 //! CONFIG defaults to `doc/examples/preread.toml`. For every backend of
 //! every cluster it starts, on the backend's address:
 //!
-//! - a TLS backend ([`e2e::backend::TlsBackend`], HTTP mode on) when the
+//! - an HTTP/2 backend ([`e2e::h2_backend::H2Backend`]) when the cluster's
+//!   frontends list `h2` and it sends no PROXY header, so a plain `curl`
+//!   gets an HTTP/2 answer;
+//! - else a TLS backend ([`e2e::backend::TlsBackend`], HTTP mode on) when the
 //!   cluster has SNI frontends, with a certificate for the names they route
 //!   (an exact name as is; `*.x` and `**.x` as the wildcard `*.x` plus the
 //!   sample name `demo.x`) and the ALPN protocols they list (none listed:
@@ -17,12 +20,14 @@
 //! certificates are signed by a CA made at start; its certificate is
 //! written to `DIR/ca.pem` (with an mTLS client certificate in
 //! `DIR/client.pem` and `DIR/client-key.pem`), DIR defaulting to
-//! `$TMPDIR/preread-demo`. It runs until SIGINT (Ctrl-C) or SIGTERM, or
+//! [`default_out`], a directory of the user's own. It prints commands to
+//! try, written for the config's first listener as it is (an IPv6 one
+//! gets `--resolve 'NAME:PORT:[::1]'`). It runs until SIGINT (Ctrl-C) or SIGTERM, or
 //! for `--for SECONDS`; standard input is not read, so it runs the same in
 //! the background or with no terminal.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -32,13 +37,16 @@ use std::time::{Duration, Instant};
 use command::proto::request::RequestType;
 use e2e::backend::{BackendConfig, PlainBackend, TlsBackend};
 use e2e::certs::TestCa;
+use e2e::h2_backend::H2Backend;
 
 const USAGE: &str = "\
 usage: demo-backends [CONFIG] [--out DIR] [--for SECONDS]
 
 Starts a TLS (or plain) backend for every backend of every cluster of
 CONFIG (default doc/examples/preread.toml), with certificates from a CA
-made at start, written to DIR/ca.pem (default $TMPDIR/preread-demo).
+made at start, written to DIR/ca.pem (default ${XDG_RUNTIME_DIR:-/tmp}/preread-demo-UID,
+UID being the user's id). Clusters whose frontends list h2 get an HTTP/2
+backend.
 
 Runs until SIGINT (Ctrl-C) or SIGTERM, or for SECONDS with --for.
 Standard input is not read: it runs the same in the background.";
@@ -59,7 +67,7 @@ struct Args {
 
 fn parse_args() -> Result<Args, NotRun> {
     let mut config = None;
-    let mut out = std::env::temp_dir().join("preread-demo");
+    let mut out = default_out();
     let mut run_for = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -98,11 +106,65 @@ fn parse_args() -> Result<Args, NotRun> {
     })
 }
 
+/// The demo's directory when `--out` is not given: one per user, so two
+/// users of a machine do not overwrite each other's CA:
+/// `$XDG_RUNTIME_DIR/preread-demo-UID` (the user's own runtime directory),
+/// else `/tmp/preread-demo-UID`. The UID is in both, so one shell line,
+/// `${XDG_RUNTIME_DIR:-/tmp}/preread-demo-$(id -u)`, finds it.
+fn default_out() -> PathBuf {
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|dir| dir.is_absolute() && dir.is_dir())
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    // SAFETY: getuid(2) has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    base.join(format!("preread-demo-{uid}"))
+}
+
+/// How a client reaches `listener` (an `ip:port`): the host part of
+/// curl's `--resolve NAME:PORT:HOST` (an IPv6 address in brackets, the
+/// whole argument then quoted for the shell) and `openssl -connect`'s
+/// address. A wildcard address is reached on loopback.
+fn reach(listener: &str) -> Option<(String, String, u16)> {
+    let addr: SocketAddr = listener.parse().ok()?;
+    let (host, connect) = match addr.ip() {
+        IpAddr::V4(ip) => {
+            let ip = if ip.is_unspecified() {
+                Ipv4Addr::LOCALHOST
+            } else {
+                ip
+            };
+            (ip.to_string(), format!("{ip}:{}", addr.port()))
+        }
+        IpAddr::V6(ip) => {
+            let ip = if ip.is_unspecified() {
+                Ipv6Addr::LOCALHOST
+            } else {
+                ip
+            };
+            (format!("[{ip}]"), format!("[{ip}]:{}", addr.port()))
+        }
+    };
+    Some((host, connect, addr.port()))
+}
+
+/// The `--resolve` argument for `name` on a listener reached at `host`,
+/// quoted when the shell would glob it.
+fn resolve_arg(name: &str, port: u16, host: &str) -> String {
+    let arg = format!("{name}:{port}:{host}");
+    if host.starts_with('[') {
+        format!("'{arg}'")
+    } else {
+        arg
+    }
+}
+
 /// What a cluster routes: its SNI patterns and ALPN protocols.
 #[derive(Default)]
 struct ClusterPlan {
     patterns: Vec<String>,
     alpn: Vec<String>,
+    sends_proxy_header: bool,
     backends: Vec<(String, SocketAddr)>,
 }
 
@@ -128,6 +190,7 @@ impl ClusterPlan {
 }
 
 enum Running {
+    H2(H2Backend),
     Tls(TlsBackend),
     Plain(PlainBackend),
 }
@@ -167,7 +230,11 @@ fn run() -> Result<(), String> {
     for request in loaded.requests() {
         match &request.request_type {
             Some(RequestType::AddCluster(cluster)) => {
-                clusters.entry(cluster.cluster_id.clone()).or_default();
+                clusters
+                    .entry(cluster.cluster_id.clone())
+                    .or_default()
+                    .sends_proxy_header =
+                    cluster.proxy_protocol != command::proto::ProxyProtocol::None as i32;
             }
             Some(RequestType::AddTcpListener(listener)) => listeners.push(listener.address.clone()),
             Some(RequestType::AddTcpFrontend(frontend)) => {
@@ -224,13 +291,23 @@ fn run() -> Result<(), String> {
                 ));
                 continue;
             }
+            let alpn_refs: Vec<&str> = plan.alpn.iter().map(String::as_str).collect();
             let (kind, detail, server) = if names.is_empty() {
                 let server = PlainBackend::start_on(*addr, backend_id, false)
                     .map_err(|e| format!("{backend_id} on {addr}: {e}"))?;
                 ("plain", String::new(), Running::Plain(server))
+            } else if alpn_refs.contains(&"h2") && !plan.sends_proxy_header {
+                let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                let server =
+                    H2Backend::start_with_ca(*addr, backend_id, &name_refs, &alpn_refs, &ca)
+                        .map_err(|e| format!("{backend_id} on {addr}: {e}"))?;
+                (
+                    "h2",
+                    format!("cert={} alpn={}", names.join(","), plan.alpn.join(",")),
+                    Running::H2(server),
+                )
             } else {
                 let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
-                let alpn_refs: Vec<&str> = plan.alpn.iter().map(String::as_str).collect();
                 let config = BackendConfig::new(backend_id, &name_refs)
                     .alpn(&alpn_refs)
                     .http(true);
@@ -268,8 +345,10 @@ fn run() -> Result<(), String> {
         args.out.join("client.pem").display(),
         args.out.join("client-key.pem").display()
     );
-    if let Some(listener) = listeners.first() {
-        let port = listener.rsplit(':').next().unwrap_or("8443");
+    if let Some((listener, (host, connect, port))) = listeners
+        .first()
+        .and_then(|listener| Some((listener, reach(listener)?)))
+    {
         let sample = clusters
             .values()
             .flat_map(ClusterPlan::cert_names)
@@ -278,11 +357,12 @@ fn run() -> Result<(), String> {
         println!();
         println!("Try, with the proxy running on {listener}:");
         println!(
-            "  curl --cacert {ca} --resolve {sample}:{port}:127.0.0.1 --http1.1 https://{sample}:{port}/",
-            ca = ca_path.display()
+            "  curl --cacert {ca} --resolve {resolve} https://{sample}:{port}/",
+            ca = ca_path.display(),
+            resolve = resolve_arg(&sample, port, &host),
         );
         println!(
-            "  openssl s_client -connect {listener} -servername {sample} -alpn h2 -CAfile {ca}",
+            "  openssl s_client -connect {connect} -servername {sample} -alpn h2 -CAfile {ca}",
             ca = ca_path.display()
         );
     }
@@ -305,9 +385,37 @@ fn run() -> Result<(), String> {
     println!("stopping {} backend server(s)", running.len());
     for (_, (_, server)) in running {
         match server {
+            Running::H2(backend) => drop(backend),
             Running::Tls(backend) => drop(backend),
             Running::Plain(backend) => drop(backend),
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{reach, resolve_arg};
+
+    #[test]
+    fn hints_follow_the_listeners_address_family() {
+        let (host, connect, port) = reach("[::1]:28444").expect("an IPv6 listener");
+        assert_eq!(
+            resolve_arg("www.example.com", port, &host),
+            "'www.example.com:28444:[::1]'"
+        );
+        assert_eq!(connect, "[::1]:28444");
+        let (host, connect, port) = reach("127.0.0.1:8443").expect("an IPv4 listener");
+        assert_eq!(
+            resolve_arg("www.example.com", port, &host),
+            "www.example.com:8443:127.0.0.1"
+        );
+        assert_eq!(connect, "127.0.0.1:8443");
+        assert_eq!(
+            reach("0.0.0.0:443").map(|r| r.1).as_deref(),
+            Some("127.0.0.1:443")
+        );
+        assert_eq!(reach("[::]:443").map(|r| r.1).as_deref(), Some("[::1]:443"));
+        assert_eq!(reach("not an address"), None);
+    }
 }

@@ -22,14 +22,15 @@ pub struct Cli {
     #[arg(short = 'c', long, global = true, env = "PREREAD_CONFIG")]
     pub config: Option<PathBuf>,
     /// The command socket to talk to (overrides the config's command_socket).
-    #[arg(long, global = true)]
+    #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
     /// Machine-readable output: one JSON object per line.
     #[arg(short = 'j', long, global = true)]
     pub json: bool,
-    /// How long a command waits for its answer, in milliseconds.
-    #[arg(short = 't', long, global = true, default_value_t = 5000)]
-    pub timeout: u64,
+    /// How long a socket command waits for its answer, in milliseconds
+    /// (default 5000).
+    #[arg(short = 't', long, value_name = "MS")]
+    pub timeout: Option<u64>,
     #[command(subcommand)]
     pub command: Command,
 }

@@ -47,7 +47,8 @@ pub(super) fn open(socket: &std::path::Path, globals: &Globals) -> Result<Blocki
     // The answers of a large proxy (its metrics) go past the request cap.
     BlockingChannel::connect(socket, Duration::from_millis(globals.timeout))
         .map(|channel| channel.with_max_frame_len(MAX_ANSWER_LEN))
-        .map_err(|e| format!("{e} (is `preread start` running with this config?)"))
+        // The channel's error already asks whether the proxy runs on this path.
+        .map_err(|e| e.to_string())
 }
 
 /// Whether a response is a refusal or failure.
@@ -93,7 +94,12 @@ pub(super) fn send_and_print(globals: &Globals, request: &proto::Request) -> Exi
             println!("{line}");
         }
     } else {
-        print!("{}", success_text(&response));
+        let text = success_text(&response);
+        // A change says what it changed: the proxy's answer says only how.
+        match super::describe::change(request) {
+            Some(change) if response.content.is_none() => print!("{change}: {text}"),
+            _ => print!("{text}"),
+        }
     }
     ExitCode::SUCCESS
 }

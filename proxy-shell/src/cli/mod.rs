@@ -6,6 +6,7 @@
 
 pub mod args;
 mod client;
+mod describe;
 mod listing;
 mod offline;
 pub mod print;
@@ -13,6 +14,7 @@ mod rejects;
 mod reload;
 pub mod requests;
 mod screen;
+mod socket_flags;
 mod watch;
 mod watch_table;
 
@@ -25,6 +27,9 @@ use args::{Cli, Command, MetricsAction, MetricsGetArgs, StateAction};
 pub const EXIT_FAILED: u8 = 1;
 /// Exit status of bad usage, an unreadable input or an invalid config.
 pub const EXIT_USAGE: u8 = 2;
+
+/// How long a socket command waits for its answer without `--timeout`.
+pub const DEFAULT_TIMEOUT_MS: u64 = 5000;
 
 /// The global flags every subcommand sees.
 #[derive(Debug, Clone)]
@@ -41,7 +46,7 @@ pub fn run(cli: Cli) -> ExitCode {
         config: cli.config,
         socket: cli.socket,
         json: cli.json,
-        timeout: cli.timeout,
+        timeout: cli.timeout.unwrap_or(DEFAULT_TIMEOUT_MS),
     };
     match &cli.command {
         Command::Config { .. } => offline::config_check(&globals),

@@ -144,8 +144,8 @@ fn read_input(path: &Path, hex: bool) -> Result<Vec<u8>, String> {
 }
 
 /// The listener `inspect --config` decides for (`--listener`, else the
-/// first one the config declares), built as a worker builds it: the cap
-/// lowered to the config's `buffer_size`, the catch-all frontend included.
+/// first one the config declares), built as a worker builds it: its
+/// `sni_preread_max_bytes` cap, the catch-all frontend included.
 fn listener_routes(config: &Path, wanted: Option<&str>) -> Result<(PrereadListener, bool), String> {
     let loaded = load_config_file(config).map_err(|problems| {
         let listed: Vec<String> = problems.iter().map(ToString::to_string).collect();

@@ -13,14 +13,14 @@ use serde_json::{Map, Value, json};
 use crate::worker::vocabulary::is_process_wide;
 
 /// The config's name of a value (the spelling table is the config's own).
-fn lb_name(value: i32) -> &'static str {
+pub(super) fn lb_name(value: i32) -> &'static str {
     let name = proto::LoadBalancing::try_from(value)
         .ok()
         .and_then(|lb| spelling::name_of(spelling::LOAD_BALANCING, lb));
     name.map_or("unknown", |name| name)
 }
 
-fn pp_name(value: i32) -> &'static str {
+pub(super) fn pp_name(value: i32) -> &'static str {
     let name = proto::ProxyProtocol::try_from(value)
         .ok()
         .and_then(|pp| spelling::name_of(spelling::PROXY_PROTOCOL, pp));
@@ -199,10 +199,20 @@ fn frontends_text(list: &proto::FrontendList) -> String {
                 opt(f.sni.clone()),
                 alpn,
                 f.cluster_id.clone(),
+                tags_text(&f.tags),
             ]
         })
         .collect();
-    table(&["ADDRESS", "SNI", "ALPN", "CLUSTER"], &rows)
+    table(&["ADDRESS", "SNI", "ALPN", "CLUSTER", "TAGS"], &rows)
+}
+
+/// A frontend's tags as `key=value,key=value` in key order; `-` for none.
+pub(super) fn tags_text(tags: &std::collections::BTreeMap<String, String>) -> String {
+    if tags.is_empty() {
+        return "-".to_owned();
+    }
+    let pairs: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    pairs.join(",")
 }
 
 fn metrics_text(report: &proto::MetricsReport) -> String {
@@ -612,6 +622,32 @@ mod tests {
         assert_eq!(json.len(), 2);
         assert_eq!(json[1]["excluded"][0]["error_code"], "E204");
         assert_eq!(json[1]["errors"], 4);
+    }
+
+    #[test]
+    fn frontends_table_shows_the_tags() {
+        let frontend = |tags: &[(&str, &str)]| proto::TcpFrontend {
+            cluster_id: "web".into(),
+            address: "127.0.0.1:8443".into(),
+            sni: Some("*.example.org".into()),
+            alpn: vec![],
+            tags: tags
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        };
+        let list = proto::FrontendList {
+            frontends: vec![
+                frontend(&[("team", "web"), ("owner", "ops")]),
+                frontend(&[]),
+            ],
+            more: false,
+        };
+        let text = success_text(&with(ContentType::Frontends(list)));
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].ends_with("TAGS"), "{text}");
+        assert!(lines[1].ends_with(" owner=ops,team=web"), "{text}");
+        assert!(lines[2].ends_with(" -"), "{text}");
     }
 
     #[test]

@@ -23,6 +23,7 @@ use command::proto::{self, request::RequestType, response_content::ContentType};
 use prost::Message;
 
 use super::client::{config_path, is_failure, open, socket_path};
+use super::describe;
 use super::{EXIT_FAILED, EXIT_USAGE, Globals};
 use crate::answer_code::AnswerCode;
 
@@ -34,10 +35,6 @@ fn wrap(request_type: RequestType) -> proto::Request {
     proto::Request {
         request_type: Some(request_type),
     }
-}
-
-fn describe(request: &proto::Request) -> String {
-    serde_json::to_string(request).unwrap_or_else(|_| format!("{request:?}"))
 }
 
 /// `requests` cut into parts of at most [`PART_BYTES`] encoded bytes each
@@ -232,6 +229,11 @@ fn send_declarations(
     send(channel, loaded.requests().cloned().collect()).map_err(Unsent::Failed)
 }
 
+/// A reloaded request is always a change; anything else is shown as sent.
+fn described(request: &proto::Request) -> String {
+    describe::change(request).unwrap_or_else(|| format!("{request:?}"))
+}
+
 fn print(globals: &Globals, report: &proto::BatchReport) {
     for warning in &report.warnings {
         eprintln!("{warning}");
@@ -240,7 +242,7 @@ fn print(globals: &Globals, report: &proto::BatchReport) {
         if globals.json {
             println!("{}", serde_json::json!({ "applied": request }));
         } else {
-            println!("applied {}", describe(request));
+            println!("applied {}", described(request));
         }
     }
     let unlisted = (report.applied_total as usize).saturating_sub(report.applied.len());
@@ -257,7 +259,7 @@ fn print(globals: &Globals, report: &proto::BatchReport) {
         } else {
             eprintln!(
                 "skipped {}: {}: {}",
-                describe(&request),
+                described(&request),
                 skipped.error_code,
                 skipped.message
             );

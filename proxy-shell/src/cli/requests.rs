@@ -176,14 +176,13 @@ pub fn for_command(command: &Command) -> Option<proto::Request> {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
     use command::proto::request::RequestType;
 
     use super::for_command;
     use crate::cli::args::Cli;
 
     fn build(line: &str) -> Option<RequestType> {
-        let cli = Cli::try_parse_from(line.split_whitespace()).expect("valid command line");
+        let cli = Cli::try_parse_args(line.split_whitespace()).expect("valid command line");
         for_command(&cli.command).and_then(|r| r.request_type)
     }
 
@@ -348,7 +347,7 @@ mod tests {
         ] {
             let line = format!("preread listener tcp add -a 127.0.0.1:1 {bad}");
             assert!(
-                Cli::try_parse_from(line.split_whitespace()).is_err(),
+                Cli::try_parse_args(line.split_whitespace()).is_err(),
                 "{line}"
             );
         }
@@ -410,7 +409,7 @@ mod tests {
             c.load_balancing,
             command::proto::LoadBalancing::RoundRobin as i32
         );
-        let help = match Cli::try_parse_from(["preread", "cluster", "add", "--help"]) {
+        let help = match Cli::try_parse_args(["preread", "cluster", "add", "--help"]) {
             Err(help) => help.to_string(),
             Ok(_) => return Err("--help parsed as a command".to_owned()),
         };
@@ -427,7 +426,7 @@ mod tests {
     #[test]
     fn metrics_watch_takes_a_positive_interval() -> Result<(), String> {
         use crate::cli::args::{Command, MetricsAction};
-        let watch = |line: &str| match Cli::try_parse_from(line.split_whitespace()) {
+        let watch = |line: &str| match Cli::try_parse_args(line.split_whitespace()) {
             Ok(Cli {
                 command:
                     Command::Metrics {
