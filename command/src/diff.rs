@@ -222,6 +222,7 @@ fn changed_frontends<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::change::Change;
     use crate::codes::ErrorCode;
     use crate::generation::plan;
     use crate::state::Applied;
@@ -461,8 +462,8 @@ mod tests {
         let mut current = ConfigState::default();
         // The port 9443 is taken this time.
         let steps = diff(&current, &desired);
-        let planned = plan(&mut current, steps, |r, _| match &r.request_type {
-            Some(RequestType::AddTcpListener(l)) if l.address.ends_with(":9443") => Err(
+        let planned = plan(&mut current, steps, |change, _| match change {
+            Change::AddListener { settings, .. } if settings.address.port() == 9443 => Err(
                 ValidationError::new(ErrorCode::InvalidAddress, "127.0.0.1:9443 is in use"),
             ),
             _ => Ok(()),

@@ -1,25 +1,27 @@
 //! Routing generations: the accepted changes of one request, one reload or
 //! one state load, which every worker applies as a single step.
 //!
-//! Owns: [`Generation`] (the changes, their inverses, and the route tables
-//! before and after them) and [`plan`], which validates a list of requests
-//! on the running state, skips the ones refused (with why), keeps the
-//! others in order, and leaves the state as it found it. Must never: keep
-//! a change whose inverse it does not hold, leave a trace of a refused
-//! request or of the plan itself in the state (a refusal changes nothing,
-//! and every accepted change is taken back through its inverse), or carry
-//! a route table other than the state's own (a snapshot of it, which every
-//! worker then shares instead of building its own copy).
+//! Owns: [`Generation`] (the typed changes, their inverses, and the route
+//! tables before and after them) and [`plan`], which validates a list of
+//! requests on the running state, skips the ones refused (with why), keeps
+//! the others in order as [`Change`]s, and leaves the state as it found
+//! it. Must never: keep a change whose inverse it does not hold, leave a
+//! trace of a refused request or of the plan itself in the state (a
+//! refusal changes nothing, and every accepted change is taken back
+//! through its inverse), or carry a route table other than the state's own
+//! (a snapshot of it, which every worker then shares instead of building
+//! its own copy).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use preread_core::routes::RouteTable;
 
+use crate::change::Change;
 use crate::proto;
 use crate::proto::request::RequestType;
 use crate::state::{Applied, ConfigState};
-use crate::undo::{Change, undo_of_addition};
+use crate::undo::{Undoable, undo_of_addition};
 use crate::validate::ValidationError;
 
 /// Route tables by listener address.
@@ -35,29 +37,16 @@ pub type RouteTables = Vec<(SocketAddr, RouteTable)>;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Generation {
     /// The changes, in the order they apply.
-    pub steps: Vec<proto::Request>,
-    /// `undo[i]` takes the state after `steps[i]` back to the state before
-    /// it.
-    pub undo: Vec<proto::Request>,
+    pub changes: Vec<Change>,
+    /// `undo[i]` takes the state after `changes[i]` back to the state
+    /// before it.
+    pub undo: Vec<Change>,
     /// The route table of every listener whose SNI frontends the steps
     /// change, as the steps leave it (none for a listener they remove).
     pub routes: RouteTables,
     /// The tables of the same listeners before the steps (none for a
     /// listener they add): what the inverse installs.
     pub routes_before: RouteTables,
-}
-
-/// The listener whose route table `request` changes: the address of a
-/// frontend with an SNI.
-fn routed_at(request: &proto::Request) -> Option<SocketAddr> {
-    match request.request_type.as_ref()? {
-        RequestType::AddTcpFrontend(frontend) | RequestType::RemoveTcpFrontend(frontend)
-            if frontend.sni.is_some() =>
-        {
-            frontend.address.parse().ok()
-        }
-        _ => None,
-    }
 }
 
 /// Snapshots of the route tables of `state`'s listeners at `addresses`.
@@ -75,13 +64,13 @@ impl Generation {
     /// Whether it changes nothing.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.steps.is_empty()
+        self.changes.is_empty()
     }
 
     /// How many changes it holds.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.steps.len()
+        self.changes.len()
     }
 
     /// The generation that takes its whole effect back: the inverses, last
@@ -89,16 +78,23 @@ impl Generation {
     #[must_use]
     pub fn inverse(&self) -> Generation {
         Generation {
-            steps: self.undo.iter().rev().cloned().collect(),
-            undo: self.steps.iter().rev().cloned().collect(),
+            changes: self.undo.iter().rev().cloned().collect(),
+            undo: self.changes.iter().rev().cloned().collect(),
             routes: self.routes_before.clone(),
             routes_before: self.routes.clone(),
         }
     }
 
-    fn push(&mut self, step: proto::Request, undo: proto::Request) {
-        self.steps.push(step);
+    fn push(&mut self, change: Change, undo: Change) {
+        self.changes.push(change);
         self.undo.push(undo);
+    }
+
+    /// The changes as the requests that ask for them: for the journal and
+    /// the answers.
+    #[must_use]
+    pub fn requests(&self) -> Vec<proto::Request> {
+        self.changes.iter().map(Change::to_request).collect()
     }
 }
 
@@ -116,7 +112,9 @@ impl Generation {
         let mut generation = Generation::default();
         for step in state.generate_requests() {
             let undo = undo_of_addition(&step)?;
-            generation.push(step, undo);
+            let change = Change::from_request(&step).ok()?;
+            let undo = Change::from_request(&undo).ok()?;
+            generation.push(change, undo);
         }
         generation.share_routes_of(state);
         Some(generation)
@@ -139,12 +137,12 @@ impl Generation {
     /// worker applied it. Fails only when `state` is not the one the
     /// generation was planned on.
     pub fn apply_to(&self, state: &mut ConfigState) -> Result<(), ValidationError> {
-        for step in &self.steps {
-            let applied = state.dispatch(step)?;
+        for change in &self.changes {
+            let applied = state.dispatch(&change.to_request())?;
             debug_assert_eq!(
                 applied,
                 Applied::Changed,
-                "{step:?} was planned as a change"
+                "{change:?} was planned as a change"
             );
         }
         for (address, table) in &self.routes {
@@ -171,7 +169,9 @@ pub struct Planned<E> {
 /// at the end, so planning costs what the changes cost, not a copy of the
 /// state (at 100,000 routes, a copy is what a single change must not pay).
 ///
-/// `check` sees each accepted change and the state it produced (the
+/// Each accepted request becomes a [`Change`] here, once: the generation
+/// holds no request. `check` sees each accepted change and the state it
+/// produced (the
 /// command server checks there that a listener it opens is free); when it
 /// refuses, the change is taken back and skipped like a request `dispatch`
 /// refused. A skipped request may make later ones fail in turn (a frontend
@@ -181,46 +181,55 @@ pub struct Planned<E> {
 pub fn plan<E: From<ValidationError>>(
     state: &mut ConfigState,
     requests: impl IntoIterator<Item = proto::Request>,
-    mut check: impl FnMut(&proto::Request, &ConfigState) -> Result<(), E>,
+    mut check: impl FnMut(&Change, &ConfigState) -> Result<(), E>,
 ) -> Planned<E> {
     let mut planned = Planned {
         generation: Generation::default(),
         unchanged: 0,
         skipped: Vec::new(),
     };
-    // Each listener's table as the workers hold it, taken before the first
-    // request that may change it: the undo below builds an equal table,
-    // and restoring this one keeps one copy of it, not two.
+    // Each listener's table as the workers hold it, as it was before the
+    // first change to it: the undo below builds an equal table, and
+    // restoring this one keeps one copy of it, not two.
     let mut held: BTreeMap<SocketAddr, RouteTable> = BTreeMap::new();
     for request in requests {
-        if let Some(address) = routed_at(&request)
+        if let Some(address) = holds_table_of(&request)
             && !held.contains_key(&address)
             && let Some(table) = state.route_table(&address)
         {
             held.insert(address, table.clone());
         }
-        match state.dispatch_undoable(&request) {
-            Err(error) => planned.skipped.push((request, error.into())),
-            Ok(Change::Unchanged) => planned.unchanged += 1,
-            Ok(Change::Changed { undo }) => match check(&request, state) {
-                Ok(()) => planned.generation.push(request, undo),
-                Err(error) => {
+        let accepted = match state.dispatch_undoable(&request) {
+            Err(error) => Err(error.into()),
+            Ok(Undoable::Unchanged) => {
+                planned.unchanged += 1;
+                continue;
+            }
+            Ok(Undoable::Changed { undo }) => typed(&request, &undo)
+                .map_err(E::from)
+                .and_then(|(change, back)| {
+                    check(&change, state)?;
+                    Ok((change, back))
+                })
+                .inspect_err(|_| {
                     let restored = state.dispatch(&undo);
                     debug_assert!(restored.is_ok(), "the inverse of {request:?} was refused");
-                    planned.skipped.push((request, error));
-                }
-            },
+                }),
+        };
+        match accepted {
+            Ok((change, undo)) => planned.generation.push(change, undo),
+            Err(error) => planned.skipped.push((request, error)),
         }
     }
     let routed: BTreeSet<SocketAddr> = planned
         .generation
-        .steps
+        .changes
         .iter()
-        .filter_map(routed_at)
+        .filter_map(Change::routed_at)
         .collect();
     planned.generation.routes = snapshot(state, &routed);
     for undo in planned.generation.undo.iter().rev() {
-        let restored = state.dispatch(undo);
+        let restored = state.dispatch(&undo.to_request());
         debug_assert!(restored.is_ok(), "the inverse {undo:?} was refused");
     }
     // Every table held goes back, a change the check refused included; a
@@ -231,4 +240,31 @@ pub fn plan<E: From<ValidationError>>(
         }
     }
     planned
+}
+
+/// The change `request` made and its inverse, typed; an error only for a
+/// request the state accepted and the typed model does not (a bug, which
+/// refuses the request rather than lose it).
+fn typed(
+    request: &proto::Request,
+    undo: &proto::Request,
+) -> Result<(Change, Change), ValidationError> {
+    Ok((Change::from_request(request)?, Change::from_request(undo)?))
+}
+
+/// The listener whose route table `request` may change or drop, read off
+/// the request before the state judges it (its table is taken before the
+/// change): the listener a frontend with an SNI routes at, and a listener
+/// removed (its inverse adds it back with a table of its own, which
+/// planning replaces with the one held).
+fn holds_table_of(request: &proto::Request) -> Option<SocketAddr> {
+    match request.request_type.as_ref()? {
+        RequestType::AddTcpFrontend(frontend) | RequestType::RemoveTcpFrontend(frontend)
+            if frontend.sni.is_some() =>
+        {
+            frontend.address.parse().ok()
+        }
+        RequestType::RemoveListener(at) => at.address.parse().ok(),
+        _ => None,
+    }
 }

@@ -6,6 +6,7 @@
 //! socket or a session; the worker applies what this crate accepted.
 
 pub mod backend_address;
+pub mod change;
 pub mod channel;
 pub mod codes;
 pub mod config;

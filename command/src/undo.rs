@@ -19,7 +19,7 @@ use crate::validate::{ValidationError, parse_address, resolve_backend, resolve_f
 /// state.
 #[derive(Debug, Clone, PartialEq)]
 #[must_use]
-pub enum Change {
+pub enum Undoable {
     /// The state changed; dispatching `undo` on it restores the state as it
     /// was before.
     Changed { undo: proto::Request },
@@ -37,12 +37,12 @@ impl ConfigState {
     pub fn dispatch_undoable(
         &mut self,
         request: &proto::Request,
-    ) -> Result<Change, ValidationError> {
+    ) -> Result<Undoable, ValidationError> {
         let undo = self.inverse_before(request);
         match self.dispatch(request)? {
-            Applied::Unchanged => Ok(Change::Unchanged),
+            Applied::Unchanged => Ok(Undoable::Unchanged),
             Applied::Changed => match undo {
-                Some(undo) => Ok(Change::Changed { undo }),
+                Some(undo) => Ok(Undoable::Changed { undo }),
                 None => {
                     debug_assert!(false, "no inverse for an accepted change: {request:?}");
                     Err(ValidationError::new(

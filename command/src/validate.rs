@@ -189,7 +189,7 @@ fn connection_timeout(
 /// value is whole seconds, so that an older preread handed this state (a
 /// downgrade through `preread upgrade`, which ignores the fields it does
 /// not know) keeps the timeout instead of falling back to its default.
-fn whole_seconds(millis: u64) -> Option<u32> {
+pub(crate) fn whole_seconds(millis: u64) -> Option<u32> {
     if millis % 1_000 == 0 {
         u32::try_from(millis / 1_000).ok()
     } else {

@@ -11,13 +11,14 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+use command::change::Change;
 use command::codes::ErrorCode;
 use command::diff::diff;
 use command::generation::{Planned, plan};
 use command::proto;
 use command::proto::request::RequestType;
 use command::state::{Applied, ConfigState};
-use command::undo::Change;
+use command::undo::Undoable;
 use command::validate::ValidationError;
 use preread_core::pattern::validate_sni_pattern;
 use preread_core::routes::{AlpnSet, Lookup};
@@ -306,6 +307,14 @@ fn assert_same_storage(a: &ConfigState, b: &ConfigState) {
     }
 }
 
+/// The typed changes of accepted requests.
+fn changes_of(requests: &[proto::Request]) -> Vec<Change> {
+    requests
+        .iter()
+        .map(|request| Change::from_request(request).expect("an accepted request is a change"))
+        .collect()
+}
+
 /// The generation from `a` to `b` carries `b`'s table for every listener
 /// of `b` whose routes differ from `a`'s, and `a`'s table before it for
 /// those `a` has: a worker that installs them routes as `b` (or, undone,
@@ -385,7 +394,7 @@ proptest! {
         let mut current = a.clone();
         let report = reload_ok(&mut current, &b);
         prop_assert!(report.skipped.is_empty(), "{:?}", report.skipped);
-        prop_assert_eq!(report.generation.steps, diff(&a, &b));
+        prop_assert_eq!(report.generation.changes, changes_of(&diff(&a, &b)));
         prop_assert_eq!(&current, &b);
     }
 
@@ -394,7 +403,7 @@ proptest! {
     #[test]
     fn a_replay_builds_the_state_and_undoes_it(state in a_state()) {
         let generation = command::generation::Generation::replay(&state).expect("all additions");
-        prop_assert_eq!(&generation.steps, &state.generate_requests());
+        prop_assert_eq!(&generation.changes, &changes_of(&state.generate_requests()));
         assert_routes_of(&generation, &ConfigState::default(), &state);
         for (address, table) in &generation.routes {
             prop_assert!(!table.is_empty(), "{}: an empty table carried", address);
@@ -402,14 +411,34 @@ proptest! {
         }
         prop_assert!(generation.routes_before.is_empty());
         let mut built = ConfigState::default();
-        apply_all(&mut built, &generation.steps);
+        apply_all(&mut built, &generation.requests());
         prop_assert_eq!(&built, &state);
-        apply_all(&mut built, &generation.inverse().steps);
+        apply_all(&mut built, &generation.inverse().requests());
         prop_assert_eq!(&built, &ConfigState::default());
     }
 
     /// (e) The inverse of every accepted change is accepted on the state
     /// the change produced, as a change, and gives back an equal state.
+    /// (h) A typed change round-trips through its request, and the state
+    /// it builds is the one the request built: the model loses nothing the
+    /// state keeps, and the state accepts what the model writes.
+    #[test]
+    fn a_change_round_trips_and_builds_the_same_state(state in a_state(), requests in proptest::collection::vec(request(), 1..40)) {
+        let mut state = state;
+        for request in requests {
+            let Ok(change) = Change::from_request(&request) else {
+                continue;
+            };
+            let written = change.to_request();
+            prop_assert_eq!(Change::from_request(&written), Ok(change.clone()));
+            let mut by_change = state.clone();
+            let applied = by_change.dispatch(&written);
+            let by_request = state.dispatch(&request);
+            prop_assert_eq!(applied.is_ok(), by_request.is_ok(), "{:?}", change);
+            prop_assert_eq!(&by_change, &state, "{:?}", change);
+        }
+    }
+
     #[test]
     fn every_change_has_an_exact_inverse(state in a_state(), requests in proptest::collection::vec(request(), 1..40)) {
         let mut state = state;
@@ -417,8 +446,8 @@ proptest! {
             let before = state.clone();
             match state.dispatch_undoable(&request) {
                 Err(_) => prop_assert_eq!(&state, &before),
-                Ok(Change::Unchanged) => prop_assert_eq!(&state, &before),
-                Ok(Change::Changed { undo }) => {
+                Ok(Undoable::Unchanged) => prop_assert_eq!(&state, &before),
+                Ok(Undoable::Changed { undo }) => {
                     let mut undone = state.clone();
                     prop_assert_eq!(undone.dispatch(&undo), Ok(Applied::Changed), "undo of {:?}", request);
                     undone.check_invariants();
@@ -446,13 +475,13 @@ proptest! {
         prop_assert_eq!(&state, &a, "planning leaves the state as it was");
         assert_same_storage(&state, &a);
         let mut planned_on = a.clone();
-        apply_all(&mut planned_on, &planned.generation.steps);
+        apply_all(&mut planned_on, &planned.generation.requests());
         assert_routes_of(&planned.generation, &a, &planned_on);
         assert_routes_of(&planned.generation.inverse(), &planned_on, &a);
-        apply_all(&mut state, &planned.generation.steps);
+        apply_all(&mut state, &planned.generation.requests());
         state.check_invariants();
         let mut back = state.clone();
-        apply_all(&mut back, &planned.generation.inverse().steps);
+        apply_all(&mut back, &planned.generation.inverse().requests());
         prop_assert_eq!(&back, &a);
         prop_assert_eq!(planned.generation.inverse().inverse(), planned.generation);
     }
@@ -528,8 +557,9 @@ proptest! {
 
         let drop_runtime = req(RequestType::RemoveTcpFrontend(runtime.clone()));
         let steps = diff(&current, &desired);
-        let report = plan(&mut current, steps, |request, _| {
-            if *request == drop_runtime {
+        let drop_runtime = changes_of(&[drop_runtime]);
+        let report = plan(&mut current, steps, |change, _| {
+            if drop_runtime.contains(change) {
                 Err(ValidationError::new(ErrorCode::InUse, "frontend busy"))
             } else {
                 Ok(())
@@ -554,7 +584,7 @@ proptest! {
         dispatch(&mut current, RequestType::RemoveTcpFrontend(runtime));
         let report = reload_ok(&mut current, &desired);
         prop_assert!(report.skipped.is_empty(), "{:?}", report.skipped);
-        prop_assert_eq!(report.generation.steps, vec![req(RequestType::AddTcpFrontend(wanted))]);
+        prop_assert_eq!(report.generation.changes, changes_of(&[req(RequestType::AddTcpFrontend(wanted))]));
         prop_assert_eq!(&current, &desired);
         let table = current.route_table(&addr(at)).expect("the listener");
         let h2 = table.lookup(b"clash.example.com", [&b"h2"[..]]);
@@ -594,4 +624,25 @@ fn address_spellings_are_one_listener() {
         Ok(Applied::Unchanged)
     );
     assert_eq!(state.listeners().len(), 1);
+}
+
+/// The case proptest found: a listener whose last frontend was removed
+/// keeps an emptied table (its storage is still the one the workers
+/// hold). Planning its removal takes it away and undoes that by adding
+/// the listener back; the table held before the removal must be the one
+/// that comes back, not a new empty one.
+#[test]
+fn planning_a_listener_removal_gives_back_its_emptied_table() {
+    let mut a = ConfigState::default();
+    dispatch(&mut a, cluster("r"));
+    dispatch(&mut a, listener("127.0.0.1:8443"));
+    let frontend = tcp_frontend("r", "127.0.0.1:8443", "a.example.com", &[]);
+    dispatch(&mut a, RequestType::AddTcpFrontend(frontend.clone()));
+    dispatch(&mut a, RequestType::RemoveTcpFrontend(frontend));
+    let mut state = a.clone();
+    let planned: Planned<ValidationError> =
+        plan(&mut state, diff(&a, &ConfigState::default()), |_, _| Ok(()));
+    assert_eq!(planned.generation.changes.len(), 2, "{planned:?}");
+    assert_eq!(state, a, "planning leaves the state as it was");
+    assert_same_storage(&state, &a);
 }

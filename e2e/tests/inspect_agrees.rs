@@ -35,9 +35,12 @@
 //! |----------------------------|--------------------------------------------------|
 //! | `routed` (cluster C)       | `verdict: routed`, `cluster: C`, `fallback: null` |
 //! | `fallback:R` (cluster C)   | `verdict: routed`, `cluster: C`, `fallback: R`   |
-//! | `rejected:R`               | `verdict: rejected`, `reason: R`                 |
+//! | `rejected:R`, alert A read | `verdict: rejected`, `reason: R`, `alert: A`     |
 //! | `rejected:front_closed`    | `verdict: need_more`                             |
 //! | `refused:*`, no line       | nothing: always a disagreement                   |
+//!
+//! A rejected client's alert is what it read before the close (one fatal
+//! alert record, or nothing), compared with inspect's `decision.alert`.
 //!
 //! The `front_closed` row: `inspect` has no close and no timer, so a capture
 //! that ends before its ClientHello does is `need_more` there; the client
@@ -62,7 +65,7 @@ use e2e::backend::PlainBackend;
 use e2e::client::{self, read_to_close};
 use e2e::proxy::{CLI_TIMEOUT, ConfigBuilder, ProxyProcess, run_preread};
 use e2e::testkit::{eventually, stderr_tail};
-use preread_parser::tls::{Parsed, parse_client_hello};
+use preread_parser::tls::{AlertDescription, Parsed, parse_client_hello};
 
 /// Bound of one wait: a connect, a read to the close, the access log.
 const T: Duration = Duration::from_secs(5);
@@ -280,6 +283,8 @@ struct Sent {
     /// Kept open (read side at EOF) until the access log is read, so that
     /// no later connection of this test reuses the client port.
     _stream: TcpStream,
+    /// What the proxy sent before the close: a rejected client's alert.
+    received: Vec<u8>,
     note: Option<String>,
 }
 
@@ -303,11 +308,12 @@ fn send(addr: SocketAddr, bytes: &[u8], chunks: &[usize], pause: bool) -> Result
         at += size;
     }
     let _ = stream.shutdown(Shutdown::Write);
-    let (_, closed) = read_to_close(&mut stream, T);
+    let (received, closed) = read_to_close(&mut stream, T);
     let note = (!closed).then(|| format!("the proxy did not close within {T:?}"));
     Ok(Sent {
         client,
         _stream: stream,
+        received,
         note,
     })
 }
@@ -319,7 +325,9 @@ enum Decision {
         cluster: String,
         fallback: Option<String>,
     },
-    Rejected(String),
+    /// The reason, and the name of the alert the client read (none for
+    /// a bare close).
+    Rejected(String, Option<String>),
     NeedMore,
     /// Anything that can agree with nothing: a refusal, a missing line, a
     /// failed `inspect`.
@@ -328,7 +336,7 @@ enum Decision {
 
 impl Decision {
     /// From the proxy's access-log fields.
-    fn from_access_log(fields: &BTreeMap<String, String>) -> Self {
+    fn from_access_log(fields: &BTreeMap<String, String>, received: &[u8]) -> Self {
         let outcome = fields.get("outcome").map_or("-", String::as_str);
         let cluster = fields.get("cluster").cloned().unwrap_or_default();
         if outcome == "routed" {
@@ -347,7 +355,10 @@ impl Decision {
             // The documented mapping: the client closed on an incomplete
             // ClientHello, which inspect (no close, no timer) calls need_more.
             Some("front_closed") => Self::NeedMore,
-            Some(reason) => Self::Rejected(reason.to_owned()),
+            Some(reason) => match alert_of(received) {
+                Ok(alert) => Self::Rejected(reason.to_owned(), alert),
+                Err(bytes) => Self::Other(format!("rejected:{reason}, then {bytes:02x?}")),
+            },
             None => Self::Other(format!("outcome={outcome}")),
         }
     }
@@ -360,10 +371,22 @@ impl Decision {
                 cluster: text("cluster").unwrap_or_default(),
                 fallback: text("fallback"),
             },
-            Some("rejected") => Self::Rejected(text("reason").unwrap_or_default()),
+            Some("rejected") => Self::Rejected(text("reason").unwrap_or_default(), text("alert")),
             Some("need_more") => Self::NeedMore,
             other => Self::Other(format!("verdict {other:?}")),
         }
+    }
+}
+
+/// The name of the one fatal alert record in `received`, `None` when the
+/// proxy sent nothing, or the bytes when they are anything else.
+fn alert_of(received: &[u8]) -> Result<Option<String>, &[u8]> {
+    match received {
+        [] => Ok(None),
+        [0x15, 0x03, _, 0x00, 0x02, 0x02, code] => AlertDescription::from_code(*code)
+            .map(|alert| Some(alert.as_str().to_owned()))
+            .ok_or(received),
+        _ => Err(received),
     }
 }
 
@@ -378,7 +401,8 @@ impl std::fmt::Display for Decision {
                 cluster,
                 fallback: Some(reason),
             } => write!(f, "routed {cluster} (fallback {reason})"),
-            Self::Rejected(reason) => write!(f, "rejected {reason}"),
+            Self::Rejected(reason, None) => write!(f, "rejected {reason}, no alert"),
+            Self::Rejected(reason, Some(alert)) => write!(f, "rejected {reason}, {alert}"),
             Self::NeedMore => f.write_str("need_more / front_closed"),
             Self::Other(what) => f.write_str(what),
         }
@@ -482,7 +506,7 @@ fn compare(proxy: &ProxyProcess, cases: &[Case<'_>]) -> Vec<Row> {
                     .map(Vec::as_slice)
                 {
                     Some([fields]) => {
-                        let decision = Decision::from_access_log(fields);
+                        let decision = Decision::from_access_log(fields, &sent.received);
                         match &sent.note {
                             Some(note) => Decision::Other(format!("{decision}; {note}")),
                             None => decision,
@@ -610,7 +634,10 @@ fn inspect_agrees_with_the_proxy_on_every_capture_and_listener() {
             r.file == file && r.listener.starts_with(&format!("{listener} (")) && r.proxy == *want
         })
     };
-    let too_large = Decision::Rejected("too_large".to_owned());
+    let rejected = |reason: &str, alert: Option<&str>| {
+        Decision::Rejected(reason.to_owned(), alert.map(str::to_owned))
+    };
+    let too_large = rejected("too_large", Some("record_overflow"));
     let coverage = [
         (
             "curl_h2.bin",
@@ -628,11 +655,7 @@ fn inspect_agrees_with_the_proxy_on_every_capture_and_listener() {
                 fallback: Some("not_tls".to_owned()),
             },
         ),
-        (
-            "gen_l_http_get.bin",
-            "cap16384",
-            Decision::Rejected("not_tls".to_owned()),
-        ),
+        ("gen_l_http_get.bin", "cap16384", rejected("not_tls", None)),
         (
             "gen_truncated_200_of_517.bin",
             "cap1000",
@@ -654,6 +677,27 @@ fn inspect_agrees_with_the_proxy_on_every_capture_and_listener() {
         ),
         ("built_2rec_20000.bin", "cap16384", too_large.clone()),
         ("chromium_a_1.bin", "cap1000", too_large),
+        // Issue 28's alerts, as the client reads them.
+        (
+            "gen_o_second_record_overflow_16385.bin",
+            "default",
+            rejected("malformed_record", Some("record_overflow")),
+        ),
+        (
+            "gen_p_cipher_suites_len_14_no_ext.bin",
+            "default",
+            rejected("malformed_handshake", Some("decode_error")),
+        ),
+        (
+            "gen_q_compression_methods_len_0.bin",
+            "cap1000",
+            rejected("malformed_handshake", Some("decode_error")),
+        ),
+        (
+            "gen_sni_embedded_nul.bin",
+            "default",
+            rejected("malformed_handshake", Some("illegal_parameter")),
+        ),
     ];
     let missing: Vec<String> = coverage
         .iter()
@@ -686,7 +730,13 @@ fn inspect_reads_agree_with_the_proxy_reading_the_same_chunks() {
     };
     // (capture, listener, reads): each chunking is sent as is and given to
     // `inspect --reads` as is.
-    let plans: [(&str, &str, &[usize]); 12] = [
+    let plans: [(&str, &str, &[usize]); 13] = [
+        // The second record's header (bytes 1005..1010) cut after 3 bytes.
+        (
+            "gen_o_second_record_overflow_16385.bin",
+            "default",
+            &[1_008, 300],
+        ),
         ("curl_h2.bin", "default", &[5, 100, 4000]),
         // Chunk boundaries inside the 5-byte record header.
         ("curl_h2.bin", "cap16384", &[3, 2, 200]),

@@ -2,8 +2,10 @@
 //! `openssl s_client` and `curl` print when the proxy refuses their
 //! ClientHello, compared with what curl prints against a real TLS server
 //! (`openssl s_server -servername_fatal`) that has no certificate for the
-//! name; the exact alert record of a lying length in a corpus capture; and
-//! the `reject_with = "close"` and `"reset"` listeners seen from a socket.
+//! name; the exact alert record of a lying length in a corpus capture; the
+//! alert of every malformed-hello case of issue 28, against the one
+//! `openssl s_server` sends for the same bytes; and the
+//! `reject_with = "close"` and `"reset"` listeners seen from a socket.
 //!
 //! `openssl` and `curl` must be on `PATH`: a missing one is installed with
 //! `apt-get` or the test fails saying so (never skipped). Certificates are
@@ -314,7 +316,104 @@ fn a_lying_extensions_length_gets_decode_error_then_eof() {
 }
 
 // ---------------------------------------------------------------------------
-// 4. reject_with = "close" and "reset"
+// 4. Every malformed-hello case of issue 28: the alert of a real server
+// ---------------------------------------------------------------------------
+
+/// The corpus cases of issue 28, with the alert each must get: the alert
+/// record's description code, and the reject reason counted.
+const MALFORMED: [(&str, u8, &str); 11] = [
+    ("gen_o_record_overflow_16385.bin", 22, "malformed_record"),
+    (
+        "gen_o_second_record_overflow_16385.bin",
+        22,
+        "malformed_record",
+    ),
+    ("gen_p_cipher_suites_len_2.bin", 50, "malformed_handshake"),
+    ("gen_p_cipher_suites_len_12.bin", 50, "malformed_handshake"),
+    ("gen_p_cipher_suites_len_14.bin", 50, "malformed_handshake"),
+    (
+        "gen_p_cipher_suites_len_2_no_ext.bin",
+        50,
+        "malformed_handshake",
+    ),
+    (
+        "gen_p_cipher_suites_len_12_no_ext.bin",
+        50,
+        "malformed_handshake",
+    ),
+    (
+        "gen_p_cipher_suites_len_14_no_ext.bin",
+        50,
+        "malformed_handshake",
+    ),
+    (
+        "gen_q_compression_methods_len_0.bin",
+        50,
+        "malformed_handshake",
+    ),
+    (
+        "gen_q_compression_methods_len_0_no_ext.bin",
+        50,
+        "malformed_handshake",
+    ),
+    ("gen_r_session_id_len_5.bin", 50, "malformed_handshake"),
+];
+
+/// A record of 16,384 + 1 bytes is `record_overflow`, in the first record
+/// or a later one; a cipher-suites length fuzzed to 2, 12 or 14, a
+/// compression-methods length of 0 (with and without extensions after
+/// them) and a session id length that the extensions overrun are
+/// `decode_error`. Each is sent to `openssl s_server` too: the proxy's
+/// alert is the server's (the record version aside: the proxy follows the
+/// client's, s_server writes 0x0303).
+#[test]
+fn each_malformed_hello_gets_the_alert_openssl_s_server_sends() {
+    let openssl = require_tool("openssl", "openssl");
+    let ca = TestCa::new("reject_alerts malformed CA");
+    let server = openssl_server(&openssl, &ca);
+    let proxy = only_a_h2();
+    let mut counted = std::collections::BTreeMap::new();
+    for (file, code, reason) in MALFORMED {
+        let hello = capture(file);
+        let (from_server, server_end) = send_and_read(server.addr(), &hello);
+        let (from_proxy, proxy_end) = send_and_read(proxy.addr("main"), &hello);
+        eprintln!(
+            "{file}: s_server {from_server:02x?} {server_end:?}, proxy {from_proxy:02x?} {proxy_end:?}"
+        );
+        let record_version = [0x03, hello[2]];
+        assert_eq!(
+            from_proxy,
+            [
+                0x15,
+                record_version[0],
+                record_version[1],
+                0x00,
+                0x02,
+                0x02,
+                code
+            ],
+            "{file}: the proxy's alert (then {proxy_end:?})"
+        );
+        assert!(
+            matches!(proxy_end, End::Eof),
+            "{file}: {proxy_end:?} after the alert, not EOF"
+        );
+        assert!(
+            from_server.len() == 7 && from_server[..2] == [0x15, 0x03],
+            "{file}: s_server sent {from_server:02x?}, not one alert record"
+        );
+        assert_eq!(
+            from_server[3..],
+            from_proxy[3..],
+            "{file}: s_server's alert differs from the proxy's"
+        );
+        *counted.entry(reason).or_insert(0) += 1;
+        expect_rejected(&proxy, reason, counted[reason]);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 5. reject_with = "close" and "reset"
 // ---------------------------------------------------------------------------
 
 #[test]

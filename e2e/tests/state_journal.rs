@@ -23,10 +23,16 @@ use e2e::proxy::{COMMAND_TIMEOUT, ConfigBuilder, ProxyProcess, READY_TIMEOUT, St
 const KILLS: usize = 30;
 const MAX_KILLS: usize = 80;
 const MIN_COMPACTIONS: usize = 2;
-/// The whole run's bound.
-const RUN_BOUND: Duration = Duration::from_secs(120);
-/// A life lasts from its readiness to its kill between these.
-const LIFE_MS: (u64, u64) = (5, 200);
+/// The whole run's bound: a wedged proxy is caught by each restart's own
+/// timeout, so this only has to stop a run that goes on forever. Thirty
+/// lives took 26 s on an idle 2-core machine and 108 s beside
+/// `stress-ng --cpu 4` and two builds.
+const RUN_BOUND: Duration = Duration::from_secs(300);
+/// A life is killed this long at most after its client's chosen
+/// acknowledgement: inside the next change, its append, or a compaction.
+const KILL_DELAY_MS: u64 = 20;
+/// How long a life waits for its client's chosen acknowledgement.
+const LIFE_BOUND: Duration = Duration::from_secs(10);
 /// Changes one life sends at most (then it waits for its kill).
 const CHANGES_PER_LIFE: usize = 30;
 /// Frontends of a batch change.
@@ -72,6 +78,13 @@ struct Life {
     in_flight: Vec<String>,
     /// An answer that was not a plain success.
     unexpected: Option<String>,
+    /// Changes answered (a batch is one).
+    answered: usize,
+}
+
+/// Changes the life's client has had answered so far.
+fn changes_answered(seen: &Mutex<Life>) -> usize {
+    seen.lock().unwrap_or_else(PoisonError::into_inner).answered
 }
 
 /// Sends changes on one command connection until it breaks (the kill) or
@@ -117,6 +130,7 @@ fn client(
             return;
         }
         seen.acknowledged.extend(names);
+        seen.answered += 1;
     }
 }
 
@@ -205,8 +219,17 @@ fn kill_9_at_random_points_loses_no_acknowledged_change() {
             let (socket, seen, batches) = (socket.clone(), Arc::clone(&seen), random.next());
             thread::spawn(move || client(socket, addr, life, batches, seen))
         };
-        let life_ms = LIFE_MS.0 + random.below(LIFE_MS.1 - LIFE_MS.0);
-        thread::sleep(Duration::from_millis(life_ms));
+        // The kill point is counted in the client's progress, then a few
+        // milliseconds of wall time: a slow machine gets fewer changes
+        // into a wall-clock life, and then the run would not reach its
+        // compactions. Counted, it does on any machine.
+        let target = random.below(CHANGES_PER_LIFE as u64) as usize;
+        let deadline = Instant::now() + LIFE_BOUND;
+        while !writer.is_finished() && changes_answered(&seen) < target && Instant::now() < deadline
+        {
+            thread::sleep(Duration::from_millis(1));
+        }
+        thread::sleep(Duration::from_millis(random.below(KILL_DELAY_MS)));
         proxy.kill().expect("kill -9");
         writer.join().expect("the client thread");
         let seen = std::mem::take(&mut *seen.lock().unwrap_or_else(PoisonError::into_inner));

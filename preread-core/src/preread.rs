@@ -10,6 +10,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use preread_parser::tls::FrameCursor;
+
 use crate::config::PrereadConfig;
 use crate::output::{Input, Output, Route};
 use crate::reject::{FallbackReason, RejectReason};
@@ -43,6 +45,9 @@ pub struct SniPrereadCore {
     /// Reassembly buffer for a ClientHello split over records; stays empty
     /// (unallocated) for the usual single-record hello.
     scratch: Vec<u8>,
+    /// The records of the window already framed: a hello in many small
+    /// records is walked once over all its reads, not once per read.
+    cursor: FrameCursor,
 }
 
 impl SniPrereadCore {
@@ -176,7 +181,8 @@ impl SniPrereadCore {
         if buf.is_empty() {
             return Output::NeedMore { deadline };
         }
-        if let Some(output) = verdict::decide(config, buf, &mut self.scratch, &mut self.learned) {
+        let (scratch, cursor) = (&mut self.scratch, &mut self.cursor);
+        if let Some(output) = verdict::decide(config, buf, scratch, cursor, &mut self.learned) {
             return self.latch(output);
         }
         if self.server_first_due

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use preread_parser::proxy::{ProxyParsed, parse_proxy_header_within};
 use preread_parser::tls::{
-    AlpnProtocols, ClientHello, Needed, Parsed, TlsError, parse_client_hello_within,
+    AlpnProtocols, ClientHello, FrameCursor, Needed, Parsed, TlsError, parse_client_hello_resuming,
 };
 
 use crate::alpn::AlpnOffer;
@@ -89,13 +89,15 @@ impl Seen<'_> {
 }
 
 /// The terminal output for `window`, or `None` while more bytes are needed
-/// and the cap is not reached. `scratch` is the parser's reassembly buffer;
-/// `learned` receives what the window shows whatever the answer (the name
+/// and the cap is not reached. `scratch` is the parser's reassembly buffer
+/// and `cursor` how far it framed earlier windows of the connection (the
+/// answer is the same as without it, only cheaper); `learned` receives what the window shows whatever the answer (the name
 /// of a refused hello, the PROXY header, whether the client spoke).
 pub(crate) fn decide(
     config: &PrereadConfig,
     window: &[u8],
     scratch: &mut Vec<u8>,
+    cursor: &mut FrameCursor,
     learned: &mut Learned,
 ) -> Option<Output> {
     learned.bytes_arrived |= !window.is_empty();
@@ -126,7 +128,7 @@ pub(crate) fn decide(
         learned.record_version = Some(u16::from_be_bytes([major, minor]));
     }
     let limit = config.max_bytes.saturating_sub(seen.content_offset);
-    match parse_client_hello_within(tls, limit, scratch) {
+    match parse_client_hello_resuming(tls, limit, cursor, scratch) {
         Ok(Parsed::Complete(hello)) => {
             learned.offers_tls13 = hello
                 .supported_versions

@@ -364,12 +364,12 @@ fn adversarial_extensions_built_from_a_real_hello() {
         (
             "ECH with no type byte",
             with_extension(message, 0xfe0d, &[]),
-            HandshakeFault::BadEch,
+            HandshakeFault::EmptyEch,
         ),
         (
             "ECH of unknown type",
             with_extension(message, 0xfe0d, &[7]),
-            HandshakeFault::BadEch,
+            HandshakeFault::UnknownEchType(7),
         ),
     ];
     for (name, variant, fault) in cases {
@@ -428,7 +428,7 @@ fn server_name_and_alpn_rules() {
         (
             "empty name",
             list(&[entry(0, b"")]),
-            Err(HandshakeFault::BadHostName),
+            Err(HandshakeFault::EmptyHostName),
         ),
         (
             "lone dot",

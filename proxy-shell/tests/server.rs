@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use command::change::Change;
 use command::channel::{
     BlockingChannel, DEFAULT_MAX_FRAME_LEN, E_CHANNEL_FRAME, FrameDecoder, encode_frame,
 };
@@ -101,7 +102,7 @@ fn spawn_fake(
                     Answer::Done
                 }
                 (Script::RefuseListener(refused), Order::Apply(generation)) => {
-                    let binds = generation.steps.iter().any(|request| {
+                    let binds = generation.requests().iter().any(|request| {
                         matches!(&request.request_type,
                             Some(RequestType::AddTcpListener(l)) if &l.address == refused)
                     });
@@ -388,11 +389,26 @@ fn listings(h: &Harness) -> (ContentType, ContentType, ContentType) {
     )
 }
 
+/// Requests as the typed change model writes them back (every default
+/// resolved): what a generation carries.
+fn canonical(requests: &[RequestType]) -> Vec<RequestType> {
+    requests
+        .iter()
+        .map(|kind| {
+            let request = proto::Request {
+                request_type: Some(kind.clone()),
+            };
+            let change = Change::from_request(&request).expect("a change");
+            change.to_request().request_type.expect("a request")
+        })
+        .collect()
+}
+
 /// The changes of every generation a worker was given, in order.
 fn applies(log: &[Order]) -> Vec<RequestType> {
     log.iter()
         .flat_map(|o| match o {
-            Order::Apply(generation) => generation.steps.clone(),
+            Order::Apply(generation) => generation.requests(),
             _ => Vec::new(),
         })
         .filter_map(|r| r.request_type)
@@ -425,7 +441,11 @@ fn changes_are_applied_on_every_worker_and_listed() {
         assert_ok(&ask(&mut client, kind));
     }
     for worker in 0..2 {
-        assert_eq!(applies(&h.log(worker)), setup(), "worker {worker}");
+        assert_eq!(
+            applies(&h.log(worker)),
+            canonical(&setup()),
+            "worker {worker}"
+        );
     }
     let (listeners, clusters, frontends) = listings(&h);
     let ContentType::Listeners(listeners) = listeners else {

@@ -96,6 +96,19 @@ corpus![
     ("gen_handshake_type_2.bin", MalformedHandshake),
     ("gen_truncated_200_of_517.bin", Incomplete),
     ("gen_sni_embedded_nul.bin", MalformedHandshake),
+    ("gen_o_second_record_overflow_16385.bin", MalformedRecord),
+    ("gen_p_cipher_suites_len_2.bin", MalformedHandshake),
+    ("gen_p_cipher_suites_len_12.bin", MalformedHandshake),
+    ("gen_p_cipher_suites_len_14.bin", MalformedHandshake),
+    ("gen_p_cipher_suites_len_2_no_ext.bin", MalformedHandshake),
+    ("gen_p_cipher_suites_len_12_no_ext.bin", MalformedHandshake),
+    ("gen_p_cipher_suites_len_14_no_ext.bin", MalformedHandshake),
+    ("gen_q_compression_methods_len_0.bin", MalformedHandshake),
+    (
+        "gen_q_compression_methods_len_0_no_ext.bin",
+        MalformedHandshake
+    ),
+    ("gen_r_session_id_len_5.bin", MalformedHandshake),
 ];
 
 /// One corpus file, taken apart.
@@ -176,7 +189,7 @@ mod tests {
     #[test]
     fn the_corpus_is_taken_apart_as_the_manifest_says() {
         let all = entries();
-        assert_eq!(all.len(), 47);
+        assert_eq!(all.len(), 57);
         for entry in all {
             match entry.class {
                 Class::Routed

@@ -613,7 +613,7 @@ impl Driver<'_> {
         self.fail("the event loop made no progress")
     }
 
-    /// `Worker::drive_preread` with `Session::preread_read`.
+    /// The worker's `preread::drive`: the capped read into the window.
     fn drive(&mut self) -> Result<(), Failure> {
         let budget = if self.sabotage == Sabotage::IgnoreBudget {
             usize::MAX

@@ -137,6 +137,23 @@ pub fn fragment(message: &[u8], rng: &mut Rng, max_records: usize) -> Vec<Record
         .collect()
 }
 
+/// Re-frames one handshake message into records of 1 to `most` bytes
+/// each: the hostile framing that the parser's cursor keeps linear, over
+/// many records and many reads.
+pub fn tiny_records(message: &[u8], rng: &mut Rng, most: usize) -> Vec<Record> {
+    let mut records = Vec::new();
+    let mut at = 0;
+    while at < message.len() {
+        let end = (at + rng.range(1, most.max(1))).min(message.len());
+        records.push(Record::handshake(
+            message[at..end].to_vec(),
+            record_minor(rng),
+        ));
+        at = end;
+    }
+    records
+}
+
 /// The one-record framing a client normally uses, version 3.1.
 pub fn single_record(message: &[u8]) -> Vec<Record> {
     message

@@ -19,6 +19,7 @@ use preread_core::{FallbackReason, RejectReason};
 use crate::corpus::{self, Class, Entry};
 use crate::hello::{
     CONTENT_APPLICATION_DATA, HelloFault, HelloSpec, MAX_RECORD, Record, fragment, serialize,
+    tiny_records,
 };
 use crate::listener::{
     C_EXAMPLE, Expect, FOREIGN_OFFERS, Listener, OFFERS, ROUTED_NAMES, STAR_ORG, UNMATCHED_NAMES,
@@ -239,7 +240,8 @@ impl Payload {
 }
 
 /// Frames `message`: the original framing `original` kept as the reference
-/// when the message is re-framed (60%), or used as is.
+/// when the message is re-framed (60%; a tenth of those in records of 1 to
+/// 3 bytes), or used as is.
 fn framed_message(
     rng: &mut Rng,
     message: &[u8],
@@ -247,7 +249,11 @@ fn framed_message(
     tags: &mut Vec<String>,
 ) -> (Vec<u8>, Option<Vec<u8>>) {
     if rng.chance(60) {
-        let records = fragment(message, rng, 6);
+        let records = if rng.chance(10) {
+            tiny_records(message, rng, 3)
+        } else {
+            fragment(message, rng, 6)
+        };
         tags.push(format!("reframed×{}", records.len()));
         (serialize(&records), Some(original))
     } else {

@@ -23,7 +23,7 @@ use crate::proto;
 use crate::proto::request::RequestType;
 use crate::spelling;
 use crate::state::ConfigState;
-use crate::undo::Change;
+use crate::undo::Undoable;
 
 /// A fragment the merge applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,8 +126,8 @@ fn apply(state: &mut ConfigState, declared: &[Declared]) -> Result<(), Vec<Probl
         let outcome = resolve_any_ip(state, &d.request)
             .and_then(|request| state.dispatch_undoable(&request).map_err(Problem::from));
         match outcome {
-            Ok(Change::Changed { undo: inverse }) => undo.push(inverse),
-            Ok(Change::Unchanged) => {}
+            Ok(Undoable::Changed { undo: inverse }) => undo.push(inverse),
+            Ok(Undoable::Unchanged) => {}
             Err(problem) => {
                 for inverse in undo.iter().rev() {
                     let restored = state.dispatch(inverse);

@@ -1,6 +1,7 @@
 //! Route tables, fillers and ClientHello rewriting shared by the decision
 //! bench (`benches/decision.rs`) and its callgrind twin
-//! (`examples/decide_once.rs`), so the two measure the very same tables.
+//! (`examples/decide_once.rs`), so the two measure the very same tables;
+//! the framing bench (`benches/framing.rs`) takes its table from here too.
 //! Must never: be used by the crate itself or its tests.
 
 #![allow(dead_code, unreachable_pub)]

@@ -8,7 +8,6 @@
 //! never: give an alert to bytes that are not TLS (their peer would not
 //! read it).
 
-use super::MAX_RECORD_LEN;
 use super::error::{HandshakeFault, RecordFault, TlsError};
 
 /// Record content type of an alert.
@@ -17,10 +16,6 @@ const ALERT_CONTENT_TYPE: u8 = 21;
 const FATAL: u8 = 2;
 /// The record version of a first flight, as servers send it.
 pub const FIRST_FLIGHT_VERSION: u16 = 0x0301;
-/// A record this much over 2^14 is a record overflow; below it, a server
-/// reads the length as a lie of the encoding (RFC 8446 §5.2 allows
-/// ciphertext up to 2^14 + 256, so some stacks accept that far).
-const OVERFLOW_SLACK: usize = 256;
 
 /// The alert descriptions a server sends before its ServerHello.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -107,36 +102,44 @@ impl RecordFault {
     /// The alert a server sends for this fault.
     pub const fn alert(self) -> AlertDescription {
         match self {
-            Self::Oversized(len) if len as usize > MAX_RECORD_LEN + OVERFLOW_SLACK => {
-                AlertDescription::RecordOverflow
-            }
-            Self::Oversized(_) | Self::EmptyRecord | Self::BadVersion(_) => {
-                AlertDescription::DecodeError
-            }
+            Self::Oversized(_) => AlertDescription::RecordOverflow,
+            Self::EmptyRecord | Self::BadVersion(_) => AlertDescription::DecodeError,
             Self::UnexpectedContentType(_) => AlertDescription::UnexpectedMessage,
         }
     }
 }
 
 impl HandshakeFault {
-    /// The alert a server sends for this fault.
+    /// The alert a server sends for this fault: `decode_error` for bytes
+    /// that do not decode by the syntax (a length that overruns its
+    /// container, a vector outside its declared bounds), `illegal_parameter`
+    /// for a field that decodes but holds a forbidden value.
     pub const fn alert(self) -> AlertDescription {
         match self {
             Self::NotClientHello(_) => AlertDescription::UnexpectedMessage,
             Self::DuplicateExtension(_)
             | Self::DuplicateHostName
             | Self::BadHostName
-            | Self::NoCompressionMethod
-            | Self::BadEch => AlertDescription::IllegalParameter,
+            | Self::UnknownEchType(_) => AlertDescription::IllegalParameter,
             Self::TrailingHandshakeData
             | Self::Truncated
             | Self::SessionIdTooLong
             | Self::BadCipherSuites
+            | Self::NoCompressionMethod
             | Self::ExtensionsLengthMismatch
             | Self::BadServerNameList
+            | Self::EmptyHostName
             | Self::BadAlpn
-            | Self::BadSupportedVersions => AlertDescription::DecodeError,
+            | Self::BadSupportedVersions
+            | Self::EmptyEch => AlertDescription::DecodeError,
         }
+    }
+
+    /// Whether the bytes decoded and only a value is refused: such a fault
+    /// is reported once the rest of the ClientHello decoded too, because a
+    /// length that lies anywhere in it is what a server answers first.
+    pub(crate) const fn is_forbidden_value(self) -> bool {
+        matches!(self.alert(), AlertDescription::IllegalParameter)
     }
 }
 
@@ -182,41 +185,165 @@ mod tests {
         );
     }
 
-    #[test]
-    fn each_fault_has_the_alert_of_its_rule() {
+    /// The RFC sentence each fault's alert follows. A total match: a new
+    /// fault does not compile until it names its rule and its alert.
+    fn rule(error: TlsError) -> (Option<AlertDescription>, &'static str) {
         use AlertDescription as A;
-        let records = [
-            (RecordFault::Oversized(16_385), A::DecodeError),
-            (RecordFault::Oversized(16_384 + 256), A::DecodeError),
-            (RecordFault::Oversized(16_384 + 257), A::RecordOverflow),
-            (RecordFault::EmptyRecord, A::DecodeError),
-            (RecordFault::BadVersion(2), A::DecodeError),
-            (RecordFault::UnexpectedContentType(20), A::UnexpectedMessage),
-        ];
-        for (fault, alert) in records {
-            assert_eq!(fault.alert(), alert, "{fault:?}");
-            assert_eq!(TlsError::MalformedRecord(fault).alert(), Some(alert));
+        use HandshakeFault as H;
+        use RecordFault as R;
+        let decode = Some(A::DecodeError);
+        let illegal = Some(A::IllegalParameter);
+        match error {
+            TlsError::NotTls => (
+                None,
+                "RFC 8446 §5.1: a record of type handshake (22) is the only opening; other bytes are another protocol, which reads no alert",
+            ),
+            TlsError::MalformedRecord(R::Oversized(_)) => (
+                Some(A::RecordOverflow),
+                "RFC 8446 §5.1: An endpoint that receives a record that exceeds this length MUST terminate the connection with a \"record_overflow\" alert",
+            ),
+            TlsError::MalformedRecord(R::EmptyRecord) => (
+                decode,
+                "RFC 8446 §5.1: Implementations MUST NOT send zero-length fragments of Handshake types; §6: decode_error, the length of the message was incorrect",
+            ),
+            TlsError::MalformedRecord(R::UnexpectedContentType(_)) => (
+                Some(A::UnexpectedMessage),
+                "RFC 8446 §5.1: Handshake messages MUST NOT be interleaved with other record types; §5: an unexpected record type MUST be answered with \"unexpected_message\"",
+            ),
+            TlsError::MalformedRecord(R::BadVersion(_)) => (
+                decode,
+                "RFC 8446 §6: decode_error, a message that does not conform to the formal protocol syntax (a record header of another major version)",
+            ),
+            TlsError::MalformedHandshake(H::NotClientHello(_)) => (
+                Some(A::UnexpectedMessage),
+                "RFC 8446 §4: A peer which receives a handshake message in an unexpected order MUST abort the handshake with an \"unexpected_message\" alert",
+            ),
+            TlsError::MalformedHandshake(H::TrailingHandshakeData) => (
+                decode,
+                "RFC 8446 §6: decode_error, the length of the message was incorrect (its record holds more than the message)",
+            ),
+            TlsError::MalformedHandshake(H::Truncated) => (
+                decode,
+                "RFC 8446 §6: decode_error, a message could not be decoded because the length of the message was incorrect",
+            ),
+            TlsError::MalformedHandshake(H::SessionIdTooLong) => (
+                decode,
+                "RFC 8446 §4.1.2: opaque legacy_session_id<0..32>; §6: decode_error, a field out of the specified range",
+            ),
+            TlsError::MalformedHandshake(H::BadCipherSuites) => (
+                decode,
+                "RFC 8446 §4.1.2: CipherSuite cipher_suites<2..2^16-2>; §3.4: the length of an encoded vector must be an exact multiple of the length of a single element",
+            ),
+            TlsError::MalformedHandshake(H::NoCompressionMethod) => (
+                decode,
+                "RFC 8446 §4.1.2: opaque legacy_compression_methods<1..2^8-1>; §6: decode_error, a field out of the specified range",
+            ),
+            TlsError::MalformedHandshake(H::ExtensionsLengthMismatch) => (
+                decode,
+                "RFC 8446 §4.1.2: Extension extensions<8..2^16-1> fills the rest of the ClientHello; §6: decode_error, the length of the message was incorrect",
+            ),
+            TlsError::MalformedHandshake(H::DuplicateExtension(_)) => (
+                illegal,
+                "RFC 8446 §4.2: There MUST NOT be more than one extension of the same type in a given extension block; §6: illegal_parameter, conforms to the syntax but is otherwise incorrect",
+            ),
+            TlsError::MalformedHandshake(H::BadServerNameList) => (
+                decode,
+                "RFC 6066 §3: ServerName server_name_list<1..2^16-1>; RFC 8446 §6: decode_error, the length of the message was incorrect",
+            ),
+            TlsError::MalformedHandshake(H::EmptyHostName) => (
+                decode,
+                "RFC 6066 §3: opaque HostName<1..2^16-1>; RFC 8446 §6: decode_error, a field out of the specified range",
+            ),
+            TlsError::MalformedHandshake(H::BadHostName) => (
+                illegal,
+                "RFC 6066 §3: The hostname is represented as a byte string using ASCII encoding; RFC 8446 §6: illegal_parameter, conforms to the syntax but is otherwise incorrect",
+            ),
+            TlsError::MalformedHandshake(H::DuplicateHostName) => (
+                illegal,
+                "RFC 6066 §3: The ServerNameList MUST NOT contain more than one name of the same name_type; RFC 8446 §6: illegal_parameter",
+            ),
+            TlsError::MalformedHandshake(H::BadAlpn) => (
+                decode,
+                "RFC 7301 §3.1: Empty strings MUST NOT be included and byte strings MUST NOT be truncated; RFC 8446 §6: decode_error",
+            ),
+            TlsError::MalformedHandshake(H::BadSupportedVersions) => (
+                decode,
+                "RFC 8446 §4.2.1: ProtocolVersion versions<2..254>; §6: decode_error, a field out of the specified range",
+            ),
+            TlsError::MalformedHandshake(H::EmptyEch) => (
+                decode,
+                "RFC 9849 §5: ECHClientHello starts with its ECHClientHelloType; RFC 8446 §6: decode_error, the length of the message was incorrect",
+            ),
+            TlsError::MalformedHandshake(H::UnknownEchType(_)) => (
+                illegal,
+                "RFC 9849 §7: If ECHClientHello.type is not a valid ECHClientHelloType, then the server MUST abort with an \"illegal_parameter\" alert",
+            ),
         }
-        let hellos = [
-            (HandshakeFault::NotClientHello(2), A::UnexpectedMessage),
-            (HandshakeFault::DuplicateExtension(0), A::IllegalParameter),
-            (HandshakeFault::DuplicateHostName, A::IllegalParameter),
-            (HandshakeFault::BadHostName, A::IllegalParameter),
-            (HandshakeFault::NoCompressionMethod, A::IllegalParameter),
-            (HandshakeFault::BadEch, A::IllegalParameter),
-            (HandshakeFault::TrailingHandshakeData, A::DecodeError),
-            (HandshakeFault::Truncated, A::DecodeError),
-            (HandshakeFault::SessionIdTooLong, A::DecodeError),
-            (HandshakeFault::BadCipherSuites, A::DecodeError),
-            (HandshakeFault::ExtensionsLengthMismatch, A::DecodeError),
-            (HandshakeFault::BadServerNameList, A::DecodeError),
-            (HandshakeFault::BadAlpn, A::DecodeError),
-            (HandshakeFault::BadSupportedVersions, A::DecodeError),
-        ];
-        for (fault, alert) in hellos {
-            assert_eq!(fault.alert(), alert, "{fault:?}");
-            assert_eq!(TlsError::MalformedHandshake(fault).alert(), Some(alert));
+    }
+
+    /// One error of every fault type, with a sample of each carried value.
+    const EVERY_FAULT: [TlsError; 23] = {
+        use HandshakeFault as H;
+        use RecordFault as R;
+        use TlsError::{MalformedHandshake as Hs, MalformedRecord as Rec};
+        [
+            TlsError::NotTls,
+            Rec(R::Oversized(16_385)),
+            Rec(R::Oversized(16_384 + 256)),
+            Rec(R::Oversized(u16::MAX)),
+            Rec(R::EmptyRecord),
+            Rec(R::UnexpectedContentType(20)),
+            Rec(R::BadVersion(2)),
+            Hs(H::NotClientHello(2)),
+            Hs(H::TrailingHandshakeData),
+            Hs(H::Truncated),
+            Hs(H::SessionIdTooLong),
+            Hs(H::BadCipherSuites),
+            Hs(H::NoCompressionMethod),
+            Hs(H::ExtensionsLengthMismatch),
+            Hs(H::DuplicateExtension(0)),
+            Hs(H::BadServerNameList),
+            Hs(H::EmptyHostName),
+            Hs(H::BadHostName),
+            Hs(H::DuplicateHostName),
+            Hs(H::BadAlpn),
+            Hs(H::BadSupportedVersions),
+            Hs(H::EmptyEch),
+            Hs(H::UnknownEchType(7)),
+        ]
+    };
+
+    #[test]
+    fn each_fault_has_the_alert_its_rfc_sentence_names() {
+        for error in EVERY_FAULT {
+            let (alert, sentence) = rule(error);
+            assert_eq!(error.alert(), alert, "{error:?} follows {sentence}");
+            if let Some(named) = alert.filter(|_| sentence.contains('"')) {
+                assert!(
+                    sentence.contains(named.as_str()),
+                    "{error:?}: {sentence} names another alert than {named:?}"
+                );
+            }
+            if let TlsError::MalformedHandshake(fault) = error {
+                assert_eq!(
+                    fault.is_forbidden_value(),
+                    alert == Some(AlertDescription::IllegalParameter),
+                    "{fault:?}"
+                );
+            }
         }
-        assert_eq!(TlsError::NotTls.alert(), None);
+    }
+
+    /// Not a single record length past 2^14 reads as a lie of the encoding:
+    /// a plaintext ClientHello record has no 256 bytes of ciphertext slack.
+    #[test]
+    fn every_length_past_two_to_the_fourteen_is_record_overflow() {
+        for len in [16_385, 16_384 + 256, 16_384 + 257, u16::MAX] {
+            assert_eq!(
+                RecordFault::Oversized(len).alert(),
+                AlertDescription::RecordOverflow,
+                "{len}"
+            );
+        }
     }
 }

@@ -47,7 +47,7 @@ pub enum HandshakeFault {
     SessionIdTooLong,
     /// `cipher_suites` empty or of odd length.
     BadCipherSuites,
-    /// `legacy_compression_methods` empty.
+    /// `legacy_compression_methods` empty (the vector is `<1..2^8-1>`).
     NoCompressionMethod,
     /// The extensions block length differs from what remains of the body.
     ExtensionsLengthMismatch,
@@ -56,7 +56,10 @@ pub enum HandshakeFault {
     /// `server_name` is malformed: empty list, list length that disagrees
     /// with the extension, or an entry that overruns it.
     BadServerNameList,
-    /// `host_name` empty, a lone ".", longer than 255 bytes, or not printable ASCII.
+    /// `host_name` of length 0 (`HostName` is `opaque<1..2^16-1>`).
+    EmptyHostName,
+    /// `host_name` a lone ".", longer than 255 bytes, or not printable ASCII:
+    /// it decodes, but names no host.
     BadHostName,
     /// A second `host_name` entry.
     DuplicateHostName,
@@ -64,8 +67,10 @@ pub enum HandshakeFault {
     BadAlpn,
     /// `supported_versions` empty, of odd length, or of the wrong length.
     BadSupportedVersions,
-    /// `encrypted_client_hello` empty or of an unknown type.
-    BadEch,
+    /// `encrypted_client_hello` without even its type byte.
+    EmptyEch,
+    /// `encrypted_client_hello` of a type other than outer (0) or inner (1).
+    UnknownEchType(u8),
 }
 
 impl fmt::Display for TlsError {
@@ -108,13 +113,15 @@ impl fmt::Display for HandshakeFault {
             }
             Self::DuplicateExtension(t) => write!(f, "extension 0x{t:04x} appears twice"),
             Self::BadServerNameList => f.write_str("server_name list malformed"),
+            Self::EmptyHostName => f.write_str("empty host_name"),
             Self::BadHostName => {
-                f.write_str("host_name empty, longer than 255 bytes or not printable ASCII")
+                f.write_str("host_name a lone dot, longer than 255 bytes or not printable ASCII")
             }
             Self::DuplicateHostName => f.write_str("more than one host_name"),
             Self::BadAlpn => f.write_str("ALPN list empty, mis-sized or with an empty name"),
             Self::BadSupportedVersions => f.write_str("supported_versions malformed"),
-            Self::BadEch => f.write_str("encrypted_client_hello empty or of unknown type"),
+            Self::EmptyEch => f.write_str("encrypted_client_hello without its type"),
+            Self::UnknownEchType(t) => write!(f, "encrypted_client_hello of unknown type {t}"),
         }
     }
 }
@@ -185,7 +192,16 @@ mod tests {
                 in_hello,
                 "server_name",
             ),
-            (hello(HandshakeFault::BadHostName), in_hello, "host_name"),
+            (
+                hello(HandshakeFault::EmptyHostName),
+                in_hello,
+                "empty host_name",
+            ),
+            (
+                hello(HandshakeFault::BadHostName),
+                in_hello,
+                "host_name a lone dot",
+            ),
             (
                 hello(HandshakeFault::DuplicateHostName),
                 in_hello,
@@ -198,9 +214,14 @@ mod tests {
                 "supported_versions",
             ),
             (
-                hello(HandshakeFault::BadEch),
+                hello(HandshakeFault::EmptyEch),
                 in_hello,
-                "encrypted_client_hello",
+                "encrypted_client_hello without",
+            ),
+            (
+                hello(HandshakeFault::UnknownEchType(7)),
+                in_hello,
+                "unknown type 7",
             ),
         ];
         let mut seen = std::collections::HashSet::new();

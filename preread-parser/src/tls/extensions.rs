@@ -11,6 +11,7 @@ use nom::number::complete::{be_u8, be_u16};
 use nom::{IResult, Parser};
 
 use super::HandshakeFault;
+use super::hello::Forbidden;
 
 const NAME_TYPE_HOST_NAME: u8 = 0;
 const MAX_HOST_NAME_LEN: usize = 255;
@@ -35,38 +36,47 @@ fn u8_len(input: &[u8]) -> Res<'_, usize> {
     be_u8(input).map(|(rest, n)| (rest, usize::from(n)))
 }
 
-/// A lone "." passes the character rules but names nothing once the trailing
-/// dot is stripped, so it is refused here rather than surprising the router.
-fn is_valid_host_name(name: &[u8]) -> bool {
-    !name.is_empty()
-        && name != b"."
+/// A decoded `host_name` that names a host. A lone "." passes the character
+/// rules but names nothing once the trailing dot is stripped, so it is
+/// refused here rather than surprising the router.
+fn host_name(name: &[u8]) -> Result<&[u8], HandshakeFault> {
+    if name.is_empty() {
+        return Err(HandshakeFault::EmptyHostName);
+    }
+    let names_a_host = name != b"."
         && name.len() <= MAX_HOST_NAME_LEN
-        && name.iter().all(|&b| b.is_ascii_graphic())
+        && name.iter().all(|&b| b.is_ascii_graphic());
+    if names_a_host {
+        Ok(name)
+    } else {
+        Err(HandshakeFault::BadHostName)
+    }
 }
 
 /// The `host_name` of a `server_name` extension; `None` when the list holds
-/// only entries of other name types.
+/// only entries of other name types. Every entry is decoded before a
+/// forbidden value in one of them is reported.
 pub(super) fn server_name(data: &[u8]) -> Result<Option<&[u8]>, HandshakeFault> {
     let mut list = exact_list(data, u16_len).ok_or(HandshakeFault::BadServerNameList)?;
     if list.is_empty() {
         return Err(HandshakeFault::BadServerNameList);
     }
-    let mut host_name = None;
+    let mut found = None;
+    let mut forbidden = Forbidden::default();
     while !list.is_empty() {
         let entry: Res<'_, (u8, &[u8])> = (be_u8, length_data(be_u16)).parse(list);
         let (rest, (name_type, name)) = entry.map_err(|_| HandshakeFault::BadServerNameList)?;
         if name_type == NAME_TYPE_HOST_NAME {
-            if host_name.is_some() {
-                return Err(HandshakeFault::DuplicateHostName);
+            if found.is_some() {
+                forbidden.note(HandshakeFault::DuplicateHostName)?;
             }
-            if !is_valid_host_name(name) {
-                return Err(HandshakeFault::BadHostName);
+            if let Some(name) = forbidden.check(host_name(name))? {
+                found.get_or_insert(name);
             }
-            host_name = Some(name);
         }
         list = rest;
     }
-    Ok(host_name)
+    forbidden.or(found)
 }
 
 /// The ALPN protocol list, each name checked non-empty.
@@ -89,7 +99,8 @@ pub(super) fn ech(data: &[u8]) -> Result<EchKind, HandshakeFault> {
     match data.first() {
         Some(0) => Ok(EchKind::Outer),
         Some(1) => Ok(EchKind::Inner),
-        _ => Err(HandshakeFault::BadEch),
+        Some(&other) => Err(HandshakeFault::UnknownEchType(other)),
+        None => Err(HandshakeFault::EmptyEch),
     }
 }
 

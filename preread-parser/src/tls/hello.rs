@@ -2,8 +2,10 @@
 //! combinators: framing already proved the body whole, so running out of
 //! bytes means a length field lied.
 //!
-//! Owns: the fixed fields, the extensions block walk, and duplicate
-//! extension detection. Must never: look past the body it is given.
+//! Owns: the fixed fields, the extensions block walk, duplicate extension
+//! detection, and the order of faults: every length is decoded before a
+//! field's forbidden value is reported, as a server decodes a message
+//! before it judges it. Must never: look past the body it is given.
 
 use nom::bytes::complete::take;
 use nom::multi::length_data;
@@ -79,6 +81,42 @@ fn extension(input: &[u8]) -> Res<'_, (u16, &[u8])> {
     Ok((input, (ext_type, data)))
 }
 
+/// The first fault of a field that decoded but holds a forbidden value,
+/// kept until the whole body decoded: a length that lies anywhere in the
+/// ClientHello is what a server answers (`decode_error`), whatever value
+/// came before it.
+#[derive(Default)]
+pub(super) struct Forbidden(Option<HandshakeFault>);
+
+impl Forbidden {
+    /// `Ok` with the value, `Ok(None)` after noting a forbidden value, or
+    /// the fault of bytes that do not decode.
+    pub(super) fn check<T>(
+        &mut self,
+        parsed: Result<T, HandshakeFault>,
+    ) -> Result<Option<T>, HandshakeFault> {
+        match parsed {
+            Ok(value) => Ok(Some(value)),
+            Err(fault) => self.note(fault).map(|()| None),
+        }
+    }
+
+    /// Keeps `fault` for later when it is a forbidden value; else it is
+    /// the answer now.
+    pub(super) fn note(&mut self, fault: HandshakeFault) -> Result<(), HandshakeFault> {
+        if !fault.is_forbidden_value() {
+            return Err(fault);
+        }
+        self.0.get_or_insert(fault);
+        Ok(())
+    }
+
+    /// `value`, unless a forbidden value was noted on the way.
+    pub(super) fn or<T>(self, value: T) -> Result<T, HandshakeFault> {
+        self.0.map_or(Ok(value), Err)
+    }
+}
+
 /// Parses a whole ClientHello body (the handshake message minus its header).
 pub(super) fn parse_body(body: &[u8]) -> Result<Body<'_>, HandshakeFault> {
     let flatten = |err: nom::Err<Fault>| match err {
@@ -99,21 +137,28 @@ pub(super) fn parse_body(body: &[u8]) -> Result<Body<'_>, HandshakeFault> {
         return Err(HandshakeFault::ExtensionsLengthMismatch);
     }
     let mut seen = ExtensionTypeSet::new();
+    let mut forbidden = Forbidden::default();
     while !block.is_empty() {
         let (after, (ext_type, data)) = extension(block).map_err(flatten)?;
         if !seen.insert(ext_type) {
-            return Err(HandshakeFault::DuplicateExtension(ext_type));
+            forbidden.note(HandshakeFault::DuplicateExtension(ext_type))?;
         }
         match ext_type {
-            EXT_SERVER_NAME => hello.server_name = extensions::server_name(data)?,
+            EXT_SERVER_NAME => {
+                if let Some(name) = forbidden.check(extensions::server_name(data))? {
+                    hello.server_name = name;
+                }
+            }
             EXT_ALPN => hello.alpn = Some(extensions::alpn(data)?),
             EXT_SUPPORTED_VERSIONS => {
                 hello.supported_versions = Some(extensions::supported_versions(data)?);
             }
-            EXT_ENCRYPTED_CLIENT_HELLO => hello.ech = Some(extensions::ech(data)?),
+            EXT_ENCRYPTED_CLIENT_HELLO => {
+                hello.ech = forbidden.check(extensions::ech(data))?;
+            }
             _ => {}
         }
         block = after;
     }
-    Ok(hello)
+    forbidden.or(hello)
 }

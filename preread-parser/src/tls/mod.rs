@@ -1,8 +1,9 @@
 //! The TLS ClientHello as a proxy reads it: record framing, then the body.
 //!
 //! Owns: [`parse_client_hello`] (and [`parse_client_hello_within`], the same
-//! for a caller with a byte cap), the entry point, and the types it
-//! returns. The framing (`record`) is streaming: a window that stops early
+//! for a caller with a byte cap, and [`parse_client_hello_resuming`], the
+//! same again resuming past the records a [`FrameCursor`] already framed),
+//! the entry point, and the types it returns. The framing (`record`) is streaming: a window that stops early
 //! is [`Parsed::Incomplete`], never an error, unless the bytes already seen
 //! can never become a ClientHello. The body (`hello`, `extensions`) is parsed
 //! only once framing proved it whole, so any shortfall inside it is a lying
@@ -24,6 +25,7 @@ use core::num::NonZeroUsize;
 pub use alert::{AlertDescription, FIRST_FLIGHT_VERSION};
 pub use error::{HandshakeFault, RecordFault, TlsError};
 pub use extensions::{AlpnProtocols, EchKind, SupportedVersions};
+pub use record::FrameCursor;
 
 /// Largest TLS record payload a peer may send (RFC 8446 §5.1, 2^14).
 pub const MAX_RECORD_LEN: usize = 16384;
@@ -129,7 +131,23 @@ pub fn parse_client_hello_within<'a>(
     limit: usize,
     scratch: &'a mut Vec<u8>,
 ) -> Result<Parsed<'a>, TlsError> {
-    let framed = match record::frame(window, limit)? {
+    parse_client_hello_resuming(window, limit, &mut FrameCursor::default(), scratch)
+}
+
+/// [`parse_client_hello_within`] for a caller that keeps a [`FrameCursor`]
+/// per connection: the records framed by earlier calls are not walked
+/// again, so a ClientHello in many small records costs each call only the
+/// bytes added since the last one, and the whole hello one walk.
+///
+/// Still call with the whole window from its first byte: the answer is
+/// exactly the one [`parse_client_hello_within`] gives for that window.
+pub fn parse_client_hello_resuming<'a>(
+    window: &'a [u8],
+    limit: usize,
+    cursor: &mut FrameCursor,
+    scratch: &'a mut Vec<u8>,
+) -> Result<Parsed<'a>, TlsError> {
+    let framed = match record::frame(window, limit, cursor)? {
         record::Framing::Complete(framed) => framed,
         record::Framing::Incomplete(needed) => return Ok(Parsed::Incomplete(needed)),
     };

@@ -5,7 +5,9 @@
 //! 1..=2^14), the handshake header (type ClientHello, 24-bit length) across
 //! any record boundary, reassembly of a message split over records, and the
 //! fewest bytes the lengths read so far still call for (against the
-//! caller's limit, so that an announced length past it is known at once).
+//! caller's limit, so that an announced length past it is known at once),
+//! and the [`FrameCursor`] that lets a grown window resume past the
+//! records already framed instead of walking them again.
 //!
 //! Must never: read past the record that completes the handshake message,
 //! or past the length that proved the message cannot end within the limit;
@@ -85,29 +87,60 @@ fn record_header(rest: &[u8], first: bool) -> Result<Header, TlsError> {
     Ok(Header::PayloadLen(usize::from(len)))
 }
 
-/// The 4-byte handshake header, gathered across record boundaries.
+/// The 4-byte handshake header, gathered across record boundaries: its
+/// bytes so far, big-endian in an integer (a byte array here would be
+/// stored and reloaded with every record the cursor is copied past).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct HandshakeHeader {
-    bytes: [u8; HANDSHAKE_HEADER_LEN],
-    seen: usize,
+    value: u32,
+    seen: u8,
 }
 
 impl HandshakeHeader {
     /// Takes header bytes from the front of `payload`; returns the message
     /// length (header included) once all four are known.
     fn feed(&mut self, payload: &[u8]) -> Result<Option<usize>, TlsError> {
-        let take = (HANDSHAKE_HEADER_LEN - self.seen).min(payload.len());
-        self.bytes[self.seen..self.seen + take].copy_from_slice(&payload[..take]);
-        self.seen += take;
-        if self.seen > 0 && self.bytes[0] != HANDSHAKE_TYPE_CLIENT_HELLO {
-            return Err(HandshakeFault::NotClientHello(self.bytes[0]).into());
+        let take = (HANDSHAKE_HEADER_LEN - usize::from(self.seen)).min(payload.len());
+        for &byte in &payload[..take] {
+            self.value = (self.value << 8) | u32::from(byte);
+            self.seen += 1;
         }
-        if self.seen < HANDSHAKE_HEADER_LEN {
+        if self.seen == 0 {
             return Ok(None);
         }
-        let [_, a, b, c] = self.bytes;
-        let body_len = (usize::from(a) << 16) | (usize::from(b) << 8) | usize::from(c);
+        let msg_type = (self.value >> (8 * (u32::from(self.seen) - 1))) as u8;
+        if msg_type != HANDSHAKE_TYPE_CLIENT_HELLO {
+            return Err(HandshakeFault::NotClientHello(msg_type).into());
+        }
+        if usize::from(self.seen) < HANDSHAKE_HEADER_LEN {
+            return Ok(None);
+        }
+        let body_len = (self.value & 0x00ff_ffff) as usize;
         Ok(Some(HANDSHAKE_HEADER_LEN + body_len))
     }
+}
+
+/// How far framing got on one connection's window in earlier calls: the
+/// records already de-framed, which a grown window does not walk again.
+///
+/// Keep one per connection, start it with [`FrameCursor::default`], and
+/// hand it to [`super::parse_client_hello_resuming`] with that connection's
+/// window every time (the whole window, grown from the same first byte).
+/// It only moves past whole records, so each answer is the one a fresh
+/// parse of the same window gives; a window shorter than what it framed, or
+/// another limit, starts it over from the first byte.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FrameCursor {
+    /// The limit the records were framed against.
+    limit: usize,
+    /// Offset of the next record header.
+    pos: usize,
+    /// Handshake bytes in the records before `pos`.
+    collected: usize,
+    /// The handshake message length, once its header is in.
+    handshake_len: Option<usize>,
+    records: u32,
+    header: HandshakeHeader,
 }
 
 /// Where the fewest bytes that could still complete the message end: past
@@ -127,7 +160,7 @@ fn beyond(window: &[u8], end: usize) -> Framing {
 }
 
 /// Frames the ClientHello at the start of `window`, for a caller that never
-/// holds more than `limit` bytes of it.
+/// holds more than `limit` bytes of it, from where `cursor` stopped.
 ///
 /// As soon as a record length, or the handshake length, shows that the
 /// message cannot end within `limit` bytes, the answer is `Incomplete` with
@@ -136,63 +169,96 @@ fn beyond(window: &[u8], end: usize) -> Framing {
 /// arrived. Every other `Incomplete` count is lowered to what `limit`
 /// leaves (at least 1), so the window plus the count passes `limit` exactly
 /// when the message cannot fit in it.
-pub(super) fn frame(window: &[u8], limit: usize) -> Result<Framing, TlsError> {
-    let mut pos = 0;
-    let mut records = 0;
-    let mut collected = 0;
-    let mut header = HandshakeHeader {
-        bytes: [0; HANDSHAKE_HEADER_LEN],
-        seen: 0,
+pub(super) fn frame(
+    window: &[u8],
+    limit: usize,
+    cursor: &mut FrameCursor,
+) -> Result<Framing, TlsError> {
+    let start = if cursor.limit != limit || cursor.pos > window.len() {
+        FrameCursor {
+            limit,
+            ..FrameCursor::default()
+        }
+    } else {
+        *cursor
     };
-    let mut handshake_len = None;
+    // The walk keeps its cursor by value, in registers: written back once,
+    // not stored and reloaded on every record.
+    let (answer, reached) = walk(window, limit, start);
+    *cursor = reached;
+    answer
+}
+
+/// [`frame`] from `cursor`: the answer, and the cursor past the last
+/// whole record.
+fn walk(
+    window: &[u8],
+    limit: usize,
+    mut cursor: FrameCursor,
+) -> (Result<Framing, TlsError>, FrameCursor) {
     loop {
-        let rest = &window[pos..];
-        let payload_len = match record_header(rest, records == 0)? {
-            Header::PayloadLen(len) => len,
-            Header::Short => {
-                let short = RECORD_HEADER_LEN - rest.len();
-                let message_left = handshake_len.map_or(0, |total: usize| total - collected);
-                return Ok(within(window, short + message_left, limit));
+        if let Some(total) = cursor.handshake_len
+            && cursor.collected >= total
+        {
+            if cursor.collected > total {
+                return (Err(HandshakeFault::TrailingHandshakeData.into()), cursor);
             }
+            let framed = Framed {
+                records: cursor.records as usize,
+                first_payload: RECORD_HEADER_LEN,
+                handshake_len: total,
+                end: cursor.pos,
+            };
+            return (Ok(Framing::Complete(framed)), cursor);
+        }
+        // Changes to a copy: the cursor moves only past a whole record.
+        let mut next = cursor;
+        let rest = &window[next.pos..];
+        let payload_len = match record_header(rest, next.records == 0) {
+            Ok(Header::PayloadLen(len)) => len,
+            Ok(Header::Short) => {
+                let short = RECORD_HEADER_LEN - rest.len();
+                let message_left = next.handshake_len.map_or(0, |total| total - next.collected);
+                return (Ok(within(window, short + message_left, limit)), cursor);
+            }
+            Err(error) => return (Err(error), cursor),
         };
-        let start = pos + RECORD_HEADER_LEN;
+        let start = next.pos + RECORD_HEADER_LEN;
         let record_end = start + payload_len;
         if record_end > limit {
-            return Ok(beyond(window, record_end));
+            return (Ok(beyond(window, record_end)), cursor);
         }
         let available = payload_len.min(window.len() - start);
         let payload = &window[start..start + available];
-        if handshake_len.is_none() {
-            handshake_len = header.feed(payload)?;
+        if next.handshake_len.is_none() {
+            match next.header.feed(payload) {
+                Ok(len) => next.handshake_len = len,
+                Err(error) => return (Err(error), cursor),
+            }
         }
-        if let Some(total) = handshake_len {
-            let end = fewest_end(record_end, total.saturating_sub(collected + payload_len));
+        if let Some(total) = next.handshake_len {
+            let end = fewest_end(
+                record_end,
+                total.saturating_sub(next.collected + payload_len),
+            );
             if end > limit {
-                return Ok(beyond(window, end));
+                return (Ok(beyond(window, end)), cursor);
             }
         }
         if available < payload_len {
             let record_left = payload_len - available;
-            let message_left =
-                handshake_len.map_or(0, |total| total.saturating_sub(collected + available));
-            return Ok(within(window, record_left.max(message_left), limit));
+            let message_left = next
+                .handshake_len
+                .map_or(0, |total| total.saturating_sub(next.collected + available));
+            return (
+                Ok(within(window, record_left.max(message_left), limit)),
+                cursor,
+            );
         }
-        collected += payload_len;
-        records += 1;
-        pos = start + payload_len;
-        if let Some(total) = handshake_len
-            && collected >= total
-        {
-            if collected > total {
-                return Err(HandshakeFault::TrailingHandshakeData.into());
-            }
-            return Ok(Framing::Complete(Framed {
-                records,
-                first_payload: RECORD_HEADER_LEN,
-                handshake_len: total,
-                end: pos,
-            }));
-        }
+        next.collected += payload_len;
+        next.records = next.records.saturating_add(1);
+        next.pos = record_end;
+        cursor = next;
     }
 }
 

@@ -22,6 +22,7 @@ use command::proto;
 
 use super::clients::ClientRef;
 use super::responses::{failure, ok};
+use super::upgrade_error::{Unready, UpgradeError};
 use super::{CommandServer, Purpose, StopKind};
 use crate::answer_code::AnswerCode;
 use crate::handover::{self, UPGRADE_FD_ENV, Verdict};
@@ -68,18 +69,15 @@ impl CommandServer {
     }
 
     /// Starts the successor and hands over; its pid once it serves.
-    fn hand_over(&mut self, request: &proto::Upgrade) -> Result<u32, String> {
+    fn hand_over(&mut self, request: &proto::Upgrade) -> Result<u32, UpgradeError> {
         if self.stopping.is_some() {
-            return Err("the proxy is stopping".to_owned());
+            return Err(UpgradeError::Stopping);
         }
         if self.changes.is_busy() {
-            return Err("a state change is being applied: retry once it is done".to_owned());
+            return Err(UpgradeError::Busy);
         }
         let binary = if request.binary.is_empty() {
-            self.settings
-                .exe
-                .clone()
-                .ok_or("this process does not know its own binary: give --binary PATH".to_owned())?
+            self.settings.exe.clone().ok_or(UpgradeError::NoBinary)?
         } else {
             PathBuf::from(&request.binary)
         };
@@ -91,14 +89,11 @@ impl CommandServer {
         // may land after its own.
         self.saved.settle();
         let sockets = self.export_listeners()?;
-        let (mut ours, theirs) =
-            UnixStream::pair().map_err(|e| format!("cannot open the control socket: {e}"))?;
+        let (mut ours, theirs) = UnixStream::pair().map_err(UpgradeError::ControlSocket)?;
         for fd in sockets.iter().map(|(_, fd)| fd) {
-            handover::inheritable(fd)
-                .map_err(|e| format!("cannot pass a listening socket on: {e}"))?;
+            handover::inheritable(fd).map_err(UpgradeError::PassListener)?;
         }
-        handover::inheritable(&theirs)
-            .map_err(|e| format!("cannot pass the control socket on: {e}"))?;
+        handover::inheritable(&theirs).map_err(UpgradeError::PassControl)?;
         let handover = proto::Handover {
             state: self.state.generate_requests(),
             listeners: sockets
@@ -115,7 +110,10 @@ impl CommandServer {
             .env(UPGRADE_FD_ENV, theirs.as_raw_fd().to_string())
             .stdin(Stdio::null())
             .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+            .map_err(|error| UpgradeError::Start {
+                binary: binary.clone(),
+                error,
+            })?;
         // The successor holds its own copies now; ours must go, or its exit
         // would not close the control socket.
         drop(theirs);
@@ -141,22 +139,23 @@ impl CommandServer {
     }
 
     /// Duplicates of every worker's listening sockets.
-    fn export_listeners(&mut self) -> Result<Vec<(SocketAddr, OwnedFd)>, String> {
+    fn export_listeners(&mut self) -> Result<Vec<(SocketAddr, OwnedFd)>, UpgradeError> {
         let timeout = self.settings.order_timeout;
         let id = self.broadcast(Order::ExportListeners, Purpose::Export, None, timeout);
         let gathered = self.wait_for(id);
         if let Some((_, code, message)) = gathered.first_failure() {
-            return Err(format!("{code}: {message}"));
+            return Err(UpgradeError::Export { code, message });
         }
         let mut sockets = Vec::new();
         for (worker, answer) in &gathered.answers {
             let Answer::Listeners(exported) = answer else {
-                return Err(format!("worker {worker} answered something else"));
+                return Err(UpgradeError::ExportAnswer { worker: *worker });
             };
             for (address, fd) in exported.iter() {
-                let copy = fd
-                    .try_clone()
-                    .map_err(|e| format!("cannot duplicate a socket of {address}: {e}"))?;
+                let copy = fd.try_clone().map_err(|error| UpgradeError::Duplicate {
+                    address: *address,
+                    error,
+                })?;
                 sockets.push((*address, copy));
             }
         }
@@ -170,13 +169,13 @@ fn settle(
     mut child: Child,
     binary: &str,
     verdict: io::Result<Option<Verdict>>,
-) -> Result<u32, String> {
+) -> Result<u32, UpgradeError> {
     let pid = child.id();
     let who = format!("{binary} (pid {pid})");
     let failed = match verdict {
         Ok(Some(Verdict::Ready { pid: told })) if told == pid => return Ok(pid),
-        Ok(Some(Verdict::Ready { pid: told })) => format!("it claims to be pid {told}"),
-        Ok(Some(Verdict::Refused(why))) => format!("it refused the handover: {why}"),
+        Ok(Some(Verdict::Ready { pid: told })) => Unready::ClaimsPid(told),
+        Ok(Some(Verdict::Refused(why))) => Unready::Refused(why),
         Err(e)
             if matches!(
                 e.kind(),
@@ -185,16 +184,20 @@ fn settle(
         {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(format!("{who} did not take over in time; it was killed"));
+            return Err(UpgradeError::TimedOut { who });
         }
         // No verdict: why the handover broke matters less than how the
         // successor ended, if it did.
-        Ok(None) => "it closed the handover without a verdict".to_owned(),
-        Err(e) => format!("the handover failed ({e})"),
+        Ok(None) => Unready::NoVerdict,
+        Err(e) => Unready::Broken(e),
     };
     Err(match reap(&mut child, Instant::now() + REAP_WAIT) {
-        Some(status) => format!("{who} exited before taking over ({status}): {failed}"),
-        None => format!("{who}: {failed}; it was killed"),
+        Some(status) => UpgradeError::Exited {
+            who,
+            status,
+            why: failed,
+        },
+        None => UpgradeError::Killed { who, why: failed },
     })
 }
 

@@ -20,6 +20,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use command::backend_address::BackendAddress;
+use command::change::Change;
 use command::proto;
 use command::state::ConfigState;
 
@@ -325,10 +326,10 @@ impl Registry {
     /// name, with their checks and backends, so that a runtime change costs
     /// what it touched, not a pass over every backend. A step that names no
     /// cluster (a listener's) syncs everything.
-    pub fn sync_changed(&self, state: &ConfigState, steps: &[proto::Request], now: Instant) {
+    pub fn sync_changed(&self, state: &ConfigState, changes: &[Change], now: Instant) {
         let mut touched = std::collections::BTreeSet::new();
-        for step in steps {
-            match cluster_of(step) {
+        for change in changes {
+            match change.cluster() {
                 Some(cluster) => touched.insert(cluster),
                 None => return self.sync(state, now),
             };
@@ -450,26 +451,6 @@ impl Registry {
 
 /// Every lock here guards data that each step assigns whole, so a poisoned
 /// one (a panic inside a step) is still consistent.
-/// The one cluster a change concerns, for [`Registry::sync_changed`];
-/// `None` for a change that is not about one cluster.
-fn cluster_of(step: &proto::Request) -> Option<&str> {
-    use proto::request::RequestType;
-    match step.request_type.as_ref()? {
-        RequestType::AddCluster(cluster) | RequestType::UpdateCluster(cluster) => {
-            Some(&cluster.cluster_id)
-        }
-        RequestType::RemoveCluster(cluster) => Some(&cluster.cluster_id),
-        RequestType::AddTcpFrontend(frontend) | RequestType::RemoveTcpFrontend(frontend) => {
-            Some(&frontend.cluster_id)
-        }
-        RequestType::AddBackend(backend) | RequestType::UpdateBackend(backend) => {
-            Some(&backend.cluster_id)
-        }
-        RequestType::RemoveBackend(backend) => Some(&backend.cluster_id),
-        _ => None,
-    }
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -27,7 +27,7 @@ use slab::Slab;
 use super::close::close;
 use super::ctx::{Ctx, Drive, TimerKind};
 use super::preread;
-use super::session::Session;
+use super::session::{Phase, Preread, Session};
 use super::shortage::{is_connection_error, is_out_of_descriptors};
 use super::tokens::{Side, session_token};
 use super::unrouted::{self, Full, Held};
@@ -144,8 +144,11 @@ fn open(
     let (step, actions) = PrereadStep::accept(&runtime.preread, now);
     let session = entry.insert(Session::accepted(address, client, front, step, now));
     session.slot = Some(slot);
-    session.unrouted = held;
-    session.timers.front_idle = Some(ctx.schedule(key, TimerKind::FrontIdle, now + front_timeout));
+    session.phase = Phase::Preread(Preread {
+        unrouted: held,
+        ..Preread::default()
+    });
+    session.front_idle = Some(ctx.schedule(key, TimerKind::FrontIdle, now + front_timeout));
     if session.step.is_reading() {
         ctx.metrics
             .gauge_add(Series::on(Family::PrereadActive, address), 1);

@@ -24,15 +24,14 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use command::backend_address::BackendAddress;
-use command::proto::{self, LoadBalancing, ProxyProtocol};
-use command::validate::DEFAULT_WEIGHT;
+use command::change::{BackendSettings, ClusterSettings};
+use command::proto::{LoadBalancing, ProxyProtocol};
 use preread_core::rng::Rng;
 
 use crate::shared::admission::{Full, IpHold};
 use crate::shared::health::Checks;
 use crate::shared::instance::{Instance, Lease};
-use crate::shared::registry::{Registry, SharedBackend, SharedCluster, checks_of};
+use crate::shared::registry::{Registry, SharedBackend, SharedCluster};
 
 /// Why no backend took a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,9 +106,9 @@ pub struct ClusterBackends {
 
 impl ClusterBackends {
     /// The cluster `cluster`, sharing its counts through `registry`.
-    pub fn new(cluster: &proto::Cluster, registry: &Arc<Registry>) -> Self {
+    pub fn new(cluster: &ClusterSettings, registry: &Arc<Registry>) -> Self {
         let mut backends = Self {
-            shared: registry.cluster(&cluster.cluster_id),
+            shared: registry.cluster(&cluster.id),
             registry: Arc::clone(registry),
             backends: Vec::new(),
             positions: HashMap::new(),
@@ -129,29 +128,25 @@ impl ClusterBackends {
     /// Applies the cluster's settings. Backends, health and counts stay; a
     /// lowered `max_connections_per_ip` refuses new connections until the
     /// open ones drop below it.
-    pub fn update_settings(&mut self, cluster: &proto::Cluster) {
-        // The control plane only accepts known values; an unknown one from a
-        // newer peer falls back to the defaults rather than failing.
-        self.load_balancing = LoadBalancing::try_from(cluster.load_balancing).unwrap_or_default();
-        self.proxy_protocol = ProxyProtocol::try_from(cluster.proxy_protocol).unwrap_or_default();
+    pub fn update_settings(&mut self, cluster: &ClusterSettings) {
+        self.load_balancing = cluster.load_balancing;
+        self.proxy_protocol = cluster.proxy_protocol;
         self.max_connections_per_ip = cluster.max_connections_per_ip;
-        self.checks = cluster.health_check.as_ref().map(checks_of);
+        self.checks = cluster.health_check.map(|check| Checks {
+            rise: check.rise.max(1),
+            fall: check.fall.max(1),
+        });
     }
 
     /// Adds a backend, or updates the one with the same id in place (its
     /// instances, connections and health stay, unless its address
-    /// changed). Returns false, changing nothing, when the address is
-    /// neither `ip:port` nor `name:port`, which the control plane has
-    /// already refused.
-    pub fn add(&mut self, backend: &proto::Backend, now: Instant) -> bool {
-        let Ok(address) = BackendAddress::parse(&backend.backend_id, &backend.address) else {
-            return false;
-        };
-        let weight = backend.weight.unwrap_or(DEFAULT_WEIGHT);
-        let max_connections = backend.max_connections.unwrap_or(0);
-        let shared = self
-            .registry
-            .backend(self.shared.id(), &backend.backend_id, &address, now);
+    /// changed).
+    pub fn add(&mut self, backend: &BackendSettings, now: Instant) {
+        let weight = backend.weight;
+        let max_connections = backend.max_connections;
+        let shared =
+            self.registry
+                .backend(self.shared.id(), &backend.backend_id, &backend.address, now);
         let position = self.positions.get(backend.backend_id.as_str()).copied();
         match position.and_then(|at| self.backends.get_mut(at)) {
             Some(existing) => {
@@ -189,7 +184,6 @@ impl ClusterBackends {
         // next pick (once for a batch of adds), which also refreshes the
         // others' instances, as after a resolution.
         self.restart = true;
-        true
     }
 
     /// Removes a backend. Its open connections keep their leases, which

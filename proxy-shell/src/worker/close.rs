@@ -1,7 +1,7 @@
 //! The single exit of every session.
 //!
 //! Owns: [`close`], where the preread stage is left (through the step), the
-//! timers, both sockets, the buffers, the pipes, the gauges, the refusal
+//! timers of every phase, both sockets, the buffers, the pipes, the gauges, the refusal
 //! and byte counters and the access-log line are settled, exactly once per
 //! session (a line the writer's queue has no room for is counted in
 //! `access_log.dropped_total` instead); the process-wide counts (the
@@ -30,22 +30,13 @@ pub(super) fn close(ctx: &mut Ctx, key: usize, mut session: Session, outcome: Ou
     let now = Instant::now();
     let left = session.step.abandon(now);
     let _ = preread::perform(ctx, key, &mut session, left, now);
-    for id in session.timers.all().collect::<Vec<_>>() {
+    for id in session.armed_timers() {
         ctx.timers.cancel(id);
     }
     // No `EPOLL_CTL_DEL`: closing a socket's last descriptor takes it out
     // of the epoll set, session sockets are never duplicated, and mio keeps
     // nothing per registration on Linux. Both close when `session` drops.
-    for buf in [session.front_buf.take(), session.back_buf.take()]
-        .into_iter()
-        .flatten()
-    {
-        ctx.pool.give_back(buf);
-    }
-    ctx.pool.release_parked(usize::from(session.parked));
-    for pipe in std::mem::take(&mut session.lanes).into_pipes() {
-        ctx.pipes.give_back(pipe);
-    }
+    give_back(ctx, &mut session.phase);
     let listener = session.listener;
     ctx.metrics
         .gauge_add(Series::on(Family::ConnectionsActive, listener), -1);
@@ -53,25 +44,26 @@ pub(super) fn close(ctx: &mut Ctx, key: usize, mut session: Session, outcome: Ou
         let refused = Series::on(Family::ConnectionsRefused, listener).reason(reason.as_str());
         ctx.metrics.incr(refused);
     }
-    let piped = session.phase == Phase::Pipe;
-    let backend = session.cluster.as_ref().zip(session.backend_id.as_ref());
-    if let Some((cluster, id)) = backend
-        && piped
-        && session.lease.is_some()
-    {
+    let piped = match &session.phase {
+        Phase::Piped(piped) => Some((
+            &piped.target.route.cluster,
+            piped.lease.instance().backend_id(),
+        )),
+        Phase::Preread(_) | Phase::Gated(_) | Phase::Connecting(_) => None,
+    };
+    if let Some((cluster, id)) = piped {
         let connections = Series::backend(Family::BackendConnections, cluster, id);
         ctx.metrics.gauge_add(connections, -1);
     }
-    for (direction, bytes) in [(IN, session.bytes_in), (OUT, session.bytes_out)] {
+    let (bytes_in, bytes_out) = (session.front.read, session.bytes_out());
+    for (direction, bytes) in [(IN, bytes_in), (OUT, bytes_out)] {
         let client = Series::on(Family::ClientBytes, listener).direction(direction);
         ctx.metrics.add(client, bytes);
-        if let Some(cluster) = &session.cluster {
+        if let Some(cluster) = session.cluster() {
             let routed = Series::of(Family::ClusterBytes).cluster(cluster);
             ctx.metrics.add(routed.direction(direction), bytes);
         }
-        if let Some((cluster, id)) = backend
-            && piped
-        {
+        if let Some((cluster, id)) = piped {
             let piped = Series::backend(Family::BackendBytes, cluster, id);
             ctx.metrics.add(piped.direction(direction), bytes);
         }
@@ -86,11 +78,37 @@ pub(super) fn close(ctx: &mut Ctx, key: usize, mut session: Session, outcome: Ou
     log(ctx, &session, outcome, now);
 }
 
+/// Gives the phase's buffers, parked claims and kernel pipes back to the
+/// worker's pools.
+fn give_back(ctx: &mut Ctx, phase: &mut Phase) {
+    let window = match phase {
+        Phase::Preread(preread) => preread.window.take(),
+        Phase::Connecting(connecting) => connecting.window.take(),
+        Phase::Gated(_) => None,
+        Phase::Piped(piped) => {
+            let pipe = &mut piped.pipe;
+            for flow in [&mut pipe.up, &mut pipe.down] {
+                if let Some(buf) = flow.buf.take() {
+                    ctx.pool.give_back(buf);
+                }
+                if let Some(kernel_pipe) = std::mem::take(&mut flow.lane).into_pipe() {
+                    ctx.pipes.give_back(kernel_pipe);
+                }
+            }
+            ctx.pool.release_parked(usize::from(pipe.parked));
+            None
+        }
+    };
+    if let Some(buf) = window {
+        ctx.pool.give_back(buf);
+    }
+}
+
 /// The session's access-log line, offered to the writer; a full queue
 /// drops it, counted.
 fn log(ctx: &mut Ctx, session: &Session, outcome: Outcome, now: Instant) {
     let core = session.step.core();
-    let route = session.route.as_ref();
+    let route = session.route();
     let sni = route
         .and_then(|r| r.sni.as_ref())
         .or_else(|| core.sni())
@@ -108,11 +126,11 @@ fn log(ctx: &mut Ctx, session: &Session, outcome: Outcome, now: Instant) {
         client: session.client,
         sni: sni.as_deref(),
         alpn: alpn.as_deref(),
-        cluster: session.cluster.as_deref(),
-        backend: session.backend_id.as_deref(),
+        cluster: session.cluster().map(AsRef::as_ref),
+        backend: session.backend_id().map(AsRef::as_ref),
         outcome,
-        bytes_in: session.bytes_in,
-        bytes_out: session.bytes_out,
+        bytes_in: session.front.read,
+        bytes_out: session.bytes_out(),
         duration_ms: now
             .saturating_duration_since(session.accepted_at)
             .as_millis() as u64,

@@ -13,6 +13,7 @@
 //! Must never: end a session itself (it answers [`Drive::End`] and the
 //! event loop closes), or drive a session from inside another's drive.
 
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use log::{debug, warn};
@@ -20,6 +21,7 @@ use log::{debug, warn};
 use super::connect;
 use super::ctx::{Ctx, Drive};
 use super::farewell;
+use super::io::Peer;
 use super::passive;
 use super::pipe::{PipeFault, PipeStep, Splicing, turn};
 use super::preread;
@@ -36,9 +38,11 @@ const LOOP_GUARD: u32 = 1_000;
 pub(super) fn drive(ctx: &mut Ctx, key: usize, session: &mut Session) -> Drive {
     let now = Instant::now();
     let drive = match session.phase {
-        Phase::Preread => preread::drive(ctx, key, session, now),
-        Phase::Connecting => connect::drive(ctx, key, session, now),
-        Phase::Pipe => drive_pipe(ctx, key, session, now),
+        Phase::Preread(_) => preread::drive(ctx, key, session, now),
+        // Refused as it left the preread: closed by the same turn.
+        Phase::Gated(ref gated) => Drive::End(Outcome::Refused(gated.reason)),
+        Phase::Connecting(_) => connect::drive(ctx, key, session, now),
+        Phase::Piped(_) => drive_pipe(ctx, key, session, now),
     };
     match drive {
         Drive::Continue { progressed: true } => session.idle_drives = 0,
@@ -58,11 +62,22 @@ pub(super) fn drive(ctx: &mut Ctx, key: usize, session: &mut Session) -> Drive {
 }
 
 fn drive_pipe(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instant) -> Drive {
+    let Phase::Piped(piped) = &mut session.phase else {
+        return Drive::Continue { progressed: false };
+    };
     let splicing = ctx.settings.splice.then_some(Splicing {
         pipes: &mut ctx.pipes,
         threshold: ctx.settings.splice_threshold,
     });
-    let Ok(done) = turn(session, now, &mut ctx.pool, splicing) else {
+    let front = &mut session.front;
+    let Ok(done) = turn(
+        front,
+        &mut piped.pipe,
+        session.client,
+        now,
+        &mut ctx.pool,
+        splicing,
+    ) else {
         return Drive::End(Outcome::Refused(RefuseReason::PoolExhausted));
     };
     if done.pipes_created > 0 {
@@ -76,38 +91,45 @@ fn drive_pipe(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instant) ->
         PipeStep::Failed(fault) => Some(fault),
         _ => None,
     };
-    passive::judge(ctx, session, fault, now);
+    passive::judge(ctx, piped, fault, now);
+    let outcome = Outcome::of_route(Some(&piped.target.route));
+    if let Some(fault) = fault {
+        let at = (session.listener, session.client);
+        failed(ctx, at, (front, &piped.pipe.back), fault);
+    }
     if fallbacks > 0 {
         ctx.metrics
             .add(Series::of(Family::SpliceFallbacks), u64::from(fallbacks));
-        // The direction now copies and needs a buffer: the next drive
-        // lends it, and no socket event may come to trigger that drive.
-        if matches!(step, PipeStep::Continue { .. }) {
-            ctx.requeue(key, session);
-        }
+    }
+    // A direction that fell back now copies and needs a buffer: the next
+    // drive lends it, and no socket event may come to trigger that drive.
+    let again = match step {
+        PipeStep::Continue { .. } => fallbacks > 0,
+        PipeStep::Yield => true,
+        PipeStep::Done | PipeStep::Failed(_) => false,
+    };
+    if again {
+        ctx.requeue(key, session);
     }
     match step {
         PipeStep::Continue { moved } => Drive::Continue { progressed: moved },
-        PipeStep::Yield => {
-            ctx.requeue(key, session);
-            Drive::Continue { progressed: true }
-        }
-        PipeStep::Done => Drive::End(Outcome::of_route(session.route.as_deref())),
-        PipeStep::Failed(fault) => {
-            failed(ctx, session, &fault);
-            Drive::End(Outcome::of_route(session.route.as_deref()))
-        }
+        PipeStep::Yield => Drive::Continue { progressed: true },
+        PipeStep::Done | PipeStep::Failed(_) => Drive::End(outcome),
     }
 }
 
 /// A socket of the pipe failed. A reset is passed on: the other side is
 /// reset too rather than closed with a FIN, which would pass a truncated
 /// stream off as a complete one.
-fn failed(ctx: &mut Ctx, session: &mut Session, fault: &PipeFault) {
+fn failed(
+    ctx: &mut Ctx,
+    (listener, client): (SocketAddr, SocketAddr),
+    (front, back): (&Peer, &Peer),
+    fault: &PipeFault,
+) {
     let reset = fault.is_reset();
     debug!(
-        "pipe of {} failed on {fault}{}",
-        session.client,
+        "pipe of {client} failed on {fault}{}",
         if reset {
             "; resetting the other side"
         } else {
@@ -117,18 +139,11 @@ fn failed(ctx: &mut Ctx, session: &mut Session, fault: &PipeFault) {
     if !reset {
         return;
     }
-    match fault.side {
-        Side::Back => {
-            let reset = Series::on(Family::ConnectionsReset, session.listener);
-            ctx.metrics.incr(reset.from("backend"));
-            farewell::reset(&session.front);
-        }
-        Side::Front => {
-            let reset = Series::on(Family::ConnectionsReset, session.listener);
-            ctx.metrics.incr(reset.from("client"));
-            if let Some(back) = &session.back {
-                farewell::reset(back);
-            }
-        }
-    }
+    let (from, other) = match fault.side {
+        Side::Back => ("backend", front),
+        Side::Front => ("client", back),
+    };
+    let reset = Series::on(Family::ConnectionsReset, listener);
+    ctx.metrics.incr(reset.from(from));
+    farewell::reset(&other.stream);
 }

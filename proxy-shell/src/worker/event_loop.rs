@@ -179,11 +179,11 @@ impl Worker {
         let Some(session) = self.sessions.get_mut(key) else {
             return;
         };
-        let ready: &mut Ready = match side {
-            Side::Front => &mut session.front_ready,
-            Side::Back => &mut session.back_ready,
-        };
-        ready.merge(event);
+        // A backend socket's event after the socket was dropped (a
+        // failed connect) has nothing left to tell.
+        if let Some(peer) = session.peer_mut(side) {
+            peer.ready.merge(event);
+        }
         self.ctx.requeue(key, session);
     }
 
@@ -298,7 +298,7 @@ impl Worker {
             message,
         };
         if let Err(refusal) = self.ctx.runtime.apply_generation(generation) {
-            return refused(format!("worker {}: {}", self.ctx.id, refusal.0));
+            return refused(format!("worker {}: {}", self.ctx.id, refusal));
         }
         let to_open: Vec<SocketAddr> = self
             .ctx

@@ -1,6 +1,8 @@
 //! Non-blocking reads and writes as the edge-triggered loop needs them.
 //!
-//! Owns: [`Ready`] (readiness remembered per socket) and the two loops that
+//! Owns: [`Ready`] (readiness remembered per socket), [`Peer`] (a session's
+//! socket with its readiness, its last activity and the bytes read from
+//! it), and the two loops that
 //! move bytes between a socket and a pooled buffer until the socket is
 //! known to be drained (or full). A TCP read that returns less than it
 //! asked for emptied the receive queue, and a short write filled the send
@@ -15,6 +17,7 @@
 //! stalls the socket for good), or read past the budget it was given.
 
 use std::io::{self, Read, Write};
+use std::time::Instant;
 
 use mio::net::TcpStream;
 
@@ -49,6 +52,32 @@ impl Ready {
         self.readable |= event.readable;
         self.writable |= event.writable;
         self.closing |= event.closing;
+    }
+}
+
+/// One socket of a session, the client's or the backend's, with what the
+/// loop knows of it.
+#[derive(Debug)]
+pub struct Peer {
+    pub stream: TcpStream,
+    pub ready: Ready,
+    /// The last time a byte (or its EOF) came from it, or a byte went to
+    /// it: what its idle timer measures.
+    pub last_activity: Instant,
+    /// Bytes read from it: the client's `bytes_in`; for the backend,
+    /// whether it sent anything yet.
+    pub read: u64,
+}
+
+impl Peer {
+    /// A socket just accepted or connected: nothing known, nothing read.
+    pub fn new(stream: TcpStream, now: Instant) -> Self {
+        Self {
+            stream,
+            ready: Ready::default(),
+            last_activity: now,
+            read: 0,
+        }
     }
 }
 

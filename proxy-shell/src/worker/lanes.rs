@@ -3,12 +3,12 @@
 //! through a kernel pipe, or draining a refused splice's pipe before it
 //! copies.
 //!
-//! Owns: [`Lane`] and [`Lanes`], the per-direction state a session carries
-//! into the pipe, when a direction has moved enough to splice
-//! ([`Lane::wants_pipe`], HAProxy's `splice-auto` rule), and the fallbacks
-//! not yet counted. Must never: lose a kernel pipe (each goes back to the
-//! pool, or is closed, through [`Lanes::into_pipes`]), or ask for a pipe
-//! for a direction that is not warming up.
+//! Owns: [`Lane`], how one direction of the pipe moves its bytes, how it
+//! starts ([`Lane::opening`]) and when it has moved enough to splice
+//! ([`Lane::wants_pipe`], HAProxy's `splice-auto` rule). Must never: lose
+//! a kernel pipe (each goes back to the pool, or is closed, through
+//! [`Lane::into_pipe`]), or ask for a pipe for a direction that is not
+//! warming up.
 
 use super::splice::SplicePipe;
 
@@ -39,6 +39,29 @@ pub enum Lane {
 }
 
 impl Lane {
+    /// How a direction starts, once the backend is connected: with
+    /// `splice`, warming up (copying until it has moved enough to splice);
+    /// else copying for good.
+    pub fn opening(splice: bool) -> Self {
+        if splice {
+            Lane::Warm {
+                read: 0,
+                filled: false,
+            }
+        } else {
+            Lane::Copy
+        }
+    }
+
+    /// The direction's kernel pipe, for the worker's pool once the session
+    /// is over.
+    pub fn into_pipe(self) -> Option<SplicePipe> {
+        match self {
+            Lane::Copy | Lane::Warm { .. } => None,
+            Lane::Splice(pipe) | Lane::Unsplice(pipe) => Some(pipe),
+        }
+    }
+
     /// Bytes in this direction's kernel pipe.
     pub fn pending(&self) -> usize {
         match self {
@@ -72,41 +95,6 @@ impl Lane {
             *read = read.saturating_add(n as u64);
             *filled |= full;
         }
-    }
-}
-
-/// The two directions of a piped session.
-#[derive(Debug, Default)]
-pub struct Lanes {
-    /// Client to backend.
-    pub up: Lane,
-    /// Backend to client.
-    pub down: Lane,
-    /// Directions that fell back from splice to copy and were not yet
-    /// reported ([`Lanes::take_fallbacks`]).
-    fallbacks: u32,
-}
-
-impl Lanes {
-    /// One direction fell back from splice to copy.
-    pub fn note_fallback(&mut self) {
-        self.fallbacks += 1;
-    }
-
-    /// Directions that fell back from splice to copy since the last call.
-    pub fn take_fallbacks(&mut self) -> u32 {
-        std::mem::take(&mut self.fallbacks)
-    }
-
-    /// The kernel pipes of both directions, for the worker's pool once the
-    /// session is over.
-    pub fn into_pipes(self) -> impl Iterator<Item = SplicePipe> {
-        [self.up, self.down]
-            .into_iter()
-            .filter_map(|lane| match lane {
-                Lane::Copy | Lane::Warm { .. } => None,
-                Lane::Splice(pipe) | Lane::Unsplice(pipe) => Some(pipe),
-            })
     }
 }
 

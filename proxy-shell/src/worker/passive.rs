@@ -13,21 +13,19 @@ use std::time::Instant;
 
 use super::ctx::Ctx;
 use super::pipe::PipeFault;
-use super::pool::Checkout;
-use super::session::Session;
+use super::session::Piped;
 use super::tokens::Side;
 use crate::shared::instance::Observed;
 
 /// What a piped session tells of its backend so far: `None` until it
-/// knows. `back_queued` is what the backend sent that the client has not
-/// taken yet; `fault` is the pipe's failure, if it failed.
+/// knows. `back_read` is what was read from the backend, whether the
+/// client took it yet or not; `fault` is the pipe's failure, if it failed.
 pub(super) fn verdict(
-    bytes_out: u64,
-    back_queued: usize,
+    back_read: u64,
     (back_eof, front_eof): (bool, bool),
     fault: Option<&PipeFault>,
 ) -> Option<Observed> {
-    if bytes_out > 0 || back_queued > 0 {
+    if back_read > 0 {
         return Some(Observed::Passed);
     }
     match fault {
@@ -46,23 +44,19 @@ pub(super) fn verdict(
 }
 
 /// Reports a piped session's verdict on its backend, once it has one.
-pub(super) fn judge(ctx: &mut Ctx, session: &mut Session, fault: Option<&PipeFault>, now: Instant) {
-    if session.backend_judged {
+pub(super) fn judge(ctx: &mut Ctx, piped: &mut Piped, fault: Option<&PipeFault>, now: Instant) {
+    if piped.backend_judged {
         return;
     }
-    let back_queued =
-        session.back_buf.as_ref().map_or(0, Checkout::len) + session.lanes.down.pending();
-    let eofs = (session.back_eof, session.front_eof);
-    let Some(observed) = verdict(session.bytes_out, back_queued, eofs, fault) else {
+    let pipe = &piped.pipe;
+    let eofs = (pipe.down.eof, pipe.up.eof);
+    let Some(observed) = verdict(pipe.back.read, eofs, fault) else {
         return;
     };
-    session.backend_judged = true;
-    let checks = (session.cluster.as_ref())
-        .and_then(|cluster| ctx.runtime.clusters.get(cluster))
+    piped.backend_judged = true;
+    let checks = (ctx.runtime.clusters.get(&piped.target.route.cluster))
         .and_then(|backends| backends.checks());
-    let Some(lease) = session.lease.as_mut() else {
-        return;
-    };
+    let lease = &mut piped.lease;
     if let Some(transition) = lease.report(observed, now, checks) {
         ctx.shared
             .counters
@@ -91,39 +85,38 @@ mod tests {
     }
 
     #[test]
-    fn a_byte_from_the_backend_passes_even_one_still_queued() {
-        assert_eq!(verdict(1, 0, (true, false), None), Some(Observed::Passed));
-        assert_eq!(verdict(0, 40, (true, false), None), Some(Observed::Passed));
+    fn a_byte_from_the_backend_passes_even_with_a_reset_after_it() {
+        assert_eq!(verdict(1, (true, false), None), Some(Observed::Passed));
         let reset = fault(Side::Back, io::ErrorKind::ConnectionReset);
         assert_eq!(
-            verdict(7, 0, (false, false), Some(&reset)),
+            verdict(7, (false, false), Some(&reset)),
             Some(Observed::Passed)
         );
     }
 
     #[test]
     fn a_backend_that_quits_before_a_byte_fails() {
-        assert!(failed(verdict(0, 0, (true, false), None)), "closed first");
+        assert!(failed(verdict(0, (true, false), None)), "closed first");
         let reset = fault(Side::Back, io::ErrorKind::ConnectionReset);
         assert_eq!(
-            verdict(0, 0, (false, false), Some(&reset)),
+            verdict(0, (false, false), Some(&reset)),
             Some(Observed::Failed(
                 "reset the connection before sending a byte".into()
             ))
         );
         let other = fault(Side::Back, io::ErrorKind::TimedOut);
-        assert!(failed(verdict(0, 0, (false, false), Some(&other))));
+        assert!(failed(verdict(0, (false, false), Some(&other))));
     }
 
     #[test]
     fn nothing_is_said_while_waiting_or_when_the_client_went_first() {
-        assert_eq!(verdict(0, 0, (false, false), None), None, "still waiting");
+        assert_eq!(verdict(0, (false, false), None), None, "still waiting");
         assert_eq!(
-            verdict(0, 0, (true, true), None),
+            verdict(0, (true, true), None),
             None,
             "the client closed first"
         );
         let client = fault(Side::Front, io::ErrorKind::ConnectionReset);
-        assert_eq!(verdict(0, 0, (false, false), Some(&client)), None);
+        assert_eq!(verdict(0, (false, false), Some(&client)), None);
     }
 }

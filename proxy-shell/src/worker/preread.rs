@@ -20,9 +20,9 @@ use preread_core::step::{Actions, Close, Event, Next, StepTimer};
 use super::connect;
 use super::ctx::{Ctx, Drive};
 use super::farewell;
-use super::pool::Checkout;
+use super::io::read_some;
 use super::rejects::Captured;
-use super::session::Session;
+use super::session::{Phase, Session};
 use super::vocabulary::{Outcome, RefuseReason};
 use crate::metrics::families::Family;
 use crate::metrics::series::Series;
@@ -32,44 +32,50 @@ pub(super) fn drive(ctx: &mut Ctx, key: usize, session: &mut Session, now: Insta
     let Some(listener) = ctx.runtime.listeners.get(&session.listener) else {
         return Drive::End(Outcome::Refused(RefuseReason::ListenerRemoved));
     };
-    if session.front_buf.is_none() {
-        if !session.front_ready.readable {
-            return Drive::Continue { progressed: false };
-        }
-        match ctx.pool.checkout_window() {
-            Some(buf) => session.front_buf = Some(buf),
+    let Phase::Preread(preread) = &mut session.phase else {
+        return Drive::Continue { progressed: false };
+    };
+    let front = &mut session.front;
+    let buf = match &mut preread.window {
+        Some(buf) => buf,
+        None if !front.ready.readable => return Drive::Continue { progressed: false },
+        None => match ctx.pool.checkout_window() {
+            Some(buf) => preread.window.insert(buf),
             None => return Drive::End(Outcome::Refused(RefuseReason::PoolExhausted)),
-        }
-    }
-    if let Some(buf) = session.front_buf.as_mut() {
-        let capacity = session
-            .step
-            .window_capacity(&listener.preread, buf.capacity(), buf.len());
-        if capacity > buf.capacity() {
-            buf.grow(capacity);
-        }
-    }
-    let budget = session
+        },
+    };
+    let capacity = session
         .step
-        .read_budget(&listener.preread, session.window().len());
-    let (added, eof) = match session.preread_read(budget, now) {
+        .window_capacity(&listener.preread, buf.capacity(), buf.len());
+    if capacity > buf.capacity() {
+        buf.grow(capacity);
+    }
+    let budget = session.step.read_budget(&listener.preread, buf.len());
+    // At most the step's budget, never consuming the window; the step
+    // gets the bytes added and whether the client closed.
+    let (added, eof) = match read_some(&mut front.stream, buf, &mut front.ready, budget) {
         Ok(read) => read,
         Err(e) => {
             debug!("read from {} failed during preread: {e}", session.client);
             (0, true)
         }
     };
+    if added > 0 {
+        front.read += added as u64;
+        front.last_activity = now;
+    }
     debug_assert!(
-        session.window().len() <= listener.preread.cap(),
+        buf.len() <= listener.preread.cap(),
         "the window never passes the cap"
     );
     if added == 0 && !eof {
         return Drive::Continue { progressed: false };
     }
-    // The window by field, not through `Session::window`: the step is
-    // borrowed mutably beside it.
-    let window = session.front_buf.as_ref().map_or(&[][..], Checkout::data);
-    let event = Event::Read { window, added, eof };
+    let event = Event::Read {
+        window: buf.data(),
+        added,
+        eof,
+    };
     let actions = session.step.handle(&listener.preread, event, now);
     perform(ctx, key, session, actions, now)
 }
@@ -83,7 +89,11 @@ pub(super) fn perform(
     actions: Actions,
     now: Instant,
 ) -> Drive {
-    let timers = &mut session.timers;
+    let Phase::Preread(preread) = &mut session.phase else {
+        // Past the preread the step has left: it has nothing to perform.
+        return Drive::Continue { progressed: false };
+    };
+    let timers = &mut preread.timers;
     ctx.step_timer(
         key,
         StepTimer::Preread,
@@ -106,7 +116,7 @@ pub(super) fn perform(
         let listener = session.listener;
         ctx.metrics
             .gauge_add(Series::on(Family::PrereadActive, listener), -1);
-        if let Some(held) = session.unrouted.take() {
+        if let Some(held) = preread.unrouted.take() {
             ctx.unrouted.release(held);
         }
         if let Some(sample) = left.sample {
@@ -124,7 +134,7 @@ pub(super) fn perform(
         Next::Read => {
             // More bytes may already wait (the budget or a full buffer
             // stopped the read); no new edge will say so.
-            if session.front_ready.readable {
+            if session.front.ready.readable {
                 ctx.requeue(key, session);
             }
             Drive::Continue { progressed: true }
@@ -138,7 +148,7 @@ pub(super) fn perform(
             let rejected = Series::on(Family::PrereadRejected, session.listener);
             ctx.metrics.incr(rejected.reason(reason.as_str()));
             capture(ctx, session, Outcome::Rejected(reason));
-            farewell::say(&mut session.front, actions.farewell);
+            farewell::say(&mut session.front.stream, actions.farewell);
             Drive::End(Outcome::Rejected(reason))
         }
         Next::Connect(route) => {
@@ -155,8 +165,8 @@ pub(super) fn perform(
                 }
                 None => {}
             }
-            session.route = Some(route);
-            connect::start(ctx, key, session, now)
+            let window = session.take_window();
+            connect::start(ctx, key, session, (route, window), now)
         }
     }
 }
@@ -164,7 +174,7 @@ pub(super) fn perform(
 /// Keeps the session's window in the worker's ring of rejected and
 /// fallback sessions, as it was at the decision.
 fn capture(ctx: &mut Ctx, session: &Session, outcome: Outcome) {
-    let window = session.front_buf.as_ref().map_or(&[][..], Checkout::data);
+    let window = session.window();
     let what = Captured {
         at: SystemTime::now(),
         listener: session.listener,

@@ -2,7 +2,7 @@
 //! config and routes, clusters with their backends.
 //!
 //! Owns: applying the routing generations the main thread already
-//! validated, change by change, then installing the route tables they
+//! validated, typed change by typed change (nothing is parsed here), then installing the route tables they
 //! carry, and walking a generation back through its inverses (and the
 //! tables before it) when one of its changes cannot apply. Must never:
 //! build or change a route table (the main thread's state built the one
@@ -15,12 +15,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use command::change::{Change, FrontendSettings, ListenerSettings};
 use command::generation::{Generation, RouteTables};
-use command::proto::{self, request::RequestType};
-use command::validate::{
-    DEFAULT_SNI_PREREAD_MAX_BYTES, DEFAULT_SNI_PREREAD_TIMEOUT_MS, back_timeout, connect_timeout,
-    front_timeout,
-};
+use command::proto;
 use preread_core::PrereadConfig;
 use preread_core::routes::{ClusterId, RouteTable};
 use preread_core::step::{PrereadListener, RejectWith};
@@ -43,9 +40,47 @@ pub struct ListenerRuntime {
     pub max_unrouted_per_ip: u32,
 }
 
-/// Why a request could not be applied here; the main thread rolls back.
-#[derive(Debug)]
-pub struct Refusal(pub String);
+/// Why a change could not be applied here; the main thread rolls back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The change names a cluster this worker does not have.
+    UnknownCluster(String),
+    /// The change names a listener this worker does not have.
+    NoListener(SocketAddr),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::UnknownCluster(id) => write!(f, "unknown cluster {id:?}"),
+            Self::NoListener(address) => write!(f, "no listener {address} in this worker"),
+        }
+    }
+}
+
+/// Why a generation could not be applied here: which of its changes was
+/// refused, and why. The worker took back the changes before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GenerationRefused {
+    /// The refused change, from 1.
+    pub change: usize,
+    /// How many changes the generation holds.
+    pub of: usize,
+    /// Why.
+    pub refusal: Refusal,
+}
+
+impl std::fmt::Display for GenerationRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "change {} of {}: {}; the generation was taken back",
+            self.change, self.of, self.refusal
+        )
+    }
+}
+
+impl std::error::Error for GenerationRefused {}
 
 /// The routing state of one worker.
 #[derive(Debug)]
@@ -65,12 +100,6 @@ pub fn reject_with(with: proto::RejectWith) -> RejectWith {
     }
 }
 
-fn parse(what: &str, address: &str) -> Result<SocketAddr, Refusal> {
-    address
-        .parse()
-        .map_err(|_| Refusal(format!("{what} {address:?} is not an ip:port address")))
-}
-
 impl Runtime {
     pub fn new(registry: Arc<Registry>) -> Self {
         Self {
@@ -85,7 +114,7 @@ impl Runtime {
         self.clusters
             .get_key_value(id)
             .map(|(key, _)| key.clone())
-            .ok_or_else(|| Refusal(format!("unknown cluster {id:?}")))
+            .ok_or_else(|| Refusal::UnknownCluster(id.to_owned()))
     }
 
     /// Sets the listener's settings from `config`; changes nothing when it
@@ -93,57 +122,50 @@ impl Runtime {
     fn configure(
         &self,
         listener: &mut ListenerRuntime,
-        config: &proto::TcpListenerConfig,
+        settings: &ListenerSettings,
     ) -> Result<(), Refusal> {
-        let default_cluster = match &config.default_cluster {
+        let default_cluster = match &settings.default_cluster {
             Some(id) => Some(self.cluster_id(id)?),
             None => None,
         };
-        let ms =
-            |v: Option<u32>, default: u32| Duration::from_millis(u64::from(v.unwrap_or(default)));
-        let configured = config
-            .sni_preread_max_bytes
-            .unwrap_or(DEFAULT_SNI_PREREAD_MAX_BYTES);
         let preread = &mut listener.preread;
-        preread.set_cap(configured as usize);
-        preread.config.timeout = ms(config.sni_preread_timeout, DEFAULT_SNI_PREREAD_TIMEOUT_MS);
-        preread.config.expect_proxy = config.expect_proxy;
+        preread.set_cap(settings.preread_max_bytes as usize);
+        preread.config.timeout = settings.preread_timeout;
+        preread.config.expect_proxy = settings.expect_proxy;
         preread.config.default_cluster = default_cluster;
-        preread.config.server_first_timeout = config.server_first_timeout.map(|v| ms(Some(v), 0));
-        preread.reject_with = reject_with(config.reject_with());
-        listener.front_timeout = front_timeout(config);
-        listener.back_timeout = back_timeout(config);
-        listener.connect_timeout = connect_timeout(config);
-        listener.max_unrouted_per_ip = config.max_unrouted_per_ip.unwrap_or(0);
+        preread.config.server_first_timeout = settings.server_first_timeout;
+        preread.reject_with = reject_with(settings.reject_with);
+        listener.front_timeout = settings.front_timeout;
+        listener.back_timeout = settings.back_timeout;
+        listener.connect_timeout = settings.connect_timeout;
+        listener.max_unrouted_per_ip = settings.max_unrouted_per_ip;
         Ok(())
     }
 
     fn cluster_mut(&mut self, id: &str) -> Result<&mut ClusterBackends, Refusal> {
         self.clusters
             .get_mut(id)
-            .ok_or_else(|| Refusal(format!("unknown cluster {id:?}")))
+            .ok_or_else(|| Refusal::UnknownCluster(id.to_owned()))
     }
 
-    fn listener_mut(&mut self, address: &str) -> Result<&mut ListenerRuntime, Refusal> {
-        let address = parse("listener", address)?;
+    fn listener_mut(&mut self, address: SocketAddr) -> Result<&mut ListenerRuntime, Refusal> {
         self.listeners
             .get_mut(&address)
-            .ok_or_else(|| Refusal(format!("no listener {address} in this worker")))
+            .ok_or(Refusal::NoListener(address))
     }
 
     /// Applies every change of `generation`, then routes on its tables; or
     /// none of it: when a change is refused, the ones before it are
     /// undone, last first, and the tables stay as they were.
-    pub fn apply_generation(&mut self, generation: &Generation) -> Result<(), Refusal> {
-        for (index, step) in generation.steps.iter().enumerate() {
-            if let Err(refusal) = self.apply(step) {
+    pub fn apply_generation(&mut self, generation: &Generation) -> Result<(), GenerationRefused> {
+        for (index, change) in generation.changes.iter().enumerate() {
+            if let Err(refusal) = self.apply(change) {
                 self.undo_first(generation, index);
-                return Err(Refusal(format!(
-                    "change {} of {}: {}; the generation was taken back",
-                    index + 1,
-                    generation.len(),
-                    refusal.0
-                )));
+                return Err(GenerationRefused {
+                    change: index + 1,
+                    of: generation.len(),
+                    refusal,
+                });
             }
         }
         self.install(&generation.routes);
@@ -177,9 +199,8 @@ impl Runtime {
                 // The inverses are exact (the command crate's property
                 // tests): this is a bug, and the operator must hear of it.
                 log::error!(
-                    "undoing a change was refused: {}; this worker may route differently \
-                     from the state until the proxy restarts",
-                    refusal.0
+                    "undoing a change was refused: {refusal}; this worker may route differently \
+                     from the state until the proxy restarts"
                 );
             }
         }
@@ -199,106 +220,92 @@ impl Runtime {
     }
 
     /// Applies one change.
-    fn apply(&mut self, request: &proto::Request) -> Result<(), Refusal> {
-        let Some(request_type) = &request.request_type else {
-            return Err(Refusal("empty request".into()));
-        };
-        match request_type {
-            RequestType::AddTcpListener(config) => {
-                let address = parse("listener", &config.address)?;
-                if self.listeners.contains_key(&address) {
+    fn apply(&mut self, change: &Change) -> Result<(), Refusal> {
+        match change {
+            Change::AddListener { settings, active } => {
+                if self.listeners.contains_key(&settings.address) {
                     return Ok(());
                 }
                 let mut listener = ListenerRuntime {
-                    address,
-                    active: config.active.unwrap_or(true),
+                    address: settings.address,
+                    active: *active,
                     preread: PrereadListener::new(PrereadConfig::new(RouteTable::new()), None),
                     front_timeout: Duration::ZERO,
                     back_timeout: Duration::ZERO,
                     connect_timeout: Duration::ZERO,
                     max_unrouted_per_ip: 0,
                 };
-                self.configure(&mut listener, config)?;
-                self.listeners.insert(address, listener);
+                self.configure(&mut listener, settings)?;
+                self.listeners.insert(settings.address, listener);
                 Ok(())
             }
-            RequestType::UpdateTcpListener(config) => {
-                let address = parse("listener", &config.address)?;
+            Change::UpdateListener { settings, active } => {
+                let address = settings.address;
                 let mut listener = self
                     .listeners
                     .remove(&address)
-                    .ok_or_else(|| Refusal(format!("no listener {address} in this worker")))?;
+                    .ok_or(Refusal::NoListener(address))?;
                 // `configure` changes nothing when it refuses.
-                let configured = self.configure(&mut listener, config);
+                let configured = self.configure(&mut listener, settings);
                 if configured.is_ok() {
-                    listener.active = config.active.unwrap_or(listener.active);
+                    listener.active = active.unwrap_or(listener.active);
                 }
                 self.listeners.insert(address, listener);
                 configured
             }
-            RequestType::RemoveListener(a) => {
-                let address = parse("listener", &a.address)?;
-                match self.listeners.remove(&address) {
-                    Some(_) => Ok(()),
-                    None => Err(Refusal(format!("no listener {address} in this worker"))),
-                }
-            }
-            RequestType::ActivateListener(a) => {
-                self.listener_mut(&a.address)?.active = true;
+            Change::RemoveListener(address) => match self.listeners.remove(address) {
+                Some(_) => Ok(()),
+                None => Err(Refusal::NoListener(*address)),
+            },
+            Change::ActivateListener(address) => {
+                self.listener_mut(*address)?.active = true;
                 Ok(())
             }
-            RequestType::DeactivateListener(a) => {
-                self.listener_mut(&a.address)?.active = false;
+            Change::DeactivateListener(address) => {
+                self.listener_mut(*address)?.active = false;
                 Ok(())
             }
-            RequestType::UpdateCluster(cluster) => {
-                let existing = self.cluster_mut(&cluster.cluster_id)?;
-                existing.update_settings(cluster);
+            Change::UpdateCluster(cluster) => {
+                self.cluster_mut(&cluster.id)?.update_settings(cluster);
                 Ok(())
             }
-            RequestType::UpdateBackend(backend) => {
-                let cluster = self.cluster_mut(&backend.cluster_id)?;
-                cluster.add(backend, Instant::now());
-                Ok(())
-            }
-            RequestType::AddCluster(cluster) => {
-                match self.clusters.get_mut(cluster.cluster_id.as_str()) {
+            Change::AddCluster(cluster) => {
+                match self.clusters.get_mut(cluster.id.as_str()) {
                     Some(existing) => existing.update_settings(cluster),
                     None => {
-                        let id: ClusterId = Arc::from(cluster.cluster_id.as_str());
+                        let id: ClusterId = Arc::from(cluster.id.as_str());
                         let backends = ClusterBackends::new(cluster, &self.registry);
                         self.clusters.insert(id, backends);
                     }
                 }
                 Ok(())
             }
-            RequestType::RemoveCluster(c) => {
-                self.clusters.remove(c.cluster_id.as_str());
+            Change::RemoveCluster(id) => {
+                self.clusters.remove(id.as_str());
                 Ok(())
             }
-            RequestType::AddTcpFrontend(frontend) => self.frontend(frontend, true),
-            RequestType::RemoveTcpFrontend(frontend) => self.frontend(frontend, false),
-            RequestType::AddBackend(backend) => {
-                let cluster = self.cluster_mut(&backend.cluster_id)?;
-                cluster.add(backend, Instant::now());
+            Change::AddFrontend(frontend) => self.frontend(frontend, true),
+            Change::RemoveFrontend(frontend) => self.frontend(frontend, false),
+            Change::AddBackend(backend) | Change::UpdateBackend(backend) => {
+                self.cluster_mut(&backend.cluster_id)?
+                    .add(backend, Instant::now());
                 Ok(())
             }
-            RequestType::RemoveBackend(backend) => {
+            Change::RemoveBackend(backend) => {
                 if let Some(cluster) = self.clusters.get_mut(backend.cluster_id.as_str()) {
                     cluster.remove(&backend.backend_id);
                 }
                 Ok(())
             }
-            _ => Err(Refusal("not a state change".into())),
         }
     }
 
     /// A frontend without SNI is the listener's catch-all, set here; one
     /// with an SNI is in the route table the generation brings, so only
     /// its listener and (for an add) its cluster are checked here.
-    fn frontend(&mut self, frontend: &proto::TcpFrontend, add: bool) -> Result<(), Refusal> {
+    fn frontend(&mut self, frontend: &FrontendSettings, add: bool) -> Result<(), Refusal> {
         let cluster = self.cluster_id(&frontend.cluster_id);
-        let listener = self.listener_mut(&frontend.address)?;
+        let listener = self.listener_mut(frontend.address)?;
         if frontend.sni.is_none() {
             listener.preread.config.catch_all = if add { Some(cluster?) } else { None };
         } else if add {

@@ -10,6 +10,7 @@
 //! timer wheel never fires a cancelled one), or end a session itself (it
 //! answers [`Drive::End`] and the event loop closes).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use log::debug;
@@ -30,52 +31,26 @@ pub(super) fn fired(
     now: Instant,
 ) -> Drive {
     match kind {
-        TimerKind::Preread => {
-            session.timers.preread = None;
-            step(ctx, key, session, StepTimer::Preread, now)
-        }
-        TimerKind::ServerFirst => {
-            session.timers.server_first = None;
-            step(ctx, key, session, StepTimer::ServerFirst, now)
-        }
-        TimerKind::Silent => {
-            session.timers.silent = None;
-            step(ctx, key, session, StepTimer::Silent, now)
-        }
-        TimerKind::Connect => {
-            session.timers.connect = None;
-            if session.phase != Phase::Connecting {
-                return Drive::Continue { progressed: false };
-            }
-            debug!(
-                "connect of {} to {:?} timed out",
-                session.client, session.backend_id
-            );
-            let timeout = ctx
-                .runtime
-                .listeners
-                .get(&session.listener)
-                .map(|l| l.connect_timeout);
-            let why = match timeout {
-                Some(timeout) => format!("connect not done within {timeout:?}"),
-                None => "connect timed out".to_owned(),
-            };
-            connect::failed(ctx, session, now, &why);
-            connect::next(ctx, key, session, now)
-        }
-        TimerKind::LocalRetry => {
-            session.timers.connect = None;
-            if session.phase != Phase::Connecting {
-                return Drive::Continue { progressed: false };
-            }
-            connect::next(ctx, key, session, now)
-        }
+        TimerKind::Preread => step(ctx, key, session, StepTimer::Preread, now),
+        TimerKind::ServerFirst => step(ctx, key, session, StepTimer::ServerFirst, now),
+        TimerKind::Silent => step(ctx, key, session, StepTimer::Silent, now),
+        TimerKind::Connect => connect::timed_out(ctx, key, session, now),
+        TimerKind::LocalRetry => connect::retry(ctx, key, session, now),
         TimerKind::FrontIdle | TimerKind::BackIdle => idle(ctx, key, session, kind, now),
     }
 }
 
 /// One of the preread step's timers fired; the session holds it no more.
 fn step(ctx: &mut Ctx, key: usize, session: &mut Session, timer: StepTimer, now: Instant) -> Drive {
+    if let Phase::Preread(preread) = &mut session.phase {
+        let timers = &mut preread.timers;
+        let slot = match timer {
+            StepTimer::Preread => &mut timers.preread,
+            StepTimer::ServerFirst => &mut timers.server_first,
+            StepTimer::Silent => &mut timers.silent,
+        };
+        *slot = None;
+    }
     let Some(listener) = ctx.runtime.listeners.get(&session.listener) else {
         return Drive::End(Outcome::Refused(RefuseReason::ListenerRemoved));
     };
@@ -89,28 +64,31 @@ fn idle(ctx: &mut Ctx, key: usize, session: &mut Session, kind: TimerKind, now: 
     let Some(listener) = ctx.runtime.listeners.get(&session.listener) else {
         return Drive::End(Outcome::Refused(RefuseReason::ListenerRemoved));
     };
-    let (last, limit) = match kind {
-        TimerKind::FrontIdle => (session.last_front_activity, listener.front_timeout),
-        _ => (session.last_back_activity, listener.back_timeout),
+    let (last, limit, slot) = match (kind, &mut session.phase) {
+        (TimerKind::FrontIdle, _) => (
+            session.front.last_activity,
+            listener.front_timeout,
+            &mut session.front_idle,
+        ),
+        (_, Phase::Piped(piped)) => (
+            piped.pipe.back.last_activity,
+            listener.back_timeout,
+            &mut piped.back_idle,
+        ),
+        // A back idle timer is held only while piped.
+        _ => return Drive::Continue { progressed: false },
     };
     let due = last + limit;
     if now < due {
         // Activity since the timer was armed: sleep until the new due time.
-        let id = ctx.schedule(key, kind, due);
-        match kind {
-            TimerKind::FrontIdle => session.timers.front_idle = Some(id),
-            _ => session.timers.back_idle = Some(id),
-        }
+        *slot = Some(ctx.schedule(key, kind, due));
         return Drive::Continue { progressed: false };
     }
+    *slot = None;
     debug!("{} idle for {limit:?}: closed", session.client);
-    match kind {
-        TimerKind::FrontIdle => session.timers.front_idle = None,
-        _ => session.timers.back_idle = None,
-    }
-    if session.phase == Phase::Preread {
+    if let Phase::Preread(_) = session.phase {
         let actions = session.step.handle(&listener.preread, Event::Idle, now);
         return preread::perform(ctx, key, session, actions, now);
     }
-    Drive::End(Outcome::of_route(session.route.as_deref()))
+    Drive::End(Outcome::of_route(session.route().map(Arc::as_ref)))
 }

@@ -32,7 +32,7 @@ fn tls_seen(fault: Option<TlsError>) -> Seen {
 fn every_parser_fault_has_its_alert_bytes() {
     let records = [
         (RecordFault::EmptyRecord, 50),
-        (RecordFault::Oversized(16_385), 50),
+        (RecordFault::Oversized(16_385), 22),
         (RecordFault::Oversized(u16::MAX), 22),
         (RecordFault::UnexpectedContentType(20), 10),
         (RecordFault::BadVersion(2), 50),
@@ -52,15 +52,17 @@ fn every_parser_fault_has_its_alert_bytes() {
         (HandshakeFault::Truncated, 50),
         (HandshakeFault::SessionIdTooLong, 50),
         (HandshakeFault::BadCipherSuites, 50),
-        (HandshakeFault::NoCompressionMethod, 47),
+        (HandshakeFault::NoCompressionMethod, 50),
         (HandshakeFault::ExtensionsLengthMismatch, 50),
         (HandshakeFault::DuplicateExtension(0x10), 47),
         (HandshakeFault::BadServerNameList, 50),
+        (HandshakeFault::EmptyHostName, 50),
         (HandshakeFault::BadHostName, 47),
         (HandshakeFault::DuplicateHostName, 47),
         (HandshakeFault::BadAlpn, 50),
         (HandshakeFault::BadSupportedVersions, 50),
-        (HandshakeFault::BadEch, 47),
+        (HandshakeFault::EmptyEch, 50),
+        (HandshakeFault::UnknownEchType(2), 47),
     ];
     for (fault, code) in hellos {
         let seen = tls_seen(Some(TlsError::MalformedHandshake(fault)));

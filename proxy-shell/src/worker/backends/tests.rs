@@ -9,6 +9,8 @@ use std::net::SocketAddr;
 
 use super::*;
 use crate::shared::health::{FIRST_BACKOFF, PASSIVE_FALL};
+use command::backend_address::BackendAddress;
+use command::change::HealthCheckSettings;
 
 mod shared;
 use crate::shared::instance::{Observed, Source};
@@ -20,25 +22,36 @@ const ALL: [LoadBalancing; 4] = [
     LoadBalancing::PowerOfTwo,
 ];
 
-fn cluster(lb: LoadBalancing, max_connections_per_ip: u32) -> proto::Cluster {
-    proto::Cluster {
-        cluster_id: "c".into(),
-        load_balancing: lb as i32,
-        proxy_protocol: ProxyProtocol::None as i32,
+fn cluster(lb: LoadBalancing, max_connections_per_ip: u32) -> ClusterSettings {
+    ClusterSettings {
+        id: "c".into(),
+        load_balancing: lb,
+        proxy_protocol: ProxyProtocol::None,
         max_connections_per_ip,
         health_check: None,
     }
 }
 
-fn backend(id: &str, address: &str, weight: u32, backup: bool) -> proto::Backend {
-    proto::Backend {
+fn backend(id: &str, address: &str, weight: u32, backup: bool) -> BackendSettings {
+    BackendSettings {
         cluster_id: "c".into(),
         backend_id: id.into(),
-        address: address.into(),
-        weight: Some(weight),
+        address: BackendAddress::parse(id, address).expect("a test address"),
+        weight,
         backup,
-        max_connections: None,
+        max_connections: 0,
     }
+}
+
+/// Health-check settings with these counts.
+fn checked(rise: u32, fall: u32) -> Option<HealthCheckSettings> {
+    Some(HealthCheckSettings {
+        tls: false,
+        interval: std::time::Duration::from_secs(2),
+        timeout: std::time::Duration::from_secs(1),
+        rise,
+        fall,
+    })
 }
 
 /// A cluster of backends `(id, weight, backup)` at ports 9000, 9001, ….
@@ -46,20 +59,20 @@ fn with(lb: LoadBalancing, specs: &[(&str, u32, bool)]) -> ClusterBackends {
     let mut c = ClusterBackends::new(&cluster(lb, 0), &Arc::new(Registry::default()));
     for (i, &(id, weight, backup)) in specs.iter().enumerate() {
         let address = format!("127.0.0.1:{}", 9000 + i);
-        assert!(c.add(&backend(id, &address, weight, backup), Instant::now()));
+        c.add(&backend(id, &address, weight, backup), Instant::now());
     }
     c.check_invariants();
     c
 }
 
 /// Another worker's view of the same cluster.
-fn other_worker(c: &ClusterBackends, specs: &[proto::Backend]) -> ClusterBackends {
+fn other_worker(c: &ClusterBackends, specs: &[BackendSettings]) -> ClusterBackends {
     let mut other = ClusterBackends::new(
         &cluster(c.load_balancing, c.max_connections_per_ip),
         &c.registry,
     );
     for b in specs {
-        assert!(other.add(b, Instant::now()));
+        other.add(b, Instant::now());
     }
     other
 }
@@ -377,7 +390,7 @@ fn add_again_updates_in_place_and_a_new_address_is_a_new_instance() {
     );
     let a = instance(&c, "a");
     take_down(&a, now);
-    assert!(c.add(&backend("a", "127.0.0.1:9000", 7, true), now));
+    c.add(&backend("a", "127.0.0.1:9000", 7, true), now);
     assert!(
         Arc::ptr_eq(&instance(&c, "a"), &a),
         "same address: same instance, same health"
@@ -388,9 +401,8 @@ fn add_again_updates_in_place_and_a_new_address_is_a_new_instance() {
         .find(|b| &*b.id == "a")
         .map(|b| (b.weight, b.backup));
     assert_eq!(entry, Some((7, true)));
-    assert!(c.add(&backend("a", "127.0.0.1:9100", 7, true), now));
+    c.add(&backend("a", "127.0.0.1:9100", 7, true), now);
     assert!(instance(&c, "a").is_up(), "a new endpoint starts up");
-    assert!(!c.add(&backend("x", "nowhere", 1, false), now));
     assert!(c.remove("a") && !c.remove("a"));
     assert!(!c.is_empty() && c.remove("b") && c.is_empty());
     c.check_invariants();
@@ -403,13 +415,9 @@ fn settings_are_read_and_updated() {
         (c.proxy_protocol(), c.checks()),
         (ProxyProtocol::None, None)
     );
-    c.update_settings(&proto::Cluster {
-        proxy_protocol: ProxyProtocol::Send as i32,
-        health_check: Some(proto::HealthCheck {
-            rise: Some(4),
-            fall: Some(5),
-            ..Default::default()
-        }),
+    c.update_settings(&ClusterSettings {
+        proxy_protocol: ProxyProtocol::Send,
+        health_check: checked(4, 5),
         ..cluster(LoadBalancing::LeastConnections, 3)
     });
     assert_eq!(c.proxy_protocol(), ProxyProtocol::Send);

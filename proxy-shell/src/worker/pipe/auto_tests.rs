@@ -6,7 +6,6 @@ use std::io::{Read, Write};
 use std::net::Shutdown;
 use std::thread;
 
-use super::open_lanes;
 use super::tests::{pair, pattern, read_all, run_with, session, write_all};
 use crate::worker::lanes::Lane;
 use crate::worker::pool::BufferPool;
@@ -26,8 +25,7 @@ fn joined<T>(handle: thread::JoinHandle<T>, what: &str) -> Result<T, String> {
 fn a_short_exchange_with_splice_on_copies_and_takes_no_pipe() -> Outcome {
     let (mut client, front) = pair();
     let (mut server, back) = pair();
-    let mut session = session(front, back);
-    open_lanes(&mut session, true);
+    let session = session(front, back, true);
     let request = pattern(600, 1);
     client.write_all(&request)?;
     client.shutdown(Shutdown::Write)?;
@@ -59,8 +57,7 @@ fn a_bulk_direction_splices_once_its_copied_bytes_went_out_first() -> Outcome {
     const LEN: usize = 4 << 20;
     let (client, front) = pair();
     let (server, back) = pair();
-    let mut session = session(front, back);
-    open_lanes(&mut session, true);
+    let session = session(front, back, true);
     let up = pattern(LEN, 9);
     let client_sends = write_all(client.try_clone()?, up.clone());
     let backend = thread::spawn(move || -> std::io::Result<Vec<u8>> {

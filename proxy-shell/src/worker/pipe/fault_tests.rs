@@ -4,8 +4,8 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::PipeStep;
 use super::tests::{BOUND, pair, session, step};
-use super::{PipeStep, open_lanes};
 use crate::worker::io::Ready;
 use crate::worker::pool::BufferPool;
 use crate::worker::tokens::Side;
@@ -22,9 +22,8 @@ fn a_reset_is_the_fault_of_the_side_that_reset_copying_or_splicing() {
         for side in [Side::Front, Side::Back] {
             let (client, front) = pair();
             let (server, back) = pair();
-            let mut session = session(front, back);
+            let mut session = session(front, back, splice);
             let mut pool = BufferPool::new(16 * 1024, crate::shared::admission::Slots::new(4));
-            open_lanes(&mut session, splice);
             let (gone, _kept) = match side {
                 Side::Front => (client, server),
                 Side::Back => (server, client),
@@ -36,7 +35,7 @@ fn a_reset_is_the_fault_of_the_side_that_reset_copying_or_splicing() {
             let deadline = Instant::now() + BOUND;
             let fault = loop {
                 // As a poll would report the reset: both sides ready.
-                (session.front_ready, session.back_ready) = (BOTH, BOTH);
+                (session.front.ready, session.pipe.back.ready) = (BOTH, BOTH);
                 match step(&mut session, &mut pool).step {
                     PipeStep::Failed(fault) => break fault,
                     other => assert!(Instant::now() < deadline, "no failure: {other:?}"),

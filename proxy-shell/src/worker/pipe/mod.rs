@@ -2,10 +2,11 @@
 //! each direction ([`Lane`]) copying through a pooled buffer or splicing
 //! through a kernel pipe (`worker/splice.rs`), FINs forwarded once drained.
 //!
-//! Owns: [`pipe`] over a session's per-direction state (`Session::lanes`):
-//! what each kind of lane does in a round, its fallback to copying when
-//! `splice` is refused, and which side a failed socket operation belongs
-//! to ([`PipeFault`]). One drive around it (lanes switched to splice,
+//! Owns: [`Pipe`] (the backend's socket and both directions) and [`Flow`],
+//! the one type of either direction, whose round, counts and FIN are
+//! written once for both; [`pipe`] over them: what each kind of lane does
+//! in a round, its fallback to copying when `splice` is refused, and which
+//! side a failed socket operation belongs to ([`PipeFault`]). One drive around it (lanes switched to splice,
 //! buffers lent and given back) is [`turn`], in `turn.rs`. Must never: splice while
 //! userspace bytes of that direction (the PROXY prefix, the inherited
 //! window) are still queued, forward a FIN before every queued byte, in a
@@ -14,16 +15,15 @@
 //! than the socket.
 
 use std::io;
-use std::net::Shutdown;
+use std::net::{Shutdown, SocketAddr};
 use std::time::Instant;
 
 use log::debug;
 use mio::net::TcpStream;
 
-use super::io::{Ready, read_some, write_some};
+use super::io::{Peer, Ready, read_some, write_some};
 use super::lanes::Lane;
 use super::pool::Checkout;
-use super::session::Session;
 use super::splice::{SplicePipe, is_unsupported};
 use super::tokens::Side;
 
@@ -102,113 +102,121 @@ fn fault_of(source: Side, (end, error): RoundFault) -> PipeFault {
     PipeFault { side, error }
 }
 
-/// Moves bytes both ways until nothing moves, forwarding each FIN only
-/// once the queue towards that side is empty (buffer and kernel pipe).
-pub fn pipe(session: &mut Session, now: Instant) -> PipeStep {
-    match pipe_inner(session, now) {
-        Ok(step) => step,
-        Err(e) => PipeStep::Failed(e),
+/// The pipe of a piped session: the backend's socket and both directions.
+#[derive(Debug)]
+pub struct Pipe {
+    pub back: Peer,
+    /// Client to backend: its buffer starts as the preread window, its
+    /// prefix is the PROXY header.
+    pub up: Flow,
+    /// Backend to client.
+    pub down: Flow,
+    /// Buffer claims this pipe holds without their memory (an idle copying
+    /// direction parked its empty buffer); given back at close.
+    pub parked: u8,
+    /// Bytes written to the client: the session's `bytes_out`.
+    pub bytes_out: u64,
+}
+
+/// One direction of the pipe.
+#[derive(Debug, Default)]
+pub struct Flow {
+    /// Written before any other byte (a PROXY header; empty downstream,
+    /// which costs no allocation).
+    pub prefix: Vec<u8>,
+    /// The queue towards the destination. A spliced direction gives it
+    /// back once it is empty.
+    pub buf: Option<Checkout>,
+    pub lane: Lane,
+    /// The source's EOF was seen.
+    pub eof: bool,
+    /// The FIN was forwarded to the destination (or needs no forwarding:
+    /// the close sends it).
+    pub shut: bool,
+}
+
+impl Pipe {
+    /// The pipe of a backend just connected: each direction starts by
+    /// [`Lane::opening`], nothing queued yet.
+    pub fn new(back: Peer, splice: bool) -> Self {
+        let flow = || Flow {
+            lane: Lane::opening(splice),
+            ..Flow::default()
+        };
+        Self {
+            back,
+            up: flow(),
+            down: flow(),
+            parked: 0,
+            bytes_out: 0,
+        }
     }
 }
 
-fn pipe_inner(session: &mut Session, now: Instant) -> Result<PipeStep, PipeFault> {
-    let Some(back) = session.back.as_mut() else {
-        return Err(PipeFault {
-            side: Side::Back,
-            error: io::Error::other("pipe without its backend socket"),
-        });
+/// Moves bytes both ways until nothing moves, forwarding each FIN only
+/// once the queue towards that side is empty (buffer and kernel pipe).
+/// Returns the step and the directions that fell back from splice to
+/// copying on the way (counted even when a later round failed).
+pub fn pipe(
+    front: &mut Peer,
+    pipe: &mut Pipe,
+    client: SocketAddr,
+    now: Instant,
+) -> (PipeStep, u32) {
+    let mut fallbacks = 0;
+    let step = match pipe_inner(front, pipe, client, now, &mut fallbacks) {
+        Ok(step) => step,
+        Err(e) => PipeStep::Failed(e),
     };
-    // The backend-to-client direction has no prefix.
-    let mut no_prefix = Vec::new();
+    (step, fallbacks)
+}
+
+fn pipe_inner(
+    front: &mut Peer,
+    pipe: &mut Pipe,
+    client: SocketAddr,
+    now: Instant,
+    fallbacks: &mut u32,
+) -> Result<PipeStep, PipeFault> {
+    let Pipe {
+        back,
+        up,
+        down,
+        bytes_out,
+        ..
+    } = pipe;
     let mut moved_any = false;
     for _ in 0..PIPE_ROUNDS_PER_TURN {
-        let up = Flow {
-            ends: Ends {
-                src: &mut session.front,
-                src_ready: &mut session.front_ready,
-                dst: &mut *back,
-                dst_ready: &mut session.back_ready,
-            },
-            prefix: &mut session.prefix,
-            buf: &mut session.front_buf,
-            lane: &mut session.lanes.up,
-            eof: &mut session.front_eof,
-        }
-        .round()
-        .map_err(|fault| fault_of(Side::Front, fault))?;
-        session.bytes_in += up.read as u64;
-        if up.read > 0 || up.eof {
-            session.last_front_activity = now;
-        }
-        // An upload the backend only receives is backend activity too:
-        // a long upload to a quiet backend must not hit back_timeout.
-        if up.written > 0 {
-            session.last_back_activity = now;
-        }
-        let down = Flow {
-            ends: Ends {
-                src: &mut *back,
-                src_ready: &mut session.back_ready,
-                dst: &mut session.front,
-                dst_ready: &mut session.front_ready,
-            },
-            prefix: &mut no_prefix,
-            buf: &mut session.back_buf,
-            lane: &mut session.lanes.down,
-            eof: &mut session.back_eof,
-        }
-        .round()
-        .map_err(|fault| fault_of(Side::Back, fault))?;
-        session.bytes_out += down.written as u64;
-        if down.written > 0 {
-            session.last_front_activity = now;
-        }
-        if down.read > 0 || down.eof {
-            session.last_back_activity = now;
-        }
-        for (moved, direction) in [(&up, "client to backend"), (&down, "backend to client")] {
+        let went_up = up
+            .round(front, back, now)
+            .map_err(|fault| fault_of(Side::Front, fault))?;
+        let went_down = down
+            .round(back, front, now)
+            .map_err(|fault| fault_of(Side::Back, fault))?;
+        *bytes_out += went_down.written as u64;
+        for (moved, direction) in [
+            (&went_up, "client to backend"),
+            (&went_down, "backend to client"),
+        ] {
             if let Some(e) = &moved.fell_back {
-                debug!(
-                    "splice refused for {} ({direction}): {e}; copying",
-                    session.client
-                );
-                session.lanes.note_fallback();
+                debug!("splice refused for {client} ({direction}): {e}; copying");
+                *fallbacks += 1;
             }
         }
-        if session.front_eof
-            && session.prefix.is_empty()
-            && session.front_buf.as_ref().is_none_or(Checkout::is_empty)
-            && session.lanes.up.pending() == 0
-            && !session.back_write_shut
-        {
-            // The last direction to finish needs no shutdown: the session
-            // closes both sockets now, and a socket read to its EOF sends
-            // a FIN on close (after every byte it still holds).
-            if !session.front_write_shut {
-                shutdown_write(back).map_err(|error| PipeFault {
-                    side: Side::Back,
-                    error,
-                })?;
-            }
-            session.back_write_shut = true;
-        }
-        if session.back_eof
-            && session.back_buf.as_ref().is_none_or(Checkout::is_empty)
-            && session.lanes.down.pending() == 0
-            && !session.front_write_shut
-        {
-            if !session.back_write_shut {
-                shutdown_write(&session.front).map_err(|error| PipeFault {
-                    side: Side::Front,
-                    error,
-                })?;
-            }
-            session.front_write_shut = true;
-        }
-        if session.back_write_shut && session.front_write_shut {
+        up.forward_fin(&back.stream, down.shut)
+            .map_err(|error| PipeFault {
+                side: Side::Back,
+                error,
+            })?;
+        down.forward_fin(&front.stream, up.shut)
+            .map_err(|error| PipeFault {
+                side: Side::Front,
+                error,
+            })?;
+        if up.shut && down.shut {
             return Ok(PipeStep::Done);
         }
-        if up.total() + down.total() == 0 {
+        if went_up.total() + went_down.total() == 0 {
             return Ok(PipeStep::Continue { moved: moved_any });
         }
         moved_any = true;
@@ -237,33 +245,57 @@ impl Moved {
     }
 }
 
-/// The two sockets of one direction and their readiness.
-struct Ends<'a> {
-    src: &'a mut TcpStream,
-    src_ready: &'a mut Ready,
-    dst: &'a mut TcpStream,
-    dst_ready: &'a mut Ready,
-}
+impl Flow {
+    /// One round from `src` to `dst`, then what it tells of their
+    /// activity, counted even when the round failed after moving bytes:
+    /// bytes or the EOF from the source, bytes taken by the destination
+    /// (an upload the backend only receives is backend activity too: a
+    /// long upload to a quiet backend must not hit `back_timeout`).
+    fn round(&mut self, src: &mut Peer, dst: &mut Peer, now: Instant) -> Result<Moved, RoundFault> {
+        let mut moved = Moved::default();
+        let done = self.move_bytes(src, dst, &mut moved);
+        src.read += moved.read as u64;
+        if moved.read > 0 || moved.eof {
+            src.last_activity = now;
+        }
+        if moved.written > 0 {
+            dst.last_activity = now;
+        }
+        done.map(|()| moved)
+    }
 
-/// One direction of the pipe, borrowed out of the session for a round.
-struct Flow<'a> {
-    ends: Ends<'a>,
-    /// Written before any other byte (a PROXY header; empty downstream).
-    prefix: &'a mut Vec<u8>,
-    buf: &'a mut Option<Checkout>,
-    lane: &'a mut Lane,
-    /// The source's EOF was seen.
-    eof: &'a mut bool,
-}
+    /// Whether every byte of this direction reached its destination.
+    fn drained(&self) -> bool {
+        self.prefix.is_empty()
+            && self.buf.as_ref().is_none_or(Checkout::is_empty)
+            && self.lane.pending() == 0
+    }
 
-impl Flow<'_> {
+    /// Forwards the source's FIN to `dst` once drained. The last direction
+    /// to finish (`other_shut`) needs no shutdown: the session closes both
+    /// sockets now, and a socket read to its EOF sends a FIN on close
+    /// (after every byte it still holds).
+    fn forward_fin(&mut self, dst: &TcpStream, other_shut: bool) -> io::Result<()> {
+        if self.eof && !self.shut && self.drained() {
+            if !other_shut {
+                shutdown_write(dst)?;
+            }
+            self.shut = true;
+        }
+        Ok(())
+    }
+
     /// Writes what is queued, then takes what the source has, once. An
     /// error of the kernel pipe itself counts with the source, whose bytes
     /// it holds; it is never a reset.
-    fn round(mut self) -> Result<Moved, RoundFault> {
-        let mut moved = Moved::default();
+    fn move_bytes(
+        &mut self,
+        src: &mut Peer,
+        dst: &mut Peer,
+        moved: &mut Moved,
+    ) -> Result<(), RoundFault> {
         if !self.prefix.is_empty() {
-            let n = write_some(self.ends.dst, self.prefix, self.ends.dst_ready)
+            let n = write_some(&mut dst.stream, &self.prefix, &mut dst.ready)
                 .map_err(at_destination)?;
             self.prefix.drain(..n);
             moved.written += n;
@@ -272,17 +304,17 @@ impl Flow<'_> {
             && let Some(buf) = self.buf.as_mut()
             && !buf.is_empty()
         {
-            let n = write_some(self.ends.dst, buf.data(), self.ends.dst_ready)
-                .map_err(at_destination)?;
+            let n =
+                write_some(&mut dst.stream, buf.data(), &mut dst.ready).map_err(at_destination)?;
             buf.consume(n);
             moved.written += n;
         }
-        if let Lane::Unsplice(pipe) = &mut *self.lane {
+        if let Lane::Unsplice(pipe) = &mut self.lane {
             // The pipe's bytes came before anything the source still holds:
             // the source waits until they are all in the buffer.
             let Some(buf) = self.buf.as_mut() else {
                 // No buffer yet: the caller lends one on the next drive.
-                return Ok(moved);
+                return Ok(());
             };
             while pipe.pending() > 0 {
                 let space = buf.space();
@@ -294,18 +326,18 @@ impl Flow<'_> {
                 moved.shuffled += n;
             }
             if pipe.pending() > 0 {
-                return Ok(moved);
+                return Ok(());
             }
-            *self.lane = Lane::Copy;
+            self.lane = Lane::Copy;
         }
-        match &mut *self.lane {
+        match &mut self.lane {
             lane @ (Lane::Copy | Lane::Warm { .. }) => {
                 if let Some(buf) = self.buf.as_mut()
-                    && !*self.eof
+                    && !self.eof
                 {
-                    let (n, eof) = read_some(self.ends.src, buf, self.ends.src_ready, usize::MAX)
+                    let (n, eof) = read_some(&mut src.stream, buf, &mut src.ready, usize::MAX)
                         .map_err(at_source)?;
-                    *self.eof = eof;
+                    self.eof = eof;
                     moved.read += n;
                     moved.eof = eof;
                     lane.note_read(n, buf.len() == buf.capacity());
@@ -316,13 +348,13 @@ impl Flow<'_> {
                     !self.prefix.is_empty() || self.buf.as_ref().is_some_and(|b| !b.is_empty());
                 if queued {
                     // Never splice past userspace bytes: they go first.
-                    return Ok(moved);
+                    return Ok(());
                 }
-                match splice_round(pipe, &mut self.ends, self.eof, &mut moved) {
+                match splice_round(pipe, src, dst, &mut self.eof, moved) {
                     Ok(()) => {}
                     Err((_, e)) if is_unsupported(&e) => {
-                        if let Lane::Splice(pipe) = std::mem::take(self.lane) {
-                            *self.lane = Lane::Unsplice(pipe);
+                        if let Lane::Splice(pipe) = std::mem::take(&mut self.lane) {
+                            self.lane = Lane::Unsplice(pipe);
                         }
                         moved.fell_back = Some(e);
                     }
@@ -332,7 +364,7 @@ impl Flow<'_> {
             // Handled above: still draining its pipe, it returned early.
             Lane::Unsplice(_) => {}
         }
-        Ok(moved)
+        Ok(())
     }
 }
 
@@ -340,30 +372,32 @@ impl Flow<'_> {
 /// the source and empties it again.
 fn splice_round(
     pipe: &mut SplicePipe,
-    ends: &mut Ends<'_>,
+    src: &mut Peer,
+    dst: &mut Peer,
     eof: &mut bool,
     moved: &mut Moved,
 ) -> Result<(), RoundFault> {
-    moved.written += drain_pipe(pipe, ends.dst, ends.dst_ready).map_err(at_destination)?;
-    if *eof || !ends.src_ready.readable {
+    moved.written += drain_pipe(pipe, &dst.stream, &mut dst.ready).map_err(at_destination)?;
+    if *eof || !src.ready.readable {
         return Ok(());
     }
     let was_empty = pipe.pending() == 0;
-    match pipe.fill_from(ends.src) {
+    match pipe.fill_from(&src.stream) {
         Ok(0) => {
             *eof = true;
             moved.eof = true;
         }
         Ok(n) => {
             moved.read += n;
-            moved.written += drain_pipe(pipe, ends.dst, ends.dst_ready).map_err(at_destination)?;
+            moved.written +=
+                drain_pipe(pipe, &dst.stream, &mut dst.ready).map_err(at_destination)?;
         }
         // With bytes in the pipe, "would block" may mean a full pipe rather
         // than an empty socket: the flag stays until the pipe drained, or the
         // socket would never be read again (no new edge would come).
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
             if was_empty {
-                ends.src_ready.readable = false;
+                src.ready.readable = false;
             }
         }
         Err(e) => return Err(at_source(e)),
@@ -396,7 +430,7 @@ fn shutdown_write(stream: &TcpStream) -> io::Result<()> {
 }
 
 mod turn;
-pub use turn::{Exhausted, Splicing, Turn, open_lanes, turn};
+pub use turn::{Exhausted, Splicing, Turn, turn};
 
 #[cfg(test)]
 mod auto_tests;

@@ -9,14 +9,12 @@ use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
-use preread_core::step::PrereadStep;
 
-use super::{PipeStep, Splicing, Turn, open_lanes, turn};
-use crate::worker::io::Ready;
+use super::{Pipe, PipeStep, Splicing, Turn, turn};
+use crate::worker::io::{Peer, Ready};
 use crate::worker::lanes::Lane;
 use crate::worker::pipe_pool::PipePool;
 use crate::worker::pool::BufferPool;
-use crate::worker::session::{Phase, Session};
 use crate::worker::splice::SplicePipe;
 
 pub(super) const BOUND: Duration = Duration::from_secs(20);
@@ -33,31 +31,47 @@ pub(super) fn pair() -> (std::net::TcpStream, TcpStream) {
     (peer, TcpStream::from_std(ours))
 }
 
-/// A session already in the pipe phase between `front` and `back`.
-pub(super) fn session(front: TcpStream, back: TcpStream) -> Session {
+/// What the pipe phase of a session drives: the client's socket and the
+/// pipe to the backend.
+#[derive(Debug)]
+pub(super) struct Piped {
+    pub(super) front: Peer,
+    pub(super) pipe: Pipe,
+}
+
+/// A session just piped between `front` and `back`, as the worker opens
+/// it (`splice` as the worker's setting).
+pub(super) fn session(front: TcpStream, back: TcpStream, splice: bool) -> Piped {
     let now = Instant::now();
-    let addr = SocketAddr::from(([127, 0, 0, 1], 1));
-    let step = PrereadStep::refused(now);
-    let mut session = Session::accepted(addr, addr, front, step, now);
-    session.back = Some(back);
-    session.phase = Phase::Pipe;
-    session
+    Piped {
+        front: Peer::new(front, now),
+        pipe: Pipe::new(Peer::new(back, now), splice),
+    }
 }
 
 /// One drive of the worker's ([`turn`]) with `splice_threshold = 0`: a
 /// warming lane splices from its first drive, as if it had always.
-pub(super) fn step(session: &mut Session, pool: &mut BufferPool) -> Turn {
+pub(super) fn step(session: &mut Piped, pool: &mut BufferPool) -> Turn {
     step_with(session, pool, 0)
 }
 
 /// One drive of the worker's with this `splice_threshold`.
-pub(super) fn step_with(session: &mut Session, pool: &mut BufferPool, threshold: u64) -> Turn {
+pub(super) fn step_with(session: &mut Piped, pool: &mut BufferPool, threshold: u64) -> Turn {
     let mut pipes = PipePool::new(0);
     let splicing = Splicing {
         pipes: &mut pipes,
         threshold,
     };
-    turn(session, Instant::now(), pool, Some(splicing)).expect("a buffer")
+    let client = SocketAddr::from(([127, 0, 0, 1], 1));
+    let (front, pipe) = (&mut session.front, &mut session.pipe);
+    turn(front, pipe, client, Instant::now(), pool, Some(splicing)).expect("a buffer")
+}
+
+/// The two lanes of an ended session.
+#[derive(Debug)]
+pub(super) struct Lanes {
+    pub(super) up: Lane,
+    pub(super) down: Lane,
 }
 
 /// What a session looked like when its pipe was done, once its sockets
@@ -67,7 +81,7 @@ pub(super) struct Ended {
     pub(super) pipes_created: u32,
     pub(super) bytes_in: u64,
     pub(super) bytes_out: u64,
-    pub(super) lanes: crate::worker::lanes::Lanes,
+    pub(super) lanes: Lanes,
     pub(super) prefix_left: usize,
     pub(super) buffers_held: (bool, bool),
     /// Buffers held plus parked claims: what the pool counts in use for it.
@@ -76,28 +90,31 @@ pub(super) struct Ended {
 
 /// Runs the pipe like the worker ([`drive`]), then drops the session:
 /// its sockets close, as in `close.rs`.
-fn run(session: Session, pool: &mut BufferPool) -> Result<Ended, String> {
+fn run(session: Piped, pool: &mut BufferPool) -> Result<Ended, String> {
     run_with(session, pool, 0)
 }
 
 /// [`run`] with this `splice_threshold`.
 pub(super) fn run_with(
-    mut session: Session,
+    mut session: Piped,
     pool: &mut BufferPool,
     threshold: u64,
 ) -> Result<Ended, String> {
     let (fallbacks, pipes_created) = drive(&mut session, pool, threshold)?;
+    let pipe = &mut session.pipe;
+    let held = (pipe.up.buf.is_some(), pipe.down.buf.is_some());
     Ok(Ended {
         fallbacks,
         pipes_created,
-        bytes_in: session.bytes_in,
-        bytes_out: session.bytes_out,
-        lanes: std::mem::take(&mut session.lanes),
-        prefix_left: session.prefix.len(),
-        buffers_held: (session.front_buf.is_some(), session.back_buf.is_some()),
-        claims: usize::from(session.front_buf.is_some())
-            + usize::from(session.back_buf.is_some())
-            + usize::from(session.parked),
+        bytes_in: session.front.read,
+        bytes_out: pipe.bytes_out,
+        lanes: Lanes {
+            up: std::mem::take(&mut pipe.up.lane),
+            down: std::mem::take(&mut pipe.down.lane),
+        },
+        prefix_left: pipe.up.prefix.len(),
+        buffers_held: held,
+        claims: usize::from(held.0) + usize::from(held.1) + usize::from(pipe.parked),
     })
 }
 
@@ -106,27 +123,21 @@ pub(super) fn run_with(
 /// cleared only by the pipe; a drive per event or yield, until `Done`.
 /// A readiness flag wrongly cleared shows as a stall: an error here.
 /// Returns the directions that fell back from splice and the pipes made.
-fn drive(
-    session: &mut Session,
-    pool: &mut BufferPool,
-    threshold: u64,
-) -> Result<(u32, u32), String> {
+fn drive(session: &mut Piped, pool: &mut BufferPool, threshold: u64) -> Result<(u32, u32), String> {
     let mut poll = Poll::new().map_err(|e| e.to_string())?;
     let both = Interest::READABLE | Interest::WRITABLE;
     poll.registry()
-        .register(&mut session.front, Token(0), both)
+        .register(&mut session.front.stream, Token(0), both)
         .map_err(|e| e.to_string())?;
-    if let Some(back) = session.back.as_mut() {
-        poll.registry()
-            .register(back, Token(1), both)
-            .map_err(|e| e.to_string())?;
-    }
-    session.front_ready = Ready {
+    poll.registry()
+        .register(&mut session.pipe.back.stream, Token(1), both)
+        .map_err(|e| e.to_string())?;
+    session.front.ready = Ready {
         readable: true,
         writable: true,
         closing: false,
     };
-    session.back_ready = session.front_ready;
+    session.pipe.back.ready = session.front.ready;
     let mut events = Events::with_capacity(16);
     let deadline = Instant::now() + BOUND;
     let mut drive = true;
@@ -141,8 +152,8 @@ fn drive(
             .map_err(|e| e.to_string())?;
         for event in &events {
             let ready = match event.token() {
-                Token(0) => &mut session.front_ready,
-                _ => &mut session.back_ready,
+                Token(0) => &mut session.front.ready,
+                _ => &mut session.pipe.back.ready,
             };
             ready.merge(Ready::of_event(event));
             drive = true;
@@ -196,13 +207,12 @@ fn inherited_window_then_answer(splice: bool) -> (Ended, BufferPool) {
     let (mut client, front) = pair();
     let (mut server, back) = pair();
     let mut pool = BufferPool::new(16 * 1024, crate::shared::admission::Slots::new(4));
-    let mut session = session(front, back);
+    let mut session = session(front, back, splice);
     let mut window = pool.checkout().expect("a buffer");
     window.space()[..6].copy_from_slice(b"HELLO|");
     window.fill(6);
-    session.front_buf = Some(window);
-    session.prefix = b"PREFIX|".to_vec();
-    open_lanes(&mut session, splice);
+    session.pipe.up.buf = Some(window);
+    session.pipe.up.prefix = b"PREFIX|".to_vec();
     client.write_all(b"LATER").expect("write");
     client.shutdown(Shutdown::Write).expect("FIN");
     let answer = pattern(1 << 20, 7);
@@ -261,8 +271,7 @@ fn both_ways_under_backpressure(splice: bool) {
     let (client, front) = pair();
     let (server, back) = pair();
     let mut pool = BufferPool::new(16 * 1024, crate::shared::admission::Slots::new(4));
-    let mut session = session(front, back);
-    open_lanes(&mut session, splice);
+    let session = session(front, back, splice);
     let (up, down) = (pattern(LEN, 0), pattern(LEN, 100));
     let late = |stream: std::net::TcpStream| {
         thread::spawn(move || {
@@ -324,9 +333,9 @@ fn bytes_left_in_the_kernel_pipe_go_out_before_copied_ones() {
     }
     assert_eq!(pipe.pending(), 4);
     let mut pool = BufferPool::new(16 * 1024, crate::shared::admission::Slots::new(4));
-    let mut session = session(front, back);
+    let mut session = session(front, back, false);
     // As after a refused splice: the pipe's bytes still to deliver.
-    session.lanes.up = Lane::Unsplice(pipe);
+    session.pipe.up.lane = Lane::Unsplice(pipe);
     client.write_all(b"NEW").expect("write");
     client.shutdown(Shutdown::Write).expect("FIN");
     let backend = thread::spawn(move || {
@@ -374,8 +383,7 @@ fn refused_splice(both: bool) {
         refuse_splice_into(&front);
     }
     let mut pool = BufferPool::new(16 * 1024, crate::shared::admission::Slots::new(4));
-    let mut session = session(front, back);
-    open_lanes(&mut session, true);
+    let session = session(front, back, true);
     let (up, down) = (pattern(LEN, 3), pattern(LEN, 5));
     let client_gets = read_all(client.try_clone().expect("clone"));
     let client_sends = write_all(client, up.clone());
@@ -421,8 +429,7 @@ fn a_fin_waits_until_the_kernel_pipe_drained() {
     let (mut client, front) = pair();
     let (mut server, back) = pair();
     let mut pool = BufferPool::new(64, crate::shared::admission::Slots::new(2));
-    let mut session = session(front, back);
-    open_lanes(&mut session, true);
+    let mut session = session(front, back, true);
     client.write_all(b"DATA").expect("write");
     client.shutdown(Shutdown::Write).expect("FIN");
     server.write_all(b"ANSWER").expect("write");
@@ -431,29 +438,27 @@ fn a_fin_waits_until_the_kernel_pipe_drained() {
     // the data goes into the pipes and stays there while both EOFs are
     // seen.
     let deadline = Instant::now() + BOUND;
-    while !(session.front_eof && session.back_eof) && Instant::now() < deadline {
-        session.front_ready.readable = true;
-        session.back_ready.readable = true;
+    while !(session.pipe.up.eof && session.pipe.down.eof) && Instant::now() < deadline {
+        session.front.ready.readable = true;
+        session.pipe.back.ready.readable = true;
         assert!(matches!(
             step(&mut session, &mut pool).step,
             PipeStep::Continue { .. }
         ));
         thread::sleep(Duration::from_millis(1));
     }
-    assert!(session.front_eof && session.back_eof, "both EOFs seen");
-    assert_eq!(
-        (session.lanes.up.pending(), session.lanes.down.pending()),
-        (4, 6)
-    );
+    let pipe = &session.pipe;
+    assert!(pipe.up.eof && pipe.down.eof, "both EOFs seen");
+    assert_eq!((pipe.up.lane.pending(), pipe.down.lane.pending()), (4, 6));
     assert!(
-        !session.back_write_shut && !session.front_write_shut,
+        !pipe.up.shut && !pipe.down.shut,
         "a FIN went out before the bytes in the pipe"
     );
     // Both sides take bytes again: the pipes drain, then the FINs follow.
-    session.front_ready.writable = true;
-    session.back_ready.writable = true;
+    session.front.ready.writable = true;
+    session.pipe.back.ready.writable = true;
     assert!(matches!(step(&mut session, &mut pool).step, PipeStep::Done));
-    assert_eq!((session.bytes_in, session.bytes_out), (4, 6));
+    assert_eq!((session.front.read, session.pipe.bytes_out), (4, 6));
     // The last FIN goes with the close, as in the worker.
     drop(session);
     let mut got = Vec::new();

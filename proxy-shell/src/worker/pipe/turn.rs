@@ -6,7 +6,7 @@
 //! and keeps its place under `max_buffers` for the buffers it needed at
 //! once).
 //!
-//! Owns: [`open_lanes`] (how the lanes start), the end of the preread
+//! Owns: the end of the preread
 //! window (parked once drained), when a direction needs a buffer, [`turn`]
 //! and what it tells its caller ([`Turn`]): the pipes it had to create and
 //! the fallbacks it saw. Must never: take a pipe for a direction that has
@@ -14,15 +14,16 @@
 //! still holds a byte, hold more claims than its copying directions, or
 //! count anything itself (the caller owns the metrics).
 
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use log::debug;
 
-use super::{PipeStep, pipe};
+use super::{Flow, Pipe, PipeStep};
+use crate::worker::io::Peer;
 use crate::worker::lanes::Lane;
 use crate::worker::pipe_pool::PipePool;
-use crate::worker::pool::{BufferPool, Checkout};
-use crate::worker::session::Session;
+use crate::worker::pool::BufferPool;
 
 /// What splicing a drive may do: the worker's idle pipes, and the bytes a
 /// direction copies before it splices (`splice_threshold`).
@@ -47,67 +48,43 @@ pub struct Turn {
 #[derive(Debug)]
 pub struct Exhausted;
 
-/// How each direction starts, once the backend is connected: with
-/// `splice`, warming up (copying until it has moved enough to splice);
-/// else copying for good.
-pub fn open_lanes(session: &mut Session, splice: bool) {
-    if splice {
-        let warm = || Lane::Warm {
-            read: 0,
-            filled: false,
-        };
-        session.lanes.up = warm();
-        session.lanes.down = warm();
-    }
-}
-
 /// One drive of the pipe; see the module.
 pub fn turn(
-    session: &mut Session,
+    front: &mut Peer,
+    pipe: &mut Pipe,
+    client: SocketAddr,
     now: Instant,
     buffers: &mut BufferPool,
     splicing: Option<Splicing<'_>>,
 ) -> Result<Turn, Exhausted> {
-    let pipes_created = splicing.map_or(0, |s| switch_lanes(session, s));
+    let pipes_created = splicing.map_or(0, |s| switch_lanes(pipe, client, s));
     // The preread window is the up direction's first buffer; once it went
     // out, a pooled buffer of the pipe's size replaces it when the
     // direction next has bytes to move (a small window would copy in small
     // reads, a grown one would hold its memory).
-    if session
-        .front_buf
-        .as_ref()
-        .is_some_and(|buf| buf.is_empty() && !buffers.is_pipe_sized(buf))
-        && let Some(window) = session.front_buf.take()
+    if let Some(window) = pipe
+        .up
+        .buf
+        .take_if(|buf| buf.is_empty() && !buffers.is_pipe_sized(buf))
     {
         buffers.park(window);
-        session.parked += 1;
+        pipe.parked += 1;
     }
-    let up = wants_buffer(
-        &session.lanes.up,
-        &session.front_buf,
-        session.front_ready.readable,
-        session.front_eof,
-    );
-    let down = wants_buffer(
-        &session.lanes.down,
-        &session.back_buf,
-        session.back_ready.readable,
-        session.back_eof,
-    );
-    for (wanted, slot) in [(up, &mut session.front_buf), (down, &mut session.back_buf)] {
+    let up = wants_buffer(&pipe.up, front.ready.readable);
+    let down = wants_buffer(&pipe.down, pipe.back.ready.readable);
+    for (wanted, slot) in [(up, &mut pipe.up.buf), (down, &mut pipe.down.buf)] {
         if !wanted {
             continue;
         }
-        *slot = Some(if session.parked > 0 {
-            session.parked -= 1;
+        *slot = Some(if pipe.parked > 0 {
+            pipe.parked -= 1;
             buffers.unpark()
         } else {
             buffers.checkout().ok_or(Exhausted)?
         });
     }
-    let step = pipe(session, now);
-    settle_buffers(session, buffers);
-    let fallbacks = session.lanes.take_fallbacks();
+    let (step, fallbacks) = super::pipe(front, pipe, client, now);
+    settle_buffers(pipe, buffers);
     Ok(Turn {
         step,
         pipes_created,
@@ -118,25 +95,22 @@ pub fn turn(
 /// Gives a kernel pipe to each direction that earned one. Bytes already
 /// in its buffer still go first: nothing is spliced past them. A
 /// direction whose pipe cannot be had copies for good.
-fn switch_lanes(session: &mut Session, splicing: Splicing<'_>) -> u32 {
+fn switch_lanes(pipe: &mut Pipe, client: SocketAddr, splicing: Splicing<'_>) -> u32 {
     let mut created = 0;
     for (lane, direction) in [
-        (&mut session.lanes.up, "client to backend"),
-        (&mut session.lanes.down, "backend to client"),
+        (&mut pipe.up.lane, "client to backend"),
+        (&mut pipe.down.lane, "backend to client"),
     ] {
         if !lane.wants_pipe(splicing.threshold) {
             continue;
         }
         *lane = match splicing.pipes.take() {
-            Ok((pipe, new)) => {
+            Ok((kernel_pipe, new)) => {
                 created += u32::from(new);
-                Lane::Splice(pipe)
+                Lane::Splice(kernel_pipe)
             }
             Err(e) => {
-                debug!(
-                    "no splice pipe for {} ({direction}): {e}; copying",
-                    session.client
-                );
+                debug!("no splice pipe for {client} ({direction}): {e}; copying");
                 Lane::Copy
             }
         };
@@ -145,40 +119,37 @@ fn switch_lanes(session: &mut Session, splicing: Splicing<'_>) -> u32 {
 }
 
 /// Whether a direction needs a pooled buffer for this drive: it copies, has
-/// none, and has bytes to move (a readable source not at its EOF, or a
+/// none, and has bytes to move (a `readable` source not at its EOF, or a
 /// refused splice's pipe to drain).
-fn wants_buffer(lane: &Lane, slot: &Option<Checkout>, readable: bool, eof: bool) -> bool {
-    slot.is_none()
-        && lane.wants_buffer()
-        && (matches!(lane, Lane::Unsplice(_)) || (readable && !eof))
+fn wants_buffer(flow: &Flow, readable: bool) -> bool {
+    flow.buf.is_none()
+        && flow.lane.wants_buffer()
+        && (matches!(flow.lane, Lane::Unsplice(_)) || (readable && !flow.eof))
 }
 
 /// After the pipe: an empty buffer of a spliced direction goes back for
 /// good; one of a copying direction is parked (its claim kept). Claims
 /// past what the copying directions could use are given up.
-fn settle_buffers(session: &mut Session, buffers: &mut BufferPool) {
-    for (lane, slot) in [
-        (&session.lanes.up, &mut session.front_buf),
-        (&session.lanes.down, &mut session.back_buf),
-    ] {
-        let Some(buf) = slot.take_if(|buf| buf.is_empty()) else {
+fn settle_buffers(pipe: &mut Pipe, buffers: &mut BufferPool) {
+    for flow in [&mut pipe.up, &mut pipe.down] {
+        let Some(buf) = flow.buf.take_if(|buf| buf.is_empty()) else {
             continue;
         };
-        if lane.is_spliced() {
+        if flow.lane.is_spliced() {
             buffers.give_back(buf);
         } else {
             buffers.park(buf);
-            session.parked += 1;
+            pipe.parked += 1;
         }
     }
-    let copying = [&session.lanes.up, &session.lanes.down]
+    let copying = [&pipe.up, &pipe.down]
         .into_iter()
-        .filter(|lane| !lane.is_spliced())
+        .filter(|flow| !flow.lane.is_spliced())
         .count();
-    let held = usize::from(session.front_buf.is_some()) + usize::from(session.back_buf.is_some());
-    let excess = (held + usize::from(session.parked)).saturating_sub(copying.max(held));
+    let held = usize::from(pipe.up.buf.is_some()) + usize::from(pipe.down.buf.is_some());
+    let excess = (held + usize::from(pipe.parked)).saturating_sub(copying.max(held));
     if excess > 0 {
         buffers.release_parked(excess);
-        session.parked -= u8::try_from(excess).unwrap_or(session.parked);
+        pipe.parked -= u8::try_from(excess).unwrap_or(pipe.parked);
     }
 }

@@ -5,6 +5,7 @@
 //! the tables from before it.
 
 use command::generation::plan;
+use command::proto::request::RequestType;
 use command::state::ConfigState;
 use command::validate::ValidationError;
 use preread_core::routes::Lookup;
@@ -108,8 +109,14 @@ fn booted(state: &mut ConfigState) -> Result<(Runtime, Runtime), String> {
     )?;
     let registry = Arc::new(Registry::default());
     let mut workers = (Runtime::new(registry.clone()), Runtime::new(registry));
-    workers.0.apply_generation(&boot).map_err(|r| r.0)?;
-    workers.1.apply_generation(&boot).map_err(|r| r.0)?;
+    workers
+        .0
+        .apply_generation(&boot)
+        .map_err(|r| r.to_string())?;
+    workers
+        .1
+        .apply_generation(&boot)
+        .map_err(|r| r.to_string())?;
     Ok(workers)
 }
 
@@ -132,7 +139,9 @@ fn every_worker_routes_on_the_state_s_own_table() -> Result<(), String> {
         ],
     )?;
     for worker in [&mut *one, &mut *two] {
-        worker.apply_generation(&change).map_err(|r| r.0)?;
+        worker
+            .apply_generation(&change)
+            .map_err(|r| r.to_string())?;
         assert!(table(worker)?.same_storage(state_table(&state)?));
         assert_eq!(routed(worker, "b.example.com")?.as_deref(), Some("b"));
         assert_eq!(routed(worker, "x.example.com")?, None);
@@ -153,7 +162,7 @@ fn every_worker_routes_on_the_state_s_own_table() -> Result<(), String> {
         }))],
     )?;
     assert!(backends.routes.is_empty());
-    one.apply_generation(&backends).map_err(|r| r.0)?;
+    one.apply_generation(&backends).map_err(|r| r.to_string())?;
     assert!(table(one)?.same_storage(state_table(&state)?));
     Ok(())
 }
@@ -163,7 +172,7 @@ fn a_refused_change_leaves_the_tables_as_they_were() -> Result<(), String> {
     let mut state = ConfigState::default();
     let (one, two) = &mut booted(&mut state)?;
     let with_b = commit(&mut state, vec![cluster("b")])?;
-    one.apply_generation(&with_b).map_err(|r| r.0)?;
+    one.apply_generation(&with_b).map_err(|r| r.to_string())?;
     // Worker two never heard of cluster `b`: the route to it is refused
     // there, after the change before it applied.
     let change = commit(
@@ -171,16 +180,18 @@ fn a_refused_change_leaves_the_tables_as_they_were() -> Result<(), String> {
         vec![remove("a", "*.example.com"), add("b", "b.example.com")],
     )?;
     let before = table(two)?.clone();
-    let refused = two.apply_generation(&change).err().map(|r| r.0);
-    assert!(
-        refused
-            .as_deref()
-            .is_some_and(|m| m.contains("change 2 of 2") && m.contains("unknown cluster")),
-        "{refused:?}"
+    let refused = two.apply_generation(&change).err();
+    assert_eq!(
+        refused,
+        Some(GenerationRefused {
+            change: 2,
+            of: 2,
+            refusal: Refusal::UnknownCluster("b".to_owned()),
+        })
     );
     assert!(table(two)?.same_storage(&before));
     assert_eq!(routed(two, "x.example.com")?.as_deref(), Some("a"));
-    one.apply_generation(&change).map_err(|r| r.0)?;
+    one.apply_generation(&change).map_err(|r| r.to_string())?;
     assert_eq!(routed(one, "b.example.com")?.as_deref(), Some("b"));
     Ok(())
 }
@@ -192,14 +203,15 @@ fn a_generation_taken_back_reinstalls_the_tables_from_before() -> Result<(), Str
     let booted_table = state_table(&state)?.clone();
     let change = commit(&mut state, vec![remove("a", "*.example.com")])?;
     // Its sockets could not be opened: the worker takes it back itself.
-    one.apply_generation(&change).map_err(|r| r.0)?;
+    one.apply_generation(&change).map_err(|r| r.to_string())?;
     assert_eq!(routed(one, "x.example.com")?, None);
     one.undo_generation(&change);
     assert_eq!(table(one)?, &booted_table);
     assert_eq!(routed(one, "x.example.com")?.as_deref(), Some("a"));
     // Another worker refused it: the command server sends the inverse.
-    two.apply_generation(&change).map_err(|r| r.0)?;
-    two.apply_generation(&change.inverse()).map_err(|r| r.0)?;
+    two.apply_generation(&change).map_err(|r| r.to_string())?;
+    two.apply_generation(&change.inverse())
+        .map_err(|r| r.to_string())?;
     assert_eq!(table(two)?, &booted_table);
     assert!(table(two)?.same_storage(table(one)?));
     Ok(())

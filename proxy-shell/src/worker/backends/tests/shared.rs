@@ -12,8 +12,8 @@ fn with_nothing_up_the_answer_is_unavailable_at_once() {
         LoadBalancing::RoundRobin,
         &[("a", 1, false), ("b", 1, false)],
     );
-    c.update_settings(&proto::Cluster {
-        health_check: Some(proto::HealthCheck::default()),
+    c.update_settings(&ClusterSettings {
+        health_check: checked(2, 3),
         ..cluster(LoadBalancing::RoundRobin, 0)
     });
     take_down(&instance(&c, "a"), now);
@@ -29,8 +29,8 @@ fn with_nothing_up_the_answer_is_unavailable_at_once() {
 #[test]
 fn max_connections_is_counted_over_every_worker() {
     let now = Instant::now();
-    let limited = proto::Backend {
-        max_connections: Some(2),
+    let limited = BackendSettings {
+        max_connections: 2,
         ..backend("a", "127.0.0.1:9000", 1, false)
     };
     let backup = backend("k", "127.0.0.1:9001", 1, true);
@@ -101,7 +101,7 @@ fn a_named_backend_takes_each_resolution_and_keeps_known_addresses() {
     let now = Instant::now();
     let registry = Arc::new(Registry::default());
     let mut c = ClusterBackends::new(&cluster(LoadBalancing::RoundRobin, 0), &registry);
-    assert!(c.add(&backend("db", "db.internal:5432", 1, false), now));
+    c.add(&backend("db", "db.internal:5432", 1, false), now);
     let mut rng = Rng::new(0);
     assert_eq!(
         c.pick(now, &mut rng, &[]).err(),

@@ -10,22 +10,24 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use command::diff::diff;
 use command::generation::{Generation, Planned, plan};
-use command::proto::{self, request::RequestType, response_content::ContentType};
+use command::proto;
 use command::state::ConfigState;
 use command::state_file::load_state_requests;
 use command::validate::ValidationError;
 
+mod answers;
+
 use super::clients::ClientRef;
 use super::pending::Gathered;
 use super::reload_file::{self, Unread};
-use super::responses::{failure, ok, ok_with};
-use super::{CommandServer, Purpose, describe};
+use super::responses::{failure, ok};
+use super::{CommandServer, Purpose};
 use crate::answer_code::AnswerCode;
 use crate::worker::listen::ensure_unbound;
 use crate::worker::orders::{Order, OrderId};
@@ -260,10 +262,8 @@ impl CommandServer {
             .filter(|l| l.active != Some(false))
             .filter_map(|l| l.address.parse().ok())
             .collect();
-        plan(
-            &mut self.state,
-            requests,
-            |request, after| match opened_by(request) {
+        plan(&mut self.state, requests, |change, after| {
+            match change.opened_at() {
                 Some(address)
                     if check_unbound
                         && listens(after, address)
@@ -275,8 +275,8 @@ impl CommandServer {
                     })
                 }
                 _ => Ok(()),
-            },
-        )
+            }
+        })
     }
 
     /// The requests of a job; `None` when it is answered already (a file
@@ -420,7 +420,7 @@ impl CommandServer {
         // generation created goes, what a committed one removed goes.
         self.shared.registry.sync_changed(
             &self.state,
-            &run.generation.steps,
+            &run.generation.changes,
             std::time::Instant::now(),
         );
         let large = run.generation.len() >= crate::heap::TRIM_AFTER_CHANGES;
@@ -435,121 +435,6 @@ impl CommandServer {
             crate::heap::trim();
         }
         self.advance();
-    }
-
-    /// Saves the state if the job changed it, records a merge the workers
-    /// applied, and answers the job.
-    fn finish(&mut self, outcome: Outcome) {
-        let skipped = outcome.skipped();
-        if outcome.refused.is_none() {
-            self.sources.commit();
-            self.last_text.commit(skipped.is_empty(), self.generation);
-        } else {
-            self.sources.abandon();
-            self.last_text.abandon();
-        }
-        let applied = outcome.applied().len();
-        let save_note = if applied > 0 {
-            self.autosave(outcome.applied())
-                .map(|e| format!("; but the state file was not saved: {e}"))
-                .unwrap_or_default()
-        } else {
-            String::new()
-        };
-        let unchanged = outcome.planned.unchanged;
-        let answer = match &outcome.origin {
-            Origin::Reload(path, warnings) => {
-                let by_signal = outcome.client.is_none();
-                log_reload(path, applied, unchanged, &skipped, &save_note, by_signal);
-                if by_signal {
-                    return;
-                }
-                let report = (outcome.applied(), unchanged, &skipped[..]);
-                batch_answer(report, warnings, &save_note)
-            }
-            Origin::Sources => {
-                log_sources(applied, &skipped, &save_note);
-                return;
-            }
-            Origin::Change => match skipped.first() {
-                Some((_, failed)) => failure(failed.code, failed.message.clone()),
-                None if applied == 0 => {
-                    ok("unchanged: the proxy already has this; nothing sent to the workers")
-                }
-                None => ok(format!(
-                    "applied on {} worker(s){save_note}",
-                    self.workers.len()
-                )),
-            },
-            Origin::Batch => {
-                batch_answer((outcome.applied(), unchanged, &skipped), &[], &save_note)
-            }
-            Origin::Load(path) => {
-                let mut message = format!(
-                    "state loaded from {path}: {applied} applied, {unchanged} unchanged, {} \
-                     skipped{save_note}",
-                    skipped.len()
-                );
-                for (request, failed) in &skipped {
-                    message.push_str(&format!(
-                        "\n  skipped {}: {}: {}",
-                        describe(request),
-                        failed.code,
-                        failed.message
-                    ));
-                }
-                match skipped.first() {
-                    Some((_, failed)) => failure(failed.code, message),
-                    None => ok(message),
-                }
-            }
-        };
-        if let Some(who) = outcome.client {
-            self.respond(who, &answer);
-        }
-    }
-
-    /// A reload that read nothing to apply: logged, and answered to the
-    /// CLI that asked (on SIGHUP, systemd hears that the reload is over).
-    fn refuse_reload(&mut self, client: Option<ClientRef>, path: &Path, unread: Unread) {
-        let answer = match unread {
-            Unread::Unseen(message) => {
-                log::warn!("reload: {message}");
-                failure(AnswerCode::ConfigUnseen, message)
-            }
-            Unread::Refused(problems) => {
-                let errors = problems.iter().filter(|p| !p.is_warning()).count();
-                let mut message = format!(
-                    "reload of {} refused: {errors} error(s); nothing changed",
-                    path.display()
-                );
-                for problem in &problems {
-                    if problem.is_warning() {
-                        log::warn!("reload: {}:{problem}", path.display());
-                    } else {
-                        log::error!("reload: {}:{problem}", path.display());
-                    }
-                    message.push_str(&format!("\n{}:{problem}", path.display()));
-                }
-                failure(AnswerCode::ConfigRefused, message)
-            }
-        };
-        match client {
-            Some(who) => self.respond(who, &answer),
-            None => {
-                let summary = answer.message.lines().next().unwrap_or_default().to_owned();
-                log::error!("{summary}");
-                crate::notify::ready(&summary);
-            }
-        }
-    }
-
-    /// With `automatic_state_save`, journals the committed `steps` (synced
-    /// before the answer); the error, if any (logged), for the answer.
-    fn autosave(&mut self, steps: &[proto::Request]) -> Option<String> {
-        let error = self.saved.record(steps, &self.state).err()?;
-        log::error!("automatic state save failed: {error}");
-        Some(error.to_string())
     }
 
     /// A stop was ordered: the queued jobs will not run.
@@ -581,66 +466,6 @@ impl CommandServer {
     }
 }
 
-impl Outcome {
-    /// The changes committed: the generation, unless the workers refused it.
-    fn applied(&self) -> &[proto::Request] {
-        match self.refused {
-            Some(_) => &[],
-            None => &self.generation.steps,
-        }
-    }
-
-    /// Every request not applied, with why, in order: those the plan
-    /// skipped, then, if the workers refused the generation, each of its
-    /// changes.
-    fn skipped(&self) -> Vec<(proto::Request, Failure)> {
-        let mut skipped = self.planned.skipped.clone();
-        if let Some(refused) = &self.refused {
-            skipped.extend(
-                self.generation
-                    .steps
-                    .iter()
-                    .map(|step| (step.clone(), refused.clone())),
-            );
-        }
-        skipped
-    }
-}
-
-/// The answer to a batch or a reload that a client asked for: what was
-/// applied and skipped (the first [`REPORT_LIST_CAP`] of each, with the
-/// totals), and the warnings of the config file a reload read.
-fn batch_answer(
-    (applied, unchanged, skipped): (&[proto::Request], usize, &[(proto::Request, Failure)]),
-    warnings: &[String],
-    save_note: &str,
-) -> proto::Response {
-    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-    let report = proto::BatchReport {
-        applied: applied.iter().take(REPORT_LIST_CAP).cloned().collect(),
-        applied_total: count(applied.len()),
-        unchanged: count(unchanged),
-        skipped_total: count(skipped.len()),
-        skipped: skipped
-            .iter()
-            .take(REPORT_LIST_CAP)
-            .map(|(request, failed)| proto::SkippedRequest {
-                request: Some(request.clone()),
-                error_code: failed.code.as_str().to_owned(),
-                message: failed.message.clone(),
-            })
-            .collect(),
-        warnings: warnings.to_vec(),
-    };
-    let mut answer = ok_with(ContentType::Batch(report));
-    answer.message = format!(
-        "{} applied, {unchanged} unchanged, {} skipped{save_note}",
-        applied.len(),
-        skipped.len()
-    );
-    answer
-}
-
 fn stopping() -> proto::Response {
     failure(
         AnswerCode::Stopping,
@@ -663,71 +488,9 @@ pub(super) fn newly_listening(before: &ConfigState, after: &ConfigState) -> Vec<
         .collect()
 }
 
-/// The address at which `request` may start listening.
-fn opened_by(request: &proto::Request) -> Option<SocketAddr> {
-    let address = match request.request_type.as_ref()? {
-        RequestType::AddTcpListener(config) | RequestType::UpdateTcpListener(config) => {
-            &config.address
-        }
-        RequestType::ActivateListener(at) => &at.address,
-        _ => return None,
-    };
-    address.parse().ok()
-}
-
 /// Whether `state` listens at `address` (an active listener).
 fn listens(state: &ConfigState, address: SocketAddr) -> bool {
     state
         .listener(&address)
         .is_some_and(|l| l.active != Some(false))
-}
-
-/// The summary of a merge of the route sources: each skipped request with
-/// its code (excluded fragments are logged when they are recorded), then
-/// the count.
-fn log_sources(applied: usize, skipped: &[(proto::Request, Failure)], save_note: &str) {
-    for (request, failed) in skipped {
-        log::warn!(
-            "route sources: skipped {}: {}: {}",
-            describe(request),
-            failed.code,
-            failed.message
-        );
-    }
-    if applied > 0 || !skipped.is_empty() {
-        log::info!(
-            "route sources: {applied} change(s) applied, {} skipped{save_note}",
-            skipped.len()
-        );
-    }
-}
-
-/// The summary of a SIGHUP reload, as `preread reload` prints it: each
-/// skipped request with its code, then the counts.
-fn log_reload(
-    path: &Path,
-    applied: usize,
-    unchanged: usize,
-    skipped: &[(proto::Request, Failure)],
-    save_note: &str,
-    by_signal: bool,
-) {
-    for (request, failed) in skipped {
-        log::warn!(
-            "reload of {}: skipped {}: {}: {}",
-            path.display(),
-            describe(request),
-            failed.code,
-            failed.message
-        );
-    }
-    let summary = format!(
-        "reload of {}: {applied} applied, {unchanged} unchanged, {} skipped{save_note}",
-        path.display(),
-        skipped.len()
-    );
-    log::info!("{summary}");
-    if by_signal {
-        crate::notify::ready(&summary);
-    }
 }

@@ -1,0 +1,164 @@
+//! Listeners: their addition, update, removal and activation.
+//!
+//! Owns: the rules a listener change must pass against the state (its
+//! frontends and clusters still fit it). Must never: change anything when
+//! it refuses.
+
+use super::*;
+
+impl ConfigState {
+    pub(super) fn listener_mut(
+        &mut self,
+        address: &str,
+    ) -> Result<(SocketAddr, &mut Listener), ValidationError> {
+        let parsed = parse_address("listener", address)?;
+        match self.listeners.get_mut(&parsed) {
+            Some(listener) => Ok((parsed, listener)),
+            None => Err(ValidationError::new(
+                ErrorCode::NotFound,
+                format!("there is no listener at {parsed}: check `preread listener list`"),
+            )),
+        }
+    }
+
+    /// The frontends of the listener at `address`.
+    pub(super) fn frontends_of(
+        &self,
+        address: SocketAddr,
+    ) -> impl Iterator<Item = (&FrontendKey, &StoredFrontend)> {
+        self.frontends
+            .range(FrontendKey::first_of(address)..)
+            .take_while(move |(key, _)| key.address == address)
+    }
+
+    /// The state rules of a resolved listener config: its default cluster
+    /// exists, and no relay cluster is reached without `expect_proxy`.
+    pub(super) fn check_listener_references(
+        &self,
+        address: SocketAddr,
+        config: &proto::TcpListenerConfig,
+    ) -> Result<(), ValidationError> {
+        if let Some(id) = &config.default_cluster {
+            let Some(cluster) = self.clusters.get(id.as_str()) else {
+                return Err(ValidationError::new(
+                    ErrorCode::UnknownCluster,
+                    format!(
+                        "listener {address}: default_cluster `{id}` does not exist: add the \
+                         cluster first, or correct the id"
+                    ),
+                ));
+            };
+            if is_relay(cluster) && !config.expect_proxy {
+                return Err(ValidationError::new(
+                    ErrorCode::RelayWithoutExpectProxy,
+                    format!(
+                        "listener {address}: default_cluster `{id}` relays the client's PROXY \
+                         header, but the listener does not expect one: set expect_proxy, or \
+                         choose a cluster whose proxy_protocol is not relay"
+                    ),
+                ));
+            }
+        }
+        if !config.expect_proxy {
+            let relayed = self
+                .frontends_of(address)
+                .find(|(_, f)| self.clusters.get(&*f.cluster).is_some_and(is_relay));
+            if let Some((key, frontend)) = relayed {
+                return Err(ValidationError::new(
+                    ErrorCode::RelayWithoutExpectProxy,
+                    format!(
+                        "listener {address}: {key} routes to cluster `{}`, which relays the \
+                         client's PROXY header, so the listener must keep expect_proxy: remove \
+                         that frontend first, or keep expect_proxy = true",
+                        frontend.cluster
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn add_listener(
+        &mut self,
+        config: &proto::TcpListenerConfig,
+    ) -> Result<Applied, ValidationError> {
+        let (address, mut resolved) = resolve_listener(config)?;
+        resolved.active = Some(resolved.active.unwrap_or(true));
+        if let Some(existing) = self.listeners.get(&address) {
+            return if existing.config == resolved {
+                Ok(Applied::Unchanged)
+            } else {
+                Err(ValidationError::new(
+                    ErrorCode::ListenerConflict,
+                    format!(
+                        "a listener at {address} already exists with other settings ({}): send \
+                         update_tcp_listener to change them, or remove it first",
+                        listener_differences(&existing.config, &resolved)
+                    ),
+                ))
+            };
+        }
+        self.check_listener_references(address, &resolved)?;
+        self.listeners.insert(
+            address,
+            Listener {
+                config: resolved,
+                routes: RouteTable::new(),
+            },
+        );
+        Ok(Applied::Changed)
+    }
+
+    pub(super) fn update_listener(
+        &mut self,
+        config: &proto::TcpListenerConfig,
+    ) -> Result<Applied, ValidationError> {
+        let (address, mut resolved) = resolve_listener(config)?;
+        let Some(existing) = self.listeners.get(&address) else {
+            return Err(ValidationError::new(
+                ErrorCode::NotFound,
+                format!("there is no listener at {address} to update: add it instead"),
+            ));
+        };
+        resolved.active = Some(resolved.active.unwrap_or(existing.is_active()));
+        if existing.config == resolved {
+            return Ok(Applied::Unchanged);
+        }
+        self.check_listener_references(address, &resolved)?;
+        if let Some(listener) = self.listeners.get_mut(&address) {
+            listener.config = resolved;
+        }
+        Ok(Applied::Changed)
+    }
+
+    pub(super) fn remove_listener(&mut self, address: &str) -> Result<Applied, ValidationError> {
+        let (address, _) = self.listener_mut(address)?;
+        let frontends: Vec<String> = self
+            .frontends_of(address)
+            .map(|(k, _)| k.to_string())
+            .collect();
+        if !frontends.is_empty() {
+            return Err(ValidationError::new(
+                ErrorCode::InUse,
+                format!(
+                    "listener {address} still has {} frontend(s): {}: remove them first",
+                    frontends.len(),
+                    some_of(&frontends)
+                ),
+            ));
+        }
+        self.listeners.remove(&address);
+        Ok(Applied::Changed)
+    }
+
+    pub(super) fn set_active(
+        &mut self,
+        address: &str,
+        active: bool,
+    ) -> Result<Applied, ValidationError> {
+        let (_, listener) = self.listener_mut(address)?;
+        let same = listener.is_active() == active;
+        listener.config.active = Some(active);
+        Ok(unchanged_if(same))
+    }
+}
