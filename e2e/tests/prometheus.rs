@@ -88,6 +88,37 @@ fn scrape(address: SocketAddr, accept: Option<&str>) -> (String, String) {
     (content_type.to_owned(), body.to_owned())
 }
 
+/// `promtool check metrics` accepts `page` (written to `dir`).
+fn promtool_check(promtool: &Path, dir: &Path, page: &str) {
+    std::fs::write(dir.join("page.txt"), page).expect("write the page");
+    let promtool_path = promtool.display().to_string();
+    let check = run(
+        Path::new("sh"),
+        &[
+            "-c",
+            &format!("\"{promtool_path}\" check metrics < page.txt"),
+        ],
+        dir,
+        T,
+    )
+    .expect("run promtool");
+    assert!(
+        check.status.success(),
+        "promtool check metrics: {}{}\n{page}",
+        check.stdout,
+        check.stderr
+    );
+}
+
+/// The samples of `family` (by its sample name) on `page` whose labels
+/// include `label="value"`, as whole lines.
+fn lines_of<'p>(page: &'p str, family: &str, label: &str, value: &str) -> Vec<&'p str> {
+    let needle = format!("{label}=\"{value}\"");
+    page.lines()
+        .filter(|line| line.starts_with(&format!("{family}{{")) && line.contains(&needle))
+        .collect()
+}
+
 /// Python's view of `page`, parsed as `format`.
 fn python_families(dir: &Path, page: &str, format: &str) -> Vec<Value> {
     let python = require_tool("/usr/bin/python3", "python3");
@@ -148,24 +179,7 @@ fn a_scrape_parses_in_both_formats_and_holds_the_traffic() {
     let dir = TempDir::new("prometheus");
     let (content_type, page) = scrape(proxy.addr("metrics"), None);
     assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
-    std::fs::write(dir.path().join("page.txt"), &page).expect("write the page");
-    let promtool_path = promtool.display().to_string();
-    let check = run(
-        Path::new("sh"),
-        &[
-            "-c",
-            &format!("\"{promtool_path}\" check metrics < page.txt"),
-        ],
-        dir.path(),
-        T,
-    )
-    .expect("run promtool");
-    assert!(
-        check.status.success(),
-        "promtool check metrics: {}{}\n{page}",
-        check.stdout,
-        check.stderr
-    );
+    promtool_check(&promtool, dir.path(), &page);
 
     let families = python_families(dir.path(), &page, "text");
     let rejected = sample(
@@ -262,8 +276,10 @@ fn a_scrape_parses_in_both_formats_and_holds_the_traffic() {
 /// `metrics get` and a scrape whole: answers have their own, larger cap.
 #[test]
 fn a_large_proxys_metrics_go_past_the_request_cap() {
-    // Hosting-shaped: many clusters of two backends, none connected.
-    const BACKENDS: u16 = 12_000;
+    // Hosting-shaped: many clusters of two backends, none connected. Each
+    // backend has its six series from the start: 3,000 make an answer
+    // past 1 MiB.
+    const BACKENDS: u16 = 3_000;
     let mut config = ConfigBuilder::new()
         .global("metrics_address = \"${addr:metrics}\"")
         .listener("main", &[]);
@@ -310,5 +326,109 @@ fn a_large_proxys_metrics_go_past_the_request_cap() {
         .last()
         .map(|line| serde_json::from_str::<Value>(line).expect("JSON"))
         .expect("a total line");
-    assert_eq!(total[format!("backend.{BACKEND}-11999.up").as_str()], 1);
+    assert_eq!(total[format!("backend.{BACKEND}-02999.up").as_str()], 1);
+}
+
+/// Issue 28: every configured backend's series are served at 0 by a scrape
+/// right after the boot, before any session, and a removed backend's are
+/// gone from the next scrape, in every family.
+#[test]
+fn a_backends_series_exist_from_the_boot_and_go_with_it() {
+    let promtool = require_tool("promtool", "prometheus");
+    let web = TlsBackend::start(BackendConfig::new(BACKEND, &["www.example.com"]));
+    let spare = TlsBackend::start(BackendConfig::new("spare-1", &["www.example.com"]));
+    let config = ConfigBuilder::new()
+        .global("metrics_address = \"${addr:metrics}\"")
+        .global("worker_count = 2")
+        .listener("main", &[])
+        .frontend(CLUSTER, "main", Some("www.example.com"), &[])
+        .backend(CLUSTER, BACKEND, web.addr())
+        .backend(CLUSTER, "spare-1", spare.addr())
+        .backend("idle", "idle-0", spare.addr())
+        .build();
+    let proxy = start(&config);
+    let dir = TempDir::new("prometheus-boot");
+    let (_, page) = scrape(proxy.addr("metrics"), None);
+    promtool_check(&promtool, dir.path(), &page);
+    let families = python_families(dir.path(), &page, "text");
+    for (cluster, backend) in [(CLUSTER, BACKEND), (CLUSTER, "spare-1"), ("idle", "idle-0")] {
+        let labels = [("cluster", cluster), ("backend", backend)];
+        for direction in ["in", "out"] {
+            let mut with = labels.to_vec();
+            with.push(("direction", direction));
+            let bytes = sample(&families, "preread_backend_bytes_total", &with);
+            assert_eq!(bytes, Some(0.0), "{backend} {direction} at boot:\n{page}");
+        }
+        for family in [
+            "preread_backend_connections",
+            "preread_backend_connect_errors_total",
+            "preread_backend_connect_retries_total",
+        ] {
+            assert_eq!(
+                sample(&families, family, &labels),
+                Some(0.0),
+                "{family} {backend}"
+            );
+        }
+        for direction in ["in", "out"] {
+            let with = [("cluster", cluster), ("direction", direction)];
+            let bytes = sample(&families, "preread_cluster_bytes_total", &with);
+            assert_eq!(bytes, Some(0.0), "{cluster} {direction}");
+        }
+    }
+    let listener = proxy.addr("main").to_string();
+    let routed = [("listener", listener.as_str()), ("cluster", CLUSTER)];
+    let at_boot = sample(&families, "preread_preread_routed_total", &routed);
+    assert_eq!(at_boot, Some(0.0), "{page}");
+
+    // Traffic to both backends (each worker's round robin), so the removed one has
+    // counted series, not only zeros.
+    let mut reached = BTreeSet::new();
+    for _ in 0..20 {
+        let outcome = tls_request(proxy.addr("main"), "www.example.com", &[], None)
+            .unwrap_or_else(|e| panic!("routed: {e}\n{}", stderr_tail(&proxy)));
+        reached.extend(outcome.backend().map(str::to_owned));
+        if reached.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(reached.len(), 2, "both backends reached: {reached:?}");
+    for backend in [BACKEND, "spare-1"] {
+        proxy
+            .wait_metric(&format!("backend.{backend}.bytes_in"), |v| v > 0, T)
+            .unwrap_or_else(|e| panic!("{backend} carried a session: {e}"));
+    }
+    let removed = proxy
+        .cli(&[
+            "backend",
+            "remove",
+            "-i",
+            CLUSTER,
+            "--backend-id",
+            "spare-1",
+            "-a",
+            &spare.addr().to_string(),
+        ])
+        .expect("run backend remove");
+    assert!(
+        removed.status.success(),
+        "backend remove: {}",
+        String::from_utf8_lossy(&removed.stderr)
+    );
+    let (_, page) = scrape(proxy.addr("metrics"), None);
+    promtool_check(&promtool, dir.path(), &page);
+    let left: Vec<&str> = page
+        .lines()
+        .filter(|line| !line.starts_with('#') && line.contains("backend=\"spare-1\""))
+        .collect();
+    assert!(left.is_empty(), "the removed backend's series: {left:?}");
+    assert_eq!(
+        lines_of(&page, "preread_backend_bytes_total", "backend", BACKEND).len(),
+        2,
+        "the remaining backend keeps both directions:\n{page}"
+    );
+    assert_eq!(
+        lines_of(&page, "preread_backend_bytes_total", "backend", "idle-0").len(),
+        2
+    );
 }

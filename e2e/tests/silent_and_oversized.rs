@@ -3,7 +3,8 @@
 //! accept (not at `front_timeout`); a length that announces more than the
 //! cap is `too_large` the moment its header arrives; and a listener's
 //! `max_unrouted_per_ip` bounds what one client address may hold before
-//! routing.
+//! routing; a cut inbound PROXY header is `fragmented` at the deadline and
+//! `front_closed` on a close, logged, counted and captured.
 //!
 //! Build the binary first: `cargo build -p proxy-shell`. Loopback only
 //! (127.0.0.1 and 127.0.0.2); every wait is bounded.
@@ -284,4 +285,92 @@ fn max_unrouted_per_ip_refuses_one_more_connection_per_address() {
     drop((held, other, again, routed));
     settle(&proxy);
     assert_eq!(proxy.metric("tcp.sni_preread.active"), 0);
+}
+
+/// A cut inbound PROXY header, as an `expect_proxy` listener sees it
+/// (issue 28): bytes came, so it is the client's reject, not a silence.
+const CUT_HEADER: &[u8] = b"PROXY TCP4 192.0.2.1 198.5";
+
+#[test]
+fn a_cut_proxy_header_is_fragmented_on_the_deadline_and_front_closed_on_a_close() {
+    let backend = PlainBackend::start("alpha-0");
+    let config = ConfigBuilder::new()
+        .listener("pp", &["expect_proxy = true", "sni_preread_timeout = 500"])
+        .frontend("alpha", "pp", Some("a.example.com"), &[])
+        .backend("alpha", "alpha-0", backend.addr())
+        .build();
+    let proxy = start(&config);
+    settle(&proxy);
+
+    // The header is cut, then nothing: the deadline rejects it.
+    let mut waits = connect(proxy.addr("pp"), T).expect("connect");
+    waits.write_all(CUT_HEADER).expect("write the cut header");
+    let (got, end) = read_until_end(&mut waits, T);
+    assert_ne!(end, End::Timeout, "closed at the deadline: {got:?}");
+    proxy
+        .wait_metric("tcp.sni_preread.rejected.fragmented", |v| v == 1, T)
+        .unwrap_or_else(|e| panic!("{e}\n{}", tail(&proxy.stderr_text(), 30)));
+    assert!(
+        eventually(T, || logs_with(&proxy, "rejected:fragmented").len() == 1),
+        "one access-log line; stderr:\n{}",
+        tail(&proxy.stderr_text(), 30)
+    );
+
+    // The header is cut, then the client closes.
+    let mut closes = connect(proxy.addr("pp"), T).expect("connect");
+    closes.write_all(CUT_HEADER).expect("write the cut header");
+    closes
+        .shutdown(std::net::Shutdown::Write)
+        .expect("close the sending side");
+    let _ = read_until_end(&mut closes, T);
+    proxy
+        .wait_metric("tcp.sni_preread.rejected.front_closed", |v| v == 1, T)
+        .unwrap_or_else(|e| panic!("{e}\n{}", tail(&proxy.stderr_text(), 30)));
+    assert!(
+        eventually(T, || logs_with(&proxy, "rejected:front_closed").len() == 1),
+        "one access-log line; stderr:\n{}",
+        tail(&proxy.stderr_text(), 30)
+    );
+
+    // A whole header alone, then a close, is a balancer's health check.
+    let mut check = connect(proxy.addr("pp"), T).expect("connect");
+    check
+        .write_all(b"PROXY TCP4 192.0.2.1 198.51.100.2 40000 443\r\n")
+        .expect("write a whole header");
+    check
+        .shutdown(std::net::Shutdown::Write)
+        .expect("close the sending side");
+    let _ = read_until_end(&mut check, T);
+    settle(&proxy);
+    assert_eq!(proxy.metric("tcp.sni_preread.rejected.front_closed"), 1);
+    assert_eq!(proxy.metric("tcp.refused.silent_timeout"), 0);
+
+    // Both cut headers are captured, with the bytes they sent.
+    let out = proxy
+        .cli(&["--json", "rejects"])
+        .expect("run preread rejects");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    let outcomes: Vec<&str> = listed
+        .iter()
+        .filter_map(|entry| entry["outcome"].as_str())
+        .collect();
+    assert_eq!(
+        outcomes,
+        ["rejected:front_closed", "rejected:fragmented"],
+        "newest first: {listed:?}"
+    );
+    assert!(
+        listed
+            .iter()
+            .all(|entry| entry["bytes"] == CUT_HEADER.len()),
+        "{listed:?}"
+    );
 }

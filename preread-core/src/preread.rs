@@ -118,6 +118,17 @@ impl SniPrereadCore {
         self.learned.client_spoke
     }
 
+    /// Whether the connection sent nothing, or exactly one complete inbound
+    /// PROXY header and nothing after it: what a load balancer's health
+    /// check sends. A partial header is not that: bytes came that never
+    /// made a header, so a timeout or a close then is the client's fault
+    /// (`Fragmented`, `FrontClosed`), logged and counted. The step closes
+    /// silently only a connection that said nothing.
+    pub fn said_nothing(&self) -> bool {
+        !self.learned.client_spoke
+            && (!self.learned.bytes_arrived || self.learned.preamble.is_some())
+    }
+
     /// The parser's fault, when the window can never become a ClientHello:
     /// which rule it broke (for the alert a server would send).
     pub fn fault(&self) -> Option<preread_parser::tls::TlsError> {

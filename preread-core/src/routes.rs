@@ -482,6 +482,22 @@ impl RouteTable {
         Some(cluster)
     }
 
+    /// The cluster of every frontend, once per frontend (a cluster that
+    /// several frontends route to comes as often). Call it to list what
+    /// the table can route to (the metrics a listener has from the
+    /// start); it walks every entry, so never per connection.
+    pub fn clusters(&self) -> impl Iterator<Item = &ClusterId> {
+        [&self.exact, &self.one_label, &self.any_depth]
+            .into_iter()
+            .flat_map(Entries::iter)
+            .flat_map(|entry| {
+                entry
+                    .any
+                    .iter()
+                    .chain(entry.listed.iter().map(|listed| &listed.cluster))
+            })
+    }
+
     /// Whether `other` holds the very same storage as this table: it is a
     /// clone of this one (or this one of it), and neither changed since.
     /// Equal tables built apart compare `==` but not this.
@@ -880,6 +896,20 @@ mod tests {
             t.insert(pattern("**.example.com"), alpn(&["h2"]), "y".into()),
             Ok(())
         );
+    }
+
+    #[test]
+    fn clusters_lists_every_frontends_cluster() {
+        let t = table(&[
+            ("a.example.com", &["h2"], "x"),
+            ("a.example.com", &[], "y"),
+            ("*.example.com", &[], "x"),
+            ("**.example.org", &["http/1.1", "h3"], "z"),
+        ]);
+        let mut clusters: Vec<&str> = t.clusters().map(|c| &**c).collect();
+        clusters.sort_unstable();
+        assert_eq!(clusters, ["x", "x", "y", "z"]);
+        assert_eq!(RouteTable::new().clusters().count(), 0);
     }
 
     #[test]

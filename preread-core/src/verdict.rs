@@ -40,6 +40,9 @@ pub(crate) struct Learned {
     /// (any byte without `expect_proxy`), or one that cannot be a header.
     /// Only ever goes from `false` to `true`, as the window only grows.
     pub client_spoke: bool,
+    /// A byte arrived, a byte of an inbound PROXY header included. Only
+    /// ever goes from `false` to `true`.
+    pub bytes_arrived: bool,
     /// Why the window can never become a ClientHello, once it cannot.
     pub fault: Option<TlsError>,
     /// A complete ClientHello offered TLS 1.3 in `supported_versions`.
@@ -97,6 +100,7 @@ pub(crate) fn decide(
     cursor: &mut FrameCursor,
     learned: &mut Learned,
 ) -> Option<Output> {
+    learned.bytes_arrived |= !window.is_empty();
     let mut seen = Seen::default();
     if config.expect_proxy {
         match parse_proxy_header_within(window, config.max_bytes) {

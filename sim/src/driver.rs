@@ -1210,20 +1210,22 @@ impl Driver<'_> {
         let outcome = self.outcome.clone().unwrap_or(Outcome::Silent);
         // A load balancer's header and nothing else (a health check, or a
         // server-first client behind it): silent, or the server-first
-        // fallback, or (without one) the deadline; never a client's reject.
+        // fallback, or (without one) the deadline; never a client's reject
+        // once the header is whole. A header still cut when the deadline
+        // or the close came (or finished only by bytes past the deadline)
+        // is bytes that never made a header: the client's `fragmented` or
+        // `front_closed` (issue 28).
         if self.header_only() && self.sc.stream.len() == self.sc.truth.prefix_len {
+            let late = self.decided.as_ref().map(|d| d.by) == Some(DecidedBy::LateBytes);
+            let cut = self.window.len() < self.sc.truth.prefix_len || late;
             let fine = match &outcome {
-                Outcome::Silent => true,
+                Outcome::Silent => !cut,
                 Outcome::Routed {
                     fallback: Some(FallbackReason::ServerFirst),
                 } => self.server_first_on(),
                 Outcome::Rejected(RejectReason::TooLarge) => self.window.len() >= self.cap,
-                Outcome::SilentTimeout => {
-                    // With a server-first timer, only a header that itself
-                    // finished at or after the deadline.
-                    !self.server_first_on()
-                        || self.decided.as_ref().map(|d| d.by) == Some(DecidedBy::LateBytes)
-                }
+                Outcome::Rejected(RejectReason::Fragmented | RejectReason::FrontClosed) => cut,
+                Outcome::SilentTimeout => !self.server_first_on() && !cut,
                 _ => false,
             };
             if !fine {

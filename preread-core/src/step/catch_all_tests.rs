@@ -104,7 +104,7 @@ fn bytes_after_the_header_are_left_unread_whatever_they_are() -> Checked {
 }
 
 #[test]
-fn a_bad_header_is_refused_and_a_cut_one_is_silent() -> Checked {
+fn a_bad_header_is_refused_and_a_cut_one_is_the_clients_reject() -> Checked {
     let (listener, base) = (catch_all(true), Instant::now());
     let (mut step, _) = PrereadStep::accept(&listener, base);
     let bad = b"PROXY TCP9 nonsense\r\n";
@@ -114,14 +114,15 @@ fn a_bad_header_is_refused_and_a_cut_one_is_silent() -> Checked {
         Next::Close(Close::Rejected(RejectReason::ProxyHeaderInvalid))
     );
 
+    // Bytes came that never made a header: not a health check (issue 28).
     let header = header()?;
     let (mut step, _) = PrereadStep::accept(&listener, base);
     let _ = step.handle(&listener, read(&header[..4], 4, false), base);
     let closed = step.handle(&listener, read(&header[..4], 0, true), base);
     assert_eq!(
         closed.next,
-        Next::Close(Close::Silent),
-        "a balancer's health check"
+        Next::Close(Close::Rejected(RejectReason::FrontClosed)),
+        "a cut header, then a close"
     );
 
     let (mut step, _) = PrereadStep::accept(&listener, base);
@@ -131,7 +132,11 @@ fn a_bad_header_is_refused_and_a_cut_one_is_silent() -> Checked {
         Event::Timer(super::StepTimer::Preread),
         base + TIMEOUT,
     );
-    assert_eq!(late.next, Next::Close(Close::SilentTimeout));
+    assert_eq!(
+        late.next,
+        Next::Close(Close::Rejected(RejectReason::Fragmented)),
+        "a cut header, then the deadline"
+    );
     Ok(())
 }
 

@@ -212,7 +212,7 @@ impl PrereadStep {
                 (Fed::Timeout, self.feed(listener, Input::Timeout { now }))
             }
             Event::Idle => {
-                let close = if self.core.client_spoke() {
+                let close = if !self.core.said_nothing() {
                     Close::Rejected(RejectReason::Fragmented)
                 } else {
                     Close::SilentTimeout
@@ -330,11 +330,13 @@ impl PrereadStep {
         let next = match output {
             Output::NeedMore { deadline } => return self.need_more(*deadline),
             Output::Routed(route) => Next::Connect(route.clone()),
-            Output::Reject(RejectReason::FrontClosed) if !self.core.client_spoke() => {
+            // Nothing, or only a load balancer's whole header, came: a
+            // health check's close, or an idle client's deadline. A cut
+            // header is the client's reject like any cut hello.
+            Output::Reject(RejectReason::FrontClosed) if self.core.said_nothing() => {
                 Next::Close(Close::Silent)
             }
-            // Only a load balancer's header came, then the deadline.
-            Output::Reject(RejectReason::Fragmented) if !self.core.client_spoke() => {
+            Output::Reject(RejectReason::Fragmented) if self.core.said_nothing() => {
                 Next::Close(Close::SilentTimeout)
             }
             Output::Reject(reason) => Next::Close(Close::Rejected(*reason)),

@@ -235,6 +235,46 @@ fn a_proxy_header_then_nothing_until_the_deadline_is_a_silent_timeout() {
     assert_eq!(actions.left, Some(Left { sample: None }));
 }
 
+/// Issue 28: a cut PROXY header is bytes that never made a header, so the
+/// client's reject, logged and counted; a whole one then a close is a
+/// health check, silent.
+#[test]
+fn a_cut_proxy_header_is_fragmented_on_the_deadline_and_front_closed_on_a_close() {
+    let base = Instant::now();
+    let mut config = config();
+    config.expect_proxy = true;
+    let listener = PrereadListener::new(config, None);
+    let cut = b"PROXY TCP4 192.0.2.1 198.5";
+
+    let (mut step, _) = PrereadStep::accept(&listener, base);
+    let _ = step.handle(&listener, read(cut, cut.len(), false), ms(base, 5));
+    assert!(!step.core().said_nothing(), "bytes came");
+    let late = step.handle(
+        &listener,
+        Event::Timer(StepTimer::Preread),
+        ms(base, 5) + TIMEOUT,
+    );
+    assert_eq!(
+        late.next,
+        Next::Close(Close::Rejected(RejectReason::Fragmented))
+    );
+
+    let (mut step, _) = PrereadStep::accept(&listener, base);
+    let _ = step.handle(&listener, read(cut, cut.len(), false), ms(base, 5));
+    let closed = step.handle(&listener, read(cut, 0, true), ms(base, 6));
+    assert_eq!(
+        closed.next,
+        Next::Close(Close::Rejected(RejectReason::FrontClosed))
+    );
+
+    let header = proxy_v2_header();
+    let (mut step, _) = PrereadStep::accept(&listener, base);
+    let _ = step.handle(&listener, read(&header, header.len(), false), ms(base, 5));
+    assert!(step.core().said_nothing(), "a whole header only");
+    let closed = step.handle(&listener, read(&header, 0, true), ms(base, 6));
+    assert_eq!(closed.next, Next::Close(Close::Silent), "a health check");
+}
+
 #[test]
 fn a_catch_all_listener_connects_at_accept_unread() {
     let base = Instant::now();

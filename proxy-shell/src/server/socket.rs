@@ -14,8 +14,15 @@ use std::path::{Path, PathBuf};
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
-/// Pending connections the command socket queues before `accept`.
-const BACKLOG: i32 = 64;
+use super::clients::MAX_COMMAND_CLIENTS;
+
+/// Pending connections the command socket queues before `accept`: as many
+/// as it serves at once, so that every client under the cap that connects
+/// while the command thread is busy (a large answer being built) waits in
+/// the queue rather than getting `EAGAIN` from a non-blocking connect.
+/// The kernel caps it at `net.core.somaxconn` (4,096 by default).
+const BACKLOG: i32 = MAX_COMMAND_CLIENTS as i32;
+const _: () = assert!(MAX_COMMAND_CLIENTS <= i32::MAX as usize);
 
 /// The command socket file this process created; removed on drop if it is
 /// still the one created (same device and inode: not one that replaced it).

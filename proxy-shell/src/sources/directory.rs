@@ -6,9 +6,14 @@
 //! or replaced), the debounce ([`DEBOUNCE`]: an editor's or `rsync`'s burst
 //! of writes is one change), the scan (every fragment file read whole,
 //! regular files of at most [`MAX_FILE_BYTES`] only, so a FIFO cannot hold
-//! the thread), and the check for the stop flag every [`POLL`]. Must
-//! never: report a scan that failed part way as a whole read.
+//! the thread), a file deleted during the scan taken as removed (never
+//! as a broken fragment: a burst of 1,000 deletions is no warning), one
+//! log line per scan for the files gone since the last one, and the
+//! check for the stop flag every [`POLL`]. Must never: report a scan that
+//! failed part way as a whole read.
 
+use std::collections::BTreeSet;
+use std::io::ErrorKind;
 use std::path::Path;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, SystemTime};
@@ -41,6 +46,7 @@ pub(super) fn run(path: &Path, reporter: &Reporter) {
         }
     };
     let mut watching = false;
+    let mut known: BTreeSet<String> = BTreeSet::new();
     loop {
         if !watching {
             match debouncer.watcher().watch(path, RecursiveMode::NonRecursive) {
@@ -54,11 +60,16 @@ pub(super) fn run(path: &Path, reporter: &Reporter) {
         }
         if watching {
             let event = match scan(path) {
-                Ok(fragments) => SourceEvent::Synced {
-                    kind: SourceKind::Directory,
-                    fragments,
-                    at: SystemTime::now(),
-                },
+                Ok(fragments) => {
+                    let names = fragments.iter().map(|f| f.id.name.clone()).collect();
+                    log_removed(path, &known, &names);
+                    known = names;
+                    SourceEvent::Synced {
+                        kind: SourceKind::Directory,
+                        fragments,
+                        at: SystemTime::now(),
+                    }
+                }
                 Err(error) => {
                     // Gone or replaced: a new watch is needed to see it again.
                     let _ = debouncer.watcher().unwatch(path);
@@ -97,7 +108,34 @@ fn failed(path: &Path, why: &str) -> SourceEvent {
     }
 }
 
-/// Every fragment file of `path`, in name order.
+/// One line for the fragment files of `before` that `now` no longer
+/// holds: a burst of deletions is one line, naming the first few.
+fn log_removed(path: &Path, before: &BTreeSet<String>, now: &BTreeSet<String>) {
+    let gone = removed(before, now);
+    if let Some(first) = gone.first() {
+        let more = match gone.len() {
+            1 => String::new(),
+            n => format!(" and {} more", n - 1),
+        };
+        log::info!(
+            "directory source {}: {} fragment file(s) removed ({first}{more}); their routes go",
+            path.display(),
+            gone.len()
+        );
+    }
+}
+
+/// The names of `before` that `now` does not hold, in name order.
+fn removed<'a>(before: &'a BTreeSet<String>, now: &BTreeSet<String>) -> Vec<&'a str> {
+    before
+        .iter()
+        .filter(|name| !now.contains(*name))
+        .map(String::as_str)
+        .collect()
+}
+
+/// Every fragment file of `path`, in name order; a file deleted between
+/// the listing and its read is left out, as removed.
 fn scan(path: &Path) -> Result<Vec<Fragment>, String> {
     let entries = std::fs::read_dir(path).map_err(|e| format!("cannot be read: {e}"))?;
     let mut names = Vec::new();
@@ -113,30 +151,34 @@ fn scan(path: &Path) -> Result<Vec<Fragment>, String> {
     names.sort();
     Ok(names
         .into_iter()
-        .map(|name| read_fragment(&path.join(&name), &name))
+        .filter_map(|name| read_fragment(&path.join(&name), &name))
         .collect())
 }
 
-fn read_fragment(file: &Path, name: &str) -> Fragment {
+/// The fragment of `file`, or `None` when it no longer exists (deleted
+/// since the listing: a removal, not a broken fragment).
+fn read_fragment(file: &Path, name: &str) -> Option<Fragment> {
     let metadata = match std::fs::metadata(file) {
         Ok(metadata) => metadata,
-        Err(error) => return unreadable(name, &error.to_string()),
+        Err(error) if error.kind() == ErrorKind::NotFound => return None,
+        Err(error) => return Some(unreadable(name, &error.to_string())),
     };
     if !metadata.is_file() {
-        return unreadable(name, "not a regular file");
+        return Some(unreadable(name, "not a regular file"));
     }
     if metadata.len() > MAX_FILE_BYTES {
-        return unreadable(
+        return Some(unreadable(
             name,
             &format!(
                 "{} bytes, over the {MAX_FILE_BYTES} a fragment file may hold",
                 metadata.len()
             ),
-        );
+        ));
     }
     match std::fs::read_to_string(file) {
-        Ok(text) => fragment(name, &text),
-        Err(error) => unreadable(name, &error.to_string()),
+        Ok(text) => Some(fragment(name, &text)),
+        Err(error) if error.kind() == ErrorKind::NotFound => None,
+        Err(error) => Some(unreadable(name, &error.to_string())),
     }
 }
 
@@ -162,6 +204,25 @@ mod tests {
             matches!(&fragments[2].body, FragmentBody::Broken(p) if p[0].message.contains("not a regular file"))
         );
         assert!(scan(&dir.path().join("missing")).is_err());
+        Ok(())
+    }
+
+    /// Issue 28: a file deleted between the listing and its read is a
+    /// removal, and the files gone since the last scan are named once.
+    #[test]
+    fn a_deleted_file_is_removed_not_broken() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let gone = dir.path().join("gone.toml");
+        assert!(read_fragment(&gone, "gone.toml").is_none(), "deleted");
+        std::fs::write(&gone, "[clusters.g]\n")?;
+        assert!(matches!(
+            read_fragment(&gone, "gone.toml").map(|f| f.body),
+            Some(FragmentBody::Declared(_))
+        ));
+        let before: BTreeSet<String> = ["a.toml", "b.toml", "c.toml"].map(String::from).into();
+        let now: BTreeSet<String> = ["b.toml", "d.toml"].map(String::from).into();
+        assert_eq!(removed(&before, &now), ["a.toml", "c.toml"]);
+        assert!(removed(&now, &now).is_empty());
         Ok(())
     }
 }

@@ -204,6 +204,11 @@ impl ClusterBackends {
         true
     }
 
+    /// The ids of the cluster's backends.
+    pub fn backend_ids(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.backends.iter().map(|backend| &backend.id)
+    }
+
     /// A lease on the instance for a connect, or why there is none.
     /// Candidates are the instances not in `tried` (the ones this
     /// connection already failed on) of backends of non-zero weight, up or

@@ -24,6 +24,7 @@ use slab::Slab;
 use super::accept::{Accepted, accept};
 use super::accept_retry::AcceptRetry;
 use super::close::close;
+use super::configured::Configured;
 use super::ctx::{Ctx, Drive};
 use super::drive::drive;
 use super::io::Ready;
@@ -257,8 +258,8 @@ impl Worker {
                 let in_use = self.ctx.pool.in_use() as i64;
                 let buffers = Series::of(Family::BuffersInUse);
                 self.ctx.metrics.gauge_set(buffers, in_use);
-                let listeners = self.ctx.runtime.listeners.keys().copied();
-                Answer::Metrics(self.ctx.metrics.snapshot(listeners))
+                let configured = Configured::of(&self.ctx.runtime);
+                Answer::Metrics(self.ctx.metrics.snapshot(&configured))
             }
             Order::Rejects(query) => Answer::Rejects(self.ctx.rejects.list(self.ctx.id, &query)),
             Order::ExportListeners => self.export_listeners(),

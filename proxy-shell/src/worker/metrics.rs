@@ -2,21 +2,22 @@
 //! their labelled series, and the worker's snapshot of them (the series and
 //! their flat view, `crate::metrics::flat`).
 //!
-//! Owns: the values of one worker. Must never: lock (one registry per
-//! worker), allocate when an existing series is counted (its key holds
-//! shared ids), or drop a series once counted (operators see zeros, not
-//! missing series): every listener's series start at 0.
+//! Owns: the values of one worker, and leaving out of a snapshot (and
+//! forgetting) the series of objects the worker no longer holds. Must
+//! never: lock (one registry per worker), allocate when an existing series
+//! is counted (its key holds shared ids), or leave out a series of an
+//! object it holds: every series `super::configured` lists is in a
+//! snapshot, at 0 until counted.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
 
 use command::proto::{MetricSeries, WorkerMetrics};
-use preread_core::{FallbackReason, RejectReason};
 
-use super::vocabulary::{RefuseReason, fixed_names};
+use super::configured::Configured;
+use super::vocabulary::fixed_names;
 use crate::metrics::families::{Family, Kind};
 use crate::metrics::flat;
-use crate::metrics::series::{IN, OUT, Series};
+use crate::metrics::series::Series;
 
 /// Observations of one histogram series, per bucket of its family's bounds
 /// (not cumulative; the last one is +Inf), and their sum.
@@ -43,25 +44,6 @@ impl Histogram {
         }
         self.sum = self.sum.saturating_add(value);
     }
-}
-
-/// The families every listener has a series of from the start, with the
-/// reasons of those labelled by one.
-fn listener_series(listener: SocketAddr) -> impl Iterator<Item = Series> {
-    let on = move |family| Series::on(family, listener);
-    [
-        Family::ConnectionsAccepted,
-        Family::ConnectionsActive,
-        Family::AcceptDescriptorErrors,
-        Family::PrereadActive,
-    ]
-    .into_iter()
-    .map(on)
-    .chain([IN, OUT].map(|d| on(Family::ClientBytes).direction(d)))
-    .chain(["backend", "client"].map(|side| on(Family::ConnectionsReset).from(side)))
-    .chain(RefuseReason::ALL.map(|r| on(Family::ConnectionsRefused).reason(r.as_str())))
-    .chain(RejectReason::ALL.map(|r| on(Family::PrereadRejected).reason(r.as_str())))
-    .chain(FallbackReason::ALL.map(|r| on(Family::PrereadFallback).reason(r.as_str())))
 }
 
 /// One worker's metrics.
@@ -143,9 +125,15 @@ impl Metrics {
         self.values.get(series).copied().unwrap_or(0)
     }
 
-    /// Every series, with those of each of `listeners` at 0 when never
-    /// touched, and their flat view (the fixed flat names at 0 too).
-    pub fn snapshot(&self, listeners: impl IntoIterator<Item = SocketAddr>) -> WorkerMetrics {
+    /// Every series of the objects `configured` lists, at 0 when never
+    /// counted, and their flat view (the fixed flat names at 0 too). The
+    /// series of an object no longer there (a removed backend's, or one a
+    /// session closing after the removal counted again) are forgotten:
+    /// the registry holds the live objects' series and those of objects
+    /// removed since the last snapshot, never more.
+    pub fn snapshot(&mut self, configured: &Configured) -> WorkerMetrics {
+        self.values.retain(|key, _| configured.holds(key));
+        self.histograms.retain(|key, _| configured.holds(key));
         let mut series: Vec<MetricSeries> = self
             .values
             .iter()
@@ -156,20 +144,17 @@ impl Metrics {
             sum: histogram.sum,
             ..key.to_proto(0)
         }));
-        for listener in listeners {
-            for key in listener_series(listener) {
-                if !self.values.contains_key(&key) {
-                    series.push(key.to_proto(0));
-                }
+        for key in configured.values() {
+            if !self.values.contains_key(&key) {
+                series.push(key.to_proto(0));
             }
-            for family in [Family::PrereadDuration, Family::ClientHelloBytes] {
-                let key = Series::on(family, listener);
-                if !self.histograms.contains_key(&key) {
-                    series.push(MetricSeries {
-                        buckets: Histogram::of(family).buckets.to_vec(),
-                        ..key.to_proto(0)
-                    });
-                }
+        }
+        for key in configured.histograms() {
+            if !self.histograms.contains_key(&key) {
+                series.push(MetricSeries {
+                    buckets: Histogram::of(key.family()).buckets.to_vec(),
+                    ..key.to_proto(0)
+                });
             }
         }
         let mut values: BTreeMap<String, i64> =
@@ -205,16 +190,111 @@ mod tests {
 
     use super::Metrics;
     use crate::metrics::families::Family;
-    use crate::metrics::series::{IN, Series};
+    use crate::metrics::series::{IN, OUT, Series};
+    use crate::worker::configured::Configured;
     use crate::worker::vocabulary::RefuseReason;
 
     fn listener() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 8443))
     }
 
+    /// The listener alone, or with cluster `alpha` of backends `backends`
+    /// (routed to from the listener).
+    fn configured(backends: &[&str]) -> Configured {
+        let alpha: Arc<str> = "alpha".into();
+        if backends.is_empty() {
+            return Configured::new([listener()], [], []);
+        }
+        let ids = backends.iter().map(|b| Arc::from(*b)).collect();
+        Configured::new(
+            [listener()],
+            [(listener(), Arc::clone(&alpha))],
+            [(alpha, ids)],
+        )
+    }
+
+    fn value(
+        snapshot: &command::proto::WorkerMetrics,
+        family: Family,
+        labels: &[(&str, &str)],
+    ) -> Option<i64> {
+        snapshot
+            .series
+            .iter()
+            .find(|s| {
+                s.family == family.name()
+                    && labels
+                        .iter()
+                        .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+            })
+            .map(|s| s.value)
+    }
+
+    #[test]
+    fn a_backends_series_exist_at_zero_and_go_with_it() {
+        let mut metrics = Metrics::new(0);
+        let snapshot = metrics.snapshot(&configured(&["alpha-0", "alpha-1"]));
+        for backend in ["alpha-0", "alpha-1"] {
+            for direction in [IN, OUT] {
+                let labels = [("backend", backend), ("direction", direction)];
+                assert_eq!(
+                    value(&snapshot, Family::BackendBytes, &labels),
+                    Some(0),
+                    "{labels:?}"
+                );
+            }
+            for family in [
+                Family::BackendConnections,
+                Family::BackendConnectErrors,
+                Family::BackendConnectRetries,
+            ] {
+                assert_eq!(value(&snapshot, family, &[("backend", backend)]), Some(0));
+            }
+        }
+        let listener = listener().to_string();
+        let routed = [("listener", listener.as_str()), ("cluster", "alpha")];
+        assert_eq!(value(&snapshot, Family::PrereadRouted, &routed), Some(0));
+        assert_eq!(
+            value(&snapshot, Family::ClusterBytes, &[("direction", "in")]),
+            Some(0)
+        );
+
+        let (cluster, gone): (Arc<str>, Arc<str>) = ("alpha".into(), "alpha-1".into());
+        metrics.add(
+            Series::backend(Family::BackendBytes, &cluster, &gone).direction(IN),
+            9,
+        );
+        let snapshot = metrics.snapshot(&configured(&["alpha-0"]));
+        assert_eq!(
+            value(&snapshot, Family::BackendBytes, &[("backend", "alpha-1")]),
+            None
+        );
+        assert_eq!(
+            value(
+                &snapshot,
+                Family::BackendConnections,
+                &[("backend", "alpha-1")]
+            ),
+            None
+        );
+        assert_eq!(snapshot.values.get("backend.alpha-1.bytes_in"), None);
+        assert_eq!(
+            metrics.get(&Series::backend(Family::BackendBytes, &cluster, &gone).direction(IN)),
+            0,
+            "forgotten, not only left out"
+        );
+
+        let snapshot = metrics.snapshot(&Configured::default());
+        assert!(
+            snapshot.series.iter().all(|s| s.labels.is_empty()),
+            "{:?}",
+            snapshot.series
+        );
+    }
+
     #[test]
     fn every_fixed_name_and_listener_series_starts_at_zero() {
-        let snapshot = Metrics::new(3).snapshot([listener()]);
+        let snapshot = Metrics::new(3).snapshot(&configured(&[]));
         let values = &snapshot.values;
         for name in [
             "tcp.sni_preread.active",
@@ -271,7 +351,7 @@ mod tests {
         );
         metrics.gauge_set(Series::of(Family::BuffersInUse), 12);
         metrics.gauge_set(Series::of(Family::BuffersInUse), 5);
-        let snapshot = metrics.snapshot([]);
+        let snapshot = metrics.snapshot(&configured(&["alpha-0"]));
         assert_eq!(snapshot.values["tcp.accepted"], 2);
         assert_eq!(snapshot.values["tcp.active"], -1);
         assert_eq!(snapshot.values["backend.alpha-0.bytes_in"], 7);
@@ -295,7 +375,7 @@ mod tests {
         }
         let duration = Series::on(Family::PrereadDuration, listener());
         metrics.observe(duration, 1_500);
-        let snapshot = metrics.snapshot([listener()]);
+        let snapshot = metrics.snapshot(&configured(&[]));
         let find = |family: Family| {
             snapshot
                 .series

@@ -10,6 +10,7 @@ mod accept;
 mod accept_retry;
 pub mod backends;
 mod close;
+pub mod configured;
 mod connect;
 mod ctx;
 mod drive;

@@ -1,0 +1,136 @@
+//! The series a worker's objects have from the start: each listener's,
+//! cluster's and backend's, with every fixed `reason`, `direction` and
+//! `from` value (doc/configure.md §5.4: a series exists from the
+//! generation that adds its object, at 0, and goes with its object).
+//!
+//! Owns: which series of the worker's runtime exist before anything
+//! counted them, and whether a counted series still names an object the
+//! runtime holds. Must never: count, or list a series whose labels come
+//! from a client (the `(listener, cluster)` pairs are the listener's
+//! frontends', never a routed name).
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use preread_core::routes::ClusterId;
+use preread_core::{FallbackReason, RejectReason};
+
+use super::runtime::Runtime;
+use super::vocabulary::RefuseReason;
+use crate::metrics::families::Family;
+use crate::metrics::series::{IN, OUT, Series};
+
+/// The objects of one worker's runtime that label series.
+#[derive(Debug, Default)]
+pub struct Configured {
+    listeners: HashSet<SocketAddr>,
+    /// Each listener with the clusters its SNI frontends route to.
+    routed: HashSet<(SocketAddr, ClusterId)>,
+    /// Each cluster with its backends' ids.
+    backends: HashMap<ClusterId, HashSet<Arc<str>>>,
+}
+
+impl Configured {
+    /// The listeners, `(listener, cluster)` routes and clusters with their
+    /// backends given.
+    pub fn new(
+        listeners: impl IntoIterator<Item = SocketAddr>,
+        routed: impl IntoIterator<Item = (SocketAddr, ClusterId)>,
+        backends: impl IntoIterator<Item = (ClusterId, HashSet<Arc<str>>)>,
+    ) -> Self {
+        Self {
+            listeners: listeners.into_iter().collect(),
+            routed: routed.into_iter().collect(),
+            backends: backends.into_iter().collect(),
+        }
+    }
+
+    /// What `runtime` holds now.
+    pub fn of(runtime: &Runtime) -> Self {
+        let routed = runtime.listeners.values().flat_map(|listener| {
+            let address = listener.address;
+            let routes = listener.preread.config.routes.clusters();
+            routes.map(move |cluster| (address, Arc::clone(cluster)))
+        });
+        let backends = runtime.clusters.iter().map(|(id, cluster)| {
+            let ids = cluster.backend_ids().map(Arc::clone).collect();
+            (Arc::clone(id), ids)
+        });
+        Self::new(runtime.listeners.keys().copied(), routed, backends)
+    }
+
+    /// Whether every object `series` is labelled by is still here.
+    pub fn holds(&self, series: &Series) -> bool {
+        let listener = series
+            .listener_label()
+            .is_none_or(|address| self.listeners.contains(&address));
+        let objects = match (series.cluster_label(), series.backend_label()) {
+            (None, None) => true,
+            (Some(cluster), None) => self.backends.contains_key(cluster),
+            (Some(cluster), Some(backend)) => self
+                .backends
+                .get(cluster)
+                .is_some_and(|ids| ids.contains(backend)),
+            (None, Some(_)) => false,
+        };
+        listener && objects
+    }
+
+    /// Every counter and gauge series of these objects.
+    pub fn values(&self) -> impl Iterator<Item = Series> + '_ {
+        let listeners = self.listeners.iter().flat_map(|&l| listener_series(l));
+        let routed = self.routed.iter().map(|(listener, cluster)| {
+            Series::on(Family::PrereadRouted, *listener).cluster(cluster)
+        });
+        let clusters = self.backends.iter().flat_map(|(cluster, ids)| {
+            let bytes = [IN, OUT].map(|d| {
+                Series::of(Family::ClusterBytes)
+                    .cluster(cluster)
+                    .direction(d)
+            });
+            let backends = ids.iter().flat_map(move |id| backend_series(cluster, id));
+            bytes.into_iter().chain(backends)
+        });
+        listeners.chain(routed).chain(clusters)
+    }
+
+    /// Every histogram series of these objects.
+    pub fn histograms(&self) -> impl Iterator<Item = Series> + '_ {
+        self.listeners.iter().flat_map(|&listener| {
+            [Family::PrereadDuration, Family::ClientHelloBytes]
+                .map(|family| Series::on(family, listener))
+        })
+    }
+}
+
+/// A listener's counter and gauge series, with every reason.
+fn listener_series(listener: SocketAddr) -> impl Iterator<Item = Series> {
+    let on = move |family| Series::on(family, listener);
+    [
+        Family::ConnectionsAccepted,
+        Family::ConnectionsActive,
+        Family::AcceptDescriptorErrors,
+        Family::PrereadActive,
+    ]
+    .into_iter()
+    .map(on)
+    .chain([IN, OUT].map(|d| on(Family::ClientBytes).direction(d)))
+    .chain(["backend", "client"].map(|side| on(Family::ConnectionsReset).from(side)))
+    .chain(RefuseReason::ALL.map(|r| on(Family::ConnectionsRefused).reason(r.as_str())))
+    .chain(RejectReason::ALL.map(|r| on(Family::PrereadRejected).reason(r.as_str())))
+    .chain(FallbackReason::ALL.map(|r| on(Family::PrereadFallback).reason(r.as_str())))
+}
+
+/// A backend's series the workers count (`preread_backend_up` is the
+/// process's, `crate::shared::events`).
+fn backend_series(cluster: &Arc<str>, id: &Arc<str>) -> [Series; 5] {
+    let of = |family| Series::backend(family, cluster, id);
+    [
+        of(Family::BackendConnections),
+        of(Family::BackendConnectErrors),
+        of(Family::BackendConnectRetries),
+        of(Family::BackendBytes).direction(IN),
+        of(Family::BackendBytes).direction(OUT),
+    ]
+}
