@@ -52,6 +52,10 @@ pub struct Metrics {
     worker_id: u32,
     values: HashMap<Series, i64>,
     histograms: HashMap<Series, Histogram>,
+    /// What the counters of forgotten series had added to the process
+    /// totals of the flat view (`tcp.accepted`, …): a removed listener's
+    /// series go, but the worker's totals never go down.
+    retired: BTreeMap<&'static str, i64>,
 }
 
 impl Metrics {
@@ -71,6 +75,7 @@ impl Metrics {
             worker_id,
             values,
             histograms: HashMap::new(),
+            retired: BTreeMap::new(),
         }
     }
 
@@ -132,6 +137,7 @@ impl Metrics {
     /// the registry holds the live objects' series and those of objects
     /// removed since the last snapshot, never more.
     pub fn snapshot(&mut self, configured: &Configured) -> WorkerMetrics {
+        self.retire(configured);
         self.values.retain(|key, _| configured.holds(key));
         self.histograms.retain(|key, _| configured.holds(key));
         let mut series: Vec<MetricSeries> = self
@@ -161,10 +167,38 @@ impl Metrics {
             fixed_names().map(|name| (name.to_owned(), 0)).collect();
         flat::zero_histogram(&mut values);
         flat::view(&series, &mut values);
+        for (name, retired) in &self.retired {
+            if let Some(total) = values.get_mut(*name) {
+                *total = total.saturating_add(*retired);
+            }
+        }
         WorkerMetrics {
             worker_id: self.worker_id,
             values,
             series,
+        }
+    }
+
+    /// Keeps what the counters of the series about to be forgotten added to
+    /// the process totals; only those (the fixed names): a removed
+    /// backend's own names go with it.
+    fn retire(&mut self, configured: &Configured) {
+        let gone: Vec<MetricSeries> = self
+            .values
+            .iter()
+            .filter(|(key, _)| key.family().kind() == Kind::Counter && !configured.holds(key))
+            .map(|(key, &value)| key.to_proto(value))
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        let mut totals = BTreeMap::new();
+        flat::view(&gone, &mut totals);
+        for name in fixed_names() {
+            if let Some(&value) = totals.get(name) {
+                let slot = self.retired.entry(name).or_default();
+                *slot = slot.saturating_add(value);
+            }
         }
     }
 
@@ -228,6 +262,26 @@ mod tests {
                         .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
             })
             .map(|s| s.value)
+    }
+
+    #[test]
+    fn a_removed_listeners_counts_stay_in_the_workers_totals() {
+        let mut metrics = Metrics::new(0);
+        metrics.incr(Series::on(Family::ConnectionsAccepted, listener()));
+        metrics.incr(Series::on(Family::ConnectionsAccepted, listener()));
+        assert_eq!(metrics.snapshot(&configured(&[])).values["tcp.accepted"], 2);
+        let gone = metrics.snapshot(&Configured::default());
+        assert!(
+            gone.series.iter().all(|s| s.labels.is_empty()),
+            "{:?}",
+            gone.series
+        );
+        assert_eq!(gone.values["tcp.accepted"], 2, "the total went down");
+        assert_eq!(
+            metrics.snapshot(&Configured::default()).values["tcp.accepted"],
+            2,
+            "retired once, not on every snapshot"
+        );
     }
 
     #[test]
