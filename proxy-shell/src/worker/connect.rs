@@ -32,12 +32,12 @@ use super::io::Ready;
 use super::keepalive;
 use super::pipe::open_lanes;
 use super::session::{Phase, Session};
-use super::shortage::{RETRY_EVERY, is_local};
 use super::tokens::{Side, session_token};
-use super::vocabulary::{Outcome, RefuseReason};
 use crate::metrics::families::Family;
 use crate::metrics::series::Series;
 use crate::shared::instance::Observed;
+use crate::shared::shortage::{RETRY_EVERY, is_local};
+use crate::vocabulary::{Outcome, RefuseReason};
 
 /// Used only if the session's listener was removed mid-connect.
 const FALLBACK_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);

@@ -13,10 +13,10 @@ use std::net::SocketAddr;
 use command::proto::{MetricSeries, WorkerMetrics};
 use preread_core::{FallbackReason, RejectReason};
 
-use super::vocabulary::{RefuseReason, fixed_names};
 use crate::metrics::families::{Family, Kind};
 use crate::metrics::flat;
 use crate::metrics::series::{IN, OUT, Series};
+use crate::vocabulary::{RefuseReason, fixed_names};
 
 /// Observations of one histogram series, per bucket of its family's bounds
 /// (not cumulative; the last one is +Inf), and their sum.
@@ -206,7 +206,7 @@ mod tests {
     use super::Metrics;
     use crate::metrics::families::Family;
     use crate::metrics::series::{IN, Series};
-    use crate::worker::vocabulary::RefuseReason;
+    use crate::vocabulary::RefuseReason;
 
     fn listener() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 8443))
