@@ -12,7 +12,7 @@ use core::fmt;
 use std::net::SocketAddr;
 
 use crate::codes::ErrorCode;
-use crate::validate::ValidationError;
+use crate::validation_error::ValidationError;
 
 /// The longest host name, in bytes, without its trailing dot (RFC 1035).
 const MAX_NAME_LEN: usize = 253;

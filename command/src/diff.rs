@@ -16,6 +16,18 @@ use crate::state::{ConfigState, request};
 use crate::stored_frontend::StoredFrontend;
 use crate::validate::{FrontendKey, is_relay};
 
+/// The state→requests generator lives beside the diff it is, so that the
+/// state does not import its own diff.
+impl ConfigState {
+    /// The requests that rebuild this state from an empty one, in an order
+    /// `dispatch` accepts: clusters, listeners (with their activation),
+    /// frontends, backends.
+    #[must_use]
+    pub fn generate_requests(&self) -> Vec<proto::Request> {
+        diff(&Self::default(), self)
+    }
+}
+
 /// The config without its activation, to compare settings alone.
 fn settings(config: &proto::TcpListenerConfig) -> proto::TcpListenerConfig {
     proto::TcpListenerConfig {

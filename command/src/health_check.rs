@@ -8,7 +8,7 @@
 
 use crate::codes::ErrorCode;
 use crate::proto;
-use crate::validate::ValidationError;
+use crate::validation_error::ValidationError;
 
 /// Default milliseconds between two checks of one backend.
 pub const DEFAULT_INTERVAL_MS: u32 = 2_000;

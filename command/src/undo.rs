@@ -96,21 +96,7 @@ impl ConfigState {
             | RequestType::AddCluster(_)
             | RequestType::AddTcpFrontend(_)
             | RequestType::AddBackend(_)
-            | RequestType::Status(_)
-            | RequestType::ListListeners(_)
-            | RequestType::ListClusters(_)
-            | RequestType::ListFrontends(_)
-            | RequestType::ListSources(_)
-            | RequestType::QueryMetrics(_)
-            | RequestType::QueryRejects(_)
-            | RequestType::ListBackends(_)
-            | RequestType::SaveState(_)
-            | RequestType::LoadState(_)
-            | RequestType::SoftStop(_)
-            | RequestType::HardStop(_)
-            | RequestType::ApplyChanges(_)
-            | RequestType::Upgrade(_)
-            | RequestType::ReloadFile(_) => return None,
+            | crate::other_request!() => return None,
         };
         Some(state::request(inverse))
     }

@@ -66,7 +66,7 @@ fn every_code_has_its_section_in_configure_md() -> Result<(), String> {
     let sections = sections(&document);
     let section = |number: &str| sections.iter().find(|s| s.number == number);
     let codes_table = section("3").ok_or("no §3 in doc/configure.md")?;
-    for &code in ErrorCode::ALL {
+    for code in ErrorCode::ALL {
         let text = code.as_str();
         assert!(
             codes_table.text.contains(&format!("| {text} |")),

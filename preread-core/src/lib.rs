@@ -184,6 +184,7 @@ mod reject;
 pub mod rng;
 pub mod routes;
 pub mod sni;
+mod stable_names;
 pub mod step;
 mod summary;
 mod verdict;

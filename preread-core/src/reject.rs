@@ -1,78 +1,48 @@
 //! Why a connection was refused, or why it went to the default cluster.
 //!
 //! Owns: [`RejectReason`] (the eleven reasons of the architecture) and
-//! [`FallbackReason`], with their stable snake_case names. Both mappings
-//! are total `match`es: a new variant without a name does not compile (the
-//! shell's metric names build on them). Must never: share a name between two
+//! [`FallbackReason`], with their stable snake_case names, declared with
+//! [`crate::stable_names!`]: a new variant without a name does not compile
+//! (the shell's metric names build on them). Must never: share a name between two
 //! reasons.
 
-use core::fmt;
-
-/// Why the core refused a connection. Deliberately not `#[non_exhaustive]`:
-/// embedders must handle every reason, and a new one is a breaking change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RejectReason {
-    /// The first byte is not a TLS handshake record (or the second not major
-    /// version 3): a plain-TCP client or an SSLv2-style hello.
-    NotTls,
-    /// The record layer broke RFC 8446 §5.1: an empty or oversized record, or
-    /// a record of another type inside the ClientHello.
-    MalformedRecord,
-    /// The first handshake message is not a well-formed ClientHello, or its
-    /// `host_name` is not a usable name.
-    MalformedHandshake,
-    /// The preread deadline passed before the ClientHello was complete.
-    Fragmented,
-    /// The window reached the byte cap while still incomplete.
-    TooLarge,
-    /// A well-formed ClientHello without a `host_name`.
-    NoSni,
-    /// No `host_name`, but an `encrypted_client_hello` extension: an ECH
-    /// client with no outer name to route on.
-    EchOuterAbsent,
-    /// The SNI matched no frontend of the listener.
-    SniUnmatched,
-    /// The SNI matched, but no frontend of that name accepts the client's ALPN offer.
-    AlpnUnmatched,
-    /// The listener expects a PROXY header and the bytes are not a valid one.
-    ProxyHeaderInvalid,
-    /// The client closed before a decision.
-    FrontClosed,
+crate::stable_names! {
+    /// Why the core refused a connection. Deliberately not `#[non_exhaustive]`:
+    /// embedders must handle every reason, and a new one is a breaking change.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum RejectReason {
+        /// The first byte is not a TLS handshake record (or the second not major
+        /// version 3): a plain-TCP client or an SSLv2-style hello.
+        NotTls => "not_tls",
+        /// The record layer broke RFC 8446 §5.1: an empty or oversized record, or
+        /// a record of another type inside the ClientHello.
+        MalformedRecord => "malformed_record",
+        /// The first handshake message is not a well-formed ClientHello, or its
+        /// `host_name` is not a usable name.
+        MalformedHandshake => "malformed_handshake",
+        /// The preread deadline passed before the ClientHello was complete.
+        Fragmented => "fragmented",
+        /// The window reached the byte cap while still incomplete.
+        TooLarge => "too_large",
+        /// A well-formed ClientHello without a `host_name`.
+        NoSni => "no_sni",
+        /// No `host_name`, but an `encrypted_client_hello` extension: an ECH
+        /// client with no outer name to route on.
+        EchOuterAbsent => "ech_outer_absent",
+        /// The SNI matched no frontend of the listener.
+        SniUnmatched => "sni_unmatched",
+        /// The SNI matched, but no frontend of that name accepts the client's ALPN offer.
+        AlpnUnmatched => "alpn_unmatched",
+        /// The listener expects a PROXY header and the bytes are not a valid one.
+        ProxyHeaderInvalid => "proxy_header_invalid",
+        /// The client closed before a decision.
+        FrontClosed => "front_closed",
+    }
+    /// Every reason, for tests and metric registration.
+    pub const ALL;
 }
 
 impl RejectReason {
-    /// Every reason, for tests and metric registration.
-    pub const ALL: [Self; 11] = [
-        Self::NotTls,
-        Self::MalformedRecord,
-        Self::MalformedHandshake,
-        Self::Fragmented,
-        Self::TooLarge,
-        Self::NoSni,
-        Self::EchOuterAbsent,
-        Self::SniUnmatched,
-        Self::AlpnUnmatched,
-        Self::ProxyHeaderInvalid,
-        Self::FrontClosed,
-    ];
-
-    /// The stable snake_case name used in logs, `inspect` and metric names.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::NotTls => "not_tls",
-            Self::MalformedRecord => "malformed_record",
-            Self::MalformedHandshake => "malformed_handshake",
-            Self::Fragmented => "fragmented",
-            Self::TooLarge => "too_large",
-            Self::NoSni => "no_sni",
-            Self::EchOuterAbsent => "ech_outer_absent",
-            Self::SniUnmatched => "sni_unmatched",
-            Self::AlpnUnmatched => "alpn_unmatched",
-            Self::ProxyHeaderInvalid => "proxy_header_invalid",
-            Self::FrontClosed => "front_closed",
-        }
-    }
-
     /// The fallback this reason turns into when the listener has a
     /// `default_cluster`; `None` for reasons that are never routed anywhere.
     pub fn fallback(self) -> Option<FallbackReason> {
@@ -92,55 +62,25 @@ impl RejectReason {
     }
 }
 
-impl fmt::Display for RejectReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+crate::stable_names! {
+    /// Why a connection went to the listener's `default_cluster`. Not
+    /// `#[non_exhaustive]`, for the reason [`RejectReason`] is not.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum FallbackReason {
+        /// The client does not speak TLS.
+        NotTls => "not_tls",
+        /// A ClientHello without SNI.
+        NoSni => "no_sni",
+        /// An SNI no frontend matched.
+        SniUnmatched => "sni_unmatched",
+        /// An ECH ClientHello without an outer SNI.
+        EchOuterAbsent => "ech_outer_absent",
+        /// The client sent nothing for `server_first_timeout`: a protocol where
+        /// the server speaks first (SMTP, many databases).
+        ServerFirst => "server_first",
     }
-}
-
-/// Why a connection went to the listener's `default_cluster`. Not
-/// `#[non_exhaustive]`, for the reason [`RejectReason`] is not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FallbackReason {
-    /// The client does not speak TLS.
-    NotTls,
-    /// A ClientHello without SNI.
-    NoSni,
-    /// An SNI no frontend matched.
-    SniUnmatched,
-    /// An ECH ClientHello without an outer SNI.
-    EchOuterAbsent,
-    /// The client sent nothing for `server_first_timeout`: a protocol where
-    /// the server speaks first (SMTP, many databases).
-    ServerFirst,
-}
-
-impl FallbackReason {
     /// Every fallback reason, for tests and metric registration.
-    pub const ALL: [Self; 5] = [
-        Self::NotTls,
-        Self::NoSni,
-        Self::SniUnmatched,
-        Self::EchOuterAbsent,
-        Self::ServerFirst,
-    ];
-
-    /// The stable snake_case name used in logs, `inspect` and metric names.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::NotTls => "not_tls",
-            Self::NoSni => "no_sni",
-            Self::SniUnmatched => "sni_unmatched",
-            Self::EchOuterAbsent => "ech_outer_absent",
-            Self::ServerFirst => "server_first",
-        }
-    }
-}
-
-impl fmt::Display for FallbackReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
+    pub const ALL;
 }
 
 #[cfg(test)]

@@ -8,86 +8,49 @@
 //! spellings. Must never: spell a code anywhere else, or give two codes one
 //! spelling.
 
-use std::fmt;
-
 use command::codes::ErrorCode;
 
-/// Why an answer refused or failed, as its `error_code`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum AnswerCode {
-    /// A validation code of the config or of a request (`E…`).
-    Validation(ErrorCode),
-    /// A worker could not apply an accepted change (a bind failed), or is
-    /// gone.
-    WorkerRefused,
-    /// A worker did not answer in time.
-    WorkerTimeout,
-    /// The caller's user may not command the proxy (only root and the
-    /// proxy's own user may).
-    Permission,
-    /// A state change refused because the proxy is stopping.
-    Stopping,
-    /// The CLI got no answer: the socket failed or closed mid-request.
-    NoAnswer,
-    /// An upgrade's new process did not take over (it exited, refused the
-    /// handover or timed out); the running process keeps serving.
-    UpgradeFailed,
-    /// A batch (`apply_changes`) over the proxy's cap on requests, or whose
-    /// parts disagree on what they are.
-    BadBatch,
-    /// The command socket already serves the most clients it serves at
-    /// once.
-    Busy,
-    /// `reload_file`: the proxy cannot read the file, or reads another one
-    /// at its path than the CLI did.
-    ConfigUnseen,
-    /// `reload_file`: the config has problems; nothing changed.
-    ConfigRefused,
-}
-
-impl AnswerCode {
-    /// The proxy's own codes, for tests and listings.
-    pub const OWN: [Self; 10] = [
-        Self::WorkerRefused,
-        Self::WorkerTimeout,
-        Self::Permission,
-        Self::Stopping,
-        Self::NoAnswer,
-        Self::UpgradeFailed,
-        Self::BadBatch,
-        Self::Busy,
-        Self::ConfigUnseen,
-        Self::ConfigRefused,
-    ];
-
-    /// The stable spelling on the wire and in the CLI's output.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Validation(code) => code.as_str(),
-            Self::WorkerRefused => "E_WORKER_REFUSED",
-            Self::WorkerTimeout => "E_WORKER_TIMEOUT",
-            Self::Permission => "E_PERMISSION",
-            Self::Stopping => "E_STOPPING",
-            Self::NoAnswer => "E_NO_ANSWER",
-            Self::UpgradeFailed => "E_UPGRADE_FAILED",
-            Self::BadBatch => "E_BAD_BATCH",
-            Self::Busy => "E_BUSY",
-            Self::ConfigUnseen => "E_CONFIG_UNSEEN",
-            Self::ConfigRefused => "E_CONFIG_REFUSED",
-        }
+preread_core::stable_names! {
+    /// Why an answer refused or failed, as its `error_code`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    #[non_exhaustive]
+    pub enum AnswerCode {
+        /// A worker could not apply an accepted change (a bind failed), or is
+        /// gone.
+        WorkerRefused => "E_WORKER_REFUSED",
+        /// A worker did not answer in time.
+        WorkerTimeout => "E_WORKER_TIMEOUT",
+        /// The caller's user may not command the proxy (only root and the
+        /// proxy's own user may).
+        Permission => "E_PERMISSION",
+        /// A state change refused because the proxy is stopping.
+        Stopping => "E_STOPPING",
+        /// The CLI got no answer: the socket failed or closed mid-request.
+        NoAnswer => "E_NO_ANSWER",
+        /// An upgrade's new process did not take over (it exited, refused the
+        /// handover or timed out); the running process keeps serving.
+        UpgradeFailed => "E_UPGRADE_FAILED",
+        /// A batch (`apply_changes`) over the proxy's cap on requests, or whose
+        /// parts disagree on what they are.
+        BadBatch => "E_BAD_BATCH",
+        /// The command socket already serves the most clients it serves at
+        /// once.
+        Busy => "E_BUSY",
+        /// `reload_file`: the proxy cannot read the file, or reads another one
+        /// at its path than the CLI did.
+        ConfigUnseen => "E_CONFIG_UNSEEN",
+        /// `reload_file`: the config has problems; nothing changed.
+        ConfigRefused => "E_CONFIG_REFUSED";
+        /// A validation code of the config or of a request (`E…`).
+        Validation(code: ErrorCode) => code.as_str(),
     }
+    /// The proxy's own codes, for tests and listings.
+    pub const OWN;
 }
 
 impl From<ErrorCode> for AnswerCode {
     fn from(code: ErrorCode) -> Self {
         Self::Validation(code)
-    }
-}
-
-impl fmt::Display for AnswerCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -104,7 +67,7 @@ mod tests {
         let own: HashSet<_> = AnswerCode::OWN.map(AnswerCode::as_str).into();
         assert_eq!(own.len(), AnswerCode::OWN.len());
         for code in ErrorCode::ALL {
-            let spelled = AnswerCode::from(*code).as_str();
+            let spelled = AnswerCode::from(code).as_str();
             assert_eq!(spelled, code.as_str());
             assert!(!own.contains(spelled), "{spelled} is taken twice");
         }

@@ -22,4 +22,5 @@ pub mod shared;
 pub mod sources;
 pub mod start;
 pub mod takeover;
+pub mod vocabulary;
 pub mod worker;

@@ -14,7 +14,6 @@
 //! socket (a successor moves its own over it only once it serves).
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -22,10 +21,11 @@ use std::time::{Duration, Instant};
 use command::codes::ErrorCode;
 use command::config::{EmptySavedState, GlobalSettings, Outline, load_config_file_outlined};
 use command::state::ConfigState;
-use command::state_file::{journal_path, load_saved_state, remove_stale_temp_files};
+use command::state_file::{
+    StateFileError, journal_path, load_saved_state, remove_stale_temp_files,
+};
 
 use crate::access_log;
-use crate::cli::{EXIT_FAILED, EXIT_USAGE, Globals};
 use crate::handover::Inherited;
 use crate::server::{CommandServer, SavedBase, ServerSettings, StopKind};
 use crate::shared::{Shared, checker, resolve};
@@ -45,18 +45,62 @@ const WRITER_FINISH: Duration = Duration::from_secs(2);
 /// before it says it is ready.
 const FIRST_RESOLUTION_WAIT: Duration = Duration::from_secs(5);
 
-/// Runs `preread start`.
-pub fn run(globals: &Globals) -> ExitCode {
-    let config_path = globals
-        .config
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("preread.toml"));
+/// Why `preread start` ended other than by a stop. The message was
+/// printed or logged where it happened, with what only that place knows;
+/// this says which exit status the command line gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartFailure {
+    /// The config or the saved state file is not valid: the operator's
+    /// input to fix.
+    InvalidInput,
+    /// Anything else: a socket, a thread, the workers, an upgrade's old
+    /// process, the command server.
+    Failed,
+}
+
+/// The boot state the saved files cannot give.
+#[derive(Debug)]
+enum BootError {
+    /// The state file exists and cannot be loaded.
+    InvalidStateFile {
+        path: PathBuf,
+        error: StateFileError,
+    },
+    /// The state file holds no routing, the config declares some, and
+    /// `empty_saved_state = "refuse"`.
+    EmptyRefused { path: PathBuf, declared: usize },
+}
+
+impl std::fmt::Display for BootError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::InvalidStateFile { path, error } => write!(
+                f,
+                "the state file {} is not valid, not starting (fix or remove it): {error}",
+                path.display()
+            ),
+            Self::EmptyRefused { path, declared } => write!(
+                f,
+                "the state file {} holds no routing while the config declares {declared} \
+                 request(s), not starting: {}: set empty_saved_state = \"use_config\" to boot \
+                 from the config or \"keep_empty\" to boot with nothing, or delete the file",
+                path.display(),
+                ErrorCode::StateFileEmpty
+            ),
+        }
+    }
+}
+
+/// Runs `preread start` on the config at `config` (`preread.toml` when
+/// unset), with the command socket at `socket` when given.
+pub fn run(config: Option<&Path>, socket: Option<&Path>) -> Result<(), StartFailure> {
+    let config_path = config.map_or_else(|| PathBuf::from("preread.toml"), Path::to_path_buf);
     let mut inherited = Inherited::default();
     let control = match inherited.control() {
         Ok(control) => control,
         Err(error) => {
             eprintln!("preread: cannot take the upgrade's control socket: {error}; not starting");
-            return ExitCode::from(EXIT_FAILED);
+            return Err(StartFailure::Failed);
         }
     };
     let (loaded, outline) = match load_config_file_outlined(&config_path) {
@@ -82,9 +126,9 @@ pub fn run(globals: &Globals) -> ExitCode {
                     errors.len()
                 );
                 takeover::refuse(&mut control, &why);
-                return ExitCode::from(EXIT_FAILED);
+                return Err(StartFailure::Failed);
             }
-            return ExitCode::from(EXIT_USAGE);
+            return Err(StartFailure::InvalidInput);
         }
     };
     let mut global = loaded.global;
@@ -99,8 +143,8 @@ pub fn run(globals: &Globals) -> ExitCode {
     // process ends, so its requests would otherwise stay resident for the
     // whole run (about a third of the proxy's memory at 100,000 routes).
     drop(loaded.requests);
-    if let Some(socket) = &globals.socket {
-        global.command_socket.clone_from(socket);
+    if let Some(socket) = socket {
+        global.command_socket = socket.to_path_buf();
     }
     init_logging(&global.log_level);
     for warning in &loaded.warnings {
@@ -118,14 +162,14 @@ pub fn run(globals: &Globals) -> ExitCode {
                 };
                 serve(&global, boot, (&config_path, file), Some(successor))
             }
-            Err(_) => ExitCode::from(EXIT_FAILED),
+            Err(_) => Err(StartFailure::Failed),
         };
     }
     let boot = match boot_state(&global, loaded.state) {
         Ok(boot) => boot,
         Err(message) => {
             eprintln!("preread: {message}");
-            return ExitCode::from(EXIT_USAGE);
+            return Err(StartFailure::InvalidInput);
         }
     };
     serve(&global, boot, (&config_path, file), None)
@@ -162,7 +206,7 @@ fn init_logging(log_level: &str) {
 /// the config's declarations. An empty saved state against a config that
 /// declares routing is `empty_saved_state`'s choice. Also says whether the
 /// saved files hold it, and whether it is the config's.
-fn boot_state(global: &GlobalSettings, from_config: ConfigState) -> Result<Boot, String> {
+fn boot_state(global: &GlobalSettings, from_config: ConfigState) -> Result<Boot, BootError> {
     let config = |state| Boot {
         state,
         base: SavedBase::Other,
@@ -212,10 +256,10 @@ fn boot_state(global: &GlobalSettings, from_config: ConfigState) -> Result<Boot,
             );
             Ok(config(from_config))
         }
-        Err(error) => Err(format!(
-            "the state file {} is not valid, not starting (fix or remove it): {error}",
-            path.display()
-        )),
+        Err(error) => Err(BootError::InvalidStateFile {
+            path: path.clone(),
+            error,
+        }),
     }
 }
 
@@ -234,12 +278,12 @@ fn empty_state(
     path: &Path,
     declared: usize,
     from_config: ConfigState,
-) -> Result<Boot, String> {
-    let path = path.display();
+) -> Result<Boot, BootError> {
+    let shown = path.display();
     match choice {
         EmptySavedState::UseConfig => {
             log::warn!(
-                "the state file {path} is empty: booting from the config's {declared} \
+                "the state file {shown} is empty: booting from the config's {declared} \
                  declaration(s) (empty_saved_state = \"use_config\")"
             );
             Ok(Boot {
@@ -250,7 +294,7 @@ fn empty_state(
         }
         EmptySavedState::KeepEmpty => {
             log::warn!(
-                "the state file {path} is empty: booting with no routing, the config's \
+                "the state file {shown} is empty: booting with no routing, the config's \
                  {declared} declaration(s) unused (empty_saved_state = \"keep_empty\")"
             );
             Ok(Boot {
@@ -259,12 +303,10 @@ fn empty_state(
                 from_config: false,
             })
         }
-        EmptySavedState::Refuse => Err(format!(
-            "the state file {path} holds no routing while the config declares {declared} \
-             request(s), not starting: {}: set empty_saved_state = \"use_config\" to boot \
-             from the config or \"keep_empty\" to boot with nothing, or delete the file",
-            ErrorCode::StateFileEmpty
-        )),
+        EmptySavedState::Refuse => Err(BootError::EmptyRefused {
+            path: path.to_path_buf(),
+            declared,
+        }),
     }
 }
 
@@ -280,7 +322,7 @@ fn serve(
     }: Boot,
     (config_path, file): (&Path, FileDeclarations),
     mut successor: Option<Successor>,
-) -> ExitCode {
+) -> Result<(), StartFailure> {
     crate::fd_budget::check(global, state.listeners().len());
     let (replies_tx, replies_rx) = mpsc::channel();
     let settings = ServerSettings {
@@ -302,7 +344,7 @@ fn serve(
             if let Some(s) = &mut successor {
                 takeover::refuse(&mut s.control, &why);
             }
-            return ExitCode::from(EXIT_FAILED);
+            return Err(StartFailure::Failed);
         }
     };
     let (access_log, writer) = match access_log::start(
@@ -387,14 +429,14 @@ fn serve(
     if let Err(error) = server.start_sources(file.routes, file.state, &global.sources) {
         log::error!("cannot start the route sources: {error}");
         abort(&mut server, threads);
-        return ExitCode::from(EXIT_FAILED);
+        return Err(StartFailure::Failed);
     }
     if let Err(error) = server.watch_signals() {
         log::error!(
             "cannot watch the signals (SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGQUIT): {error}"
         );
         abort(&mut server, threads);
-        return ExitCode::from(EXIT_FAILED);
+        return Err(StartFailure::Failed);
     }
     if let Some(address) = global.metrics_address {
         let socket = server.socket_path().to_path_buf();
@@ -404,7 +446,7 @@ fn serve(
         } else if let Err(error) = crate::metrics_http::spawn(address, socket) {
             log::error!("cannot serve metrics on {address}: {error}");
             abort(&mut server, threads);
-            return ExitCode::from(EXIT_FAILED);
+            return Err(StartFailure::Failed);
         }
     }
     let listeners: Vec<&str> = server
@@ -431,11 +473,11 @@ fn serve(
     match outcome {
         Ok(kind) => {
             log::info!("preread stopped ({kind:?} stop)");
-            ExitCode::SUCCESS
+            Ok(())
         }
         Err(error) => {
             log::error!("the command server failed: {error}");
-            ExitCode::from(EXIT_FAILED)
+            Err(StartFailure::Failed)
         }
     }
 }
@@ -471,13 +513,13 @@ fn fail(
     threads: Vec<JoinHandle<()>>,
     successor: Option<&mut Successor>,
     why: &str,
-) -> ExitCode {
+) -> Result<(), StartFailure> {
     log::error!("{why}; stopping");
     if let Some(s) = successor {
         takeover::refuse(&mut s.control, why);
     }
     abort(server, threads);
-    ExitCode::from(EXIT_FAILED)
+    Err(StartFailure::Failed)
 }
 
 /// Serves metrics on `address` once the upgrade's old process left it:

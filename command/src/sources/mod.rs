@@ -23,30 +23,16 @@ mod merge;
 
 pub use merge::{AppliedFragment, Exclusion, Merged, merge};
 
-/// Where a fragment comes from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[non_exhaustive]
-pub enum SourceKind {
-    /// `[sources.directory]`: one fragment per `*.toml` file.
-    Directory,
-    /// `[sources.docker]`: one fragment per label name.
-    Docker,
-}
-
-impl SourceKind {
-    /// The name `preread sources` prints: `directory`, `docker`.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Directory => "directory",
-            Self::Docker => "docker",
-        }
-    }
-}
-
-impl fmt::Display for SourceKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+preread_core::stable_names! {
+    /// Where a fragment comes from; its name is what `preread sources`
+    /// prints.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    #[non_exhaustive]
+    pub enum SourceKind {
+        /// `[sources.directory]`: one fragment per `*.toml` file.
+        Directory => "directory",
+        /// `[sources.docker]`: one fragment per label name.
+        Docker => "docker",
     }
 }
 

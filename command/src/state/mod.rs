@@ -172,21 +172,7 @@ impl ConfigState {
             RequestType::RemoveTcpFrontend(frontend) => self.remove_frontend(frontend),
             RequestType::AddBackend(backend) => self.add_backend(backend),
             RequestType::RemoveBackend(backend) => self.remove_backend(backend),
-            RequestType::Status(_)
-            | RequestType::ListListeners(_)
-            | RequestType::ListClusters(_)
-            | RequestType::ListFrontends(_)
-            | RequestType::ListSources(_)
-            | RequestType::QueryMetrics(_)
-            | RequestType::QueryRejects(_)
-            | RequestType::ListBackends(_)
-            | RequestType::SaveState(_)
-            | RequestType::LoadState(_)
-            | RequestType::SoftStop(_)
-            | RequestType::HardStop(_)
-            | RequestType::ApplyChanges(_)
-            | RequestType::Upgrade(_)
-            | RequestType::ReloadFile(_) => Err(ValidationError::new(
+            crate::other_request!() => Err(ValidationError::new(
                 ErrorCode::UnsupportedRequest,
                 "this request does not change the routing state: the command server answers \
                  it, the state does not apply it",
@@ -313,14 +299,6 @@ impl ConfigState {
         preread.default_cluster = config.default_cluster.as_deref().map(Arc::from);
         preread.server_first_timeout = ms(config.server_first_timeout);
         Some(preread)
-    }
-
-    /// The requests that rebuild this state from an empty one, in an order
-    /// `dispatch` accepts: clusters, listeners (with their activation),
-    /// frontends, backends.
-    #[must_use]
-    pub fn generate_requests(&self) -> Vec<proto::Request> {
-        crate::diff::diff(&Self::default(), self)
     }
 }
 

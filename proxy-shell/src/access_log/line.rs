@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use time::macros::format_description;
 use time::{OffsetDateTime, PrimitiveDateTime};
 
-use crate::worker::vocabulary::Outcome;
+use crate::vocabulary::Outcome;
 
 /// One closed session.
 #[derive(Debug, Clone)]
@@ -189,7 +189,7 @@ mod tests {
     };
 
     use super::{AccessLogEntry, rfc3339_millis};
-    use crate::worker::vocabulary::{Outcome, RefuseReason};
+    use crate::vocabulary::{Outcome, RefuseReason};
 
     fn at(ms: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_millis(ms)

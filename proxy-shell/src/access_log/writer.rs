@@ -183,7 +183,7 @@ mod tests {
 
     use super::super::{AccessLogEntry, Dropped, Line};
     use super::start;
-    use crate::worker::vocabulary::Outcome;
+    use crate::vocabulary::Outcome;
 
     fn line(text: &str) -> Line {
         Line {

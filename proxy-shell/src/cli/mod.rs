@@ -23,6 +23,8 @@ use std::process::ExitCode;
 
 use args::{Cli, Command, MetricsAction, MetricsGetArgs, StateAction};
 
+use crate::start::StartFailure;
+
 /// Exit status of a refused or failed request.
 pub const EXIT_FAILED: u8 = 1;
 /// Exit status of bad usage, an unreadable input or an invalid config.
@@ -82,7 +84,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Some(request) => rejects::run(&globals, &request, dump.as_deref()),
             None => ExitCode::from(EXIT_USAGE),
         },
-        Command::Start => crate::start::run(&globals),
+        Command::Start => start(&globals),
         Command::Upgrade { within, .. } => {
             // The answer comes once the new process took over (or failed to).
             let wait = (u64::from(*within) + 10) * 1000;
@@ -102,5 +104,14 @@ pub fn run(cli: Cli) -> ExitCode {
                 ExitCode::from(EXIT_USAGE)
             }
         },
+    }
+}
+
+/// `preread start`, with its ending as an exit status.
+fn start(globals: &Globals) -> ExitCode {
+    match crate::start::run(globals.config.as_deref(), globals.socket.as_deref()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(StartFailure::InvalidInput) => ExitCode::from(EXIT_USAGE),
+        Err(StartFailure::Failed) => ExitCode::from(EXIT_FAILED),
     }
 }

@@ -10,7 +10,7 @@ use command::proto::{self, response_content::ContentType};
 use command::spelling;
 use serde_json::{Map, Value, json};
 
-use crate::worker::vocabulary::is_process_wide;
+use crate::vocabulary::is_process_wide;
 
 /// The config's name of a value (the spelling table is the config's own).
 pub(super) fn lb_name(value: i32) -> &'static str {

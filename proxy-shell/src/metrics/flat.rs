@@ -19,9 +19,7 @@ use command::proto::{MetricSeries, WorkerMetrics};
 use preread_core::{FallbackReason, RejectReason};
 
 use super::families::{DURATION_BOUNDS_US, Family};
-use crate::worker::vocabulary::{
-    self as names, RefuseReason, SNI_PREREAD_DURATION, fallback, rejected,
-};
+use crate::vocabulary::{self as names, RefuseReason, SNI_PREREAD_DURATION, fallback, rejected};
 
 /// A name ending in one of these is a gauge; every other name is a counter.
 const GAUGE_SUFFIXES: [&str; 7] = [

@@ -94,19 +94,7 @@ impl CommandServer {
                 let answer = ok(self.start_stop(StopKind::Hard));
                 self.respond(who, &answer);
             }
-            change @ (RequestType::AddTcpListener(_)
-            | RequestType::UpdateTcpListener(_)
-            | RequestType::RemoveListener(_)
-            | RequestType::ActivateListener(_)
-            | RequestType::DeactivateListener(_)
-            | RequestType::AddCluster(_)
-            | RequestType::RemoveCluster(_)
-            | RequestType::AddTcpFrontend(_)
-            | RequestType::RemoveTcpFrontend(_)
-            | RequestType::AddBackend(_)
-            | RequestType::UpdateCluster(_)
-            | RequestType::UpdateBackend(_)
-            | RequestType::RemoveBackend(_)) => {
+            change @ command::change_request!() => {
                 let request = proto::Request {
                     request_type: Some(change),
                 };

@@ -16,6 +16,7 @@ pub mod health;
 pub mod instance;
 pub mod registry;
 pub mod resolve;
+pub(crate) mod shortage;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;

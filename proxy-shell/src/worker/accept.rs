@@ -28,13 +28,13 @@ use super::close::close;
 use super::ctx::{Ctx, Drive, TimerKind};
 use super::preread;
 use super::session::{Phase, Preread, Session};
-use super::shortage::{is_connection_error, is_out_of_descriptors};
 use super::tokens::{Side, session_token};
 use super::unrouted::{self, Full, Held};
-use super::vocabulary::{Outcome, RefuseReason};
 use crate::metrics::families::Family;
 use crate::metrics::series::Series;
 use crate::shared::admission::Slot;
+use crate::shared::shortage::{is_connection_error, is_out_of_descriptors};
+use crate::vocabulary::{Outcome, RefuseReason};
 
 /// How an accept loop ended.
 #[derive(Debug)]

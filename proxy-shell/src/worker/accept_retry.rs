@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use log::{info, warn};
 
-use super::shortage::{RETRY_EVERY, is_out_of_descriptors};
+use crate::shared::shortage::{RETRY_EVERY, is_out_of_descriptors};
 
 /// A listening socket: its address, and its key in the worker's slab of
 /// listeners.

@@ -19,10 +19,10 @@ use log::trace;
 use super::ctx::Ctx;
 use super::preread;
 use super::session::{Phase, Session};
-use super::vocabulary::Outcome;
 use crate::access_log::AccessLogEntry;
 use crate::metrics::families::Family;
 use crate::metrics::series::{IN, OUT, Series};
+use crate::vocabulary::Outcome;
 
 /// Closes a session already taken out of the slab: settles every count
 /// exactly once, then writes its access-log line.

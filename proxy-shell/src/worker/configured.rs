@@ -17,9 +17,9 @@ use preread_core::routes::ClusterId;
 use preread_core::{FallbackReason, RejectReason};
 
 use super::runtime::Runtime;
-use super::vocabulary::RefuseReason;
 use crate::metrics::families::Family;
 use crate::metrics::series::{IN, OUT, Series};
+use crate::vocabulary::RefuseReason;
 
 /// The objects of one worker's runtime that label series.
 #[derive(Debug, Default)]

@@ -40,12 +40,12 @@ use super::pipe::Pipe;
 use super::pool::Checkout;
 use super::runtime::Runtime;
 use super::session::{Attempt, Connecting, Gated, Phase, Piped, Session, Target};
-use super::shortage::{RETRY_EVERY, is_local};
 use super::tokens::{Side, session_token};
-use super::vocabulary::{Outcome, RefuseReason};
 use crate::metrics::families::Family;
 use crate::metrics::series::Series;
 use crate::shared::instance::{Lease, Observed};
+use crate::shared::shortage::{RETRY_EVERY, is_local};
+use crate::vocabulary::{Outcome, RefuseReason};
 
 /// Used only if the session's listener was removed mid-connect.
 const FALLBACK_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);

@@ -23,12 +23,12 @@ use super::rejects::RejectRing;
 use super::runtime::Runtime;
 use super::session::Session;
 use super::settings::WorkerSettings;
-use super::shortage::ShortageLog;
 use super::timers::{TimerId, Timers};
 use super::unrouted::Unrouted;
-use super::vocabulary::Outcome;
 use crate::access_log::AccessLogQueue;
 use crate::shared::Shared;
+use crate::shared::shortage::ShortageLog;
+use crate::vocabulary::Outcome;
 
 /// Why a session timer was armed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -27,9 +27,9 @@ use super::pipe::{PipeFault, PipeStep, Splicing, turn};
 use super::preread;
 use super::session::{Phase, Session};
 use super::tokens::Side;
-use super::vocabulary::{Outcome, RefuseReason};
 use crate::metrics::families::Family;
 use crate::metrics::series::Series;
+use crate::vocabulary::{Outcome, RefuseReason};
 
 /// Drives in a row without progress before a session is closed.
 const LOOP_GUARD: u32 = 1_000;

@@ -37,17 +37,17 @@ use super::rejects::RejectRing;
 use super::runtime::Runtime;
 use super::session::Session;
 use super::settings::WorkerSettings;
-use super::shortage::ShortageLog;
 use super::timer::fired;
 use super::timers::Timers;
 use super::tokens::{LISTENER_BASE, Side, WAKER_TOKEN, session_of};
 use super::unrouted::Unrouted;
-use super::vocabulary::{Outcome, RefuseReason};
 use crate::access_log::AccessLogQueue;
 use crate::answer_code::AnswerCode;
 use crate::metrics::families::Family;
 use crate::metrics::series::Series;
 use crate::shared::Shared;
+use crate::shared::shortage::ShortageLog;
+use crate::vocabulary::{Outcome, RefuseReason};
 
 /// A soft stop in progress: sessions drain until `deadline`.
 #[derive(Debug, Clone, Copy)]

@@ -14,10 +14,10 @@ use std::collections::{BTreeMap, HashMap};
 use command::proto::{MetricSeries, WorkerMetrics};
 
 use super::configured::Configured;
-use super::vocabulary::fixed_names;
 use crate::metrics::families::{Family, Kind};
 use crate::metrics::flat;
 use crate::metrics::series::Series;
+use crate::vocabulary::fixed_names;
 
 /// Observations of one histogram series, per bucket of its family's bounds
 /// (not cumulative; the last one is +Inf), and their sum.
@@ -225,8 +225,8 @@ mod tests {
     use super::Metrics;
     use crate::metrics::families::Family;
     use crate::metrics::series::{IN, OUT, Series};
+    use crate::vocabulary::RefuseReason;
     use crate::worker::configured::Configured;
-    use crate::worker::vocabulary::RefuseReason;
 
     fn listener() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 8443))

@@ -31,13 +31,11 @@ pub mod rejects;
 pub mod runtime;
 pub mod session;
 mod settings;
-pub(crate) mod shortage;
 pub mod splice;
 mod timer;
 pub mod timers;
 mod tokens;
 pub mod unrouted;
-pub mod vocabulary;
 
 use std::io as stdio;
 use std::net::SocketAddr;

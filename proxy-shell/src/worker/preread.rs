@@ -23,9 +23,9 @@ use super::farewell;
 use super::io::read_some;
 use super::rejects::Captured;
 use super::session::{Phase, Session};
-use super::vocabulary::{Outcome, RefuseReason};
 use crate::metrics::families::Family;
 use crate::metrics::series::Series;
+use crate::vocabulary::{Outcome, RefuseReason};
 
 /// One drive of a session in the preread stage, after readiness.
 pub(super) fn drive(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instant) -> Drive {

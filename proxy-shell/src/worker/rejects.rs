@@ -16,7 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use command::proto;
 
-use super::vocabulary::Outcome;
+use crate::vocabulary::Outcome;
 
 /// A session to capture, besides its window.
 #[derive(Debug, Clone, Copy)]
@@ -141,7 +141,7 @@ mod tests {
     use preread_core::{FallbackReason, RejectReason};
 
     use super::{Captured, RejectRing};
-    use crate::worker::vocabulary::Outcome;
+    use crate::vocabulary::Outcome;
 
     fn what(port: u16, outcome: Outcome) -> Captured {
         Captured {

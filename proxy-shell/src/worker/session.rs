@@ -27,9 +27,9 @@ use super::pool::Checkout;
 use super::timers::TimerId;
 use super::tokens::Side;
 use super::unrouted::Held;
-use super::vocabulary::RefuseReason;
 use crate::shared::admission::{IpHold, Slot};
 use crate::shared::instance::{Instance, Lease};
+use crate::vocabulary::RefuseReason;
 
 /// One session.
 #[derive(Debug)]

@@ -20,7 +20,7 @@ use super::connect;
 use super::ctx::{Ctx, Drive, TimerKind};
 use super::preread;
 use super::session::{Phase, Session};
-use super::vocabulary::{Outcome, RefuseReason};
+use crate::vocabulary::{Outcome, RefuseReason};
 
 /// Session `key`'s timer of `kind` fired at `now`.
 pub(super) fn fired(

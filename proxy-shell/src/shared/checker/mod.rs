@@ -26,7 +26,7 @@ use slab::Slab;
 use super::events::Counters;
 use super::instance::{Instance, Observed, Source};
 use super::registry::{CheckPlan, Registry};
-use crate::worker::shortage::{ShortageLog, is_local};
+use crate::shared::shortage::{ShortageLog, is_local};
 use hello::client_hello;
 use probe::{Checked, Probe};
 

@@ -15,7 +15,7 @@ use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 
 use super::hello::{ANSWER_HEAD, Answer, tls_answer};
-use crate::worker::shortage::is_local;
+use crate::shared::shortage::is_local;
 
 /// How a check ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 /// How often what ran short is tried again: a paused listener, a backend
 /// socket that could not be opened.
-pub(super) const RETRY_EVERY: Duration = Duration::from_millis(100);
+pub(crate) const RETRY_EVERY: Duration = Duration::from_millis(100);
 
 /// At most one warning about local shortages per worker in this long.
-pub(super) const WARN_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// The process (`EMFILE`) or the system (`ENFILE`) has no descriptor left.
 pub(crate) fn is_out_of_descriptors(error: &io::Error) -> bool {
@@ -28,7 +28,7 @@ pub(crate) fn is_out_of_descriptors(error: &io::Error) -> bool {
 /// An `accept` error that belongs to the connection it would have returned,
 /// not to the listener: Linux reports a network error pending on the new
 /// connection this way, and `accept(2)` says to go on as for `EAGAIN`.
-pub(super) fn is_connection_error(error: &io::Error) -> bool {
+pub(crate) fn is_connection_error(error: &io::Error) -> bool {
     error.kind() == io::ErrorKind::ConnectionAborted
         || matches!(
             error.raw_os_error(),

@@ -124,76 +124,46 @@ pub fn backend_bytes(id: &str, direction: &str) -> String {
     format!("backend.{id}.bytes_{direction}")
 }
 
-/// Why the shell, not the core, ended or refused a connection. Each has a
-/// stable name (the access log's `refused:<name>`) and a counter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RefuseReason {
-    /// No pooled buffer was free.
-    PoolExhausted,
-    /// The global session cap was reached (refused at accept).
-    MaxConnections,
-    /// The cluster's `max_connections_per_ip` for the client's address.
-    PerIpLimit,
-    /// The listener's `max_unrouted_per_ip`: the client's address already
-    /// holds that many connections not routed yet (refused at accept).
-    UnroutedPerIp,
-    /// The client sent nothing (past a load balancer's PROXY header)
-    /// within `sni_preread_timeout` of the accept, or of the header.
-    SilentTimeout,
-    /// No backend of the cluster could be connected: none up (the
-    /// connection is refused at once), or every one tried failed.
-    BackendUnavailable,
-    /// Every instance the connection could go to holds its backend's
-    /// `max_connections`.
-    BackendFull,
-    /// This host ran short (descriptors, memory, local ports) opening the
-    /// backend socket: no backend is to blame.
-    LocalResources,
-    /// The routed cluster is gone (removed while the session was open).
-    ClusterUnknown,
-    /// The session's listener is gone.
-    ListenerRemoved,
-    /// Driven again and again without progress: closed, not spun.
-    LoopGuard,
-    /// The worker stopped with the session still open.
-    Shutdown,
+preread_core::stable_names! {
+    /// Why the shell, not the core, ended or refused a connection. Each has a
+    /// stable name (the access log's `refused:<name>`) and a counter.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum RefuseReason {
+        /// No pooled buffer was free.
+        PoolExhausted => "pool_exhausted",
+        /// The global session cap was reached (refused at accept).
+        MaxConnections => "max_connections",
+        /// The cluster's `max_connections_per_ip` for the client's address.
+        PerIpLimit => "per_ip_limit",
+        /// The listener's `max_unrouted_per_ip`: the client's address already
+        /// holds that many connections not routed yet (refused at accept).
+        UnroutedPerIp => "unrouted_per_ip",
+        /// The client sent nothing (past a load balancer's PROXY header)
+        /// within `sni_preread_timeout` of the accept, or of the header.
+        SilentTimeout => "silent_timeout",
+        /// No backend of the cluster could be connected: none up (the
+        /// connection is refused at once), or every one tried failed.
+        BackendUnavailable => "backend_unavailable",
+        /// Every instance the connection could go to holds its backend's
+        /// `max_connections`.
+        BackendFull => "backend_full",
+        /// This host ran short (descriptors, memory, local ports) opening the
+        /// backend socket: no backend is to blame.
+        LocalResources => "local_resources",
+        /// The routed cluster is gone (removed while the session was open).
+        ClusterUnknown => "cluster_unknown",
+        /// The session's listener is gone.
+        ListenerRemoved => "listener_removed",
+        /// Driven again and again without progress: closed, not spun.
+        LoopGuard => "loop_guard",
+        /// The worker stopped with the session still open.
+        Shutdown => "shutdown",
+    }
+    /// Every reason, for tests and metric registration.
+    pub const ALL;
 }
 
 impl RefuseReason {
-    /// Every reason, for tests and metric registration.
-    pub const ALL: [Self; 12] = [
-        Self::PoolExhausted,
-        Self::MaxConnections,
-        Self::PerIpLimit,
-        Self::UnroutedPerIp,
-        Self::SilentTimeout,
-        Self::BackendUnavailable,
-        Self::BackendFull,
-        Self::LocalResources,
-        Self::ClusterUnknown,
-        Self::ListenerRemoved,
-        Self::LoopGuard,
-        Self::Shutdown,
-    ];
-
-    /// The stable snake_case name, as logged.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::PoolExhausted => "pool_exhausted",
-            Self::MaxConnections => "max_connections",
-            Self::PerIpLimit => "per_ip_limit",
-            Self::UnroutedPerIp => "unrouted_per_ip",
-            Self::SilentTimeout => "silent_timeout",
-            Self::BackendUnavailable => "backend_unavailable",
-            Self::BackendFull => "backend_full",
-            Self::LocalResources => "local_resources",
-            Self::ClusterUnknown => "cluster_unknown",
-            Self::ListenerRemoved => "listener_removed",
-            Self::LoopGuard => "loop_guard",
-            Self::Shutdown => "shutdown",
-        }
-    }
-
     /// The counter incremented once per refusal for this reason.
     pub fn metric_name(self) -> &'static str {
         match self {
@@ -210,12 +180,6 @@ impl RefuseReason {
             Self::LoopGuard => "session.loop_guard",
             Self::Shutdown => "tcp.refused.shutdown",
         }
-    }
-}
-
-impl fmt::Display for RefuseReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
