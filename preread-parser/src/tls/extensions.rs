@@ -11,7 +11,7 @@ use nom::number::complete::{be_u8, be_u16};
 use nom::{IResult, Parser};
 
 use super::HandshakeFault;
-use super::hello::Forbidden;
+use super::forbidden::Forbidden;
 
 const NAME_TYPE_HOST_NAME: u8 = 0;
 const MAX_HOST_NAME_LEN: usize = 255;

@@ -17,6 +17,7 @@ mod alert;
 mod dedup;
 mod error;
 mod extensions;
+mod forbidden;
 mod hello;
 mod record;
 

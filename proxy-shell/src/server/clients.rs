@@ -26,7 +26,8 @@ use mio::{Events, Interest, Token};
 
 use super::channel_mio::MioChannel;
 use super::responses::failure;
-use super::{CommandServer, FINAL_FLUSH, MAX_CLIENT_KEY, socket};
+use super::socket::{self, MAX_COMMAND_CLIENTS};
+use super::{CommandServer, FINAL_FLUSH, MAX_CLIENT_KEY};
 use crate::answer_code::AnswerCode;
 
 /// Bytes of unread input discarded before closing a client after a frame
@@ -38,11 +39,6 @@ const DISCARD_ON_CLOSE: usize = 1 << 16;
 /// below the cap is answered), so a client holds at most this plus one
 /// frame of output, and one frame of input in its decoder.
 pub const MAX_QUEUED_ANSWER_BYTES: usize = 256 * 1024;
-
-/// Command clients connected at once. Past it a new client is answered
-/// `E_BUSY` and closed, so stuck clients cannot take every descriptor; far
-/// above what operators, scripts and the metrics endpoint open together.
-pub const MAX_COMMAND_CLIENTS: usize = 256;
 
 /// One client, as the jobs waiting for it know it: its slab key and a
 /// serial, so an answer never reaches a later client of the same key.

@@ -52,11 +52,12 @@ use crate::shared::Shared;
 use crate::worker::orders::{Answer, Order, OrderId, Reply, WorkerHandle};
 pub use boot::BootError;
 use changes::Changes;
+pub use clients::MAX_QUEUED_ANSWER_BYTES;
 use clients::{Client, ClientRef};
-pub use clients::{MAX_COMMAND_CLIENTS, MAX_QUEUED_ANSWER_BYTES};
 use handlers::Query;
 use pending::{Gathered, Pending};
 pub use saving::{COMPACT_INTERVAL, COMPACT_MIN_BYTES, COMPACT_SNAPSHOT_SHARE, SavedBase};
+pub use socket::MAX_COMMAND_CLIENTS;
 
 /// How long a worker may take to answer an order (a soft stop gets its
 /// grace on top).

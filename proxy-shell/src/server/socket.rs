@@ -14,7 +14,10 @@ use std::path::{Path, PathBuf};
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
-use super::clients::MAX_COMMAND_CLIENTS;
+/// Command clients connected at once. Past it a new client is answered
+/// `E_BUSY` and closed, so stuck clients cannot take every descriptor; far
+/// above what operators, scripts and the metrics endpoint open together.
+pub const MAX_COMMAND_CLIENTS: usize = 256;
 
 /// Pending connections the command socket queues before `accept`: as many
 /// as it serves at once, so that every client under the cap that connects
