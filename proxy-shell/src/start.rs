@@ -453,7 +453,8 @@ fn serve(
         } else if upgraded {
             // An old process that did not hand its endpoint over holds the
             // address until it exits.
-            spawn_metrics_once_free(&metrics, address, socket, global.soft_stop_grace);
+            let until = Instant::now() + global.soft_stop_grace + Duration::from_secs(30);
+            metrics.bind_once_free(address, socket, until);
         } else if let Err(error) = metrics.bind(address, socket) {
             log::error!("cannot serve metrics on {address}: {error}");
             abort(&mut server, threads);
@@ -555,35 +556,6 @@ fn fail(
     }
     abort(server, threads);
     Err(StartFailure::Failed)
-}
-
-/// Serves metrics on `address` once the upgrade's old process left it:
-/// retries the bind until the old process's soft stop is surely over.
-fn spawn_metrics_once_free(
-    slot: &crate::metrics_http::Slot,
-    address: std::net::SocketAddr,
-    socket: PathBuf,
-    grace: Duration,
-) {
-    let until = Instant::now() + grace + Duration::from_secs(30);
-    let slot = slot.clone();
-    let spawned = std::thread::Builder::new()
-        .name("preread-metrics-wait".to_owned())
-        .spawn(move || {
-            loop {
-                match slot.bind(address, socket.clone()) {
-                    Ok(()) => return,
-                    Err(error) if Instant::now() >= until => {
-                        log::error!("cannot serve metrics on {address}: {error}");
-                        return;
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(200)),
-                }
-            }
-        });
-    if let Err(error) = spawned {
-        log::error!("cannot serve metrics on {address}: {error}");
-    }
 }
 
 /// Hard-stops the workers started so far and joins them.

@@ -180,6 +180,30 @@ impl Slot {
         self.adopt(TcpListener::bind(address)?, command_socket)
     }
 
+    /// Binds `address` once it is free (an upgrade's old process that did
+    /// not hand the endpoint over holds it until it exits), trying again
+    /// until `until`, on a thread of its own.
+    pub fn bind_once_free(&self, address: SocketAddr, command_socket: PathBuf, until: Instant) {
+        let slot = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("preread-metrics-wait".to_owned())
+            .spawn(move || {
+                loop {
+                    match slot.bind(address, command_socket.clone()) {
+                        Ok(()) => return,
+                        Err(error) if Instant::now() >= until => {
+                            log::error!("cannot serve metrics on {address}: {error}");
+                            return;
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(200)),
+                    }
+                }
+            });
+        if let Err(error) = spawned {
+            log::error!("cannot serve metrics on {address}: {error}");
+        }
+    }
+
     /// Serves on `listener`: a blocking listening socket, this process's
     /// own or inherited from an upgrade's old process.
     pub fn adopt(&self, listener: TcpListener, command_socket: PathBuf) -> io::Result<()> {
