@@ -104,3 +104,11 @@ pub enum Effect {
     /// A log line.
     Log { level: log::Level, message: String },
 }
+
+/// Pushes a log line onto `out`.
+pub(crate) fn log(out: &mut Vec<Effect>, level: log::Level, message: impl Into<String>) {
+    out.push(Effect::Log {
+        level,
+        message: message.into(),
+    });
+}

@@ -75,11 +75,21 @@
 mod coordinator;
 mod effect;
 mod input;
+mod jobs;
 pub mod orders;
+mod outcome;
+mod pending;
+mod reread;
+pub mod responses;
+mod sources;
+mod stop;
+mod turns;
+mod upgrade;
 
 pub use coordinator::{AddressCheck, Coordinator, Settings, StopKind};
 pub use effect::{Effect, Notice};
 pub use input::{
     ClientId, Input, JobId, Query, Request, SourceReport, Unread, UpgradeFailure, UpgradeRequest,
 };
-pub use orders::{Answer, Order, OrderId, WorkerId};
+pub use jobs::MAX_BATCH_REQUESTS;
+pub use orders::{Answer, Order, OrderId, Reply, WorkerId};

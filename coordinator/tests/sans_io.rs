@@ -1,5 +1,6 @@
 //! The coordinator stays sans-io: no line of code in its sources names a
-//! module that does I/O, or reads a clock (its docs may say so).
+//! module that does I/O, or reads a clock (its docs may say so, and its
+//! test modules may take a real instant to start fake time from).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -48,6 +49,11 @@ fn no_io_and_no_clock_in_the_coordinator() -> std::io::Result<()> {
     for file in &files {
         let text = fs::read_to_string(file)?;
         for (number, line) in text.lines().enumerate() {
+            // The tests below it may take a real instant to start fake
+            // time from: they are not shipped.
+            if line.trim() == "#[cfg(test)]" {
+                break;
+            }
             // Docs may say what the coordinator does not do.
             if line.trim_start().starts_with("//") {
                 continue;
