@@ -5,6 +5,7 @@
 //! rules that decide whether it may be applied. Must never: touch a data
 //! socket or a session; the worker applies what this crate accepted.
 
+pub mod answer_code;
 pub mod backend_address;
 pub mod change;
 pub mod channel;

@@ -1,6 +1,8 @@
-//! The route sources on the command thread: what each source last
-//! reported, the config file's declarations every merge starts from, and
-//! the merge, queued as a state-changing job when a source changes.
+//! The route sources, as the coordinator knows them: what each source
+//! last reported, the config file's declarations every merge starts from,
+//! and the merge, queued as a state-changing job when a source changes.
+//! (Their threads are the shell's: they report with
+//! [`Input::SourceReport`](crate::Input::SourceReport).)
 //!
 //! Owns: [`RouteSources`]: the sources' reports (a failed read keeps the
 //! last good fragments: logged once per episode, counted every time), the
@@ -8,27 +10,23 @@
 //! does not drop a source's routes before it was read), the coalescing of
 //! reports into one queued merge, the fragments that hold routes (tried
 //! first by the next merge), and the answer of `preread sources`. Must
-//! never: apply anything itself (a merge is a job of `changes`, one
+//! never: apply anything itself (a merge is a job of `jobs`, one
 //! generation, like a reload), or record a merge's outcome before the
 //! workers applied it: an excluded fragment, or one whose generation the
 //! workers refused, is tried again on the next change of any source.
 
 use std::collections::BTreeSet;
-use std::io;
-use std::path::Path;
-use std::sync::mpsc::{self, Receiver};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use command::config::SourceSettings;
 use command::proto::{self, response_content::ContentType};
 use command::sources::{
     AppliedFragment, Exclusion, Fragment, FragmentId, Merged, SourceKind, merge,
 };
 use command::state::ConfigState;
 
-use super::CommandServer;
-use super::changes::Job;
-use crate::sources::{SourceEvent, SourceThreads};
+use crate::effect::{Effect, log};
+use crate::input::SourceReport;
+use log::Level;
 
 /// The most exclusions `preread sources` lists per source: with messages
 /// of a few hundred bytes, the answer stays far below the frame limit.
@@ -38,7 +36,7 @@ const LISTED_EXCLUSIONS: usize = 200;
 #[derive(Debug)]
 struct FileEntry {
     path: String,
-    synced: SystemTime,
+    synced: Instant,
     routes: usize,
 }
 
@@ -71,16 +69,14 @@ struct PendingMerge {
     outcome: Option<(Vec<AppliedFragment>, Vec<Exclusion>)>,
 }
 
-/// The route sources of the command server. See the module documentation.
+/// The route sources. See the module documentation.
 #[derive(Debug)]
-pub(super) struct RouteSources {
+pub(crate) struct RouteSources {
     file: FileEntry,
     /// The config file's declarations: kept only when a source is
     /// configured (at 100,000 routes, a copy of the state).
     base: Option<ConfigState>,
     slots: Vec<Slot>,
-    events: Option<Receiver<SourceEvent>>,
-    threads: Option<SourceThreads>,
     /// The fragments the running state holds.
     incumbents: BTreeSet<FragmentId>,
     /// A report changed something the running state does not show yet.
@@ -112,18 +108,17 @@ fn listed(excluded: &[Exclusion]) -> Vec<proto::ExcludedFragment> {
 }
 
 impl RouteSources {
-    /// No source yet, for the config file at `path`.
-    pub(super) fn new(path: Option<&Path>) -> Self {
+    /// No source yet, for the config file at `path` (empty without one),
+    /// read at `now`.
+    pub(crate) fn new(path: String, now: Instant) -> Self {
         Self {
             file: FileEntry {
-                path: path.map(|p| p.display().to_string()).unwrap_or_default(),
-                synced: SystemTime::now(),
+                path,
+                synced: now,
                 routes: 0,
             },
             base: None,
             slots: Vec::new(),
-            events: None,
-            threads: None,
             incumbents: BTreeSet::new(),
             dirty: false,
             queued: false,
@@ -135,11 +130,43 @@ impl RouteSources {
         self.slots.iter_mut().find(|slot| slot.kind == kind)
     }
 
+    /// Starts from the config file's declarations `file` (which declares
+    /// `routes` frontends), read at `now`, merged with the sources at
+    /// `slots` (kind and location) once each reported.
+    pub(crate) fn start(
+        &mut self,
+        routes: usize,
+        file: Option<ConfigState>,
+        slots: Vec<(SourceKind, String)>,
+        now: Instant,
+    ) {
+        self.file.routes = routes;
+        self.file.synced = now;
+        let Some(file) = file.filter(|_| !slots.is_empty()) else {
+            return;
+        };
+        self.slots = slots
+            .into_iter()
+            .map(|(kind, location)| Slot {
+                kind,
+                location,
+                reported: false,
+                fragments: Vec::new(),
+                synced: None,
+                error: None,
+                errors: 0,
+                applied: Vec::new(),
+                excluded: Vec::new(),
+            })
+            .collect();
+        self.base = Some(file);
+    }
+
     /// Takes in one report; marks a merge due when it is a source's first
     /// or its fragments changed.
-    fn record(&mut self, event: SourceEvent) {
-        let (kind, first, changed) = match event {
-            SourceEvent::Synced {
+    pub(crate) fn record(&mut self, report: SourceReport, out: &mut Vec<Effect>) {
+        let (kind, first, changed) = match report {
+            SourceReport::Synced {
                 kind,
                 fragments,
                 at,
@@ -147,39 +174,55 @@ impl RouteSources {
                 let Some(slot) = self.slot(kind) else { return };
                 slot.synced = Some(at);
                 if let Some(was) = slot.error.take() {
-                    log::info!(
-                        "{kind} source {}: read again after {} failed attempt(s) (the last: {was})",
-                        slot.location,
-                        slot.errors
+                    log(
+                        out,
+                        Level::Info,
+                        format!(
+                            "{kind} source {}: read again after {} failed attempt(s) (the \
+                             last: {was})",
+                            slot.location, slot.errors
+                        ),
                     );
                 }
                 let changed = slot.fragments != fragments;
                 slot.fragments = fragments;
                 (kind, !std::mem::replace(&mut slot.reported, true), changed)
             }
-            SourceEvent::Failed { kind, error } => {
+            SourceReport::Failed { kind, error } => {
                 let Some(slot) = self.slot(kind) else { return };
                 slot.errors += 1;
                 if slot.error.is_none() {
-                    log::warn!(
-                        "{error}; its last good fragments stay applied (retrying; `preread \
-                         sources` counts the attempts)"
+                    log(
+                        out,
+                        Level::Warn,
+                        format!(
+                            "{error}; its last good fragments stay applied (retrying; \
+                             `preread sources` counts the attempts)"
+                        ),
                     );
                 } else {
-                    log::debug!("{error}");
+                    log(out, Level::Debug, error.clone());
                 }
                 slot.error = Some(error);
                 (kind, !std::mem::replace(&mut slot.reported, true), false)
             }
         };
         if first || changed {
-            log::debug!("{kind} source: a merge is due");
+            log(out, Level::Debug, format!("{kind} source: a merge is due"));
             self.dirty = true;
         }
     }
 
-    fn all_reported(&self) -> bool {
-        self.slots.iter().all(|slot| slot.reported)
+    /// Whether a merge job should be queued now: a report changed
+    /// something, every source reported once, and none is queued yet.
+    /// Marks it queued when so.
+    pub(crate) fn merge_due(&mut self) -> bool {
+        let due = self.dirty && !self.queued && self.slots.iter().all(|slot| slot.reported);
+        if due {
+            self.dirty = false;
+            self.queued = true;
+        }
+        due
     }
 
     /// The merge of `file` with every source's fragments.
@@ -190,7 +233,7 @@ impl RouteSources {
 
     /// The desired state of a merge job, the outcome kept for
     /// [`commit`](Self::commit); `None` without a source.
-    pub(super) fn merge_job(&mut self) -> Option<ConfigState> {
+    pub(crate) fn merge_job(&mut self) -> Option<ConfigState> {
         self.queued = false;
         let merged = self.merged(self.base.as_ref()?);
         self.pending = Some(PendingMerge {
@@ -202,19 +245,19 @@ impl RouteSources {
 
     /// Whether a source is configured: a reload's desired state is then
     /// the merge of the file's declarations with the fragments.
-    pub(super) fn merges(&self) -> bool {
+    pub(crate) fn merges(&self) -> bool {
         !self.slots.is_empty()
     }
 
     /// The config file's declarations every merge starts from, when a
     /// source is configured.
-    pub(super) fn base(&self) -> Option<&ConfigState> {
+    pub(crate) fn base(&self) -> Option<&ConfigState> {
         self.base.as_ref()
     }
 
     /// A reload without a source, of a file that declares `routes`
     /// frontends: `preread sources` counts them once it is applied.
-    pub(super) fn with_file_routes(&mut self, routes: usize) {
+    pub(crate) fn with_file_routes(&mut self, routes: usize) {
         self.pending = Some(PendingMerge {
             file: Some((routes, None)),
             outcome: None,
@@ -223,7 +266,7 @@ impl RouteSources {
 
     /// The desired state of a reload whose config file declares `file`:
     /// `file` itself without a source, else its merge with the fragments.
-    pub(super) fn with_file(&mut self, file: ConfigState) -> ConfigState {
+    pub(crate) fn with_file(&mut self, file: ConfigState) -> ConfigState {
         if !self.merges() {
             self.with_file_routes(file.frontends().len());
             return file;
@@ -237,15 +280,15 @@ impl RouteSources {
         merged.state
     }
 
-    /// The workers applied the job's generation: its merge is the running
-    /// state's now.
-    pub(super) fn commit(&mut self) {
+    /// The workers applied the job's generation at `now`: its merge is the
+    /// running state's now.
+    pub(crate) fn commit(&mut self, now: Instant, out: &mut Vec<Effect>) {
         let Some(pending) = self.pending.take() else {
             return;
         };
         if let Some((routes, file)) = pending.file {
             self.file.routes = routes;
-            self.file.synced = SystemTime::now();
+            self.file.synced = now;
             if file.is_some() {
                 self.base = file;
             }
@@ -259,12 +302,14 @@ impl RouteSources {
                 .iter()
                 .any(|slot| slot.excluded.contains(exclusion));
             if !known {
-                log::warn!(
-                    "route source fragment {} excluded: {}: {} (retried on the next change of \
-                     any source)",
-                    exclusion.id,
-                    exclusion.code,
-                    exclusion.message
+                log(
+                    out,
+                    Level::Warn,
+                    format!(
+                        "route source fragment {} excluded: {}: {} (retried on the next change \
+                         of any source)",
+                        exclusion.id, exclusion.code, exclusion.message
+                    ),
                 );
             }
         }
@@ -274,7 +319,11 @@ impl RouteSources {
                 .iter()
                 .any(|slot| slot.excluded.iter().any(|e| e.id == fragment.id));
             if was_excluded {
-                log::info!("route source fragment {} applies now", fragment.id);
+                log(
+                    out,
+                    Level::Info,
+                    format!("route source fragment {} applies now", fragment.id),
+                );
             }
         }
         self.incumbents = applied.iter().map(|f| f.id.clone()).collect();
@@ -294,18 +343,22 @@ impl RouteSources {
 
     /// The workers refused the job's generation: nothing of its merge is
     /// recorded, so the next change tries it all again.
-    pub(super) fn abandon(&mut self) {
+    pub(crate) fn abandon(&mut self) {
         if self.pending.take().is_some_and(|p| p.outcome.is_some()) {
             self.dirty = true;
         }
     }
 
-    /// The answer of `preread sources`.
-    pub(super) fn list(&self) -> ContentType {
+    /// The answer of `preread sources`, at `now`, which the wall clock
+    /// reads `wall`.
+    pub(crate) fn list(&self, now: Instant, wall: SystemTime) -> ContentType {
+        let file_synced = wall
+            .checked_sub(now.saturating_duration_since(self.file.synced))
+            .unwrap_or(UNIX_EPOCH);
         let mut sources = vec![proto::SourceEntry {
             kind: "file".to_owned(),
             location: self.file.path.clone(),
-            last_sync_unix_ms: unix_ms(self.file.synced),
+            last_sync_unix_ms: unix_ms(file_synced),
             routes: count(self.file.routes),
             fragments: 1,
             excluded: Vec::new(),
@@ -325,76 +378,5 @@ impl RouteSources {
             excluded_total: count(slot.excluded.len()),
         }));
         ContentType::Sources(proto::SourceList { sources })
-    }
-}
-
-impl CommandServer {
-    /// Starts the route sources of `settings`, merged with `file`, the
-    /// config file's declarations (`None` without a source: no copy is
-    /// kept). The file declares `routes` frontends.
-    pub fn start_sources(
-        &mut self,
-        routes: usize,
-        file: Option<ConfigState>,
-        settings: &SourceSettings,
-    ) -> io::Result<()> {
-        self.sources.file.routes = routes;
-        self.sources.file.synced = SystemTime::now();
-        let Some(file) = file.filter(|_| settings.any()) else {
-            return Ok(());
-        };
-        let mut slots = Vec::new();
-        if let Some(socket) = &settings.docker {
-            slots.push((SourceKind::Docker, format!("unix://{}", socket.display())));
-        }
-        if let Some(path) = &settings.directory {
-            slots.push((SourceKind::Directory, path.display().to_string()));
-        }
-        let (tx, rx) = mpsc::channel();
-        let threads = SourceThreads::spawn(settings, tx, self.waker())?;
-        let sources = &mut self.sources;
-        sources.slots = slots
-            .into_iter()
-            .map(|(kind, location)| Slot {
-                kind,
-                location,
-                reported: false,
-                fragments: Vec::new(),
-                synced: None,
-                error: None,
-                errors: 0,
-                applied: Vec::new(),
-                excluded: Vec::new(),
-            })
-            .collect();
-        sources.base = Some(file);
-        sources.events = Some(rx);
-        sources.threads = Some(threads);
-        Ok(())
-    }
-
-    /// Takes the sources' reports in, and queues a merge when one changed
-    /// something and every source has reported once.
-    pub(super) fn take_source_events(&mut self) {
-        let Some(events) = &self.sources.events else {
-            return;
-        };
-        let received: Vec<SourceEvent> = events.try_iter().collect();
-        for event in received {
-            self.sources.record(event);
-        }
-        let sources = &self.sources;
-        if sources.dirty && sources.all_reported() && !sources.queued && self.stopping.is_none() {
-            self.sources.dirty = false;
-            self.sources.queued = true;
-            self.enqueue(None, Job::Sources);
-        }
-    }
-
-    /// Ends the source threads (the proxy stops).
-    pub(super) fn stop_sources(&mut self) {
-        if let Some(mut threads) = self.sources.threads.take() {
-            threads.stop();
-        }
     }
 }

@@ -1,47 +1,87 @@
-//! The end of a state-changing job: its commit or abandon recorded, the
-//! state journaled, and its answer (or, for a SIGHUP reload or a merge of
-//! the route sources, its log lines).
+//! The end of a state-changing job: its commit or abandon recorded, and
+//! its answer (or, for a SIGHUP reload or a merge of the route sources,
+//! its log lines).
 //!
-//! Owns: what a job's client hears and the log says of it. Must never:
-//! answer a job before its changes are journaled, or answer one twice.
+//! Owns: [`Outcome`], [`Origin`], and what a job's client hears and the
+//! log says of it. Must never: answer a job before its changes are
+//! journaled, or answer one twice.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
 
+use command::answer_code::AnswerCode;
 use command::change::Change;
+use command::generation::{Generation, Planned};
 use command::proto::{self, response_content::ContentType};
+use log::Level;
 
-use super::super::describe;
-use super::super::reload_file::Unread;
-use super::super::responses::{failure, ok, ok_with};
-use super::{CommandServer, Failure, Origin, Outcome, REPORT_LIST_CAP};
-use crate::answer_code::AnswerCode;
-use crate::server::clients::ClientRef;
+use crate::coordinator::{Coordinator, describe};
+use crate::effect::{Effect, Notice, log};
+use crate::input::Unread;
+use crate::jobs::Failure;
+use crate::responses::{failure, ok, ok_with};
+use crate::turns::Ticket;
 
-impl CommandServer {
-    /// Saves the state if the job changed it, records a merge the workers
-    /// applied, and answers the job.
-    pub(super) fn finish(&mut self, outcome: Outcome) {
+/// The most entries each list of a `BatchReport` holds.
+const REPORT_LIST_CAP: usize = 1_000;
+
+/// Where a job's changes came from: what its answer or log line says.
+#[derive(Debug)]
+pub(crate) enum Origin {
+    /// One request of a client.
+    Change,
+    /// A batch of a client (`preread reload`).
+    Batch,
+    /// A state file (`state load`).
+    Load(String),
+    /// A config file the proxy read (SIGHUP, or `preread reload`), with
+    /// its warnings (logged already; the CLI that asked prints them).
+    Reload(PathBuf, Vec<String>),
+    /// The route sources.
+    Sources,
+}
+
+/// A job's end, for its answer.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    pub(crate) client: Option<Ticket>,
+    pub(crate) origin: Origin,
+    /// The plan, its generation taken out into `generation`.
+    pub(crate) planned: Planned<Failure>,
+    pub(crate) generation: Arc<Generation>,
+    /// Why the workers did not apply the generation (it is not committed).
+    pub(crate) refused: Option<Failure>,
+}
+
+impl Coordinator {
+    /// Records a merge or a reload the workers applied (or not), and
+    /// answers the job; `save_error` is why its journal append failed.
+    pub(crate) fn finish(
+        &mut self,
+        outcome: Outcome,
+        save_error: Option<String>,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
         let skipped = outcome.skipped();
         if outcome.refused.is_none() {
-            self.sources.commit();
+            self.sources.commit(now, out);
             self.last_text.commit(skipped.is_empty(), self.generation);
         } else {
             self.sources.abandon();
             self.last_text.abandon();
         }
         let applied = outcome.applied().len();
-        let save_note = if applied > 0 {
-            self.autosave(outcome.applied())
-                .map(|e| format!("; but the state file was not saved: {e}"))
-                .unwrap_or_default()
-        } else {
-            String::new()
-        };
+        let save_note = save_error
+            .map(|e| format!("; but the state file was not saved: {e}"))
+            .unwrap_or_default();
         let unchanged = outcome.planned.unchanged;
         let answer = match &outcome.origin {
             Origin::Reload(path, warnings) => {
                 let by_signal = outcome.client.is_none();
-                log_reload(path, applied, unchanged, &skipped, &save_note, by_signal);
+                let counts = (applied, unchanged);
+                log_reload(path, counts, &skipped, &save_note, by_signal, out);
                 if by_signal {
                     return;
                 }
@@ -49,7 +89,7 @@ impl CommandServer {
                 batch_answer(report, warnings, &save_note)
             }
             Origin::Sources => {
-                log_sources(applied, &skipped, &save_note);
+                log_sources(applied, &skipped, &save_note, out);
                 return;
             }
             Origin::Change => match skipped.first() {
@@ -85,17 +125,23 @@ impl CommandServer {
                 }
             }
         };
-        if let Some(who) = outcome.client {
-            self.respond(who, &answer);
+        if let Some(ticket) = outcome.client {
+            self.answer(ticket, answer, out);
         }
     }
 
     /// A reload that read nothing to apply: logged, and answered to the
     /// CLI that asked (on SIGHUP, systemd hears that the reload is over).
-    pub(super) fn refuse_reload(&mut self, client: Option<ClientRef>, path: &Path, unread: Unread) {
+    pub(crate) fn refuse_reload(
+        &mut self,
+        client: Option<Ticket>,
+        path: &Path,
+        unread: Unread,
+        out: &mut Vec<Effect>,
+    ) {
         let answer = match unread {
             Unread::Unseen(message) => {
-                log::warn!("reload: {message}");
+                log(out, Level::Warn, format!("reload: {message}"));
                 failure(AnswerCode::ConfigUnseen, message)
             }
             Unread::Refused(problems) => {
@@ -105,39 +151,31 @@ impl CommandServer {
                     path.display()
                 );
                 for problem in &problems {
-                    if problem.is_warning() {
-                        log::warn!("reload: {}:{problem}", path.display());
+                    let level = if problem.is_warning() {
+                        Level::Warn
                     } else {
-                        log::error!("reload: {}:{problem}", path.display());
-                    }
+                        Level::Error
+                    };
+                    log(out, level, format!("reload: {}:{problem}", path.display()));
                     message.push_str(&format!("\n{}:{problem}", path.display()));
                 }
                 failure(AnswerCode::ConfigRefused, message)
             }
         };
         match client {
-            Some(who) => self.respond(who, &answer),
+            Some(ticket) => self.answer(ticket, answer, out),
             None => {
                 let summary = answer.message.lines().next().unwrap_or_default().to_owned();
-                log::error!("{summary}");
-                crate::notify::ready(&summary);
+                log(out, Level::Error, summary.clone());
+                out.push(Effect::Notify(Notice::Ready(summary)));
             }
         }
-    }
-
-    /// With `automatic_state_save`, journals the committed `steps` (synced
-    /// before the answer); the error, if any (logged), for the answer.
-    fn autosave(&mut self, changes: &[Change]) -> Option<String> {
-        let steps: Vec<proto::Request> = changes.iter().map(Change::to_request).collect();
-        let error = self.saved.record(&steps, &self.state).err()?;
-        log::error!("automatic state save failed: {error}");
-        Some(error.to_string())
     }
 }
 
 impl Outcome {
     /// The changes committed: the generation, unless the workers refused it.
-    fn applied(&self) -> &[Change] {
+    pub(crate) fn applied(&self) -> &[Change] {
         match self.refused {
             Some(_) => &[],
             None => &self.generation.changes,
@@ -202,20 +240,27 @@ fn batch_answer(
 /// The summary of a merge of the route sources: each skipped request with
 /// its code (excluded fragments are logged when they are recorded), then
 /// the count.
-fn log_sources(applied: usize, skipped: &[(proto::Request, Failure)], save_note: &str) {
+fn log_sources(
+    applied: usize,
+    skipped: &[(proto::Request, Failure)],
+    save_note: &str,
+    out: &mut Vec<Effect>,
+) {
     for (request, failed) in skipped {
-        log::warn!(
+        let line = format!(
             "route sources: skipped {}: {}: {}",
             describe(request),
             failed.code,
             failed.message
         );
+        log(out, Level::Warn, line);
     }
     if applied > 0 || !skipped.is_empty() {
-        log::info!(
+        let line = format!(
             "route sources: {applied} change(s) applied, {} skipped{save_note}",
             skipped.len()
         );
+        log(out, Level::Info, line);
     }
 }
 
@@ -223,28 +268,29 @@ fn log_sources(applied: usize, skipped: &[(proto::Request, Failure)], save_note:
 /// skipped request with its code, then the counts.
 fn log_reload(
     path: &Path,
-    applied: usize,
-    unchanged: usize,
+    (applied, unchanged): (usize, usize),
     skipped: &[(proto::Request, Failure)],
     save_note: &str,
     by_signal: bool,
+    out: &mut Vec<Effect>,
 ) {
     for (request, failed) in skipped {
-        log::warn!(
+        let line = format!(
             "reload of {}: skipped {}: {}: {}",
             path.display(),
             describe(request),
             failed.code,
             failed.message
         );
+        log(out, Level::Warn, line);
     }
     let summary = format!(
         "reload of {}: {applied} applied, {unchanged} unchanged, {} skipped{save_note}",
         path.display(),
         skipped.len()
     );
-    log::info!("{summary}");
+    log(out, Level::Info, summary.clone());
     if by_signal {
-        crate::notify::ready(&summary);
+        out.push(Effect::Notify(Notice::Ready(summary)));
     }
 }

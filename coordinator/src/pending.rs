@@ -2,14 +2,15 @@
 //!
 //! Owns: order ids, which worker still owes an answer to which order, the
 //! answers gathered so far, and the deadline after which a missing answer
-//! counts as a failure. Must never: wait; it is told about replies and
+//! counts as a failure. Must never: wait; it is told about answers and
 //! about time, and says which orders are complete.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
-use crate::answer_code::AnswerCode;
-use crate::worker::orders::{Answer, OrderId, Reply};
+use command::answer_code::AnswerCode;
+
+use crate::orders::{Answer, OrderId, Reply, WorkerId};
 
 /// An order whose answers are all in, or whose deadline passed.
 #[derive(Debug)]
@@ -18,9 +19,9 @@ pub(crate) struct Gathered<P> {
     /// Why it was sent.
     pub(crate) purpose: P,
     /// Every answer received, by worker id.
-    pub(crate) answers: Vec<(u32, Answer)>,
+    pub(crate) answers: Vec<(WorkerId, Answer)>,
     /// Workers that did not answer before the deadline.
-    pub(crate) missing: Vec<u32>,
+    pub(crate) missing: Vec<WorkerId>,
 }
 
 impl<P> Gathered<P> {
@@ -28,7 +29,7 @@ impl<P> Gathered<P> {
     /// `(worker, code, message)`: the code is the worker's, or
     /// [`AnswerCode::WorkerTimeout`]; the message names the worker. `None`
     /// when no worker refused and none is missing.
-    pub(crate) fn first_failure(&self) -> Option<(u32, AnswerCode, String)> {
+    pub(crate) fn first_failure(&self) -> Option<(WorkerId, AnswerCode, String)> {
         for (worker, answer) in &self.answers {
             if let Answer::Refused { code, message } = answer {
                 let code = *code;
@@ -51,7 +52,7 @@ impl<P> Gathered<P> {
     }
 
     /// Workers that refused.
-    pub(crate) fn refused_by(&self) -> Vec<u32> {
+    pub(crate) fn refused_by(&self) -> Vec<WorkerId> {
         self.answers
             .iter()
             .filter(|(_, answer)| matches!(answer, Answer::Refused { .. }))
@@ -63,8 +64,8 @@ impl<P> Gathered<P> {
 #[derive(Debug)]
 struct Open<P> {
     purpose: P,
-    waiting: BTreeSet<u32>,
-    answers: Vec<(u32, Answer)>,
+    waiting: BTreeSet<WorkerId>,
+    answers: Vec<(WorkerId, Answer)>,
     deadline: Instant,
 }
 
@@ -79,6 +80,19 @@ impl<P> Open<P> {
             missing: self.waiting.into_iter().collect(),
         }
     }
+}
+
+/// What one answer did.
+#[derive(Debug)]
+pub(crate) enum Recorded<P> {
+    /// The order is complete: every worker answered.
+    Complete(Gathered<P>),
+    /// The order still waits on other workers.
+    Waiting,
+    /// No such order is open (it timed out, or was cancelled).
+    Stale,
+    /// The worker answered this order already, or was not asked.
+    Unasked,
 }
 
 /// The open orders.
@@ -102,7 +116,7 @@ impl<P> Pending<P> {
     pub(crate) fn open(
         &mut self,
         purpose: P,
-        workers: impl IntoIterator<Item = u32>,
+        workers: impl IntoIterator<Item = WorkerId>,
         deadline: Instant,
     ) -> OrderId {
         let id = self.next_id;
@@ -119,28 +133,32 @@ impl<P> Pending<P> {
         id
     }
 
-    /// Records one answer. Returns the order once every worker answered.
-    /// An answer to an unknown order, or a second answer of one worker, is
-    /// ignored (logged).
-    pub(crate) fn record(&mut self, reply: Reply) -> Option<Gathered<P>> {
+    /// Records one answer. An answer to an unknown order, or a second
+    /// answer of one worker, is ignored (and said so, for the log).
+    pub(crate) fn record(&mut self, reply: Reply) -> Recorded<P> {
         let Some(open) = self.open.get_mut(&reply.order) else {
-            log::debug!(
-                "worker {} answered order {} that is no longer awaited (timed out?)",
-                reply.worker,
-                reply.order
-            );
-            return None;
+            return Recorded::Stale;
         };
         if !open.waiting.remove(&reply.worker) {
-            log::warn!(
-                "worker {} answered order {} twice, or was not asked",
-                reply.worker,
-                reply.order
-            );
-            return None;
+            return Recorded::Unasked;
         }
         open.answers.push((reply.worker, reply.answer));
-        self.take_complete(reply.order)
+        match self.take_complete(reply.order) {
+            Some(gathered) => Recorded::Complete(gathered),
+            None => Recorded::Waiting,
+        }
+    }
+
+    /// The open orders that still wait on `worker`, oldest first.
+    pub(crate) fn owed_by(&self, worker: WorkerId) -> Vec<OrderId> {
+        let mut ids: Vec<OrderId> = self
+            .open
+            .iter()
+            .filter(|(_, open)| open.waiting.contains(&worker))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// The order `id` if nothing more is awaited for it.
@@ -188,7 +206,7 @@ mod tests {
 
     use super::*;
 
-    fn reply(worker: u32, order: OrderId, answer: Answer) -> Reply {
+    fn reply(worker: WorkerId, order: OrderId, answer: Answer) -> Reply {
         Reply {
             worker,
             order,
@@ -201,18 +219,27 @@ mod tests {
         let mut pending = Pending::new();
         let later = Instant::now() + Duration::from_secs(60);
         let id = pending.open("apply", [0, 1], later);
-        assert!(pending.record(reply(1, id, Answer::Done)).is_none());
+        assert!(matches!(
+            pending.record(reply(1, id, Answer::Done)),
+            Recorded::Waiting
+        ));
         assert!(
-            pending.record(reply(1, id, Answer::Done)).is_none(),
+            matches!(
+                pending.record(reply(1, id, Answer::Done)),
+                Recorded::Unasked
+            ),
             "twice"
         );
         assert!(
-            pending.record(reply(0, id + 7, Answer::Done)).is_none(),
+            matches!(
+                pending.record(reply(0, id + 7, Answer::Done)),
+                Recorded::Stale
+            ),
             "unknown"
         );
-        let done = pending
-            .record(reply(0, id, Answer::Done))
-            .expect("complete");
+        let Recorded::Complete(done) = pending.record(reply(0, id, Answer::Done)) else {
+            panic!("not complete");
+        };
         assert_eq!(done.purpose, "apply");
         assert!(done.refused_by().is_empty());
         assert!(done.first_failure().is_none());
@@ -235,8 +262,16 @@ mod tests {
             code: AnswerCode::WorkerRefused,
             message: "bind failed".to_owned(),
         };
-        assert!(pending.record(reply(2, id, refused)).is_none());
-        assert!(pending.record(reply(0, id, Answer::Done)).is_none());
+        assert!(matches!(
+            pending.record(reply(2, id, refused)),
+            Recorded::Waiting
+        ));
+        assert_eq!(pending.owed_by(0), vec![id]);
+        assert!(matches!(
+            pending.record(reply(0, id, Answer::Done)),
+            Recorded::Waiting
+        ));
+        assert!(pending.owed_by(0).is_empty());
         assert!(pending.expire(now).is_empty());
         let expired = pending.expire(now + Duration::from_millis(10));
         assert_eq!(expired.len(), 1);

@@ -1,5 +1,4 @@
-//! The config file read again for a reload, on the command thread: the
-//! outline of the text the file state came from, and the reread that
+//! The config file read again for a reload: the outline of the text the file state came from, and the reread that
 //! starts from it (`command::reread`).
 //!
 //! Owns: [`LastText`] (that outline, and since which generation the
@@ -19,12 +18,12 @@ use command::diff::diff;
 use command::proto;
 use command::reread::{self, Read};
 
-use super::CommandServer;
+use crate::coordinator::Coordinator;
 
 /// The outline of the config text the file state came from. See the
 /// module documentation.
 #[derive(Debug, Default)]
-pub(super) struct LastText {
+pub(crate) struct LastText {
     outline: Option<Outline>,
     /// The generation in which the running state is the outline's file
     /// state, if it is.
@@ -45,7 +44,7 @@ impl LastText {
     /// The reload the workers applied read the text of `pending`: its
     /// outline stands for the file state now, and for the running state
     /// (of generation `generation`) when the reload skipped nothing.
-    pub(super) fn commit(&mut self, skipped_nothing: bool, generation: u64) {
+    pub(crate) fn commit(&mut self, skipped_nothing: bool, generation: u64) {
         if let Some(outline) = self.pending.take() {
             self.outline = outline;
             self.running_in = skipped_nothing.then_some(generation);
@@ -53,13 +52,13 @@ impl LastText {
     }
 
     /// The reload was not applied: the file state is the one before it.
-    pub(super) fn abandon(&mut self) {
+    pub(crate) fn abandon(&mut self) {
         self.pending = None;
     }
 
     /// The file state is now one of declarations sent over the socket,
     /// of no text.
-    pub(super) fn forget(&mut self) {
+    pub(crate) fn forget(&mut self) {
         self.outline = None;
         self.running_in = None;
     }
@@ -67,18 +66,18 @@ impl LastText {
 
 /// What a reload's text asks for.
 #[derive(Debug)]
-pub(super) struct Reread {
+pub(crate) struct Reread {
     /// Its warnings, in file order.
-    pub(super) warnings: Vec<ConfigProblem>,
+    pub(crate) warnings: Vec<ConfigProblem>,
     /// The diff from the running state.
-    pub(super) changes: Vec<proto::Request>,
+    pub(crate) changes: Vec<proto::Request>,
     /// How much of it was read.
-    pub(super) read: Read,
+    pub(crate) read: Read,
 }
 
 impl Reread {
     /// How much was read, for the reload's log line.
-    pub(super) fn read_note(&self) -> String {
+    pub(crate) fn read_note(&self) -> String {
         match self.read {
             Read::Whole => " (the whole file)".to_owned(),
             Read::Tables(count) => {
@@ -88,8 +87,8 @@ impl Reread {
     }
 }
 
-impl CommandServer {
-    /// Gives the server the outline of the config text the boot read, and
+impl Coordinator {
+    /// Gives the coordinator the outline of the config text the boot read, and
     /// says whether the running state is that text's file state (the boot
     /// used the config's declarations): then the first reload reads only
     /// the cluster tables that changed.
@@ -104,7 +103,7 @@ impl CommandServer {
     /// Checks a reload's `text` and diffs the state it declares (merged
     /// with the route sources) against the running state, which it leaves
     /// as it is. `Err` holds every problem of the text.
-    pub(super) fn reread(&mut self, text: &str) -> Result<Reread, Vec<ConfigProblem>> {
+    pub(crate) fn reread(&mut self, text: &str) -> Result<Reread, Vec<ConfigProblem>> {
         if self.sources.merges() {
             let last = self.last_text.outline.as_ref().zip(self.sources.base());
             let file = reread::file_state(text, last)?;

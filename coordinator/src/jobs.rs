@@ -1,0 +1,679 @@
+//! State-changing jobs: queued in arrival order, run one at a time, each
+//! planned on the committed state as one routing generation, applied on
+//! every worker, then committed and journaled, or rolled back on the
+//! workers that applied it.
+//!
+//! Owns: [`Jobs`] (the queue, the running job and its phase, the parts of
+//! batches not complete yet) and the steps of a job up to its outcome.
+//! Must never: commit a generation before every worker applied it; leave
+//! a generation applied on some workers when another refused it; run two
+//! jobs at once (an upgrade's handover included).
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use core::net::SocketAddr;
+
+use command::answer_code::AnswerCode;
+use command::diff::diff;
+use command::generation::{Generation, Planned, plan};
+use command::proto;
+use command::state::ConfigState;
+use command::state_file::StateFileError;
+use command::validate::ValidationError;
+use log::Level;
+
+use crate::coordinator::{Coordinator, Purpose};
+use crate::effect::{Effect, log};
+use crate::input::{ClientId, JobId, Unread, UpgradeRequest};
+use crate::orders::{Order, OrderId};
+use crate::outcome::{Origin, Outcome};
+use crate::responses::{failure, ok};
+use crate::turns::Ticket;
+
+/// A state-changing job.
+#[derive(Debug)]
+pub(crate) enum Job {
+    /// One add/update/remove/activate/deactivate request.
+    Change(proto::Request),
+    /// A batch of changes: the refused ones are skipped, the others
+    /// applied together.
+    Batch(Vec<proto::Request>),
+    /// The declarations of `preread reload`: the diff from the running
+    /// state to them is applied as a batch.
+    Declarations(Vec<proto::Request>),
+    /// Load a state file: apply the diff from the running state to it.
+    Load(String),
+    /// Reload a config file: the proxy's own on SIGHUP (`seen` unset), or
+    /// the one `preread reload` saw.
+    Reload {
+        path: PathBuf,
+        seen: Option<proto::ReloadFile>,
+    },
+    /// A route source changed: apply the diff from the running state to
+    /// the merge of the file's declarations with every fragment.
+    Sources,
+    /// Hand the listeners and the state over to a successor.
+    Upgrade(UpgradeRequest),
+}
+
+#[derive(Debug)]
+struct Queued {
+    id: JobId,
+    client: Option<Ticket>,
+    job: Job,
+}
+
+/// Why a request of a job was not applied.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    pub(crate) code: AnswerCode,
+    pub(crate) message: String,
+}
+
+impl From<ValidationError> for Failure {
+    fn from(error: ValidationError) -> Self {
+        Self {
+            code: error.code.into(),
+            message: error.message,
+        }
+    }
+}
+
+/// Where the running job is.
+#[derive(Debug)]
+pub(crate) enum Phase {
+    /// The shell reads the config file of a reload.
+    ReadingConfig { path: PathBuf, since: Instant },
+    /// The shell reads the state file of a load.
+    ReadingState { path: String },
+    /// The workers apply the generation.
+    Applying {
+        order: OrderId,
+        origin: Origin,
+        /// The plan, its generation taken out into `generation`.
+        planned: Planned<Failure>,
+        generation: Arc<Generation>,
+    },
+    /// Committed; the shell appends it to the journal.
+    Journaling(Outcome),
+    /// The workers export their listening sockets for an upgrade.
+    Exporting(UpgradeRequest),
+    /// The shell hands over to the successor.
+    HandingOver,
+}
+
+/// The job that runs.
+#[derive(Debug)]
+pub(crate) struct Running {
+    pub(crate) id: JobId,
+    pub(crate) client: Option<Ticket>,
+    pub(crate) phase: Phase,
+}
+
+/// The most requests one batch may hold, all its parts together: a config
+/// of a million routes, with room to spare.
+pub const MAX_BATCH_REQUESTS: usize = 2_000_000;
+
+/// The parts of a batch received so far from one client.
+#[derive(Debug, Default)]
+struct Parts {
+    requests: Vec<proto::Request>,
+    declarations: bool,
+}
+
+/// The state-change queue and the running job.
+#[derive(Debug, Default)]
+pub(crate) struct Jobs {
+    queue: VecDeque<Queued>,
+    pub(crate) running: Option<Running>,
+    /// Batches whose last part has not come yet, by client.
+    parts: HashMap<ClientId, Parts>,
+    next_id: u64,
+}
+
+impl Jobs {
+    /// Whether a job runs or waits.
+    pub(crate) fn is_busy(&self) -> bool {
+        self.running.is_some() || !self.queue.is_empty()
+    }
+
+    /// A client left: the parts it sent will not be completed.
+    pub(crate) fn forget_parts(&mut self, who: ClientId) {
+        self.parts.remove(&who);
+    }
+
+    fn push(&mut self, client: Option<Ticket>, job: Job) {
+        let id = JobId(self.next_id);
+        self.next_id += 1;
+        self.queue.push_back(Queued { id, client, job });
+    }
+
+    /// The running job, if it is `id` in a phase `phase` accepts; it is
+    /// taken out.
+    pub(crate) fn take_running(
+        &mut self,
+        id: JobId,
+        phase: impl Fn(&Phase) -> bool,
+    ) -> Option<Running> {
+        match &self.running {
+            Some(run) if run.id == id && phase(&run.phase) => self.running.take(),
+            _ => None,
+        }
+    }
+}
+
+impl Coordinator {
+    /// Takes one part of a batch: answers it at once when more follow,
+    /// queues the whole batch with its last part.
+    pub(crate) fn batch_part(
+        &mut self,
+        ticket: Ticket,
+        batch: proto::ChangeBatch,
+        out: &mut Vec<Effect>,
+    ) {
+        let who = ticket.client;
+        let parts = self.jobs.parts.entry(who).or_insert_with(|| Parts {
+            requests: Vec::new(),
+            declarations: batch.declarations,
+        });
+        let problem = if parts.declarations != batch.declarations {
+            Some("the parts of one batch disagree on `declarations`".to_owned())
+        } else if parts.requests.len() + batch.requests.len() > MAX_BATCH_REQUESTS {
+            Some(format!(
+                "a batch holds at most {MAX_BATCH_REQUESTS} requests, all its parts together"
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            self.jobs.parts.remove(&who);
+            let answer = failure(AnswerCode::BadBatch, format!("{problem}; nothing changed"));
+            self.answer(ticket, answer, out);
+            return;
+        }
+        parts.requests.extend(batch.requests);
+        if batch.more {
+            let answer = ok(format!(
+                "part received: {} request(s) so far",
+                parts.requests.len()
+            ));
+            self.answer(ticket, answer, out);
+            return;
+        }
+        let Some(parts) = self.jobs.parts.remove(&who) else {
+            return;
+        };
+        let job = if parts.declarations {
+            Job::Declarations(parts.requests)
+        } else {
+            Job::Batch(parts.requests)
+        };
+        self.enqueue(Some(ticket), job, out);
+    }
+
+    /// Queues a state-changing job (of the client of `ticket`, which waits
+    /// for its answer), unless the proxy is stopping.
+    pub(crate) fn enqueue(&mut self, client: Option<Ticket>, job: Job, out: &mut Vec<Effect>) {
+        if self.stopping.is_some() {
+            if let Some(ticket) = client {
+                let answer = match job {
+                    Job::Upgrade(_) => self.upgrade_refusal("the proxy is stopping", out),
+                    _ => stopping(),
+                };
+                self.answer(ticket, answer, out);
+            }
+            return;
+        }
+        self.jobs.push(client, job);
+    }
+
+    /// Starts the next queued job if none runs. Returns whether one was
+    /// taken from the queue.
+    pub(crate) fn advance(&mut self, now: Instant, out: &mut Vec<Effect>) -> bool {
+        if self.jobs.running.is_some() {
+            return false;
+        }
+        let Some(next) = self.jobs.queue.pop_front() else {
+            return false;
+        };
+        self.begin(next, now, out);
+        true
+    }
+
+    fn begin(&mut self, queued: Queued, now: Instant, out: &mut Vec<Effect>) {
+        let Queued { id, client, job } = queued;
+        let requests = match job {
+            Job::Change(request) => (Origin::Change, vec![request]),
+            Job::Batch(requests) => (Origin::Batch, requests),
+            Job::Declarations(requests) => match self.declared(&requests) {
+                Ok(desired) => (Origin::Batch, diff(&self.state, &desired)),
+                Err(answer) => {
+                    if let Some(ticket) = client {
+                        self.answer(ticket, answer, out);
+                    }
+                    return;
+                }
+            },
+            Job::Sources => match self.sources.merge_job() {
+                Some(desired) => (Origin::Sources, diff(&self.state, &desired)),
+                None => return,
+            },
+            Job::Reload { path, seen } => {
+                out.push(Effect::ReadConfig {
+                    job: id,
+                    path: path.clone(),
+                    seen,
+                });
+                let phase = Phase::ReadingConfig { path, since: now };
+                self.jobs.running = Some(Running { id, client, phase });
+                return;
+            }
+            Job::Load(path) => {
+                out.push(Effect::ReadStateFile {
+                    job: id,
+                    path: path.clone(),
+                });
+                let phase = Phase::ReadingState { path };
+                self.jobs.running = Some(Running { id, client, phase });
+                return;
+            }
+            Job::Upgrade(request) => {
+                self.start_export(id, client, request, now, out);
+                return;
+            }
+        };
+        let (origin, requests) = requests;
+        self.apply(id, client, origin, requests, now, out);
+    }
+
+    /// The state the declarations of a batch ask for (merged with the
+    /// route sources), or the answer refusing them.
+    fn declared(&mut self, requests: &[proto::Request]) -> Result<ConfigState, proto::Response> {
+        // The file state becomes these declarations, of no text.
+        self.last_text.forget();
+        let mut desired = ConfigState::default();
+        for (index, request) in requests.iter().enumerate() {
+            if let Err(error) = desired.dispatch(request) {
+                return Err(failure(
+                    error.code.into(),
+                    format!(
+                        "declaration {} of {} is refused: {}; nothing changed",
+                        index + 1,
+                        requests.len(),
+                        error.message
+                    ),
+                ));
+            }
+        }
+        Ok(self.sources.with_file(desired))
+    }
+
+    /// Plans `requests` and sends the generation to every worker (or ends
+    /// the job at once when it changes nothing).
+    fn apply(
+        &mut self,
+        id: JobId,
+        client: Option<Ticket>,
+        origin: Origin,
+        requests: Vec<proto::Request>,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        let mut planned = self.plan(requests);
+        let generation = Arc::new(std::mem::take(&mut planned.generation));
+        if generation.is_empty() {
+            let outcome = Outcome {
+                client,
+                origin,
+                planned,
+                generation,
+                refused: None,
+            };
+            self.finish(outcome, None, now, out);
+            return;
+        }
+        let timeout = self.settings.order_timeout;
+        let what = Order::Apply(Arc::clone(&generation));
+        let order = self.broadcast(what, Purpose::Step, None, timeout, now, out);
+        let phase = Phase::Applying {
+            order,
+            origin,
+            planned,
+            generation,
+        };
+        self.jobs.running = Some(Running { id, client, phase });
+    }
+
+    /// The job's requests as one generation on the committed state (left
+    /// as it was): each is validated, and a listener it opens checked free;
+    /// the refused ones are skipped.
+    fn plan(&mut self, requests: Vec<proto::Request>) -> Planned<Failure> {
+        let listening_before: BTreeSet<SocketAddr> = self
+            .state
+            .listeners()
+            .filter(|l| l.active != Some(false))
+            .filter_map(|l| l.address.parse().ok())
+            .collect();
+        let check = &mut self.check;
+        plan(&mut self.state, requests, |change, after| {
+            match change.opened_at() {
+                Some(address)
+                    if listens(after, address) && !listening_before.contains(&address) =>
+                {
+                    check.ensure_unbound(address).map_err(|e| Failure {
+                        code: AnswerCode::WorkerRefused,
+                        message: format!("cannot listen on {address}: {e}; nothing changed"),
+                    })
+                }
+                _ => Ok(()),
+            }
+        })
+    }
+
+    /// The shell read a reload's config file.
+    pub(crate) fn config_read(
+        &mut self,
+        job: JobId,
+        read: Result<String, Unread>,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        let reading = |p: &Phase| matches!(p, Phase::ReadingConfig { .. });
+        let Some(run) = self.jobs.take_running(job, reading) else {
+            log(
+                out,
+                Level::Error,
+                format!("a config file read for job {job:?}, not running"),
+            );
+            return;
+        };
+        let Phase::ReadingConfig { path, since } = run.phase else {
+            return;
+        };
+        let reread = read.and_then(|text| self.reread(&text).map_err(Unread::Refused));
+        match reread {
+            Ok(reread) => {
+                let warnings: Vec<String> = reread
+                    .warnings
+                    .iter()
+                    .map(|warning| format!("{}:{warning}", path.display()))
+                    .collect();
+                for warning in &warnings {
+                    log(out, Level::Warn, format!("reload: {warning}"));
+                }
+                log(
+                    out,
+                    Level::Info,
+                    format!(
+                        "reloading {}: read, checked and compared with the running state in {} \
+                         ms{}",
+                        path.display(),
+                        now.saturating_duration_since(since).as_millis(),
+                        reread.read_note()
+                    ),
+                );
+                let origin = Origin::Reload(path, warnings);
+                self.apply(run.id, run.client, origin, reread.changes, now, out);
+            }
+            Err(unread) => self.refuse_reload(run.client, &path, unread, out),
+        }
+    }
+
+    /// The shell read a `state load`'s file.
+    pub(crate) fn state_file_read(
+        &mut self,
+        job: JobId,
+        read: Result<ConfigState, StateFileError>,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        let reading = |p: &Phase| matches!(p, Phase::ReadingState { .. });
+        let Some(run) = self.jobs.take_running(job, reading) else {
+            log(
+                out,
+                Level::Error,
+                format!("a state file read for job {job:?}, not running"),
+            );
+            return;
+        };
+        let Phase::ReadingState { path } = run.phase else {
+            return;
+        };
+        match read {
+            Ok(loaded) => {
+                let changes = diff(&self.state, &loaded);
+                self.apply(run.id, run.client, Origin::Load(path), changes, now, out);
+            }
+            Err(error) => {
+                if let Some(ticket) = run.client {
+                    let answer = failure(
+                        error.code().into(),
+                        format!("cannot load the state file {path}: {error}; nothing changed"),
+                    );
+                    self.answer(ticket, answer, out);
+                }
+            }
+        }
+    }
+
+    /// Every worker answered the running generation (or some did not in
+    /// time): commit it, or roll it back on the workers that may have
+    /// applied it.
+    pub(crate) fn step_done(
+        &mut self,
+        gathered: &crate::pending::Gathered<Purpose>,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        let run = match self.jobs.running.take() {
+            Some(Running {
+                id,
+                client,
+                phase:
+                    Phase::Applying {
+                        order,
+                        origin,
+                        planned,
+                        generation,
+                    },
+            }) if order == gathered.id => (id, client, origin, planned, generation),
+            other => {
+                log(
+                    out,
+                    Level::Error,
+                    format!("answers to generation {} not in flight", gathered.id),
+                );
+                self.jobs.running = other;
+                return;
+            }
+        };
+        let (id, client, origin, planned, generation) = run;
+        let refused = match gathered.first_failure() {
+            None => {
+                if let Err(error) = generation.apply_to(&mut self.state) {
+                    // Planned on this very state, nothing committed since:
+                    // a bug, and the operator must hear of it.
+                    log(
+                        out,
+                        Level::Error,
+                        format!(
+                            "committing a generation the workers applied was refused: {error}; \
+                             the state may differ from the workers' until the proxy restarts"
+                        ),
+                    );
+                }
+                self.state.check_invariants();
+                self.generation += 1;
+                None
+            }
+            Some((_, code, message)) => {
+                Some(self.roll_back(gathered, &generation, code, message, now, out))
+            }
+        };
+        out.push(Effect::Settled {
+            generation: Arc::clone(&generation),
+            committed: refused.is_none(),
+        });
+        let outcome = Outcome {
+            client,
+            origin,
+            planned,
+            generation,
+            refused,
+        };
+        if outcome.applied().is_empty() {
+            self.finish(outcome, None, now, out);
+            return;
+        }
+        out.push(Effect::AppendJournal {
+            job: id,
+            changes: outcome.applied().to_vec(),
+        });
+        let phase = Phase::Journaling(outcome);
+        self.jobs.running = Some(Running { id, client, phase });
+    }
+
+    /// Sends the inverse of a refused generation to every worker that may
+    /// hold it; what the job's answer says of it.
+    fn roll_back(
+        &mut self,
+        gathered: &crate::pending::Gathered<Purpose>,
+        generation: &Generation,
+        code: AnswerCode,
+        message: String,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) -> Failure {
+        // Every worker asked but those that refused may hold the
+        // generation (a late one applies it before the inverse: orders
+        // are FIFO); one that refused took it back itself, and a gone one
+        // counts as refused.
+        let refused = gathered.refused_by();
+        let undo_on: Vec<_> = gathered
+            .answers
+            .iter()
+            .map(|(worker, _)| *worker)
+            .chain(gathered.missing.iter().copied())
+            .filter(|worker| !refused.contains(worker) && self.workers.contains(worker))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        log(
+            out,
+            Level::Warn,
+            format!(
+                "generation of {} change(s): {code}: {message}; undoing it on worker(s) \
+                 {undo_on:?}",
+                generation.len()
+            ),
+        );
+        if !undo_on.is_empty() {
+            let inverse = Arc::new(generation.inverse());
+            let purpose = Purpose::Rollback {
+                changes: inverse.len(),
+            };
+            let timeout = self.settings.order_timeout;
+            self.broadcast(
+                Order::Apply(inverse),
+                purpose,
+                Some(&undo_on),
+                timeout,
+                now,
+                out,
+            );
+        }
+        Failure {
+            code,
+            message: if undo_on.is_empty() {
+                format!("{message}; nothing changed")
+            } else {
+                format!("{message}; undone on worker(s) {undo_on:?}, nothing changed")
+            },
+        }
+    }
+
+    /// The shell appended a committed job to the journal: its answer.
+    pub(crate) fn journaled(
+        &mut self,
+        job: JobId,
+        saved: Result<(), StateFileError>,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        let journaling = |p: &Phase| matches!(p, Phase::Journaling(_));
+        let Some(run) = self.jobs.take_running(job, journaling) else {
+            log(
+                out,
+                Level::Error,
+                format!("a journal append for job {job:?}, not running"),
+            );
+            return;
+        };
+        let Phase::Journaling(outcome) = run.phase else {
+            return;
+        };
+        let save_error = saved.err().map(|error| {
+            log(
+                out,
+                Level::Error,
+                format!("automatic state save failed: {error}"),
+            );
+            error.to_string()
+        });
+        self.finish(outcome, save_error, now, out);
+    }
+
+    /// The shell ends with jobs queued or running: their clients hear so.
+    pub(crate) fn fail_running(&mut self, out: &mut Vec<Effect>) {
+        self.fail_queued(out);
+        let Some(run) = self.jobs.running.take() else {
+            return;
+        };
+        let Some(ticket) = run.client else {
+            return;
+        };
+        let answer = match run.phase {
+            Phase::Applying { generation, .. } => failure(
+                AnswerCode::Stopping,
+                format!(
+                    "the proxy stopped before the workers applied this generation of {} \
+                     change(s)",
+                    generation.len()
+                ),
+            ),
+            _ => stopping(),
+        };
+        self.answer(ticket, answer, out);
+    }
+
+    /// A stop was ordered: the queued jobs will not run.
+    pub(crate) fn fail_queued(&mut self, out: &mut Vec<Effect>) {
+        let queued: Vec<Queued> = self.jobs.queue.drain(..).collect();
+        for job in queued {
+            if let Some(ticket) = job.client {
+                let answer = match job.job {
+                    Job::Upgrade(_) => self.upgrade_refusal("the proxy is stopping", out),
+                    _ => stopping(),
+                };
+                self.answer(ticket, answer, out);
+            }
+        }
+    }
+}
+
+fn stopping() -> proto::Response {
+    failure(
+        AnswerCode::Stopping,
+        "the proxy is stopping: no state change is accepted",
+    )
+}
+
+/// Whether `state` listens at `address` (an active listener).
+fn listens(state: &ConfigState, address: SocketAddr) -> bool {
+    state
+        .listener(&address)
+        .is_some_and(|l| l.active != Some(false))
+}
