@@ -88,11 +88,13 @@ pub struct Coordinator {
     pub(crate) stopping: Option<StopKind>,
     pub(crate) pending: Pending<Purpose>,
     /// Orders whose answers are all in, not yet acted on.
-    completed: VecDeque<Gathered<Purpose>>,
+    pub(crate) completed: VecDeque<Gathered<Purpose>>,
     pub(crate) turns: Turns,
     pub(crate) jobs: Jobs,
     pub(crate) sources: RouteSources,
     pub(crate) last_text: LastText,
+    #[cfg(feature = "sabotage")]
+    pub(crate) fault: Option<crate::sabotage::Fault>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -135,6 +137,8 @@ impl Coordinator {
             jobs: Jobs::default(),
             sources: RouteSources::new(file, now),
             last_text: LastText::default(),
+            #[cfg(feature = "sabotage")]
+            fault: None,
         }
     }
 
@@ -192,7 +196,10 @@ impl Coordinator {
     /// nothing is left to do without an input.
     fn settle(&mut self, now: Instant, out: &mut Vec<Effect>) {
         loop {
-            for expired in self.pending.expire(now) {
+            let due = self.pending.expire(now);
+            #[cfg(feature = "sabotage")]
+            let due = self.missed(due);
+            for expired in due {
                 log(
                     out,
                     Level::Error,
@@ -295,7 +302,10 @@ impl Coordinator {
         let (worker, order) = (reply.worker, reply.order);
         match self.pending.record(reply) {
             Recorded::Complete(gathered) => self.completed.push_back(gathered),
-            Recorded::Waiting => {}
+            Recorded::Waiting => {
+                #[cfg(feature = "sabotage")]
+                self.commit_early(order);
+            }
             Recorded::Stale => log(
                 out,
                 Level::Debug,

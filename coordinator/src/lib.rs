@@ -81,6 +81,8 @@ mod outcome;
 mod pending;
 mod reread;
 pub mod responses;
+#[cfg(feature = "sabotage")]
+pub mod sabotage;
 mod sources;
 mod stop;
 mod turns;

@@ -15,6 +15,7 @@
 //! replays that seed alone, and `cargo run -p sim --release -- --seeds N
 //! [--start S]` runs more.
 
+pub mod control;
 pub mod corpus;
 pub mod driver;
 pub mod hello;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use preread_core::{FallbackReason, RejectReason};
 
+use crate::control::{ControlFailure, ControlSabotage, ControlTally, play_control};
 use crate::driver::{DecidedBy, Failure, Outcome, play};
 use crate::scenario::{Target, directed_seed, scenario};
 
@@ -89,6 +90,10 @@ pub struct RunConfig {
     pub seeds: u64,
     /// Directed scenarios per target, run before the random seeds.
     pub directed_per_target: u64,
+    /// Each random seed also plays its control-plane scenario (the
+    /// coordinator), with this sabotage planted; `None`: the data plane
+    /// only.
+    pub control: Option<ControlSabotage>,
 }
 
 /// What a run did.
@@ -113,6 +118,11 @@ pub struct Report {
     pub announced: (u64, u64),
     /// Scenarios whose hello was compared with its original framing.
     pub reframed: u64,
+    /// What the control-plane scenarios did.
+    pub control: ControlTally,
+    /// The first control-plane failures, in full (counted in
+    /// `failure_count` too).
+    pub control_failures: Vec<ControlFailure>,
     /// Wall-clock time of the run (for the summary only).
     pub elapsed: Duration,
 }
@@ -222,6 +232,9 @@ impl Report {
             "re-framed hellos checked against their original framing: {}",
             self.reframed
         );
+        if self.control.scenarios > 0 {
+            let _ = writeln!(s, "{}", self.control.line());
+        }
         let secs = self.elapsed.as_secs_f64();
         let _ = writeln!(
             s,
@@ -241,7 +254,8 @@ impl Report {
 }
 
 /// Plays `directed_per_target` scenarios of every [`Target`], then the
-/// random seeds `start..start + seeds`.
+/// random seeds `start..start + seeds` (and, with `control`, each seed's
+/// control-plane scenario).
 pub fn run(config: RunConfig) -> Report {
     let started = Instant::now();
     let mut report = Report::default();
@@ -255,6 +269,18 @@ pub fn run(config: RunConfig) -> Report {
         // Random seeds live below the directed bit.
         let sc = scenario(seed & !crate::scenario::DIRECTED_BIT);
         report.record(&sc, play(&sc));
+        if let Some(sabotage) = config.control {
+            match play_control(seed, sabotage) {
+                Ok(played) => report.control.add(&played),
+                Err(failure) => {
+                    report.control.add_failed();
+                    report.failure_count += 1;
+                    if report.control_failures.len() < KEPT_FAILURES {
+                        report.control_failures.push(failure);
+                    }
+                }
+            }
+        }
     }
     report.elapsed = started.elapsed();
     report

@@ -43,6 +43,8 @@ fn ten_thousand_seeds_hold_every_invariant() {
         start: 0,
         seeds: SEEDS,
         directed_per_target: DIRECTED_PER_TARGET,
+        // The control-plane scenarios have their own test (control.rs).
+        control: None,
     });
     println!("{}", report.table());
     if let Some(first) = report.failures.first() {
