@@ -86,12 +86,13 @@ impl Ledger {
         self.records.is_empty()
     }
 
-    /// Whether `generation` would be recorded as an inverse.
-    pub(crate) fn is_inverse(&self, generation: &Arc<Generation>) -> bool {
-        match self.by_pointer.get(&pointer(generation)) {
-            Some(&index) => self.records[index].inverse_of.is_some(),
-            None => self.inverse_target(generation).is_some(),
-        }
+    /// Whether `generation` takes back one that `worker` said it applied.
+    pub(crate) fn undoes_on(&self, generation: &Arc<Generation>, worker: WorkerId) -> bool {
+        let target = match self.by_pointer.get(&pointer(generation)) {
+            Some(&index) => self.records[index].inverse_of,
+            None => self.inverse_target(generation),
+        };
+        target.is_some_and(|t| self.records[t].done_from.contains(&worker))
     }
 
     /// `worker` is sent `generation` as `order`; `committed` for the boot's,

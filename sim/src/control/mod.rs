@@ -59,8 +59,8 @@ pub enum ControlSabotage {
     /// The coordinator commits a generation before every worker answered
     /// (a hook of the coordinator's `sabotage` feature).
     CommitEarly,
-    /// The first rollback skips one of the workers it is for (its order
-    /// is dropped).
+    /// The first rollback skips one of the workers it is for, that applied
+    /// the generation (its order is dropped).
     SkipRollback,
     /// The first answer owed to a client that stays is lost.
     LoseAnswer,
@@ -126,9 +126,10 @@ impl ControlSabotage {
             _ => None,
         };
         let hit = match self {
+            // A worker that applied the generation, and lives on.
             Self::SkipRollback => effects.iter().position(|e| {
-                matches!(e, Effect::Send { what: coordinator::Order::Apply(g), .. }
-                    if ledger.is_inverse(g))
+                matches!(e, Effect::Send { worker, what: coordinator::Order::Apply(g), .. }
+                    if ledger.undoes_on(g, *worker) && script.lives_on(*worker))
             }),
             Self::LoseAnswer => effects.iter().position(|e| {
                 client_of(e).is_some_and(|(client, _)| script.stays(client))

@@ -107,6 +107,14 @@ pub(crate) struct Script {
 }
 
 impl Script {
+    /// Whether `worker` never dies.
+    pub(crate) fn lives_on(&self, worker: coordinator::WorkerId) -> bool {
+        usize::try_from(worker)
+            .ok()
+            .and_then(|w| self.workers.get(w))
+            .is_some_and(|plan| plan.dies_at.is_none())
+    }
+
     /// Whether `client` never leaves.
     pub(crate) fn stays(&self, client: u64) -> bool {
         usize::try_from(client)

@@ -65,6 +65,8 @@ pub(crate) struct SimWorker {
     pub(crate) exited: bool,
     /// The coordinator was told it is gone.
     pub(crate) gone_told: bool,
+    /// A generation came after it exited: its routing may lag for good.
+    pub(crate) missed: bool,
 }
 
 impl SimWorker {
@@ -79,6 +81,7 @@ impl SimWorker {
             dead: false,
             exited: false,
             gone_told: false,
+            missed: false,
         }
     }
 
@@ -101,6 +104,12 @@ impl SimWorker {
         Ok(())
     }
 
+    /// Whether its routing must equal the committed state once quiet: it
+    /// lives, or it exited on a stop with every generation applied.
+    pub(crate) fn is_current(&self) -> bool {
+        !self.dead || (self.exited && !self.missed)
+    }
+
     /// Takes the next order from the channel, and answers it (a stop
     /// order is answered, then the thread exits). `refuse` is the
     /// script's roll for refusing a new generation.
@@ -121,6 +130,7 @@ impl SimWorker {
             Order::SoftStop { .. } | Order::HardStop => {
                 self.dead = true;
                 self.exited = true;
+                self.missed |= self.inbox.iter().any(|(_, _, carried)| carried.is_some());
                 self.inbox.clear();
                 Answer::Done
             }

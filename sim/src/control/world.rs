@@ -38,7 +38,7 @@ pub(crate) const ORDER_TIMEOUT: Duration = Duration::from_millis(1_000);
 /// How long a soft stop lets sessions finish.
 pub(crate) const GRACE: Duration = Duration::from_millis(2_000);
 /// The most events one seed may play before it counts as never quiet.
-const MAX_EVENTS: usize = 50_000;
+const MAX_EVENTS: usize = 5_000;
 
 fn base() -> Instant {
     static BASE: OnceLock<Instant> = OnceLock::new();
@@ -457,7 +457,9 @@ impl<'s> World<'s> {
             self.played.stops += 1;
         }
         let w = &mut self.workers[index];
-        if !w.dead {
+        if w.dead {
+            w.missed |= carried.is_some();
+        } else {
             w.inbox.push_back((order, what, carried));
             self.schedule_take(index);
         }
@@ -467,11 +469,13 @@ impl<'s> World<'s> {
     /// Nothing is left to happen: check what must hold once quiet.
     fn quiet(&self) -> Result<(), Broken> {
         let coordinator = &self.coordinator;
-        if coordinator.is_busy() || coordinator.next_deadline().is_some() {
+        let owed = coordinator.answers_owed();
+        if coordinator.is_busy() || coordinator.next_deadline().is_some() || owed > 0 {
             return Err(broken(
                 DEADLINES,
                 format!(
-                    "quiet at {} ms, and still waiting (busy: {}, deadline: {:?})",
+                    "quiet at {} ms, and still waiting (busy: {}, answers owed: {owed}, deadline: \
+                     {:?})",
                     self.now,
                     coordinator.is_busy(),
                     coordinator.next_deadline().map(|d| d.saturating_duration_since(base()))
@@ -491,7 +495,7 @@ impl<'s> World<'s> {
             }
         }
         let state = coordinator.state();
-        for worker in self.workers.iter().filter(|w| !w.dead) {
+        for worker in self.workers.iter().filter(|w| w.is_current()) {
             if worker.routing != *state {
                 let missing = command::diff::diff(&worker.routing, state);
                 return Err(broken(
