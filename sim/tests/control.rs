@@ -35,7 +35,10 @@ fn the_coordinator_holds_every_invariant() {
         println!("{failure}");
     }
     assert!(failures.is_empty(), "{} seed(s) failed", failures.len());
-    assert!(committed > SEEDS as usize, "{committed} generations committed");
+    assert!(
+        committed > SEEDS as usize,
+        "{committed} generations committed"
+    );
     assert!(refused > 0, "no generation was refused");
 }
 

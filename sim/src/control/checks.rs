@@ -21,7 +21,8 @@ use crate::control::workers::Carried;
 
 /// The invariants, as a failure names them.
 pub const COMMIT_AFTER_ALL: &str = "a generation is committed only after every worker applied it";
-pub const QUIET_ROUTING: &str = "once quiet, every live worker's routing equals the committed state";
+pub const QUIET_ROUTING: &str =
+    "once quiet, every live worker's routing equals the committed state";
 pub const JOURNAL_ONCE: &str = "an acknowledged change is in the journal exactly once";
 pub const REFUSED_NOWHERE: &str = "a refused or rolled-back change is in no worker";
 pub const CLIENT_ORDER: &str = "each client's answers come in its request order, one per request";
@@ -74,11 +75,9 @@ impl Ledger {
     /// The record a generation not seen yet would take back: the last
     /// unsettled one whose inverse it is.
     fn inverse_target(&self, generation: &Generation) -> Option<usize> {
-        self.records
-            .iter()
-            .rposition(|r| {
-                r.inverse_of.is_none() && r.settled.is_none() && r.generation.inverse() == *generation
-            })
+        self.records.iter().rposition(|r| {
+            r.inverse_of.is_none() && r.settled.is_none() && r.generation.inverse() == *generation
+        })
     }
 
     /// Whether no generation was sent yet (the first is the boot's).
@@ -212,12 +211,19 @@ impl ClientBook {
         let index = self.heard;
         self.heard += 1;
         if self.gone {
-            return Err(broken(CLIENT_ORDER, format!("client {client} left, and hears more")));
+            return Err(broken(
+                CLIENT_ORDER,
+                format!("client {client} left, and hears more"),
+            ));
         }
         let Some(expect) = self.expects.get(index) else {
             return Err(broken(
                 CLIENT_ORDER,
-                format!("client {client} hears answer {} to {} request(s)", index + 1, index),
+                format!(
+                    "client {client} hears answer {} to {} request(s)",
+                    index + 1,
+                    index
+                ),
             ));
         };
         let fits = match (expect, effect) {
@@ -288,7 +294,10 @@ impl Journal {
         let mut jobs = BTreeSet::new();
         for (job, _) in &self.appends {
             if !jobs.insert(*job) {
-                return Err(broken(JOURNAL_ONCE, format!("job {job:?} is appended twice")));
+                return Err(broken(
+                    JOURNAL_ONCE,
+                    format!("job {job:?} is appended twice"),
+                ));
             }
         }
         let appended: Vec<&Vec<Change>> = self.appends.iter().map(|(_, c)| c).collect();

@@ -115,7 +115,13 @@ impl ControlSabotage {
     }
 
     /// Applies the filter faults to one batch of effects, once per seed.
-    fn filter(self, effects: &mut Vec<Effect>, ledger: &Ledger, script: &Script, played: &mut Played) {
+    fn filter(
+        self,
+        effects: &mut Vec<Effect>,
+        ledger: &Ledger,
+        script: &Script,
+        played: &mut Played,
+    ) {
         if played.fired {
             return;
         }
@@ -131,9 +137,9 @@ impl ControlSabotage {
                 matches!(e, Effect::Send { worker, what: coordinator::Order::Apply(g), .. }
                     if ledger.undoes_on(g, *worker) && script.lives_on(*worker))
             }),
-            Self::LoseAnswer => effects.iter().position(|e| {
-                client_of(e).is_some_and(|(client, _)| script.stays(client))
-            }),
+            Self::LoseAnswer => effects
+                .iter()
+                .position(|e| client_of(e).is_some_and(|(client, _)| script.stays(client))),
             Self::DoubleAppend => effects
                 .iter()
                 .position(|e| matches!(e, Effect::AppendJournal { .. })),
@@ -143,12 +149,15 @@ impl ControlSabotage {
                     .enumerate()
                     .filter_map(|(i, e)| client_of(e).map(|c| (i, c)))
                     .collect();
-                let pair = answers.iter().enumerate().find_map(|(n, (i, (client, kind)))| {
-                    answers[n + 1..]
-                        .iter()
-                        .find(|(_, (c, k))| c == client && k != kind)
-                        .map(|(j, _)| (*i, *j))
-                });
+                let pair = answers
+                    .iter()
+                    .enumerate()
+                    .find_map(|(n, (i, (client, kind)))| {
+                        answers[n + 1..]
+                            .iter()
+                            .find(|(_, (c, k))| c == client && k != kind)
+                            .map(|(j, _)| (*i, *j))
+                    });
                 if let Some((i, j)) = pair {
                     effects.swap(i, j);
                     played.fired = true;

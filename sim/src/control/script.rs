@@ -15,7 +15,12 @@ use preread_core::rng::Rng;
 /// Listener addresses the requests and the texts pick from.
 pub(crate) const LISTENERS: [&str; 3] = ["127.0.0.1:8440", "127.0.0.1:8441", "127.0.0.1:8442"];
 const CLUSTERS: [&str; 4] = ["alpha", "bravo", "charlie", "delta"];
-const NAMES: [&str; 4] = ["a.example.com", "b.example.com", "*.example.com", "c.example.net"];
+const NAMES: [&str; 4] = [
+    "a.example.com",
+    "b.example.com",
+    "*.example.com",
+    "c.example.net",
+];
 /// The config file the proxy started from (what SIGHUP reloads).
 pub(crate) const CONFIG_PATH: &str = "/sim/preread.toml";
 
@@ -66,8 +71,8 @@ fn answer(ok: &[&str], may_fail: bool, failed: &[&str]) -> Expect {
 /// One thing a client does.
 #[derive(Debug, Clone)]
 pub(crate) enum Act {
-    /// Sends a request.
-    Ask(Request, Expect),
+    /// Sends a request, which must be answered as `.1` says.
+    Ask(Box<(Request, Expect)>),
     /// Closes its connection.
     Leave,
 }
@@ -180,14 +185,24 @@ pub(crate) fn change(rng: &mut Rng) -> proto::Request {
 /// listeners, then each cluster with its frontends and backends.
 fn declarations(rng: &mut Rng) -> Vec<proto::Request> {
     let mut out = Vec::new();
-    let listeners: Vec<&str> = LISTENERS.iter().copied().filter(|_| rng.chance(60)).collect();
+    let listeners: Vec<&str> = LISTENERS
+        .iter()
+        .copied()
+        .filter(|_| rng.chance(60))
+        .collect();
     for address in &listeners {
-        out.push(request(RequestType::AddTcpListener(proto::TcpListenerConfig {
-            address: (*address).to_owned(),
-            ..Default::default()
-        })));
+        out.push(request(RequestType::AddTcpListener(
+            proto::TcpListenerConfig {
+                address: (*address).to_owned(),
+                ..Default::default()
+            },
+        )));
     }
-    let clusters: Vec<&str> = CLUSTERS.iter().copied().filter(|_| rng.chance(50)).collect();
+    let clusters: Vec<&str> = CLUSTERS
+        .iter()
+        .copied()
+        .filter(|_| rng.chance(50))
+        .collect();
     for cluster in clusters {
         out.push(request(RequestType::AddCluster(proto::Cluster {
             cluster_id: (*cluster).to_owned(),
@@ -222,7 +237,10 @@ fn config_text(rng: &mut Rng) -> String {
             Some(RequestType::AddTcpFrontend(f)) => {
                 if let Some(last) = clusters.last_mut() {
                     let sni = f.sni.clone().unwrap_or_default();
-                    last.1.push(format!("{{ address = \"{}\", sni = \"{sni}\" }}", f.address));
+                    last.1.push(format!(
+                        "{{ address = \"{}\", sni = \"{sni}\" }}",
+                        f.address
+                    ));
                 }
             }
             Some(RequestType::AddBackend(b)) => {
@@ -285,10 +303,10 @@ fn ask(rng: &mut Rng, client: usize, seq: usize, stops: bool) -> Act {
     let token = format!("c{client}r{seq}");
     let may_fail = true;
     match rng.below(100) {
-        0..=39 => Act::Ask(
+        0..=39 => Act::Ask(Box::new((
             Request::Change(change(rng)),
             answer(&["applied on ", "unchanged: "], may_fail, &[]),
-        ),
+        ))),
         40..=51 => {
             let query = match rng.below(3) {
                 0 => Query::Status,
@@ -300,11 +318,17 @@ fn ask(rng: &mut Rng, client: usize, seq: usize, stops: bool) -> Act {
                     listener: None,
                 }),
             };
-            Act::Ask(Request::Query(query.clone()), Expect::Report(query))
+            Act::Ask(Box::new((
+                Request::Query(query.clone()),
+                Expect::Report(query),
+            )))
         }
         52..=66 => {
             let local = request(RequestType::SaveState(proto::SaveState { path: token }));
-            Act::Ask(Request::Local(local.clone()), Expect::Serve(local))
+            Act::Ask(Box::new((
+                Request::Local(local.clone()),
+                Expect::Serve(local),
+            )))
         }
         67..=76 => {
             let batch = proto::ChangeBatch {
@@ -316,17 +340,17 @@ fn ask(rng: &mut Rng, client: usize, seq: usize, stops: bool) -> Act {
                 declarations: rng.chance(50),
                 more: false,
             };
-            Act::Ask(
+            Act::Ask(Box::new((
                 Request::BatchPart(batch),
                 answer(&[" applied, "], may_fail, &[]),
-            )
+            )))
         }
         77..=84 => {
             let path = format!("/sim/{token}.state");
-            Act::Ask(
+            Act::Ask(Box::new((
                 Request::LoadState { path: path.clone() },
                 answer(&[&path], may_fail, &[]),
-            )
+            )))
         }
         85..=93 => {
             let seen = proto::ReloadFile {
@@ -334,27 +358,30 @@ fn ask(rng: &mut Rng, client: usize, seq: usize, stops: bool) -> Act {
                 size: 0,
                 crc32: 0,
             };
-            Act::Ask(
+            Act::Ask(Box::new((
                 Request::ReloadFile(seen),
                 answer(&[" applied, "], may_fail, &[]),
-            )
+            )))
         }
-        94..=96 => Act::Ask(
+        94..=96 => Act::Ask(Box::new((
             Request::Upgrade(UpgradeRequest::default()),
             answer(&["upgraded: "], may_fail, &["keeps serving"]),
-        ),
+        ))),
         _ if stops => {
             let kind = if rng.chance(70) {
                 StopKind::Soft
             } else {
                 StopKind::Hard
             };
-            Act::Ask(Request::Stop(kind), answer(&["stop"], false, &[]))
+            Act::Ask(Box::new((
+                Request::Stop(kind),
+                answer(&["stop"], false, &[]),
+            )))
         }
-        _ => Act::Ask(
+        _ => Act::Ask(Box::new((
             Request::Change(change(rng)),
             answer(&["applied on ", "unchanged: "], may_fail, &[]),
-        ),
+        ))),
     }
 }
 
@@ -373,7 +400,10 @@ fn parts(rng: &mut Rng, at: u64, acts: &mut Vec<(u64, Act)>) {
         } else {
             answer(&[" applied, "], true, &[])
         };
-        acts.push((at + part as u64, Act::Ask(Request::BatchPart(batch), expect)));
+        acts.push((
+            at + part as u64,
+            Act::Ask(Box::new((Request::BatchPart(batch), expect))),
+        ));
     }
 }
 

@@ -21,8 +21,8 @@ use command::sources::SourceKind;
 use command::state::ConfigState;
 use command::state_file::StateFileError;
 use coordinator::{
-    AddressCheck, ClientId, Coordinator, Effect, Input, Order, Settings, SourceReport,
-    Unread, WorkerId,
+    AddressCheck, ClientId, Coordinator, Effect, Input, Order, Settings, SourceReport, Unread,
+    WorkerId,
 };
 use preread_core::rng::Rng;
 
@@ -59,11 +59,24 @@ impl AddressCheck for Taken {
 
 #[derive(Debug)]
 enum Event {
-    Client { client: usize, act: usize },
-    Take { worker: usize },
-    Deliver { worker: usize, order: u64, answer: coordinator::Answer },
-    Die { worker: usize },
-    Gone { worker: usize },
+    Client {
+        client: usize,
+        act: usize,
+    },
+    Take {
+        worker: usize,
+    },
+    Deliver {
+        worker: usize,
+        order: u64,
+        answer: coordinator::Answer,
+    },
+    Die {
+        worker: usize,
+    },
+    Gone {
+        worker: usize,
+    },
     Shell(usize),
     Reply(Input),
     Tick,
@@ -130,7 +143,11 @@ impl<'s> World<'s> {
             workers,
             boot,
             ledger: Ledger::default(),
-            books: script.clients.iter().map(|_| ClientBook::default()).collect(),
+            books: script
+                .clients
+                .iter()
+                .map(|_| ClientBook::default())
+                .collect(),
             journal: Journal::default(),
             sabotage,
             played: Played::default(),
@@ -194,7 +211,8 @@ impl<'s> World<'s> {
     fn play(&mut self, event: Event) -> Result<(), Broken> {
         match event {
             Event::Client { client, act } => match &self.script.clients[client][act].1 {
-                Act::Ask(request, expect) => {
+                Act::Ask(asked) => {
+                    let (request, expect) = asked.as_ref();
                     self.books[client].expects.push(expect.clone());
                     let request = request.clone();
                     let client = ClientId(client as u64);
@@ -371,7 +389,9 @@ impl<'s> World<'s> {
                 self.texts_read += 1;
                 let read = match text.flatten() {
                     Some(text) => Ok(text),
-                    None => Err(Unread::Unseen(format!("{CONFIG_PATH}: cannot read (simulated)"))),
+                    None => Err(Unread::Unseen(format!(
+                        "{CONFIG_PATH}: cannot read (simulated)"
+                    ))),
                 };
                 let when = self.later(60);
                 self.at(when, Event::Reply(Input::ConfigRead { job, read }));
@@ -401,13 +421,7 @@ impl<'s> World<'s> {
             Effect::AppendJournal { job, changes } => {
                 self.journal.appends.push((job, changes));
                 let when = self.later(30);
-                self.at(
-                    when,
-                    Event::Reply(Input::Journaled {
-                        job,
-                        saved: Ok(()),
-                    }),
-                );
+                self.at(when, Event::Reply(Input::Journaled { job, saved: Ok(()) }));
                 Ok(())
             }
             Effect::Settled {
@@ -438,7 +452,10 @@ impl<'s> World<'s> {
 
     fn send(&mut self, worker: WorkerId, order: u64, what: Order) -> Result<(), Broken> {
         let Some(index) = self.workers.iter().position(|w| w.id == worker) else {
-            return Err(broken(GONE_GETS_NOTHING, format!("order {order} to no worker {worker}")));
+            return Err(broken(
+                GONE_GETS_NOTHING,
+                format!("order {order} to no worker {worker}"),
+            ));
         };
         if self.workers[index].gone_told {
             return Err(broken(
@@ -478,7 +495,9 @@ impl<'s> World<'s> {
                      {:?})",
                     self.now,
                     coordinator.is_busy(),
-                    coordinator.next_deadline().map(|d| d.saturating_duration_since(base()))
+                    coordinator
+                        .next_deadline()
+                        .map(|d| d.saturating_duration_since(base()))
                 ),
             ));
         }
