@@ -82,7 +82,7 @@ pub struct Coordinator {
     pub(crate) settings: Settings,
     pub(crate) state: ConfigState,
     pub(crate) workers: Vec<WorkerId>,
-    pub(crate) check: Box<dyn AddressCheck>,
+    pub(crate) check: Box<dyn AddressCheck + Send>,
     /// Generations committed since the start.
     pub(crate) generation: u64,
     pub(crate) stopping: Option<StopKind>,
@@ -114,7 +114,7 @@ impl Coordinator {
     pub fn new(
         settings: Settings,
         state: ConfigState,
-        check: Box<dyn AddressCheck>,
+        check: Box<dyn AddressCheck + Send>,
         now: Instant,
     ) -> Self {
         let file = settings
@@ -360,20 +360,26 @@ impl Coordinator {
                     );
                 }
             }
-            Purpose::Stop(kind) => match gathered.first_failure() {
-                Some((_, code, message)) => {
-                    log(
+            Purpose::Stop(kind) => {
+                match gathered.first_failure() {
+                    Some((_, code, message)) => {
+                        log(
+                            out,
+                            Level::Warn,
+                            format!("{kind:?} stop: {code}: {message}"),
+                        );
+                    }
+                    None => log(
                         out,
-                        Level::Warn,
-                        format!("{kind:?} stop: {code}: {message}"),
-                    );
+                        Level::Info,
+                        format!("{kind:?} stop: every worker is done"),
+                    ),
                 }
-                None => log(
-                    out,
-                    Level::Info,
-                    format!("{kind:?} stop: every worker is done"),
-                ),
-            },
+                out.push(Effect::Stopped {
+                    kind,
+                    answered: gathered.missing.is_empty(),
+                });
+            }
             Purpose::Boot => out.push(Effect::Booted {
                 refused: gathered.first_failure(),
             }),

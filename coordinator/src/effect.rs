@@ -16,6 +16,7 @@ use command::change::Change;
 use command::generation::Generation;
 use command::proto;
 
+use crate::coordinator::StopKind;
 use crate::input::{ClientId, JobId, Query, UpgradeRequest};
 use crate::orders::{Answer, Order, OrderId, WorkerId};
 
@@ -99,6 +100,9 @@ pub enum Effect {
     Booted {
         refused: Option<(WorkerId, AnswerCode, String)>,
     },
+    /// A stop's order was answered by every worker (`answered`), or its
+    /// deadline passed first.
+    Stopped { kind: StopKind, answered: bool },
     /// Tell systemd.
     Notify(Notice),
     /// A log line.

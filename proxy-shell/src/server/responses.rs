@@ -11,42 +11,13 @@ use command::proto::{self, MetricSeries, response_content::ContentType};
 use command::state::ConfigState;
 use prost::Message;
 
-use crate::answer_code::AnswerCode;
 use crate::metrics::families::{Family, Label};
 use crate::metrics::flat;
 use crate::metrics::series::{family_total, plain, sum};
 use crate::shared::registry::Registry;
 use crate::worker::orders::Answer;
 
-/// An OK answer with a message and no content.
-pub(crate) fn ok(message: impl Into<String>) -> proto::Response {
-    proto::Response {
-        status: proto::ResponseStatus::Ok as i32,
-        message: message.into(),
-        error_code: String::new(),
-        content: None,
-    }
-}
-
-/// An OK answer carrying `content`.
-pub(crate) fn ok_with(content: ContentType) -> proto::Response {
-    proto::Response {
-        content: Some(proto::ResponseContent {
-            content_type: Some(content),
-        }),
-        ..ok("")
-    }
-}
-
-/// A FAILURE answer with a stable code (may be empty) and a message.
-pub(crate) fn failure(code: AnswerCode, message: impl Into<String>) -> proto::Response {
-    proto::Response {
-        status: proto::ResponseStatus::Failure as i32,
-        message: message.into(),
-        error_code: code.as_str().to_owned(),
-        content: None,
-    }
-}
+pub(crate) use coordinator::responses::{failure, ok, ok_with};
 
 /// The listeners of the state, resolved, with their activation.
 pub(crate) fn listeners(state: &ConfigState) -> ContentType {
