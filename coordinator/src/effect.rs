@@ -5,20 +5,16 @@
 //! handover is bounded by the shell; every worker order by a deadline the
 //! coordinator holds).
 
-use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
-
-use core::net::SocketAddr;
 
 use command::answer_code::AnswerCode;
 use command::change::Change;
 use command::generation::Generation;
 use command::proto;
 
-use crate::coordinator::StopKind;
-use crate::input::{ClientId, JobId, Query, UpgradeRequest};
-use crate::orders::{Answer, Order, OrderId, WorkerId};
+use crate::input::{ClientId, JobId, Query, StopKind, UpgradeRequest};
+use crate::orders::{Answer, Listeners, Order, OrderId, WorkerId};
 
 /// What systemd hears (the shell sends it with `sd_notify`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,7 +89,7 @@ pub enum Effect {
     StartUpgrade {
         job: JobId,
         request: UpgradeRequest,
-        exported: Vec<(WorkerId, Arc<Vec<(SocketAddr, OwnedFd)>>)>,
+        exported: Vec<(WorkerId, Listeners)>,
     },
     /// The boot's generation was answered: `None` when every worker
     /// applied it, else the first refusal (or missing answer).

@@ -19,7 +19,13 @@ const MAX_LINES: usize = 600;
 
 /// The crates that are built into the proxy or published; `sim`, `e2e`
 /// and `fuzz` are test tooling.
-const SHIPPED: [&str; 4] = ["preread-parser", "preread-core", "command", "proxy-shell"];
+const SHIPPED: [&str; 5] = [
+    "preread-parser",
+    "preread-core",
+    "command",
+    "coordinator",
+    "proxy-shell",
+];
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -228,7 +228,7 @@ mod tests {
 
     /// A state of cluster `c` with backends `b0`, `b1` at `127.0.0.1` and
     /// `b2` at a name, and a registry in step with it.
-    fn with_backends() -> Result<(ConfigState, Registry), String> {
+    fn with_backends() -> Result<(ConfigState, Registry), Box<dyn std::error::Error>> {
         use command::proto::request::RequestType;
         let mut state = ConfigState::default();
         let cluster = proto::Cluster {
@@ -252,7 +252,7 @@ mod tests {
             let request = proto::Request {
                 request_type: Some(kind),
             };
-            let _applied = state.dispatch(&request).map_err(|e| e.to_string())?;
+            let _applied = state.dispatch(&request)?;
         }
         let registry = Registry::default();
         registry.sync(&state, std::time::Instant::now());
@@ -276,7 +276,7 @@ mod tests {
     }
 
     #[test]
-    fn backends_come_in_pages_with_a_row_per_instance() -> Result<(), String> {
+    fn backends_come_in_pages_with_a_row_per_instance() -> Result<(), Box<dyn std::error::Error>> {
         let (state, registry) = with_backends()?;
         let first = page(&state, &registry, None, 2);
         let ids: Vec<&str> = first
@@ -371,7 +371,8 @@ mod tests {
     }
 
     #[test]
-    fn rejects_are_merged_newest_first_and_cut_to_one_frame() -> Result<(), String> {
+    fn rejects_are_merged_newest_first_and_cut_to_one_frame()
+    -> Result<(), Box<dyn std::error::Error>> {
         let answers = [
             (
                 0,
@@ -380,7 +381,7 @@ mod tests {
             (1, Answer::Rejects(vec![captured(1, 20, 10)])),
         ];
         let ContentType::Rejects(list) = rejects(&answers) else {
-            return Err("not a list of captured windows".to_owned());
+            return Err("not a list of captured windows".into());
         };
         let order: Vec<(u32, u64)> = list
             .windows
@@ -400,7 +401,7 @@ mod tests {
             ]),
         )];
         let ContentType::Rejects(list) = rejects(&answers) else {
-            return Err("not a list of captured windows".to_owned());
+            return Err("not a list of captured windows".into());
         };
         let kept: Vec<u64> = list.windows.iter().map(|w| w.at_unix_ms).collect();
         assert_eq!(

@@ -19,11 +19,10 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use command::proto;
-use coordinator::UpgradeRequest;
+use coordinator::{Listeners, UpgradeRequest};
 
 use super::CommandServer;
 use super::upgrade_error::{Unready, UpgradeError};
@@ -37,7 +36,7 @@ const DEFAULT_TAKEOVER: Duration = Duration::from_secs(30);
 const REAP_WAIT: Duration = Duration::from_secs(2);
 
 /// The listening sockets the workers exported.
-type Exported = [(u32, Arc<Vec<(SocketAddr, OwnedFd)>>)];
+type Exported = [(u32, Listeners)];
 
 impl CommandServer {
     /// Starts the successor with the sockets the workers `exported`, and

@@ -1,6 +1,10 @@
 //! The coordinator itself: its settings, its state, and the one entry
 //! point, [`Coordinator::handle`].
 //!
+//! Its children own the parts: `jobs` the queue and the phases of a
+//! job, `outcome` a job's answer, `stop` the stops, `upgrade` the
+//! handover's job, `reread` the config outline of a reload.
+//!
 //! Owns: the dispatch of each input to the part that owns it, the
 //! broadcast of an order to the workers with its deadline, and what a
 //! gathered order leads to. Must never: read the clock (`now` comes with
@@ -13,6 +17,16 @@ use std::time::{Duration, Instant, SystemTime};
 
 use core::net::SocketAddr;
 
+mod commit;
+mod jobs;
+mod outcome;
+mod reads;
+mod reread;
+mod stop;
+mod upgrade;
+
+pub use jobs::MAX_BATCH_REQUESTS;
+
 use command::answer_code::AnswerCode;
 use command::proto::response_content::ContentType;
 use command::sources::SourceKind;
@@ -20,23 +34,15 @@ use command::state::ConfigState;
 use log::Level;
 
 use crate::effect::{Effect, log};
+use crate::input::StopKind;
 use crate::input::{ClientId, Input, Query, Request};
-use crate::jobs::{Job, Jobs};
 use crate::orders::{Answer, Order, OrderId, Reply, WorkerId};
 use crate::pending::{Gathered, Pending, Recorded};
-use crate::reread::LastText;
 use crate::responses::{failure, ok};
 use crate::sources::RouteSources;
 use crate::turns::{Ticket, Turns};
-
-/// How the proxy stops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopKind {
-    /// Stop accepting, let sessions finish within the grace.
-    Soft,
-    /// Close everything now.
-    Hard,
-}
+use jobs::{Job, Jobs};
+use reread::LastText;
 
 /// What the coordinator needs to know.
 #[derive(Debug, Clone)]
