@@ -7,6 +7,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
 use command::answer_code::AnswerCode;
 use command::change::Change;
@@ -103,6 +104,14 @@ pub enum Effect {
     Notify(Notice),
     /// A log line.
     Log { level: log::Level, message: String },
+    /// A log line that says how long something took: `before`, the
+    /// milliseconds from `since` to when the shell logs it, ` ms`, `after`.
+    LogElapsed {
+        level: log::Level,
+        since: Instant,
+        before: String,
+        after: String,
+    },
 }
 
 /// Pushes a log line onto `out`.

@@ -51,17 +51,17 @@ impl Coordinator {
                 for warning in &warnings {
                     log(out, Level::Warn, format!("reload: {warning}"));
                 }
-                log(
-                    out,
-                    Level::Info,
-                    format!(
-                        "reloading {}: read, checked and compared with the running state in {} \
-                         ms{}",
-                        path.display(),
-                        now.saturating_duration_since(since).as_millis(),
-                        reread.read_note()
+                // The check is this very call: the shell, which has the
+                // clock, measures it when it logs the line.
+                out.push(Effect::LogElapsed {
+                    level: Level::Info,
+                    since,
+                    before: format!(
+                        "reloading {}: read, checked and compared with the running state in ",
+                        path.display()
                     ),
-                );
+                    after: reread.read_note(),
+                });
                 let origin = Origin::Reload(path, warnings);
                 self.apply(run.id, run.client, origin, reread.changes, now, out);
             }

@@ -103,6 +103,15 @@ impl CommandServer {
                 Notice::Stopping(why) => crate::notify::stopping(&why),
             },
             Effect::Log { level, message } => log::log!(level, "{message}"),
+            Effect::LogElapsed {
+                level,
+                since,
+                before,
+                after,
+            } => {
+                let ms = since.elapsed().as_millis();
+                log::log!(level, "{before}{ms} ms{after}");
+            }
         }
     }
 
