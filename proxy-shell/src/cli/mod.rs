@@ -4,6 +4,7 @@
 //! exit statuses of doc/configure.md (0 success, 1 refused or failed, 2 bad
 //! usage or invalid config). Must never: hold routing logic of its own.
 
+mod arg_values;
 pub mod args;
 mod client;
 mod describe;
