@@ -277,7 +277,13 @@ mod tests {
     fn a_refused_setting_says_what_to_write() {
         let too_long = parse_setting("18446744073709551615", Unit::Seconds);
         assert!(
-            matches!(too_long, Err(SettingError::TooLong { unit: Unit::Seconds, .. })),
+            matches!(
+                too_long,
+                Err(SettingError::TooLong {
+                    unit: Unit::Seconds,
+                    ..
+                })
+            ),
             "{too_long:?}"
         );
         let shown = too_long.map_err(|e| e.to_string());
@@ -287,9 +293,11 @@ mod tests {
         );
         let unreadable = parse_setting("soon", Unit::Seconds).map_err(|e| e.to_string());
         assert!(
-            unreadable.as_ref().is_err_and(|e| e.contains("\"soon\" is not a duration")
-                && e.contains("such as \"1500ms\"")
-                && e.ends_with("; a bare integer is seconds")),
+            unreadable
+                .as_ref()
+                .is_err_and(|e| e.contains("\"soon\" is not a duration")
+                    && e.contains("such as \"1500ms\"")
+                    && e.ends_with("; a bare integer is seconds")),
             "{unreadable:?}"
         );
     }

@@ -172,15 +172,19 @@ mod tests {
         );
         assert_eq!(
             negative.map_err(|e| e.to_string()),
-            Err("-5 is out of range: use a number of seconds of at least 0, or a duration \
+            Err(
+                "-5 is out of range: use a number of seconds of at least 0, or a duration \
                  string like \"5s\""
-                .into())
+                    .into()
+            )
         );
         let text = millis_of(&RawDuration::<false>::Text("1500us".into()));
         assert!(
             matches!(
                 &text,
-                Err(DurationValueError::Text(DurationError::BelowMillisecond { .. }))
+                Err(DurationValueError::Text(
+                    DurationError::BelowMillisecond { .. }
+                ))
             ),
             "{text:?}"
         );

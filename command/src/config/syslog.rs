@@ -67,12 +67,15 @@ pub(super) fn syslog_target(value: &str) -> Option<Result<SyslogTarget, SyslogTa
     let rest = value.strip_prefix(PREFIX)?;
     let value = value.to_owned();
     Some(match rest.split_once("://") {
-        Some(("udp", address)) => address.parse().map(SyslogTarget::Udp).map_err(|_| {
-            SyslogTargetError::NotAnAddress {
-                value,
-                address: address.to_owned(),
-            }
-        }),
+        Some(("udp", address)) => {
+            address
+                .parse()
+                .map(SyslogTarget::Udp)
+                .map_err(|_| SyslogTargetError::NotAnAddress {
+                    value,
+                    address: address.to_owned(),
+                })
+        }
         Some((scheme, _)) => Err(SyslogTargetError::Scheme {
             value,
             scheme: scheme.to_owned(),

@@ -166,7 +166,9 @@ mod tests {
     fn each_refused_value_says_what_to_write() {
         assert_eq!(
             watch_interval("50ms").map_err(|e| e.to_string()),
-            Err("50ms is too short an interval: give at least 100ms, such as 2, 2s or 500ms".into())
+            Err(
+                "50ms is too short an interval: give at least 100ms, such as 2, 2s or 500ms".into()
+            )
         );
         assert_eq!(watch_interval("2"), Ok(2_000));
         assert!(
@@ -189,9 +191,11 @@ mod tests {
         assert_eq!(read_size(" 7 "), Ok(7));
         let reason = reject_reason("no_such_reason").map_err(|e| e.to_string());
         assert!(
-            reason.as_ref().is_err_and(|e| e.starts_with("unknown reason; use one of ")
-                && e.contains(RejectReason::ALL[0].as_str())
-                && !e.ends_with(", ")),
+            reason
+                .as_ref()
+                .is_err_and(|e| e.starts_with("unknown reason; use one of ")
+                    && e.contains(RejectReason::ALL[0].as_str())
+                    && !e.ends_with(", ")),
             "{reason:?}"
         );
         assert_eq!(

@@ -17,11 +17,19 @@ use crate::inspect::InputError;
 /// An input file of `inspect` that cannot be read as bytes.
 #[derive(Debug)]
 pub(super) enum InspectInputError {
-    Read { path: PathBuf, error: io::Error },
+    Read {
+        path: PathBuf,
+        error: io::Error,
+    },
     /// `--hex`, but the file is not UTF-8 text.
-    NotText { path: PathBuf },
+    NotText {
+        path: PathBuf,
+    },
     /// `--hex`, but the text is not hex.
-    Hex { path: PathBuf, error: InputError },
+    Hex {
+        path: PathBuf,
+        error: InputError,
+    },
 }
 
 impl fmt::Display for InspectInputError {
@@ -113,11 +121,9 @@ mod tests {
             "preread.toml has no listener 127.0.0.1:9: give --listener one the config declares"
         );
         assert!(
-            ListenerChoiceError::NotAnAddress {
-                text: "web".into()
-            }
-            .to_string()
-            .starts_with("--listener \"web\" is not an ip:port address: ")
+            ListenerChoiceError::NotAnAddress { text: "web".into() }
+                .to_string()
+                .starts_with("--listener \"web\" is not an ip:port address: ")
         );
         assert!(
             ListenerChoiceError::NoListener { config }

@@ -35,9 +35,7 @@ impl fmt::Display for ListingError {
                 "the proxy answered an empty page with more to follow: is it older than this \
                  preread? (`preread status` shows its version)",
             ),
-            Self::OtherKind => {
-                f.write_str("the proxy answered a page with another kind of list")
-            }
+            Self::OtherKind => f.write_str("the proxy answered a page with another kind of list"),
         }
     }
 }

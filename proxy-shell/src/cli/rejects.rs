@@ -28,15 +28,14 @@ pub(super) fn run(globals: &Globals, request: &proto::Request, dump: Option<&Pat
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let response = match open(&socket, globals)
-        .and_then(|mut channel| channel.request(request, |_| {}))
-    {
-        Ok(response) => response,
-        Err(error) => {
-            eprintln!("preread: {error}");
-            return ExitCode::from(EXIT_FAILED);
-        }
-    };
+    let response =
+        match open(&socket, globals).and_then(|mut channel| channel.request(request, |_| {})) {
+            Ok(response) => response,
+            Err(error) => {
+                eprintln!("preread: {error}");
+                return ExitCode::from(EXIT_FAILED);
+            }
+        };
     if is_failure(&response) {
         eprintln!("{}", failure_text(&response));
         return ExitCode::from(EXIT_FAILED);
@@ -193,11 +192,16 @@ mod tests {
             left_out: 0,
         };
         let refused = write_all(&file.join("dump"), &list);
-        assert!(matches!(refused, Err(DumpError::CreateDir { .. })), "{refused:?}");
+        assert!(
+            matches!(refused, Err(DumpError::CreateDir { .. })),
+            "{refused:?}"
+        );
         let shown = refused.map_err(|e| e.to_string());
         assert!(
-            shown.as_ref().is_err_and(|e| e.starts_with("cannot create ")
-                && e.ends_with("(give --dump a folder this user can create)")),
+            shown
+                .as_ref()
+                .is_err_and(|e| e.starts_with("cannot create ")
+                    && e.ends_with("(give --dump a folder this user can create)")),
             "{shown:?}"
         );
         Ok(())

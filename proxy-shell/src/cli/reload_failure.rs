@@ -78,7 +78,10 @@ mod tests {
             )),
             "{shown}"
         );
-        assert!(shown.ends_with(&ChannelError::Timeout.to_string()), "{shown}");
+        assert!(
+            shown.ends_with(&ChannelError::Timeout.to_string()),
+            "{shown}"
+        );
         let refused = ReloadFailure::Refused {
             code: "E_BUSY".into(),
             message: "try again".into(),

@@ -227,8 +227,8 @@ fn query(socket: &Path, globals: &Globals) -> Result<Answer, Failure> {
 /// process, so that the terminal is restored first.
 fn stop_signals() -> Result<Receiver<i32>, WatchError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
-        .map_err(WatchError::Signals)?;
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(WatchError::Signals)?;
     let (sender, receiver) = crossbeam_channel::bounded(1);
     std::thread::Builder::new()
         .name("watch-signals".to_owned())

@@ -43,7 +43,10 @@ impl fmt::Display for DockerError {
             Self::StreamBroke(error) => write!(f, "the event stream broke: {error}"),
             Self::StreamEnded => f.write_str("the event stream ended"),
             Self::EventTooLong { max } => {
-                write!(f, "an event line is over {max} bytes: the stream is dropped")
+                write!(
+                    f,
+                    "an event line is over {max} bytes: the stream is dropped"
+                )
             }
             Self::EventNotJson(error) => write!(f, "an event is not JSON: {error}"),
         }
