@@ -712,15 +712,6 @@ fn no_shipped_crate_imports_a_circle() {
     assert!(circles.is_empty(), "import circles: {circles:#?}");
 }
 
-/// The files that still return `Result<_, String>` in production code,
-/// each converted by the change that owns it. This list only shrinks:
-/// remove a file once it is converted, and never add one.
-const STRING_ERRORS_LEFT: [&str; 3] = [
-    "proxy-shell/src/metrics_http.rs",
-    "proxy-shell/src/start.rs",
-    "proxy-shell/src/takeover.rs",
-];
-
 /// The 1-based lines of `code` (blanked, tests cut) where a `Result<…>`
 /// takes `String` as its error type, however the arguments nest or wrap:
 /// `Result<T, String>`, `Result<Vec<u8>,\n String,\n>`, an alias `type
@@ -802,14 +793,10 @@ fn no_shipped_code_returns_a_string_as_its_error() {
     let mut files = 0;
     for (file, code) in crates.iter().flat_map(|c| &c.code) {
         files += 1;
-        let shown = file.display().to_string();
-        if STRING_ERRORS_LEFT.contains(&shown.as_str()) {
-            continue;
-        }
         left.extend(
             string_error_lines(code)
                 .into_iter()
-                .map(|line| format!("{shown}:{line}")),
+                .map(|line| format!("{}:{line}", file.display())),
         );
     }
     assert!(files > 100, "found the shipped files: {files}");
