@@ -6,6 +6,8 @@
 //!   closes normally, while clients connect in a loop: none is refused or
 //!   reset, the command socket answers with a new pid, and the old process
 //!   exits once its session closed.
+//! - A scrape loop of the metrics endpoint across the upgrades sees no
+//!   refused scrape: its socket is handed over like the listeners.
 //! - A binary that exits at once (`/bin/false`), or one that never answers
 //!   in time, leaves the old process serving; `upgrade` exits 1 and says
 //!   why.
@@ -138,6 +140,64 @@ impl Load {
     }
 }
 
+/// Scrapes of the metrics endpoint in a loop, until stopped (at most
+/// [`LOAD_BOUND`]), keeping every one that did not get a 200.
+struct Scrapes {
+    stop: Arc<AtomicBool>,
+    answered: Arc<AtomicUsize>,
+    failures: Arc<Mutex<Vec<String>>>,
+    scraper: thread::JoinHandle<()>,
+}
+
+impl Scrapes {
+    fn start(metrics: std::net::SocketAddr) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let answered = Arc::new(AtomicUsize::new(0));
+        let failures = Arc::new(Mutex::new(Vec::new()));
+        let scraper = {
+            let (stop, answered, failures) = (
+                Arc::clone(&stop),
+                Arc::clone(&answered),
+                Arc::clone(&failures),
+            );
+            thread::spawn(move || {
+                let until = Instant::now() + LOAD_BOUND;
+                while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+                    match scrape(metrics) {
+                        Ok(body) if body.contains("preread_") => {
+                            answered.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(body) => failures
+                            .lock()
+                            .expect("failures")
+                            .push(format!("no series: {body:.200}")),
+                        Err(e) => failures.lock().expect("failures").push(e),
+                    }
+                    thread::sleep(Duration::from_millis(10));
+                }
+            })
+        };
+        Self {
+            stop,
+            answered,
+            failures,
+            scraper,
+        }
+    }
+
+    fn answered(&self) -> usize {
+        self.answered.load(Ordering::Relaxed)
+    }
+
+    /// Stops the scraper; the scrapes answered and every failure.
+    fn stop(self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.scraper.join().expect("scraper thread");
+        let failures = self.failures.lock().expect("failures").clone();
+        (self.answered.load(Ordering::Relaxed), failures)
+    }
+}
+
 /// One line written on the open session comes back.
 fn echo(session: &mut TlsStream, round: usize) {
     let message = format!("round {round}\n");
@@ -189,8 +249,9 @@ fn a_session_and_continuous_load_survive_an_upgrade() {
     echo(&mut session, 0);
 
     let load = Load::start(main, CLIENTS);
+    let scrapes = Scrapes::start(metrics);
     // Load before, during and after the upgrade.
-    assert!(eventually(T, || load.routed() >= 50));
+    assert!(eventually(T, || load.routed() >= 50 && scrapes.answered() >= 5));
     let out = proxy
         .upgrade(&[], Duration::from_secs(60))
         .expect("upgrade ran");
@@ -254,11 +315,21 @@ fn a_session_and_continuous_load_survive_an_upgrade() {
     );
     let outcome = tls_request(main, "b.example.com", &[], None).expect("runtime frontend");
     assert_eq!(outcome.backend(), Some("alpha-0"));
-    // The metrics endpoint moved over once the old process let it go.
+    // The metrics endpoint was handed over with the listeners: no scrape
+    // was refused, before, during or after the old process's exit.
+    let at_exit = scrapes.answered();
+    assert!(eventually(T, || scrapes.answered() >= at_exit + 5));
+    let (answered, failed) = scrapes.stop();
+    eprintln!(
+        "scrapes across the upgrade: {answered} answered, {} failed",
+        failed.len()
+    );
     assert!(
-        eventually(T, || scrape(metrics)
-            .is_ok_and(|body| body.contains("preread_"))),
-        "no scrape from the successor: {}",
+        failed.is_empty(),
+        "{} of {} scrapes failed across the upgrade: {:?}\n{}",
+        failed.len(),
+        answered + failed.len(),
+        &failed[..failed.len().min(5)],
         stderr_tail(&proxy)
     );
     let stopped = proxy.cli(&["shutdown"]).expect("shutdown");
@@ -275,6 +346,7 @@ fn upgrades_in_a_row_fail_no_connection() {
     let mut proxy = ProxyProcess::start(&config(&alpha)).expect("proxy ready");
     let main = proxy.addr("main");
     let load = Load::start(main, 2 * CLIENTS);
+    let scrapes = Scrapes::start(proxy.addr("metrics"));
     let mut pids = vec![proxy.pid()];
     for _ in 0..UPGRADES {
         let before = load.routed();
@@ -315,6 +387,23 @@ fn upgrades_in_a_row_fail_no_connection() {
         .iter()
         .all(|&p| !ProxyProcess::is_running(p))));
     assert!(ProxyProcess::is_running(*last));
+    // The metrics endpoint passed from process to process with the
+    // listeners: not one scrape was refused while the old ones exited.
+    let gone = scrapes.answered();
+    assert!(eventually(T, || scrapes.answered() >= gone + 5));
+    let (answered, failed) = scrapes.stop();
+    eprintln!(
+        "scrapes across {UPGRADES} upgrades: {answered} answered, {} failed",
+        failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of {} scrapes failed: {:?}\n{}",
+        failed.len(),
+        answered + failed.len(),
+        &failed[..failed.len().min(5)],
+        stderr_tail(&proxy)
+    );
 }
 
 #[test]

@@ -170,8 +170,23 @@ impl Inherited {
     }
 
     /// The listening TCP socket inherited as `fd`, which must be bound to
-    /// `address`; made non-blocking.
+    /// `address`; made non-blocking, for a worker's poll.
     pub fn listener(&mut self, fd: RawFd, address: SocketAddr) -> io::Result<TcpListener> {
+        let socket = self.listening(fd, address)?;
+        socket.set_nonblocking(true)?;
+        Ok(TcpListener::from(OwnedFd::from(socket)))
+    }
+
+    /// [`Self::listener`] left as it is: blocking, as the metrics
+    /// endpoint's accept thread, in the old process too, needs it (the flag
+    /// belongs to the socket both processes share).
+    pub fn blocking_listener(&mut self, fd: RawFd, address: SocketAddr) -> io::Result<TcpListener> {
+        Ok(TcpListener::from(OwnedFd::from(
+            self.listening(fd, address)?,
+        )))
+    }
+
+    fn listening(&mut self, fd: RawFd, address: SocketAddr) -> io::Result<socket2::Socket> {
         let socket = socket2::Socket::from(self.take(fd)?);
         let bound = socket.local_addr()?.as_socket();
         if socket.r#type()? != Type::STREAM || !socket.is_listener()? || bound != Some(address) {
@@ -183,9 +198,8 @@ impl Inherited {
                 ),
             ));
         }
-        socket.set_nonblocking(true)?;
         socket.set_cloexec(true)?;
-        Ok(TcpListener::from(OwnedFd::from(socket)))
+        Ok(socket)
     }
 
     /// Takes ownership of descriptor `fd` once it is checked to be open
@@ -266,6 +280,10 @@ mod tests {
                 fd: 7,
             }],
             generation: 9,
+            metrics: Some(proto::InheritedListener {
+                address: "127.0.0.1:2".to_owned(),
+                fd: 8,
+            }),
         };
         send_handover(&mut a, &handover).expect("send");
         assert_eq!(read_handover(&mut b).expect("read"), handover);
@@ -312,5 +330,19 @@ mod tests {
         let adopted = inherited.listener(raw, address).expect("adopted");
         assert_eq!(adopted.local_addr().expect("addr"), address);
         assert!(inherited.listener(raw, address).is_err(), "taken twice");
+        assert!(
+            inherited.blocking_listener(raw, address).is_err(),
+            "taken twice, whichever way"
+        );
+        let metrics = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let address = metrics.local_addr().expect("addr");
+        let fd = OwnedFd::from(metrics);
+        let raw = fd.as_raw_fd();
+        std::mem::forget(fd);
+        let adopted = inherited
+            .blocking_listener(raw, address)
+            .expect("adopted blocking");
+        let socket = SockRef::from(&adopted);
+        assert!(!socket.nonblocking().expect("flags"), "left blocking");
     }
 }

@@ -407,10 +407,14 @@ fn serve(
             return fail(&mut server, threads, successor.as_mut(), &why);
         }
     }
-    if let Err(why) = start_backend_threads(&shared, global) {
+    if let Err(error) = start_backend_threads(&shared, global) {
+        let why = error.to_string();
         return fail(&mut server, threads, successor.as_mut(), &why);
     }
     let upgraded = successor.is_some();
+    // Unless this config serves metrics on the same address, the inherited
+    // copy closes here; the old process's closes when it exits.
+    let inherited_metrics = successor.as_mut().and_then(|s| s.metrics.take());
     if let Some(mut s) = successor.take() {
         if let Err(error) = server.take_socket_path() {
             let why = format!(
@@ -438,17 +442,26 @@ fn serve(
         abort(&mut server, threads);
         return Err(StartFailure::Failed);
     }
+    let metrics = crate::metrics_http::Slot::default();
     if let Some(address) = global.metrics_address {
         let socket = server.socket_path().to_path_buf();
-        if upgraded {
-            // The old process holds the address until it exits.
-            spawn_metrics_once_free(address, socket, global.soft_stop_grace);
-        } else if let Err(error) = crate::metrics_http::spawn(address, socket) {
+        let inherited = inherited_metrics.filter(|(at, _)| *at == address);
+        if let Some((_, listener)) = inherited {
+            if let Err(error) = metrics.adopt(listener, socket) {
+                log::error!("cannot serve metrics on the inherited {address}: {error}");
+            }
+        } else if upgraded {
+            // An old process that did not hand its endpoint over holds the
+            // address until it exits.
+            let until = Instant::now() + global.soft_stop_grace + Duration::from_secs(30);
+            metrics.bind_once_free(address, socket, until);
+        } else if let Err(error) = metrics.bind(address, socket) {
             log::error!("cannot serve metrics on {address}: {error}");
             abort(&mut server, threads);
             return Err(StartFailure::Failed);
         }
     }
+    server.set_metrics(metrics.clone());
     let listeners: Vec<&str> = server
         .state()
         .listeners()
@@ -467,6 +480,9 @@ fn serve(
     let outcome = server.run();
     drop(server);
     join_all(threads);
+    // After an upgrade the successor accepts on the same socket: what this
+    // process accepted is answered before it leaves.
+    metrics.retire(crate::metrics_http::REQUEST_DEADLINE);
     if let Some(writer) = writer {
         writer.finish(WRITER_FINISH);
     }
@@ -487,16 +503,19 @@ fn serve(
 /// state to have been tried once, so a named backend serves from the first
 /// connection. A name that does not resolve is logged by the resolver and
 /// does not hold the start.
-fn start_backend_threads(shared: &Arc<Shared>, global: &GlobalSettings) -> Result<(), String> {
+fn start_backend_threads(
+    shared: &Arc<Shared>,
+    global: &GlobalSettings,
+) -> Result<(), BackendThreadError> {
     let interval = global.resolve_interval;
     let first = resolve::spawn(
         Arc::clone(&shared.registry),
         Arc::clone(&shared.counters),
         interval,
     )
-    .map_err(|e| format!("cannot start the resolver of named backends: {e}"))?;
+    .map_err(BackendThreadError::Resolver)?;
     checker::spawn(Arc::clone(&shared.registry), Arc::clone(&shared.counters))
-        .map_err(|e| format!("cannot start the health checker: {e}"))?;
+        .map_err(BackendThreadError::Checker)?;
     if !first.wait(FIRST_RESOLUTION_WAIT) {
         log::warn!(
             "named backends not all resolved within {FIRST_RESOLUTION_WAIT:?}: serving, and \
@@ -504,6 +523,23 @@ fn start_backend_threads(shared: &Arc<Shared>, global: &GlobalSettings) -> Resul
         );
     }
     Ok(())
+}
+
+/// A backend thread that could not be started (the process is out of
+/// threads or memory).
+#[derive(Debug)]
+enum BackendThreadError {
+    Resolver(std::io::Error),
+    Checker(std::io::Error),
+}
+
+impl std::fmt::Display for BackendThreadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Resolver(e) => write!(f, "cannot start the resolver of named backends: {e}"),
+            Self::Checker(e) => write!(f, "cannot start the health checker: {e}"),
+        }
+    }
 }
 
 /// A start that cannot go on: an upgrade's old process hears why, the
@@ -520,29 +556,6 @@ fn fail(
     }
     abort(server, threads);
     Err(StartFailure::Failed)
-}
-
-/// Serves metrics on `address` once the upgrade's old process left it:
-/// retries the bind until the old process's soft stop is surely over.
-fn spawn_metrics_once_free(address: std::net::SocketAddr, socket: PathBuf, grace: Duration) {
-    let until = Instant::now() + grace + Duration::from_secs(30);
-    let spawned = std::thread::Builder::new()
-        .name("preread-metrics-wait".to_owned())
-        .spawn(move || {
-            loop {
-                match crate::metrics_http::spawn(address, socket.clone()) {
-                    Ok(()) => return,
-                    Err(error) if Instant::now() >= until => {
-                        log::error!("cannot serve metrics on {address}: {error}");
-                        return;
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(200)),
-                }
-            }
-        });
-    if let Err(error) = spawned {
-        log::error!("cannot serve metrics on {address}: {error}");
-    }
 }
 
 /// Hard-stops the workers started so far and joins them.

@@ -1,17 +1,21 @@
 //! `preread upgrade`, on the side of the new process: take the handover,
 //! check it, and say whether it serves.
 //!
-//! Owns: reading the state and the inherited listening sockets the old
-//! process handed over, validating both with this binary's own rules, and
-//! the verdict sent back. Must never: serve a state this binary refuses
+//! Owns: reading the state, the inherited listening sockets and the
+//! metrics endpoint's socket the old process handed over, validating them
+//! with this binary's own rules, and the verdict sent back. Must never: serve a state this binary refuses
 //! (it refuses the handover instead, and the old process keeps serving),
 //! or keep a descriptor it was not told about.
 
 use std::collections::HashMap;
+use std::fmt;
+use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::net::UnixStream;
 
+use command::proto;
 use command::state::ConfigState;
+use command::validate::ValidationError;
 
 use crate::handover::{self, Inherited, Verdict};
 
@@ -29,21 +33,65 @@ pub struct Successor {
     pub sockets: Sockets,
     /// The old process's routing generation.
     pub generation: u64,
+    /// The metrics endpoint's socket, blocking, when the old process served
+    /// one.
+    pub metrics: Option<(SocketAddr, TcpListener)>,
 }
+
+/// Why this process will not take the handover over.
+#[derive(Debug)]
+pub enum TakeoverError {
+    /// The handover could not be read off the control socket.
+    Read(io::Error),
+    /// An inherited socket's address is not an `ip:port`.
+    Address(String),
+    /// An inherited descriptor is not the socket the handover says.
+    Socket {
+        address: SocketAddr,
+        error: io::Error,
+    },
+    /// The running state breaks this binary's rules.
+    State(ValidationError),
+}
+
+impl fmt::Display for TakeoverError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Read(error) => write!(f, "cannot read the handover: {error}"),
+            Self::Address(text) => write!(f, "inherited listener {text:?} is not an ip:port"),
+            Self::Socket { address, error } => write!(f, "inherited listener {address}: {error}"),
+            Self::State(error) => write!(
+                f,
+                "the running state does not fit this binary and config: {}: {}",
+                error.code.as_str(),
+                error.message
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TakeoverError {}
+
+/// What `Successor::check` takes from the handover.
+type Checked = (ConfigState, Sockets, u64, Option<(SocketAddr, TcpListener)>);
 
 impl Successor {
     /// Reads and checks the handover on `control`. When it cannot be taken,
     /// the refusal is sent back and returned.
-    pub fn receive(mut control: UnixStream, mut inherited: Inherited) -> Result<Self, String> {
+    pub fn receive(
+        mut control: UnixStream,
+        mut inherited: Inherited,
+    ) -> Result<Self, TakeoverError> {
         match Self::check(&mut control, &mut inherited) {
-            Ok((state, sockets, generation)) => Ok(Self {
+            Ok((state, sockets, generation, metrics)) => Ok(Self {
                 control,
                 state,
                 sockets,
                 generation,
+                metrics,
             }),
             Err(why) => {
-                refuse(&mut control, &why);
+                refuse(&mut control, &why.to_string());
                 Err(why)
             }
         }
@@ -52,33 +100,34 @@ impl Successor {
     fn check(
         control: &mut UnixStream,
         inherited: &mut Inherited,
-    ) -> Result<(ConfigState, Sockets, u64), String> {
-        let handover = handover::read_handover(control)
-            .map_err(|e| format!("cannot read the handover: {e}"))?;
+    ) -> Result<Checked, TakeoverError> {
+        let handover = handover::read_handover(control).map_err(TakeoverError::Read)?;
         let mut sockets = Vec::with_capacity(handover.listeners.len());
         for listener in &handover.listeners {
-            let address: SocketAddr = listener.address.parse().map_err(|_| {
-                format!(
-                    "inherited listener {:?} is not an ip:port",
-                    listener.address
-                )
-            })?;
+            let address = address_of(listener)?;
             let socket = inherited
                 .listener(listener.fd, address)
-                .map_err(|e| format!("inherited listener {address}: {e}"))?;
+                .map_err(|error| TakeoverError::Socket { address, error })?;
             sockets.push((address, socket));
         }
+        let metrics = match &handover.metrics {
+            Some(listener) => {
+                let address = address_of(listener)?;
+                let socket = inherited
+                    .blocking_listener(listener.fd, address)
+                    .map_err(|error| TakeoverError::Socket { address, error })?;
+                Some((address, socket))
+            }
+            None => None,
+        };
         let mut state = ConfigState::default();
         for request in &handover.state {
-            state.dispatch(request).map(|_| ()).map_err(|e| {
-                format!(
-                    "the running state does not fit this binary and config: {}: {}",
-                    e.code.as_str(),
-                    e.message
-                )
-            })?;
+            state
+                .dispatch(request)
+                .map(|_| ())
+                .map_err(TakeoverError::State)?;
         }
-        Ok((state, sockets, handover.generation))
+        Ok((state, sockets, handover.generation, metrics))
     }
 
     /// The inherited sockets dealt to `workers` workers: each address's
@@ -97,6 +146,13 @@ impl Successor {
         }
         hands
     }
+}
+
+fn address_of(listener: &proto::InheritedListener) -> Result<SocketAddr, TakeoverError> {
+    listener
+        .address
+        .parse()
+        .map_err(|_| TakeoverError::Address(listener.address.clone()))
 }
 
 /// Tells the old process this one serves.

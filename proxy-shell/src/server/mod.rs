@@ -165,6 +165,8 @@ pub struct CommandServer {
     /// Asks the access-log writer to reopen its file (SIGUSR1); `None`
     /// when the log is off.
     access_log: Option<Reopener>,
+    /// The metrics endpoint, whose socket an upgrade hands over.
+    metrics: crate::metrics_http::Slot,
     /// What the threads of the process share: the registry of backends
     /// (kept in step with each committed state), the health counters.
     shared: Arc<Shared>,
@@ -257,6 +259,7 @@ impl CommandServer {
             adopted: BTreeSet::new(),
             sources: sources::SourceFeed::default(),
             access_log: None,
+            metrics: crate::metrics_http::Slot::default(),
             shared: Shared::new(&GlobalSettings::default()),
             trim_due: false,
         })
@@ -313,6 +316,12 @@ impl CommandServer {
     /// Where SIGUSR1 sends its reopen: the access-log writer.
     pub fn set_access_log(&mut self, reopener: Reopener) {
         self.access_log = Some(reopener);
+    }
+
+    /// The metrics endpoint, once it serves (an upgrade hands its socket
+    /// over).
+    pub fn set_metrics(&mut self, slot: crate::metrics_http::Slot) {
+        self.metrics = slot;
     }
 
     /// Adds a worker: every later order goes to it too.

@@ -4,15 +4,15 @@
 //!
 //! Owns: the old process's half of the handover, once the coordinator had
 //! every worker export its listening sockets ([`Effect::StartUpgrade`]):
-//! duplicating them, starting the new binary with them inherited, sending
-//! the state, and waiting (bounded) for its verdict. The coordinator then
-//! orders the soft stop that drains this process's sessions while the
-//! successor accepts. Must never:
-//!
-//! [`Effect::StartUpgrade`]: coordinator::Effect::StartUpgrade
+//! duplicating them and the metrics endpoint's, starting the new binary
+//! with them inherited, sending the state, and waiting (bounded) for its
+//! verdict. The coordinator then orders the soft stop that drains this
+//! process's sessions while the successor accepts. Must never:
 //! stop accepting before the successor said it serves; leave a failed
 //! successor running; tell systemd the service stops (it does not: only
 //! its main process changes).
+//!
+//! [`Effect::StartUpgrade`]: coordinator::Effect::StartUpgrade
 
 use std::io;
 use std::net::SocketAddr;
@@ -58,8 +58,13 @@ impl CommandServer {
         // may land after its own.
         self.saved.settle();
         let sockets = duplicates(exported)?;
+        let metrics = match self.metrics.handover_copy() {
+            Some(Ok(copy)) => Some(copy),
+            Some(Err(error)) => return Err(UpgradeError::MetricsCopy(error)),
+            None => None,
+        };
         let (mut ours, theirs) = UnixStream::pair().map_err(UpgradeError::ControlSocket)?;
-        for fd in sockets.iter().map(|(_, fd)| fd) {
+        for fd in sockets.iter().chain(&metrics).map(|(_, fd)| fd) {
             handover::inheritable(fd).map_err(UpgradeError::PassListener)?;
         }
         handover::inheritable(&theirs).map_err(UpgradeError::PassControl)?;
@@ -73,6 +78,12 @@ impl CommandServer {
                 })
                 .collect(),
             generation: self.coordinator.generation(),
+            metrics: metrics
+                .as_ref()
+                .map(|(address, fd)| proto::InheritedListener {
+                    address: address.to_string(),
+                    fd: fd.as_raw_fd(),
+                }),
         };
         let child = Command::new(&binary)
             .args(&self.settings.argv)
@@ -87,6 +98,7 @@ impl CommandServer {
         // would not close the control socket.
         drop(theirs);
         drop(sockets);
+        drop(metrics);
         let shown = binary.display().to_string();
         log::info!(
             "upgrade: started {shown} as pid {}, handing over {} socket(s) and {} request(s)",

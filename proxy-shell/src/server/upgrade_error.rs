@@ -44,6 +44,8 @@ pub(super) enum UpgradeError {
         address: SocketAddr,
         error: io::Error,
     },
+    /// The metrics endpoint's socket could not be duplicated.
+    MetricsCopy(io::Error),
     /// The control socket to the successor could not be opened.
     ControlSocket(io::Error),
     /// A listening socket could not be made inheritable.
@@ -72,6 +74,9 @@ impl fmt::Display for UpgradeError {
             }
             Self::Duplicate { address, error } => {
                 write!(f, "cannot duplicate a socket of {address}: {error}")
+            }
+            Self::MetricsCopy(error) => {
+                write!(f, "cannot duplicate the metrics endpoint's socket: {error}")
             }
             Self::ControlSocket(error) => write!(f, "cannot open the control socket: {error}"),
             Self::PassListener(error) => write!(f, "cannot pass a listening socket on: {error}"),

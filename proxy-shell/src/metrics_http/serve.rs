@@ -1,22 +1,18 @@
-//! The optional Prometheus endpoint (`metrics_address`): `GET /metrics`
-//! answers the labelled families of the workers' summed series, in the
-//! Prometheus text format or, when the scrape's `Accept` asks for it,
-//! OpenMetrics (`crate::metrics::exposition`, encoded by
-//! `prometheus-client`).
+//! One scrape of the metrics endpoint, from its accept to its close: read
+//! the request head, ask the command socket for the series, write the
+//! answer, and linger so the close does not destroy it.
 //!
-//! Owns: a small blocking HTTP/1.x responder on threads of its own: one
-//! accepts, [`MAX_SCRAPES_IN_FLIGHT`] serve, and at most [`MAX_WAITING`]
-//! accepted connections wait for them (past that a connection is answered
-//! 503 at once). Each connection has [`REQUEST_DEADLINE`] from its accept
-//! to the end of its answer: reading the head, asking the command socket
-//! and writing the answer all take from that one budget, and a connection
-//! whose budget ran out while it waited is closed untouched. Of it, the
-//! head has [`HEAD_DEADLINE`]: a client still sending its head then is
-//! closed, so a dripping client holds a serving thread for at most that,
-//! and a scrape queued behind as many of them as there are threads and
-//! places in the queue still has most of its budget when it is served.
-//! It asks the command socket for `QueryMetrics`, like any client, so the
-//! metrics it serves are exactly those of `preread metrics get`.
+//! Owns: the HTTP/1.x exchange of one connection and its deadline: each
+//! connection has [`REQUEST_DEADLINE`] from its accept to the end of its
+//! answer: reading the head, asking the command socket and writing the
+//! answer all take from that one budget. Of it, the head has
+//! [`HEAD_DEADLINE`]: a client still sending its head then is closed, so a
+//! dripping client holds a serving thread for at most that, and a scrape
+//! queued behind as many of them as there are threads and places in the
+//! queue still has most of its budget when it is served. It asks the
+//! command socket for `QueryMetrics`, like any client, so the metrics it
+//! serves are exactly those of `preread metrics get`, from whichever
+//! process holds the command socket path.
 //!
 //! The request head is parsed by `httparse` (hyper's parser). No HTTP
 //! server crate serves here: the maintained ones run on an async runtime
@@ -24,24 +20,20 @@
 //! `tiny_http`, bound reads but not a whole request, which is what let one
 //! dripping client hold the endpoint.
 //!
-//! Must never: block a worker or the command server, hold a connection past
-//! its deadline, serve more than [`MAX_SCRAPES_IN_FLIGHT`] at once, or read
-//! a request head larger than `MAX_REQUEST` bytes.
+//! Must never: hold a connection past its deadline, or read a request head
+//! larger than `MAX_REQUEST` bytes.
 
+use std::fmt;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::net::TcpStream;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use command::channel::{BlockingChannel, MAX_ANSWER_LEN};
+use command::channel::{BlockingChannel, ChannelError, MAX_ANSWER_LEN};
 use command::proto::{self, request::RequestType, response_content::ContentType};
 
+use super::{MAX_SCRAPES_IN_FLIGHT, MAX_WAITING};
 use crate::metrics::exposition::{self, Format};
-
-/// Scrapes served at once, each on a thread of its own.
-pub const MAX_SCRAPES_IN_FLIGHT: usize = 4;
 
 /// From a connection's accept to the end of its answer.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
@@ -55,9 +47,6 @@ pub const HEAD_DEADLINE: Duration = Duration::from_secs(2);
 /// The shortest wait of a read: bytes already received are taken even
 /// once the head's deadline has passed.
 const MIN_READ_WAIT: Duration = Duration::from_millis(1);
-
-/// Accepted connections waiting for a serving thread.
-pub const MAX_WAITING: usize = 16;
 
 /// Largest request head read before answering 431.
 const MAX_REQUEST: usize = 8 * 1024;
@@ -77,56 +66,8 @@ const DISCARD_ON_CLOSE: usize = 64 * 1024;
 /// query (a 503 if the query ran out of time).
 const ANSWER_RESERVE: Duration = Duration::from_millis(250);
 
-/// An accepted connection and when it was accepted.
-struct Accepted {
-    stream: TcpStream,
-    accepted: Instant,
-}
-
-/// Binds `address` and serves scrapes on threads of their own.
-pub fn spawn(address: SocketAddr, command_socket: PathBuf) -> io::Result<()> {
-    let listener = TcpListener::bind(address)?;
-    let (queue, waiting) = mpsc::sync_channel::<Accepted>(MAX_WAITING);
-    let waiting = Arc::new(Mutex::new(waiting));
-    let command_socket: Arc<Path> = Arc::from(command_socket);
-    for n in 0..MAX_SCRAPES_IN_FLIGHT {
-        let waiting = Arc::clone(&waiting);
-        let command_socket = Arc::clone(&command_socket);
-        std::thread::Builder::new()
-            .name(format!("preread-metrics-{n}"))
-            .spawn(move || serve_queue(&waiting, &command_socket))?;
-    }
-    std::thread::Builder::new()
-        .name("preread-metrics".into())
-        .spawn(move || accept_loop(&listener, &queue))?;
-    log::info!("metrics on http://{address}/metrics");
-    Ok(())
-}
-
-fn accept_loop(listener: &TcpListener, queue: &SyncSender<Accepted>) {
-    for stream in listener.incoming() {
-        let stream = match stream {
-            Ok(stream) => stream,
-            Err(e) => {
-                log::debug!("metrics accept failed: {e}");
-                continue;
-            }
-        };
-        let accepted = Accepted {
-            stream,
-            accepted: Instant::now(),
-        };
-        match queue.try_send(accepted) {
-            Ok(()) => {}
-            Err(TrySendError::Full(accepted)) => refuse_busy(accepted.stream),
-            Err(TrySendError::Disconnected(_)) => return,
-        }
-    }
-}
-
 /// Answers 503 without waiting: a fresh socket's send buffer takes it.
-fn refuse_busy(stream: TcpStream) {
-    let mut stream = stream;
+pub(super) fn refuse_busy(mut stream: TcpStream) {
     if stream.set_nonblocking(true).is_ok() {
         let body = format!(
             "{MAX_SCRAPES_IN_FLIGHT} scrapes in flight and {MAX_WAITING} waiting: try again\n"
@@ -135,21 +76,26 @@ fn refuse_busy(stream: TcpStream) {
     }
 }
 
-fn serve_queue(waiting: &Mutex<Receiver<Accepted>>, command_socket: &Path) {
-    loop {
-        let next = match waiting.lock() {
-            Ok(receiver) => receiver.recv(),
-            Err(_) => return,
-        };
-        let Ok(Accepted { stream, accepted }) = next else {
-            return;
-        };
-        if accepted.elapsed() >= REQUEST_DEADLINE {
-            log::debug!("metrics scrape dropped: its {REQUEST_DEADLINE:?} passed while it waited");
-            continue;
-        }
-        if let Err(e) = serve(stream, accepted, command_socket) {
-            log::debug!("metrics scrape failed: {e}");
+/// Why the series could not be had from the command socket: the body of
+/// the 503 that answers the scrape.
+#[derive(Debug)]
+enum QueryError {
+    /// The request's deadline passed before the command socket answered.
+    Deadline(io::Error),
+    /// The command socket could not be reached or did not answer.
+    Channel(ChannelError),
+    /// It answered, but not with metrics.
+    NotMetrics(String),
+}
+
+impl fmt::Display for QueryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Deadline(error) => write!(f, "{error}"),
+            Self::Channel(error) => write!(f, "the command socket: {error}"),
+            Self::NotMetrics(message) => {
+                write!(f, "the proxy did not answer with metrics: {message}")
+            }
         }
     }
 }
@@ -295,7 +241,11 @@ fn linger(stream: &mut TcpStream, until: Instant) {
     }
 }
 
-fn serve(mut stream: TcpStream, accepted: Instant, command_socket: &Path) -> io::Result<()> {
+pub(super) fn serve(
+    mut stream: TcpStream,
+    accepted: Instant,
+    command_socket: &Path,
+) -> io::Result<()> {
     let deadline = accepted + REQUEST_DEADLINE;
     let (method, path, accept) = match read_head(&mut stream, accepted + HEAD_DEADLINE)? {
         Head::Complete {
@@ -341,11 +291,11 @@ fn serve(mut stream: TcpStream, accepted: Instant, command_socket: &Path) -> io:
                 &body,
             )
         }
-        Err(message) => answer(
+        Err(error) => answer(
             &mut stream,
             deadline,
             "503 Service Unavailable",
-            &format!("{message}\n"),
+            &format!("{error}\n"),
         ),
     }
 }
@@ -353,10 +303,10 @@ fn serve(mut stream: TcpStream, accepted: Instant, command_socket: &Path) -> io:
 fn query_series(
     command_socket: &Path,
     deadline: Instant,
-) -> Result<Vec<proto::MetricSeries>, String> {
-    let time_left = || left(deadline).map_err(|e| e.to_string());
+) -> Result<Vec<proto::MetricSeries>, QueryError> {
+    let time_left = || left(deadline).map_err(QueryError::Deadline);
     let mut channel = BlockingChannel::connect(command_socket, time_left()?)
-        .map_err(|e| e.to_string())?
+        .map_err(QueryError::Channel)?
         .with_max_frame_len(MAX_ANSWER_LEN);
     let request = proto::Request {
         request_type: Some(RequestType::QueryMetrics(proto::QueryMetrics {
@@ -364,15 +314,12 @@ fn query_series(
         })),
     };
     channel.set_timeout(time_left()?);
-    channel.send(&request).map_err(|e| e.to_string())?;
+    channel.send(&request).map_err(QueryError::Channel)?;
     channel.set_timeout(time_left()?);
-    let response = channel.recv().map_err(|e| e.to_string())?;
+    let response = channel.recv().map_err(QueryError::Channel)?;
     match response.content.and_then(|c| c.content_type) {
         Some(ContentType::Metrics(report)) => Ok(report.series),
-        _ => Err(format!(
-            "the proxy did not answer with metrics: {}",
-            response.message
-        )),
+        _ => Err(QueryError::NotMetrics(response.message)),
     }
 }
 
