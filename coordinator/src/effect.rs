@@ -5,19 +5,17 @@
 //! handover is bounded by the shell; every worker order by a deadline the
 //! coordinator holds).
 
-use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
-
-use core::net::SocketAddr;
+use std::time::Instant;
 
 use command::answer_code::AnswerCode;
 use command::change::Change;
 use command::generation::Generation;
 use command::proto;
 
-use crate::input::{ClientId, JobId, Query, UpgradeRequest};
-use crate::orders::{Answer, Order, OrderId, WorkerId};
+use crate::input::{ClientId, JobId, Query, StopKind, UpgradeRequest};
+use crate::orders::{Answer, Listeners, Order, OrderId, WorkerId};
 
 /// What systemd hears (the shell sends it with `sd_notify`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,17 +90,28 @@ pub enum Effect {
     StartUpgrade {
         job: JobId,
         request: UpgradeRequest,
-        exported: Vec<(WorkerId, Arc<Vec<(SocketAddr, OwnedFd)>>)>,
+        exported: Vec<(WorkerId, Listeners)>,
     },
     /// The boot's generation was answered: `None` when every worker
     /// applied it, else the first refusal (or missing answer).
     Booted {
         refused: Option<(WorkerId, AnswerCode, String)>,
     },
+    /// A stop's order was answered by every worker (`answered`), or its
+    /// deadline passed first.
+    Stopped { kind: StopKind, answered: bool },
     /// Tell systemd.
     Notify(Notice),
     /// A log line.
     Log { level: log::Level, message: String },
+    /// A log line that says how long something took: `before`, the
+    /// milliseconds from `since` to when the shell logs it, ` ms`, `after`.
+    LogElapsed {
+        level: log::Level,
+        since: Instant,
+        before: String,
+        after: String,
+    },
 }
 
 /// Pushes a log line onto `out`.

@@ -16,8 +16,16 @@ use command::sources::{Fragment, SourceKind};
 use command::state::ConfigState;
 use command::state_file::StateFileError;
 
-use crate::coordinator::StopKind;
 use crate::orders::{Answer, OrderId, WorkerId};
+
+/// How the proxy stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopKind {
+    /// Stop accepting, let sessions finish within the grace.
+    Soft,
+    /// Close everything now.
+    Hard,
+}
 
 /// One client of the command socket, for as long as it is connected: the
 /// shell never gives a later client the id of an earlier one.

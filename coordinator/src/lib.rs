@@ -75,23 +75,18 @@
 mod coordinator;
 mod effect;
 mod input;
-mod jobs;
 pub mod orders;
-mod outcome;
 mod pending;
-mod reread;
 pub mod responses;
 #[cfg(feature = "sabotage")]
 pub mod sabotage;
 mod sources;
-mod stop;
 mod turns;
-mod upgrade;
 
-pub use coordinator::{AddressCheck, Coordinator, Settings, StopKind};
+pub use coordinator::{AddressCheck, Coordinator, MAX_BATCH_REQUESTS, Settings};
 pub use effect::{Effect, Notice};
 pub use input::{
-    ClientId, Input, JobId, Query, Request, SourceReport, Unread, UpgradeFailure, UpgradeRequest,
+    ClientId, Input, JobId, Query, Request, SourceReport, StopKind, Unread, UpgradeFailure,
+    UpgradeRequest,
 };
-pub use jobs::MAX_BATCH_REQUESTS;
-pub use orders::{Answer, Order, OrderId, Reply, WorkerId};
+pub use orders::{Answer, Listeners, Order, OrderId, Reply, WorkerId};

@@ -22,6 +22,9 @@ pub type OrderId = u64;
 /// A worker, by the id it was added with.
 pub type WorkerId = u32;
 
+/// Duplicates of one worker's listening sockets, by address.
+pub type Listeners = Arc<Vec<(SocketAddr, OwnedFd)>>;
+
 /// An order from the control plane.
 #[derive(Debug, Clone)]
 pub enum Order {
@@ -56,7 +59,7 @@ pub enum Answer {
     /// The worker's live figures.
     Status { sessions: u64, listeners: u32 },
     /// Duplicates of the worker's listening sockets, by address.
-    Listeners(Arc<Vec<(SocketAddr, OwnedFd)>>),
+    Listeners(Listeners),
     /// The worker's captured windows, newest first.
     Rejects(Vec<proto::CapturedWindow>),
 }

@@ -543,3 +543,111 @@ fn a_batch_is_queued_with_its_last_part() {
     let done = commit(&mut rig, &last, &[0]);
     assert_eq!(answers(&done)[0].3, "2 applied, 0 unchanged, 0 skipped");
 }
+
+/// A rig whose proxy started from `path`.
+fn with_config(workers: WorkerId, path: &str) -> Rig {
+    let mut rig = Rig::new(workers);
+    let settings = Settings {
+        order_timeout: TIMEOUT,
+        soft_stop_grace: Duration::from_secs(5),
+        config_path: Some(path.into()),
+        pid: 4242,
+    };
+    rig.coordinator = Coordinator::new(settings, ConfigState::default(), Box::new(Free), rig.now);
+    for worker in 0..workers {
+        rig.coordinator.add_worker(worker);
+    }
+    rig
+}
+
+fn read_job(effects: &[Effect]) -> Option<JobId> {
+    effects.iter().find_map(|effect| match effect {
+        Effect::ReadConfig {
+            job, seen: None, ..
+        } => Some(*job),
+        _ => None,
+    })
+}
+
+fn ready(effects: &[Effect]) -> Vec<String> {
+    effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Notify(coordinator::Notice::Ready(summary)) => Some(summary.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_sighup_reload_reads_the_file_applies_its_diff_and_tells_systemd() {
+    let mut rig = with_config(1, "/etc/preread/preread.toml");
+    let asked = rig.feed(Input::Hangup);
+    let reloading = |e: &Effect| matches!(e, Effect::Notify(coordinator::Notice::Reloading));
+    assert!(asked.iter().any(reloading));
+    let job = read_job(&asked).expect("the file is read by the shell");
+    let text = "[[listeners]]\naddress = \"127.0.0.1:9443\"\n".to_owned();
+    let sent = rig.feed(Input::ConfigRead {
+        job,
+        read: Ok(text),
+    });
+    assert!(sent.iter().any(|e| matches!(e, Effect::LogElapsed { .. })));
+    assert_eq!(applies(&sent).len(), 1);
+    let done = commit(&mut rig, &sent, &[0]);
+    assert_eq!(
+        ready(&done),
+        vec!["reload of /etc/preread/preread.toml: 1 applied, 0 unchanged, 0 skipped".to_owned()]
+    );
+    assert!(answers(&done).is_empty(), "a signal has no client");
+    assert_eq!(rig.coordinator.state().listeners().count(), 1);
+}
+
+#[test]
+fn a_sighup_reload_that_reads_nothing_changes_nothing() {
+    let mut rig = with_config(1, "/etc/preread/preread.toml");
+    let job = read_job(&rig.feed(Input::Hangup)).expect("read");
+    let unread = coordinator::Unread::Unseen("the proxy cannot read it".into());
+    let end = rig.feed(Input::ConfigRead {
+        job,
+        read: Err(unread),
+    });
+    assert!(applies(&end).is_empty());
+    assert_eq!(ready(&end), vec!["the proxy cannot read it".to_owned()]);
+    let next = rig.ask(1, add_cluster("a"));
+    assert_eq!(applies(&next).len(), 1, "the queue goes on");
+}
+
+#[test]
+fn a_state_load_applies_the_diff_to_the_file_read() {
+    let mut rig = Rig::new(1);
+    let asked = rig.ask(
+        1,
+        Request::LoadState {
+            path: "/var/lib/preread/state".into(),
+        },
+    );
+    let job = asked
+        .iter()
+        .find_map(|effect| match effect {
+            Effect::ReadStateFile { job, .. } => Some(*job),
+            _ => None,
+        })
+        .expect("the state file is read by the shell");
+    let mut loaded = ConfigState::default();
+    let Request::Change(add) = add_cluster("a") else {
+        panic!("a change");
+    };
+    assert!(loaded.dispatch(&add).is_ok());
+    let sent = rig.feed(Input::StateFileRead {
+        job,
+        read: Ok(loaded),
+    });
+    let done = commit(&mut rig, &sent, &[0]);
+    let said = answers(&done);
+    assert!(
+        said[0]
+            .3
+            .starts_with("state loaded from /var/lib/preread/state: 1 applied"),
+        "{said:?}"
+    );
+}

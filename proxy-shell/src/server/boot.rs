@@ -6,19 +6,19 @@
 //! without a deadline.
 
 use std::fmt;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::mpsc::RecvTimeoutError;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use command::generation::{Generation, plan};
 use command::state::ConfigState;
 use command::validate::ValidationError;
+use coordinator::Input;
 
-use super::pending::Gathered;
-use super::{CommandServer, Purpose, StopKind, changes, deadline_after, describe};
+use super::{CommandServer, StopKind};
 use crate::answer_code::AnswerCode;
 use crate::worker::listen::ensure_unbound;
-use crate::worker::orders::{Order, OrderId};
 
 /// A boot request a worker refused (or did not answer).
 #[derive(Debug, Clone)]
@@ -50,8 +50,9 @@ impl CommandServer {
     /// many requests it holds. A refusal (or a missing answer) fails the
     /// boot.
     pub fn boot(&mut self) -> Result<usize, BootError> {
+        let state = self.coordinator.state();
         if self.settings.check_unbound {
-            let fresh = changes::newly_listening(&ConfigState::default(), &self.state);
+            let fresh = newly_listening(&ConfigState::default(), state);
             for address in fresh.into_iter().filter(|a| !self.adopted.contains(a)) {
                 if let Err(e) = ensure_unbound(address) {
                     return Err(BootError {
@@ -63,10 +64,10 @@ impl CommandServer {
                 }
             }
         }
-        let generation = match Generation::replay(&self.state) {
+        let generation = match Generation::replay(state) {
             Some(generation) => generation,
             None => {
-                let requests = self.state.generate_requests();
+                let requests = state.generate_requests();
                 let mut scratch = ConfigState::default();
                 let planned = plan::<ValidationError>(&mut scratch, requests, |_, _| Ok(()));
                 if let Some((request, error)) = planned.skipped.first() {
@@ -80,31 +81,30 @@ impl CommandServer {
                 // Equal tables built on the scratch state would be a
                 // second copy of every route: the workers share the state's.
                 let mut generation = planned.generation;
-                generation.share_routes_of(&self.state);
+                generation.share_routes_of(state);
                 generation
             }
         };
         let count = generation.len();
-        if count == 0 {
-            self.shared.registry.sync(&self.state, Instant::now());
-            return Ok(0);
-        }
-        let id = self.broadcast(
-            Order::Apply(Arc::new(generation)),
-            Purpose::Boot,
-            None,
-            self.settings.order_timeout,
-        );
-        let gathered = self.wait_for(id);
-        if let Some((worker, code, message)) = gathered.first_failure() {
-            return Err(BootError {
-                request: format!("the state's {count} request(s)"),
-                worker,
-                code,
-                message,
+        if count > 0 {
+            self.booted = None;
+            self.feed(Input::Boot {
+                generation: Arc::new(generation),
             });
+            self.wait_until(|server| server.booted.is_some());
+            let refused = self.booted.take().flatten();
+            if let Some((worker, code, message)) = refused {
+                return Err(BootError {
+                    request: format!("the state's {count} request(s)"),
+                    worker,
+                    code,
+                    message,
+                });
+            }
         }
-        self.shared.registry.sync(&self.state, Instant::now());
+        self.shared
+            .registry
+            .sync(self.coordinator.state(), Instant::now());
         Ok(count)
     }
 
@@ -112,56 +112,70 @@ impl CommandServer {
     /// [`run`](Self::run): for a boot that failed. Returns whether every
     /// worker answered.
     pub fn stop_workers(&mut self, kind: StopKind) -> bool {
-        self.stopping = Some(kind);
-        crate::notify::stopping(&format!("{kind:?} stop"));
-        let id = self.send_stop(kind);
-        let gathered = self.wait_for(id);
-        gathered.missing.is_empty()
+        self.stopped = None;
+        self.feed(Input::Stop(kind));
+        self.wait_until(|server| server.coordinator.is_stopped());
+        self.stopped.take().unwrap_or(false)
     }
 
-    /// Blocks until order `id` is complete or timed out (boot and stop
-    /// outside of `run`).
-    pub(super) fn wait_for(&mut self, id: OrderId) -> Gathered<Purpose> {
+    /// Blocks, feeding the coordinator the workers' answers and the time,
+    /// until `done` or nothing is awaited any more (boot and stop outside
+    /// of `run`). Every wait is bounded by an order's deadline.
+    fn wait_until(&mut self, done: impl Fn(&Self) -> bool) {
         loop {
-            if let Some(at) = self.completed.iter().position(|g| g.id == id)
-                && let Some(gathered) = self.completed.remove(at)
-            {
-                return gathered;
+            while let Some(input) = self.inbox.pop_front() {
+                self.feed(input);
             }
-            let now = Instant::now();
-            let wait = self
-                .pending
-                .next_deadline()
-                .map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
+            if done(self) {
+                return;
+            }
+            let Some(deadline) = self.coordinator.next_deadline() else {
+                return;
+            };
+            let wait = deadline.saturating_duration_since(Instant::now());
             match self.replies.recv_timeout(wait) {
-                Ok(reply) => self.completed.extend(self.pending.record(reply)),
-                Err(RecvTimeoutError::Timeout) => {
-                    let expired = self.pending.expire(Instant::now());
-                    if expired.is_empty() && self.pending.next_deadline().is_none() {
-                        // Nothing open: `id` was never opened or already taken.
-                        return Gathered {
-                            id,
-                            purpose: Purpose::Boot,
-                            answers: Vec::new(),
-                            missing: self.worker_ids(),
-                        };
-                    }
-                    self.completed.extend(expired);
-                }
+                Ok(reply) => self.feed(Input::WorkerAnswer {
+                    worker: reply.worker,
+                    order: reply.order,
+                    answer: reply.answer,
+                }),
+                Err(RecvTimeoutError::Timeout) => self.feed(Input::Tick),
                 Err(RecvTimeoutError::Disconnected) => {
-                    // No worker can answer any more: every open order is over.
-                    let far = deadline_after(Duration::MAX);
-                    self.completed.extend(self.pending.expire(far));
-                    if !self.completed.iter().any(|g| g.id == id) {
-                        return Gathered {
-                            id,
-                            purpose: Purpose::Boot,
-                            answers: Vec::new(),
-                            missing: self.worker_ids(),
-                        };
+                    // No worker can answer any more: each is gone.
+                    for worker in self.worker_ids() {
+                        self.workers.retain(|w| w.id != worker);
+                        self.feed(Input::WorkerGone { worker });
+                    }
+                    while let Some(input) = self.inbox.pop_front() {
+                        self.feed(input);
+                    }
+                    if !done(self) {
+                        // Every worker is gone and counted as refused:
+                        // nothing that is still awaited can come.
+                        return;
                     }
                 }
             }
         }
     }
+}
+
+/// The addresses `after` listens on (active listeners) that `before` does
+/// not: the ones the workers are about to bind.
+fn newly_listening(before: &ConfigState, after: &ConfigState) -> Vec<SocketAddr> {
+    let listening = |state: &ConfigState, address: &SocketAddr| {
+        state
+            .listener(address)
+            .is_some_and(|l| l.active != Some(false))
+    };
+    after
+        .listeners()
+        .filter_map(|l| l.address.parse::<SocketAddr>().ok())
+        .filter(|address| listening(after, address) && !listening(before, address))
+        .collect()
+}
+
+/// A request as one line of JSON, for messages and logs.
+fn describe(request: &command::proto::Request) -> String {
+    serde_json::to_string(request).unwrap_or_else(|_| format!("{request:?}"))
 }

@@ -48,6 +48,17 @@ pub(super) struct ClientRef {
     serial: u64,
 }
 
+impl ClientRef {
+    pub(super) fn new(key: usize, serial: u64) -> Self {
+        Self { key, serial }
+    }
+
+    /// What the coordinator knows the client by: serials are never reused.
+    pub(super) fn serial(self) -> u64 {
+        self.serial
+    }
+}
+
 #[derive(Debug)]
 pub(super) struct Client {
     channel: MioChannel,
@@ -153,6 +164,7 @@ impl CommandServer {
         }
         let serial = self.next_serial;
         self.next_serial = self.next_serial.wrapping_add(1);
+        self.keys.insert(serial, key);
         self.clients.insert(Client {
             channel,
             serial,
@@ -311,7 +323,10 @@ impl CommandServer {
             return;
         }
         let mut client = self.clients.remove(who.key);
-        self.changes.forget_parts(who);
+        self.keys.remove(&who.serial);
+        self.inbox.push_back(coordinator::Input::ClientGone {
+            client: coordinator::ClientId(who.serial),
+        });
         let _ = self.poll.registry().deregister(&mut client.channel);
         discard_input(client.channel.get_ref());
     }
@@ -364,7 +379,8 @@ impl CommandServer {
     /// At exit: answers the jobs still waiting, then writes what clients
     /// have queued, for at most [`FINAL_FLUSH`].
     pub(super) fn finish_clients(&mut self, events: &mut Events) {
-        self.fail_running_change();
+        let unfinished = self.coordinator.close();
+        self.perform(unfinished);
         let deadline = std::time::Instant::now() + FINAL_FLUSH;
         loop {
             let keys: Vec<ClientRef> = self

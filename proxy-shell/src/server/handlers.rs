@@ -1,156 +1,131 @@
-//! From a client's request to an answer: read-only requests are answered
-//! from the state or from the workers' reports; state changes, loads and
-//! stops go through their own paths.
+//! From a client's request to the coordinator, and the answers the shell
+//! renders itself: the listings and `state save` from the committed state,
+//! and the queries from the workers' reports and the process's counters.
 //!
-//! Owns: which request goes where. Must never: change the state (only the
-//! state-change path in `changes` does).
+//! Owns: the typing of a request at the edge ([`Request`]), and the
+//! answers of [`Effect::Serve`](coordinator::Effect::Serve) and
+//! [`Effect::Report`](coordinator::Effect::Report). Must never: change the
+//! state (only the coordinator commits), or answer a client out of its
+//! turn (every request goes through the coordinator, which says when).
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
 
 use command::codes::ErrorCode;
 use command::listing;
 use command::proto::{self, request::RequestType, response_content::ContentType};
 use command::state_file::save_state;
+use coordinator::{ClientId, Input, Query, Request, UpgradeRequest};
 
-use super::changes::Job;
 use super::clients::ClientRef;
-use super::pending::Gathered;
 use super::responses::{self, failure, ok, ok_with};
-use super::{CommandServer, Purpose, StopKind};
-use crate::worker::orders::Order;
+use super::{CommandServer, StopKind};
+use crate::worker::orders::Answer;
 
-/// A read-only question for the workers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Query {
-    Status,
-    Metrics {
-        series_only: bool,
-    },
-    /// The captured windows that match.
-    Rejects(proto::QueryRejects),
+/// `request` as the coordinator takes it.
+fn typed(request: proto::Request) -> Request {
+    let Some(kind) = request.request_type else {
+        return Request::Local(request);
+    };
+    match kind {
+        RequestType::Status(_) => Request::Query(Query::Status),
+        RequestType::QueryMetrics(q) => Request::Query(Query::Metrics {
+            series_only: q.series_only,
+        }),
+        RequestType::QueryRejects(filter) => Request::Query(Query::Rejects(filter)),
+        RequestType::LoadState(load) => Request::LoadState { path: load.path },
+        RequestType::SoftStop(_) => Request::Stop(StopKind::Soft),
+        RequestType::HardStop(_) => Request::Stop(StopKind::Hard),
+        change @ command::change_request!() => Request::Change(proto::Request {
+            request_type: Some(change),
+        }),
+        RequestType::ApplyChanges(batch) => Request::BatchPart(batch),
+        RequestType::Upgrade(upgrade) => Request::Upgrade(UpgradeRequest {
+            binary: (!upgrade.binary.is_empty()).then(|| PathBuf::from(&upgrade.binary)),
+            takeover: (upgrade.timeout != 0)
+                .then(|| Duration::from_secs(u64::from(upgrade.timeout))),
+        }),
+        RequestType::ReloadFile(seen) => Request::ReloadFile(seen),
+        local @ (RequestType::ListListeners(_)
+        | RequestType::ListClusters(_)
+        | RequestType::ListFrontends(_)
+        | RequestType::ListSources(_)
+        | RequestType::ListBackends(_)
+        | RequestType::SaveState(_)) => Request::Local(proto::Request {
+            request_type: Some(local),
+        }),
+    }
 }
 
 impl CommandServer {
-    /// Serves one request of `who`: answers it now, or marks `who` busy
-    /// until its answer is ready.
+    /// Hands one request of `who` to the coordinator: `who` waits for its
+    /// answer.
     pub(super) fn handle(&mut self, who: ClientRef, request: proto::Request) {
         // Taken by value: a batch part may hold half a MiB of requests.
-        let Some(kind) = request.request_type else {
-            let answer = failure(
+        self.set_busy(who);
+        let client = ClientId(who.serial());
+        let request = typed(request);
+        self.feed(Input::Request { client, request });
+    }
+
+    /// The answer of a request the shell serves itself, at its turn.
+    pub(super) fn serve(&mut self, request: proto::Request) -> proto::Response {
+        let state = self.coordinator.state();
+        match request.request_type {
+            Some(RequestType::ListListeners(_)) => ok_with(responses::listeners(state)),
+            Some(RequestType::ListClusters(page)) => {
+                ok_with(ContentType::Clusters(listing::cluster_page(state, &page)))
+            }
+            Some(RequestType::ListFrontends(page)) => match listing::frontend_page(state, &page) {
+                Ok(page) => ok_with(ContentType::Frontends(page)),
+                Err(error) => failure(
+                    error.code.into(),
+                    format!(
+                        "the page's starting point is not a frontend key: {}",
+                        error.message
+                    ),
+                ),
+            },
+            Some(RequestType::ListSources(_)) => ok_with(
+                self.coordinator
+                    .sources_list(Instant::now(), SystemTime::now()),
+            ),
+            Some(RequestType::ListBackends(page)) => {
+                ok_with(responses::backends(state, &self.shared.registry, &page))
+            }
+            Some(RequestType::SaveState(save)) => self.save_to(&save.path),
+            _ => failure(
                 ErrorCode::UnsupportedRequest.into(),
                 "the request is empty: it names no command",
-            );
-            self.respond(who, &answer);
-            return;
-        };
-        match kind {
-            RequestType::Status(_) => self.query(who, Query::Status),
-            RequestType::QueryMetrics(q) => self.query(
-                who,
-                Query::Metrics {
-                    series_only: q.series_only,
-                },
             ),
-            RequestType::QueryRejects(filter) => self.query(who, Query::Rejects(filter)),
-            RequestType::ListListeners(_) => {
-                let answer = ok_with(responses::listeners(&self.state));
-                self.respond(who, &answer);
-            }
-            RequestType::ListClusters(page) => {
-                let page = listing::cluster_page(&self.state, &page);
-                self.respond(who, &ok_with(ContentType::Clusters(page)));
-            }
-            RequestType::ListFrontends(page) => {
-                let answer = match listing::frontend_page(&self.state, &page) {
-                    Ok(page) => ok_with(ContentType::Frontends(page)),
-                    Err(error) => failure(
-                        error.code.into(),
-                        format!(
-                            "the page's starting point is not a frontend key: {}",
-                            error.message
-                        ),
-                    ),
-                };
-                self.respond(who, &answer);
-            }
-            RequestType::ListSources(_) => {
-                let answer = ok_with(self.sources.list());
-                self.respond(who, &answer);
-            }
-            RequestType::ListBackends(page) => {
-                let list = responses::backends(&self.state, &self.shared.registry, &page);
-                self.respond(who, &ok_with(list));
-            }
-            RequestType::SaveState(save) => {
-                let answer = self.save_to(&save.path);
-                self.respond(who, &answer);
-            }
-            RequestType::LoadState(load) => self.enqueue(Some(who), Job::Load(load.path)),
-            RequestType::SoftStop(_) => {
-                let answer = ok(self.start_stop(StopKind::Soft));
-                self.respond(who, &answer);
-            }
-            RequestType::HardStop(_) => {
-                let answer = ok(self.start_stop(StopKind::Hard));
-                self.respond(who, &answer);
-            }
-            change @ command::change_request!() => {
-                let request = proto::Request {
-                    request_type: Some(change),
-                };
-                self.enqueue(Some(who), Job::Change(request));
-            }
-            RequestType::ApplyChanges(batch) => self.batch_part(who, batch),
-            RequestType::Upgrade(upgrade) => self.upgrade(who, upgrade),
-            RequestType::ReloadFile(seen) => {
-                let job = Job::Reload {
-                    path: PathBuf::from(&seen.path),
-                    seen: Some(seen),
-                };
-                self.enqueue(Some(who), job);
-            }
         }
     }
 
-    /// Asks every worker; `who` waits for the gathered answer.
-    fn query(&mut self, who: ClientRef, query: Query) {
-        self.set_busy(who);
-        let order = match &query {
-            Query::Status => Order::Status,
-            Query::Metrics { .. } => Order::Metrics,
-            Query::Rejects(filter) => Order::Rejects(filter.clone()),
-        };
-        let timeout = self.settings.order_timeout;
-        self.broadcast(order, Purpose::Query { client: who, query }, None, timeout);
-    }
-
-    /// The answer to a query once every worker answered (or timed out).
+    /// The answer to a query every worker answered.
     pub(super) fn query_response(
         &self,
         query: &Query,
-        gathered: &Gathered<Purpose>,
+        answers: &[(u32, Answer)],
     ) -> proto::Response {
-        if let Some((_, code, message)) = gathered.first_failure() {
-            return failure(code, message);
-        }
+        let generation = self.coordinator.generation();
         let content = match query {
             Query::Status => responses::status(
                 self.started.elapsed(),
                 self.workers.len(),
-                &self.state,
-                self.generation,
-                &gathered.answers,
+                self.coordinator.state(),
+                generation,
+                answers,
             ),
             Query::Metrics { series_only } => {
                 let process = self.shared.counters.series(&self.shared.registry);
-                let report = responses::metrics(&gathered.answers, process, self.generation);
+                let report = responses::metrics(answers, process, generation);
                 if *series_only {
                     responses::series_only(report)
                 } else {
                     report
                 }
             }
-            Query::Rejects(_) => responses::rejects(&gathered.answers),
+            Query::Rejects(_) => responses::rejects(answers),
         };
         ok_with(content)
     }
@@ -171,9 +146,10 @@ impl CommandServer {
         } else {
             PathBuf::from(path)
         };
+        let state = self.coordinator.state();
         if self.saved.is_saved_state(&path) {
             // The journal beside it must start over from this snapshot.
-            return match self.saved.save_whole(&self.state) {
+            return match self.saved.save_whole(state) {
                 Ok(count) => ok(format!(
                     "state saved to {} ({count} request(s))",
                     path.display()
@@ -181,7 +157,7 @@ impl CommandServer {
                 Err(error) => failure(error.code().into(), error.to_string()),
             };
         }
-        let requests = self.state.generate_requests();
+        let requests = state.generate_requests();
         match save_state(&path, &requests) {
             Ok(()) => ok(format!(
                 "state saved to {} ({} request(s))",

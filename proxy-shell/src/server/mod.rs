@@ -1,27 +1,29 @@
 //! The command server: the main thread's event loop, which owns the command
-//! socket and the desired state, and drives the workers with orders.
+//! socket, the workers' channels and the files, and performs what the
+//! [`Coordinator`] decides.
 //!
 //! Owns: the Unix command socket (mode 0600, root or the proxy's own user
-//! only), the [`ConfigState`], the order bookkeeping, the serialization of
-//! state changes (one in flight at a time, in arrival order), their
-//! rollback when a worker refuses, the state file autosave (`saving`:
-//! a journal and its snapshot), and the route sources' reports and merges
-//! (`sources`; their threads are in [`crate::sources`]). Must never:
-//! commit a change before every worker applied it; leave a worker with a
-//! change the others refused; wait on a worker without a deadline.
+//! only) and its clients, the worker handles, the state file autosave
+//! (`saving`: a journal and its snapshot), the route sources' threads
+//! (`sources`), the signals, the upgrade's handover (`upgrade`), and the
+//! effects of the coordinator: it feeds the coordinator every input
+//! (requests, worker answers, time, file reads) and performs what comes
+//! back, in order (`effects`). Must never: decide a commit, a rollback or
+//! the order of a client's answers itself (the coordinator does), or feed
+//! the coordinator from inside an effect (follow-up inputs wait in the
+//! inbox until the batch is performed, so orders reach each worker in the
+//! order they were sent).
 //!
 //! Workers are given to it (see [`CommandServer::add_worker`]), so tests
 //! can drive it with fake workers that only speak
 //! [`orders`](crate::worker::orders).
 
 mod boot;
-mod changes;
 mod channel_mio;
 mod clients;
+mod effects;
 mod handlers;
-mod pending;
 mod reload_file;
-mod reread;
 mod responses;
 mod saving;
 mod signals;
@@ -30,7 +32,7 @@ mod sources;
 mod upgrade;
 mod upgrade_error;
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
@@ -40,8 +42,8 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use command::config::GlobalSettings;
-use command::proto;
 use command::state::ConfigState;
+use coordinator::{Coordinator, Input, Settings};
 use mio::{Events, Interest, Poll, Token, Waker};
 use signal_hook_mio::v1_0::Signals;
 use slab::Slab;
@@ -49,13 +51,11 @@ use slab::Slab;
 use crate::access_log::Reopener;
 use crate::answer_code::AnswerCode;
 use crate::shared::Shared;
-use crate::worker::orders::{Answer, Order, OrderId, Reply, WorkerHandle};
+use crate::worker::orders::{Reply, WorkerHandle};
 pub use boot::BootError;
-use changes::Changes;
 pub use clients::MAX_QUEUED_ANSWER_BYTES;
 use clients::{Client, ClientRef};
-use handlers::Query;
-use pending::{Gathered, Pending};
+pub use coordinator::StopKind;
 pub use saving::{COMPACT_INTERVAL, COMPACT_MIN_BYTES, COMPACT_SNAPSHOT_SHARE, SavedBase};
 pub use socket::MAX_COMMAND_CLIENTS;
 
@@ -128,32 +128,6 @@ impl ServerSettings {
     }
 }
 
-/// How the proxy stops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopKind {
-    /// Stop accepting, let sessions finish within the grace.
-    Soft,
-    /// Close everything now.
-    Hard,
-}
-
-/// Why an order was sent: what to do with its answers.
-#[derive(Debug)]
-enum Purpose {
-    /// A client's status or metrics query.
-    Query { client: ClientRef, query: Query },
-    /// The step of the running state change.
-    Step,
-    /// Undoing a refused generation on the workers that applied it.
-    Rollback { changes: usize },
-    /// A soft or hard stop.
-    Stop(StopKind),
-    /// A request replayed at boot.
-    Boot,
-    /// Duplicates of the listening sockets, for an upgrade's successor.
-    Export,
-}
-
 /// The main thread's command server. See the module documentation.
 pub struct CommandServer {
     settings: ServerSettings,
@@ -164,6 +138,8 @@ pub struct CommandServer {
     signals: Option<Signals>,
     own_euid: u32,
     clients: Slab<Client>,
+    /// Each client's slab key, by the serial the coordinator knows it by.
+    keys: HashMap<u64, usize>,
     /// New clients are refused for the cap: logged once per episode.
     clients_full: bool,
     next_serial: u64,
@@ -171,25 +147,21 @@ pub struct CommandServer {
     woken: VecDeque<ClientRef>,
     workers: Vec<WorkerHandle>,
     replies: Receiver<Reply>,
-    pending: Pending<Purpose>,
-    /// Orders whose answers are all in, not yet acted on.
-    completed: VecDeque<Gathered<Purpose>>,
-    state: ConfigState,
-    changes: Changes,
+    /// What decides: the job queue, the generations, commit or rollback.
+    coordinator: Coordinator,
+    /// Inputs an effect produced, fed once the batch it was in is done.
+    inbox: VecDeque<Input>,
+    /// The answer of the boot's generation, once in.
+    booted: Option<Option<(u32, AnswerCode, String)>>,
+    /// Whether every worker answered the last stop, once it is over.
+    stopped: Option<bool>,
     /// The saved state's writer (`automatic_state_save`).
     saved: saving::Saver,
     started: Instant,
-    /// State changes committed since the start (the routing generation
-    /// `status` reports).
-    generation: u64,
-    stopping: Option<StopKind>,
     /// Addresses the workers listen on with inherited sockets.
     adopted: BTreeSet<SocketAddr>,
-    /// The route sources merged with the config file's declarations.
-    sources: sources::RouteSources,
-    /// The outline of the config text the file state came from: a reload
-    /// reads only the cluster tables that changed since.
-    last_text: reread::LastText,
+    /// The route sources' threads and their reports.
+    sources: sources::SourceFeed,
     /// Asks the access-log writer to reopen its file (SIGUSR1); `None`
     /// when the log is off.
     access_log: Option<Reopener>,
@@ -198,6 +170,9 @@ pub struct CommandServer {
     /// What the threads of the process share: the registry of backends
     /// (kept in step with each committed state), the health counters.
     shared: Arc<Shared>,
+    /// A large generation settled: the heap is trimmed once its answer is
+    /// out.
+    trim_due: bool,
 }
 
 impl fmt::Debug for CommandServer {
@@ -206,10 +181,23 @@ impl fmt::Debug for CommandServer {
             .field("settings", &self.settings)
             .field("clients", &self.clients.len())
             .field("workers", &self.workers)
-            .field("pending", &self.pending)
-            .field("changes", &self.changes)
-            .field("stopping", &self.stopping)
+            .field("coordinator", &self.coordinator)
             .finish_non_exhaustive()
+    }
+}
+
+/// The shell's answer to whether the workers could listen at an address.
+struct Binds {
+    check: bool,
+}
+
+impl coordinator::AddressCheck for Binds {
+    fn ensure_unbound(&mut self, address: SocketAddr) -> io::Result<()> {
+        if self.check {
+            crate::worker::listen::ensure_unbound(address)
+        } else {
+            Ok(())
+        }
     }
 }
 
@@ -228,11 +216,24 @@ impl CommandServer {
         let (mut listener, socket) = socket::bind_command_socket(&settings.socket_path)?;
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
-        let settings_config = settings.config_path.clone();
         let saved = saving::Saver::new(
             settings.saved_state.clone(),
             settings.automatic_state_save,
             Arc::clone(&waker),
+        );
+        let started = Instant::now();
+        let coordinator = Coordinator::new(
+            Settings {
+                order_timeout: settings.order_timeout,
+                soft_stop_grace: settings.soft_stop_grace,
+                config_path: settings.config_path.clone(),
+                pid: std::process::id(),
+            },
+            state,
+            Box::new(Binds {
+                check: settings.check_unbound,
+            }),
+            started,
         );
         Ok(Self {
             settings,
@@ -243,25 +244,24 @@ impl CommandServer {
             signals: None,
             own_euid: socket::own_euid(),
             clients: Slab::new(),
+            keys: HashMap::new(),
             clients_full: false,
             next_serial: 0,
             woken: VecDeque::new(),
             workers: Vec::new(),
             replies,
-            pending: Pending::new(),
-            completed: VecDeque::new(),
+            coordinator,
+            inbox: VecDeque::new(),
+            booted: None,
+            stopped: None,
             saved,
-            state,
-            changes: Changes::default(),
-            started: Instant::now(),
-            generation: 0,
-            stopping: None,
+            started,
             adopted: BTreeSet::new(),
-            sources: sources::RouteSources::new(settings_config.as_deref()),
-            last_text: reread::LastText::default(),
+            sources: sources::SourceFeed::default(),
             access_log: None,
             metrics: crate::metrics_http::Slot::default(),
             shared: Shared::new(&GlobalSettings::default()),
+            trim_due: false,
         })
     }
 
@@ -288,7 +288,7 @@ impl CommandServer {
         };
         let mut server = Self::bind(beside, state, replies)?;
         server.settings.socket_path = settings.socket_path;
-        server.generation = generation;
+        server.coordinator.resume_generation(generation);
         Ok(server)
     }
 
@@ -326,12 +326,13 @@ impl CommandServer {
 
     /// Adds a worker: every later order goes to it too.
     pub fn add_worker(&mut self, handle: WorkerHandle) {
+        self.coordinator.add_worker(handle.id);
         self.workers.push(handle);
     }
 
     /// The desired state, as committed.
     pub fn state(&self) -> &ConfigState {
-        &self.state
+        self.coordinator.state()
     }
 
     /// The command socket's path.
@@ -344,21 +345,33 @@ impl CommandServer {
         self.workers.iter().map(|w| w.id).collect()
     }
 
+    /// Gives the coordinator the outline of the config text the boot
+    /// read, and says whether the running state is that text's file state
+    /// (the boot used the config's declarations): then the first reload
+    /// reads only the cluster tables that changed.
+    pub fn know_config_text(
+        &mut self,
+        outline: Option<command::config::Outline>,
+        running_is_file: bool,
+    ) {
+        self.coordinator.know_config_text(outline, running_is_file);
+    }
+
     /// Serves the command socket until a stop (request or signal) was
     /// answered by every worker (or timed out). Returns the stop's kind.
     pub fn run(&mut self) -> io::Result<StopKind> {
         let mut events = Events::with_capacity(256);
         loop {
             self.settle();
-            if let Some(kind) = self.stopping
-                && !self.pending.any(|p| matches!(p, Purpose::Stop(_)))
+            if let Some(kind) = self.coordinator.stopping()
+                && self.coordinator.is_stopped()
             {
                 self.stop_sources();
                 self.finish_clients(&mut events);
                 return Ok(kind);
             }
             let now = Instant::now();
-            let timeout = [self.pending.next_deadline(), self.expire_clients(now)]
+            let timeout = [self.coordinator.next_deadline(), self.expire_clients(now)]
                 .into_iter()
                 .flatten()
                 .min()
@@ -379,163 +392,43 @@ impl CommandServer {
         }
     }
 
-    /// Sends `order` to `to` (every worker when `None`). A worker that is
-    /// gone counts as a refusal at once.
-    fn broadcast(
-        &mut self,
-        order: Order,
-        purpose: Purpose,
-        to: Option<&[u32]>,
-        timeout: Duration,
-    ) -> OrderId {
-        let targets: Vec<u32> = match to {
-            Some(to) => to.to_vec(),
-            None => self.worker_ids(),
-        };
-        let deadline = deadline_after(timeout);
-        let id = self
-            .pending
-            .open(purpose, targets.iter().copied(), deadline);
-        for worker in targets {
-            let sent = self
-                .workers
-                .iter()
-                .find(|w| w.id == worker)
-                .is_some_and(|w| w.send(id, order.clone()).is_ok());
-            if !sent {
-                let gone = Reply {
-                    worker,
-                    order: id,
-                    answer: Answer::Refused {
-                        code: AnswerCode::WorkerRefused,
-                        message: format!("worker {worker} is gone"),
-                    },
-                };
-                self.completed.extend(self.pending.record(gone));
-            }
-        }
-        self.completed.extend(self.pending.take_complete(id));
-        id
+    /// Feeds the coordinator one input now, and performs what it decides.
+    fn feed(&mut self, input: Input) {
+        let effects = self.coordinator.handle(input, Instant::now());
+        self.perform(effects);
     }
 
-    /// Takes the workers' answers in and acts on every complete order and
-    /// every freed client, until nothing is left to do without waiting.
+    /// Takes the workers' answers, the sources' reports and the time in,
+    /// and serves every freed client, until nothing is left to do without
+    /// waiting.
     fn settle(&mut self) {
         loop {
             self.take_source_events();
             while let Ok(reply) = self.replies.try_recv() {
-                self.completed.extend(self.pending.record(reply));
+                self.inbox.push_back(Input::WorkerAnswer {
+                    worker: reply.worker,
+                    order: reply.order,
+                    answer: reply.answer,
+                });
             }
-            for expired in self.pending.expire(Instant::now()) {
-                log::error!(
-                    "order {} ({:?}): no answer from worker(s) {:?} in time",
-                    expired.id,
-                    expired.purpose,
-                    expired.missing
-                );
-                self.completed.push_back(expired);
+            if let Some(input) = self.inbox.pop_front() {
+                self.feed(input);
+                continue;
             }
-            if let Some(gathered) = self.completed.pop_front() {
-                self.on_gathered(gathered);
+            if self
+                .coordinator
+                .next_deadline()
+                .is_some_and(|due| due <= Instant::now())
+            {
+                self.feed(Input::Tick);
                 continue;
             }
             if let Some(client) = self.woken.pop_front() {
                 self.pump(client);
                 continue;
             }
-            self.saved.tick(&self.state);
+            self.saved.tick(self.coordinator.state());
             return;
         }
     }
-
-    fn on_gathered(&mut self, gathered: Gathered<Purpose>) {
-        match gathered.purpose {
-            Purpose::Query { client, ref query } => {
-                let response = self.query_response(query, &gathered);
-                self.respond(client, &response);
-            }
-            Purpose::Step => self.step_done(&gathered),
-            Purpose::Rollback { changes } => {
-                if let Some((_, code, message)) = gathered.first_failure() {
-                    log::error!(
-                        "undoing a generation of {changes} change(s): {code}: {message}; that \
-                         worker's routing may differ from the state until the proxy restarts"
-                    );
-                }
-            }
-            Purpose::Stop(kind) => match gathered.first_failure() {
-                Some((_, code, message)) => {
-                    log::warn!("{kind:?} stop: {code}: {message}");
-                }
-                None => log::info!("{kind:?} stop: every worker is done"),
-            },
-            // `wait_for` takes these itself; one that reaches here is stale.
-            Purpose::Boot | Purpose::Export => {}
-        }
-    }
-
-    /// Orders a stop, unless one as strong is already under way. Returns
-    /// what to tell the client.
-    fn start_stop(&mut self, kind: StopKind) -> String {
-        if self.stopping.is_none() || kind == StopKind::Hard {
-            crate::notify::stopping(&format!("{kind:?} stop"));
-        }
-        self.start_stop_quietly(kind)
-    }
-
-    /// [`start_stop`](Self::start_stop) without telling systemd: after an
-    /// upgrade the service goes on in the successor.
-    fn start_stop_quietly(&mut self, kind: StopKind) -> String {
-        match (self.stopping, kind) {
-            (Some(StopKind::Hard), _) | (Some(StopKind::Soft), StopKind::Soft) => {
-                return "already stopping".to_owned();
-            }
-            _ => {}
-        }
-        self.stopping = Some(kind);
-        self.fail_queued_changes();
-        if kind == StopKind::Hard {
-            // Workers may exit on the hard stop without finishing the soft
-            // one: only the hard stop's answers are awaited.
-            self.pending
-                .cancel(|p| matches!(p, Purpose::Stop(StopKind::Soft)));
-        }
-        self.send_stop(kind);
-        match kind {
-            StopKind::Soft => format!(
-                "soft stop ordered to {} worker(s): sessions get up to {} s to finish",
-                self.workers.len(),
-                self.settings.soft_stop_grace.as_secs()
-            ),
-            StopKind::Hard => format!("hard stop ordered to {} worker(s)", self.workers.len()),
-        }
-    }
-
-    fn send_stop(&mut self, kind: StopKind) -> OrderId {
-        let (order, timeout) = match kind {
-            StopKind::Soft => (
-                Order::SoftStop {
-                    grace_ms: u64::try_from(self.settings.soft_stop_grace.as_millis())
-                        .unwrap_or(u64::MAX),
-                },
-                self.settings
-                    .soft_stop_grace
-                    .saturating_add(self.settings.order_timeout),
-            ),
-            StopKind::Hard => (Order::HardStop, self.settings.order_timeout),
-        };
-        self.broadcast(order, Purpose::Stop(kind), None, timeout)
-    }
-}
-
-/// `timeout` from now, capped at a year (an `Instant` cannot hold any
-/// duration).
-fn deadline_after(timeout: Duration) -> Instant {
-    const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
-    Instant::now() + timeout.min(YEAR)
-}
-
-/// A request as one line of JSON, for messages and logs.
-fn describe(request: &proto::Request) -> String {
-    serde_json::to_string(request).unwrap_or_else(|_| format!("{request:?}"))
 }

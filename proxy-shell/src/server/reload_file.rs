@@ -4,7 +4,7 @@
 //! Owns: reading the file once and making sure it is the file the CLI saw
 //! (same size and CRC-32: a proxy in another mount namespace or container
 //! sees another file at that path, and must not reload it), and that it is
-//! text; the reread (`command::reread`, in `reread.rs`) checks it as every
+//! text; the coordinator's reread (`command::reread`) checks it as every
 //! other path does. Reading the file here spares the CLI its parse and the
 //! proxy a second one of the same declarations sent over the socket. Must
 //! never: hand on a file other than the one the CLI saw.
@@ -15,15 +15,7 @@ use command::codes::ErrorCode;
 use command::config::ConfigProblem;
 use command::proto;
 
-/// Why a reload read nothing it could apply.
-#[derive(Debug)]
-pub(super) enum Unread {
-    /// The file cannot be read, or is not the one the CLI saw: the CLI
-    /// sends its declarations instead.
-    Unseen(String),
-    /// The config has problems (each with its location and code).
-    Refused(Vec<ConfigProblem>),
-}
+pub(super) use coordinator::Unread;
 
 /// The text of the config at `path`; when `seen` is given, only if the
 /// file is the one it describes.

@@ -11,42 +11,13 @@ use command::proto::{self, MetricSeries, response_content::ContentType};
 use command::state::ConfigState;
 use prost::Message;
 
-use crate::answer_code::AnswerCode;
 use crate::metrics::families::{Family, Label};
 use crate::metrics::flat;
 use crate::metrics::series::{family_total, plain, sum};
 use crate::shared::registry::Registry;
 use crate::worker::orders::Answer;
 
-/// An OK answer with a message and no content.
-pub(crate) fn ok(message: impl Into<String>) -> proto::Response {
-    proto::Response {
-        status: proto::ResponseStatus::Ok as i32,
-        message: message.into(),
-        error_code: String::new(),
-        content: None,
-    }
-}
-
-/// An OK answer carrying `content`.
-pub(crate) fn ok_with(content: ContentType) -> proto::Response {
-    proto::Response {
-        content: Some(proto::ResponseContent {
-            content_type: Some(content),
-        }),
-        ..ok("")
-    }
-}
-
-/// A FAILURE answer with a stable code (may be empty) and a message.
-pub(crate) fn failure(code: AnswerCode, message: impl Into<String>) -> proto::Response {
-    proto::Response {
-        status: proto::ResponseStatus::Failure as i32,
-        message: message.into(),
-        error_code: code.as_str().to_owned(),
-        content: None,
-    }
-}
+pub(crate) use coordinator::responses::{failure, ok, ok_with};
 
 /// The listeners of the state, resolved, with their activation.
 pub(crate) fn listeners(state: &ConfigState) -> ContentType {
@@ -257,7 +228,7 @@ mod tests {
 
     /// A state of cluster `c` with backends `b0`, `b1` at `127.0.0.1` and
     /// `b2` at a name, and a registry in step with it.
-    fn with_backends() -> Result<(ConfigState, Registry), String> {
+    fn with_backends() -> Result<(ConfigState, Registry), Box<dyn std::error::Error>> {
         use command::proto::request::RequestType;
         let mut state = ConfigState::default();
         let cluster = proto::Cluster {
@@ -281,7 +252,7 @@ mod tests {
             let request = proto::Request {
                 request_type: Some(kind),
             };
-            let _applied = state.dispatch(&request).map_err(|e| e.to_string())?;
+            let _applied = state.dispatch(&request)?;
         }
         let registry = Registry::default();
         registry.sync(&state, std::time::Instant::now());
@@ -305,7 +276,7 @@ mod tests {
     }
 
     #[test]
-    fn backends_come_in_pages_with_a_row_per_instance() -> Result<(), String> {
+    fn backends_come_in_pages_with_a_row_per_instance() -> Result<(), Box<dyn std::error::Error>> {
         let (state, registry) = with_backends()?;
         let first = page(&state, &registry, None, 2);
         let ids: Vec<&str> = first
@@ -400,7 +371,8 @@ mod tests {
     }
 
     #[test]
-    fn rejects_are_merged_newest_first_and_cut_to_one_frame() -> Result<(), String> {
+    fn rejects_are_merged_newest_first_and_cut_to_one_frame()
+    -> Result<(), Box<dyn std::error::Error>> {
         let answers = [
             (
                 0,
@@ -409,7 +381,7 @@ mod tests {
             (1, Answer::Rejects(vec![captured(1, 20, 10)])),
         ];
         let ContentType::Rejects(list) = rejects(&answers) else {
-            return Err("not a list of captured windows".to_owned());
+            return Err("not a list of captured windows".into());
         };
         let order: Vec<(u32, u64)> = list
             .windows
@@ -429,7 +401,7 @@ mod tests {
             ]),
         )];
         let ContentType::Rejects(list) = rejects(&answers) else {
-            return Err("not a list of captured windows".to_owned());
+            return Err("not a list of captured windows".into());
         };
         let kept: Vec<u64> = list.windows.iter().map(|w| w.at_unix_ms).collect();
         assert_eq!(

@@ -393,7 +393,7 @@ impl CommandServer {
     /// The file that could not be written or opened; the next change then
     /// saves the whole state again.
     pub fn resume_saved_state(&mut self, base: SavedBase) -> Result<(), StateFileError> {
-        self.saved.resume(base, &self.state)
+        self.saved.resume(base, self.coordinator.state())
     }
 }
 

@@ -15,7 +15,8 @@ use mio::Interest;
 use signal_hook::consts::signal::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1};
 use signal_hook_mio::v1_0::Signals;
 
-use super::changes::Job;
+use coordinator::Input;
+
 use super::{CommandServer, SIGNALS, StopKind};
 
 impl CommandServer {
@@ -36,7 +37,8 @@ impl CommandServer {
         };
         for signal in received {
             match signal {
-                SIGHUP => self.reload_on_signal(),
+                // The coordinator queues the reload (or logs why not).
+                SIGHUP => self.feed(Input::Hangup),
                 SIGUSR1 => match &self.access_log {
                     Some(writer) => {
                         log::info!("SIGUSR1: reopening the access log");
@@ -46,36 +48,22 @@ impl CommandServer {
                 },
                 SIGQUIT => {
                     log::warn!("SIGQUIT: hard stop");
-                    self.start_stop(StopKind::Hard);
+                    self.feed(Input::Stop(StopKind::Hard));
                 }
                 _ => self.stop_on_signal(signal),
             }
         }
     }
 
-    fn reload_on_signal(&mut self) {
-        if self.stopping.is_some() {
-            log::warn!("SIGHUP during a stop: no reload");
-            return;
-        }
-        let Some(path) = self.settings.config_path.clone() else {
-            log::warn!("SIGHUP: this proxy was started without a config file; nothing to reload");
-            return;
-        };
-        log::info!("SIGHUP: reloading {}", path.display());
-        crate::notify::reloading();
-        self.enqueue(None, Job::Reload { path, seen: None });
-    }
-
     fn stop_on_signal(&mut self, signal: i32) {
-        match self.stopping {
+        match self.coordinator.stopping() {
             None => {
                 log::info!("signal {signal}: soft stop (send another to stop at once)");
-                self.start_stop(StopKind::Soft);
+                self.feed(Input::Stop(StopKind::Soft));
             }
             Some(StopKind::Soft) => {
                 log::warn!("signal {signal} during the soft stop: hard stop");
-                self.start_stop(StopKind::Hard);
+                self.feed(Input::Stop(StopKind::Hard));
             }
             Some(StopKind::Hard) => {}
         }

@@ -2,32 +2,31 @@
 //! successor, hand it the listening sockets and the state, and step aside
 //! only once it serves.
 //!
-//! Owns: the old process's half of the handover: duplicating the workers'
-//! listening sockets and the metrics endpoint's, starting the new binary
-//! with them inherited, sending the state, waiting (bounded) for its
-//! verdict, and then the soft stop that drains this process's sessions
-//! while the successor accepts. Must never:
+//! Owns: the old process's half of the handover, once the coordinator had
+//! every worker export its listening sockets ([`Effect::StartUpgrade`]):
+//! duplicating them and the metrics endpoint's, starting the new binary
+//! with them inherited, sending the state, and waiting (bounded) for its
+//! verdict. The coordinator then orders the soft stop that drains this
+//! process's sessions while the successor accepts. Must never:
 //! stop accepting before the successor said it serves; leave a failed
 //! successor running; tell systemd the service stops (it does not: only
 //! its main process changes).
+//!
+//! [`Effect::StartUpgrade`]: coordinator::Effect::StartUpgrade
 
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use command::proto;
+use coordinator::{Listeners, UpgradeRequest};
 
-use super::clients::ClientRef;
-use super::responses::{failure, ok};
+use super::CommandServer;
 use super::upgrade_error::{Unready, UpgradeError};
-use super::{CommandServer, Purpose, StopKind};
-use crate::answer_code::AnswerCode;
 use crate::handover::{self, UPGRADE_FD_ENV, Verdict};
-use crate::worker::orders::{Answer, Order};
 
 /// How long the successor has to take over when the request names no
 /// timeout.
@@ -36,60 +35,29 @@ const DEFAULT_TAKEOVER: Duration = Duration::from_secs(30);
 /// How long a successor that failed gets to exit before it is killed.
 const REAP_WAIT: Duration = Duration::from_secs(2);
 
-impl CommandServer {
-    /// Serves an upgrade request of `who`. While it runs (at most its
-    /// timeout) the command socket answers nothing else; the workers keep
-    /// serving.
-    pub(super) fn upgrade(&mut self, who: ClientRef, request: proto::Upgrade) {
-        match self.hand_over(&request) {
-            Ok(pid) => {
-                let own = std::process::id();
-                let grace = self.settings.soft_stop_grace.as_secs();
-                log::info!(
-                    "upgrade: pid {pid} serves the listeners and the command socket; pid {own} \
-                     stops accepting and drains its sessions for up to {grace} s"
-                );
-                crate::notify::main_pid(pid);
-                self.saved.retire();
-                let answer = ok(format!(
-                    "upgraded: pid {pid} took over; pid {own} drains its sessions for up to \
-                     {grace} s, then exits"
-                ));
-                self.respond(who, &answer);
-                self.start_stop_quietly(StopKind::Soft);
-            }
-            Err(why) => {
-                log::error!("upgrade failed: {why}; this process keeps serving");
-                let answer = failure(
-                    AnswerCode::UpgradeFailed,
-                    format!("{why}; pid {} keeps serving", std::process::id()),
-                );
-                self.respond(who, &answer);
-            }
-        }
-    }
+/// The listening sockets the workers exported.
+type Exported = [(u32, Listeners)];
 
-    /// Starts the successor and hands over; its pid once it serves.
-    fn hand_over(&mut self, request: &proto::Upgrade) -> Result<u32, UpgradeError> {
-        if self.stopping.is_some() {
-            return Err(UpgradeError::Stopping);
-        }
-        if self.changes.is_busy() {
-            return Err(UpgradeError::Busy);
-        }
-        let binary = if request.binary.is_empty() {
-            self.settings.exe.clone().ok_or(UpgradeError::NoBinary)?
-        } else {
-            PathBuf::from(&request.binary)
+impl CommandServer {
+    /// Starts the successor with the sockets the workers `exported`, and
+    /// hands over; its pid once it serves. While it runs (at most its
+    /// timeout) the command socket answers nothing else; the workers keep
+    /// serving, and the coordinator runs no change until it hears how it
+    /// went.
+    pub(super) fn hand_over(
+        &mut self,
+        request: &UpgradeRequest,
+        exported: &Exported,
+    ) -> Result<u32, UpgradeError> {
+        let binary = match &request.binary {
+            Some(binary) => binary.clone(),
+            None => self.settings.exe.clone().ok_or(UpgradeError::NoBinary)?,
         };
-        let takeover = match request.timeout {
-            0 => DEFAULT_TAKEOVER,
-            secs => Duration::from_secs(u64::from(secs)),
-        };
+        let takeover = request.takeover.unwrap_or(DEFAULT_TAKEOVER);
         // The successor writes the saved files next: no snapshot of ours
         // may land after its own.
         self.saved.settle();
-        let sockets = self.export_listeners()?;
+        let sockets = duplicates(exported)?;
         let metrics = match self.metrics.handover_copy() {
             Some(Ok(copy)) => Some(copy),
             Some(Err(error)) => return Err(UpgradeError::MetricsCopy(error)),
@@ -101,7 +69,7 @@ impl CommandServer {
         }
         handover::inheritable(&theirs).map_err(UpgradeError::PassControl)?;
         let handover = proto::Handover {
-            state: self.state.generate_requests(),
+            state: self.coordinator.state().generate_requests(),
             listeners: sockets
                 .iter()
                 .map(|(address, fd)| proto::InheritedListener {
@@ -109,7 +77,7 @@ impl CommandServer {
                     fd: fd.as_raw_fd(),
                 })
                 .collect(),
-            generation: self.generation,
+            generation: self.coordinator.generation(),
             metrics: metrics
                 .as_ref()
                 .map(|(address, fd)| proto::InheritedListener {
@@ -150,30 +118,22 @@ impl CommandServer {
         };
         settle(child, &shown, verdict)
     }
+}
 
-    /// Duplicates of every worker's listening sockets.
-    fn export_listeners(&mut self) -> Result<Vec<(SocketAddr, OwnedFd)>, UpgradeError> {
-        let timeout = self.settings.order_timeout;
-        let id = self.broadcast(Order::ExportListeners, Purpose::Export, None, timeout);
-        let gathered = self.wait_for(id);
-        if let Some((_, code, message)) = gathered.first_failure() {
-            return Err(UpgradeError::Export { code, message });
+/// Duplicates of every socket the workers exported: theirs stay with
+/// them, these go to the successor.
+fn duplicates(exported: &Exported) -> Result<Vec<(SocketAddr, OwnedFd)>, UpgradeError> {
+    let mut sockets = Vec::new();
+    for (_, listeners) in exported {
+        for (address, fd) in listeners.iter() {
+            let copy = fd.try_clone().map_err(|error| UpgradeError::Duplicate {
+                address: *address,
+                error,
+            })?;
+            sockets.push((*address, copy));
         }
-        let mut sockets = Vec::new();
-        for (worker, answer) in &gathered.answers {
-            let Answer::Listeners(exported) = answer else {
-                return Err(UpgradeError::ExportAnswer { worker: *worker });
-            };
-            for (address, fd) in exported.iter() {
-                let copy = fd.try_clone().map_err(|error| UpgradeError::Duplicate {
-                    address: *address,
-                    error,
-                })?;
-                sockets.push((*address, copy));
-            }
-        }
-        Ok(sockets)
     }
+    Ok(sockets)
 }
 
 /// What the successor's verdict (or silence) means, reaping it when it

@@ -10,8 +10,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitStatus;
 
-use crate::answer_code::AnswerCode;
-
 /// Why the successor did not take over (it was reaped or killed).
 #[derive(Debug)]
 pub(super) enum Unready {
@@ -39,16 +37,8 @@ impl fmt::Display for Unready {
 /// Why an upgrade failed; this process keeps serving.
 #[derive(Debug)]
 pub(super) enum UpgradeError {
-    /// A stop is under way.
-    Stopping,
-    /// A state change is being applied.
-    Busy,
     /// No binary was given and this process does not know its own.
     NoBinary,
-    /// A worker did not export its listening sockets.
-    Export { code: AnswerCode, message: String },
-    /// A worker answered the export with something else.
-    ExportAnswer { worker: u32 },
     /// A listening socket could not be duplicated.
     Duplicate {
         address: SocketAddr,
@@ -79,13 +69,9 @@ pub(super) enum UpgradeError {
 impl fmt::Display for UpgradeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Stopping => f.write_str("the proxy is stopping"),
-            Self::Busy => f.write_str("a state change is being applied: retry once it is done"),
             Self::NoBinary => {
                 f.write_str("this process does not know its own binary: give --binary PATH")
             }
-            Self::Export { code, message } => write!(f, "{code}: {message}"),
-            Self::ExportAnswer { worker } => write!(f, "worker {worker} answered something else"),
             Self::Duplicate { address, error } => {
                 write!(f, "cannot duplicate a socket of {address}: {error}")
             }

@@ -1,71 +1,17 @@
-//! What the main thread tells a worker, and what the worker answers.
+//! The channels between the command server (main thread) and the worker
+//! threads. What travels on them is the coordinator's vocabulary
+//! ([`coordinator::orders`]): each order carries an id; the worker answers
+//! every order exactly once, on the reply channel, then wakes the main
+//! thread.
 //!
-//! Owns: the messages between the command server (main thread) and the
-//! worker threads. Each order carries an id; the worker answers every order
-//! exactly once, on the reply channel, then wakes the main thread. Must
-//! never: carry anything the worker could block on.
+//! Owns: [`WorkerHandle`] and [`WorkerInbox`], the two ends. Must never:
+//! carry anything the worker could block on.
 
-use std::net::SocketAddr;
-use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender};
 
-use command::generation::Generation;
-use command::proto;
-
-use crate::answer_code::AnswerCode;
+pub use coordinator::orders::{Answer, Order, OrderId, Reply};
 use mio::Waker;
-
-/// Identifies one order across all workers, so answers can be gathered.
-pub type OrderId = u64;
-
-/// An order from the main thread.
-#[derive(Debug, Clone)]
-pub enum Order {
-    /// Apply a routing generation the main thread's `ConfigState` already
-    /// accepted (listeners, clusters, frontends, backends), all of it
-    /// between two events, or none of it. Shared: every worker gets the
-    /// same one.
-    Apply(Arc<Generation>),
-    /// Report this worker's metrics.
-    Metrics,
-    /// Report this worker's sessions and listeners.
-    Status,
-    /// Report the captured windows that match.
-    Rejects(proto::QueryRejects),
-    /// Hand copies (duplicates) of the listening sockets to the main
-    /// thread, for an upgrade's successor. The worker keeps accepting.
-    ExportListeners,
-    /// Stop accepting; finish the open sessions, then exit within `grace`.
-    SoftStop { grace_ms: u64 },
-    /// Close everything now and exit.
-    HardStop,
-}
-
-/// What a worker answers to one order.
-#[derive(Debug, Clone)]
-pub enum Answer {
-    /// The order was applied (or was a no-op for this worker).
-    Done,
-    /// The worker could not apply it (a bind that failed, for instance).
-    Refused { code: AnswerCode, message: String },
-    /// The worker's counters and gauges.
-    Metrics(proto::WorkerMetrics),
-    /// The worker's live figures.
-    Status { sessions: u64, listeners: u32 },
-    /// Duplicates of the worker's listening sockets, by address.
-    Listeners(Arc<Vec<(SocketAddr, OwnedFd)>>),
-    /// The worker's captured windows, newest first.
-    Rejects(Vec<proto::CapturedWindow>),
-}
-
-/// One answer, tagged with the worker and the order it answers.
-#[derive(Debug, Clone)]
-pub struct Reply {
-    pub worker: u32,
-    pub order: OrderId,
-    pub answer: Answer,
-}
 
 /// The main thread's end of one worker: send orders, wake it.
 #[derive(Debug)]

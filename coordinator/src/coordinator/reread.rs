@@ -18,7 +18,7 @@ use command::diff::diff;
 use command::proto;
 use command::reread::{self, Read};
 
-use crate::coordinator::Coordinator;
+use super::Coordinator;
 
 /// The outline of the config text the file state came from. See the
 /// module documentation.

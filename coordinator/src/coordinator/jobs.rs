@@ -21,15 +21,12 @@ use command::diff::diff;
 use command::generation::{Generation, Planned, plan};
 use command::proto;
 use command::state::ConfigState;
-use command::state_file::StateFileError;
-use command::validate::ValidationError;
-use log::Level;
 
-use crate::coordinator::{Coordinator, Purpose};
-use crate::effect::{Effect, log};
-use crate::input::{ClientId, JobId, Unread, UpgradeRequest};
+use super::outcome::{Failure, Origin, Outcome};
+use super::{Coordinator, Purpose};
+use crate::effect::Effect;
+use crate::input::{ClientId, JobId, UpgradeRequest};
 use crate::orders::{Order, OrderId};
-use crate::outcome::{Origin, Outcome};
 use crate::responses::{failure, ok};
 use crate::turns::Ticket;
 
@@ -64,22 +61,6 @@ struct Queued {
     id: JobId,
     client: Option<Ticket>,
     job: Job,
-}
-
-/// Why a request of a job was not applied.
-#[derive(Debug, Clone)]
-pub(crate) struct Failure {
-    pub(crate) code: AnswerCode,
-    pub(crate) message: String,
-}
-
-impl From<ValidationError> for Failure {
-    fn from(error: ValidationError) -> Self {
-        Self {
-            code: error.code.into(),
-            message: error.message,
-        }
-    }
 }
 
 /// Where the running job is.
@@ -250,9 +231,9 @@ impl Coordinator {
             Job::Batch(requests) => (Origin::Batch, requests),
             Job::Declarations(requests) => match self.declared(&requests) {
                 Ok(desired) => (Origin::Batch, diff(&self.state, &desired)),
-                Err(answer) => {
+                Err(refused) => {
                     if let Some(ticket) = client {
-                        self.answer(ticket, answer, out);
+                        self.answer(ticket, failure(refused.code, refused.message), out);
                     }
                     return;
                 }
@@ -290,22 +271,22 @@ impl Coordinator {
     }
 
     /// The state the declarations of a batch ask for (merged with the
-    /// route sources), or the answer refusing them.
-    fn declared(&mut self, requests: &[proto::Request]) -> Result<ConfigState, proto::Response> {
+    /// route sources), or why they are refused.
+    fn declared(&mut self, requests: &[proto::Request]) -> Result<ConfigState, Failure> {
         // The file state becomes these declarations, of no text.
         self.last_text.forget();
         let mut desired = ConfigState::default();
         for (index, request) in requests.iter().enumerate() {
             if let Err(error) = desired.dispatch(request) {
-                return Err(failure(
-                    error.code.into(),
-                    format!(
+                return Err(Failure {
+                    code: error.code.into(),
+                    message: format!(
                         "declaration {} of {} is refused: {}; nothing changed",
                         index + 1,
                         requests.len(),
                         error.message
                     ),
-                ));
+                });
             }
         }
         Ok(self.sources.with_file(desired))
@@ -313,7 +294,7 @@ impl Coordinator {
 
     /// Plans `requests` and sends the generation to every worker (or ends
     /// the job at once when it changes nothing).
-    fn apply(
+    pub(crate) fn apply(
         &mut self,
         id: JobId,
         client: Option<Ticket>,
@@ -371,259 +352,6 @@ impl Coordinator {
                 _ => Ok(()),
             }
         })
-    }
-
-    /// The shell read a reload's config file.
-    pub(crate) fn config_read(
-        &mut self,
-        job: JobId,
-        read: Result<String, Unread>,
-        now: Instant,
-        out: &mut Vec<Effect>,
-    ) {
-        let reading = |p: &Phase| matches!(p, Phase::ReadingConfig { .. });
-        let Some(run) = self.jobs.take_running(job, reading) else {
-            log(
-                out,
-                Level::Error,
-                format!("a config file read for job {job:?}, not running"),
-            );
-            return;
-        };
-        let Phase::ReadingConfig { path, since } = run.phase else {
-            return;
-        };
-        let reread = read.and_then(|text| self.reread(&text).map_err(Unread::Refused));
-        match reread {
-            Ok(reread) => {
-                let warnings: Vec<String> = reread
-                    .warnings
-                    .iter()
-                    .map(|warning| format!("{}:{warning}", path.display()))
-                    .collect();
-                for warning in &warnings {
-                    log(out, Level::Warn, format!("reload: {warning}"));
-                }
-                log(
-                    out,
-                    Level::Info,
-                    format!(
-                        "reloading {}: read, checked and compared with the running state in {} \
-                         ms{}",
-                        path.display(),
-                        now.saturating_duration_since(since).as_millis(),
-                        reread.read_note()
-                    ),
-                );
-                let origin = Origin::Reload(path, warnings);
-                self.apply(run.id, run.client, origin, reread.changes, now, out);
-            }
-            Err(unread) => self.refuse_reload(run.client, &path, unread, out),
-        }
-    }
-
-    /// The shell read a `state load`'s file.
-    pub(crate) fn state_file_read(
-        &mut self,
-        job: JobId,
-        read: Result<ConfigState, StateFileError>,
-        now: Instant,
-        out: &mut Vec<Effect>,
-    ) {
-        let reading = |p: &Phase| matches!(p, Phase::ReadingState { .. });
-        let Some(run) = self.jobs.take_running(job, reading) else {
-            log(
-                out,
-                Level::Error,
-                format!("a state file read for job {job:?}, not running"),
-            );
-            return;
-        };
-        let Phase::ReadingState { path } = run.phase else {
-            return;
-        };
-        match read {
-            Ok(loaded) => {
-                let changes = diff(&self.state, &loaded);
-                self.apply(run.id, run.client, Origin::Load(path), changes, now, out);
-            }
-            Err(error) => {
-                if let Some(ticket) = run.client {
-                    let answer = failure(
-                        error.code().into(),
-                        format!("cannot load the state file {path}: {error}; nothing changed"),
-                    );
-                    self.answer(ticket, answer, out);
-                }
-            }
-        }
-    }
-
-    /// Every worker answered the running generation (or some did not in
-    /// time): commit it, or roll it back on the workers that may have
-    /// applied it.
-    pub(crate) fn step_done(
-        &mut self,
-        gathered: &crate::pending::Gathered<Purpose>,
-        now: Instant,
-        out: &mut Vec<Effect>,
-    ) {
-        let run = match self.jobs.running.take() {
-            Some(Running {
-                id,
-                client,
-                phase:
-                    Phase::Applying {
-                        order,
-                        origin,
-                        planned,
-                        generation,
-                    },
-            }) if order == gathered.id => (id, client, origin, planned, generation),
-            other => {
-                log(
-                    out,
-                    Level::Error,
-                    format!("answers to generation {} not in flight", gathered.id),
-                );
-                self.jobs.running = other;
-                return;
-            }
-        };
-        let (id, client, origin, planned, generation) = run;
-        let refused = match gathered.first_failure() {
-            None => {
-                if let Err(error) = generation.apply_to(&mut self.state) {
-                    // Planned on this very state, nothing committed since:
-                    // a bug, and the operator must hear of it.
-                    log(
-                        out,
-                        Level::Error,
-                        format!(
-                            "committing a generation the workers applied was refused: {error}; \
-                             the state may differ from the workers' until the proxy restarts"
-                        ),
-                    );
-                }
-                self.state.check_invariants();
-                self.generation += 1;
-                None
-            }
-            Some((_, code, message)) => {
-                Some(self.roll_back(gathered, &generation, code, message, now, out))
-            }
-        };
-        out.push(Effect::Settled {
-            generation: Arc::clone(&generation),
-            committed: refused.is_none(),
-        });
-        let outcome = Outcome {
-            client,
-            origin,
-            planned,
-            generation,
-            refused,
-        };
-        if outcome.applied().is_empty() {
-            self.finish(outcome, None, now, out);
-            return;
-        }
-        out.push(Effect::AppendJournal {
-            job: id,
-            changes: outcome.applied().to_vec(),
-        });
-        let phase = Phase::Journaling(outcome);
-        self.jobs.running = Some(Running { id, client, phase });
-    }
-
-    /// Sends the inverse of a refused generation to every worker that may
-    /// hold it; what the job's answer says of it.
-    fn roll_back(
-        &mut self,
-        gathered: &crate::pending::Gathered<Purpose>,
-        generation: &Generation,
-        code: AnswerCode,
-        message: String,
-        now: Instant,
-        out: &mut Vec<Effect>,
-    ) -> Failure {
-        // Every worker asked but those that refused may hold the
-        // generation (a late one applies it before the inverse: orders
-        // are FIFO); one that refused took it back itself, and a gone one
-        // counts as refused.
-        let refused = gathered.refused_by();
-        let undo_on: Vec<_> = gathered
-            .answers
-            .iter()
-            .map(|(worker, _)| *worker)
-            .chain(gathered.missing.iter().copied())
-            .filter(|worker| !refused.contains(worker) && self.workers.contains(worker))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        log(
-            out,
-            Level::Warn,
-            format!(
-                "generation of {} change(s): {code}: {message}; undoing it on worker(s) \
-                 {undo_on:?}",
-                generation.len()
-            ),
-        );
-        if !undo_on.is_empty() {
-            let inverse = Arc::new(generation.inverse());
-            let purpose = Purpose::Rollback {
-                changes: inverse.len(),
-            };
-            let timeout = self.settings.order_timeout;
-            self.broadcast(
-                Order::Apply(inverse),
-                purpose,
-                Some(&undo_on),
-                timeout,
-                now,
-                out,
-            );
-        }
-        Failure {
-            code,
-            message: if undo_on.is_empty() {
-                format!("{message}; nothing changed")
-            } else {
-                format!("{message}; undone on worker(s) {undo_on:?}, nothing changed")
-            },
-        }
-    }
-
-    /// The shell appended a committed job to the journal: its answer.
-    pub(crate) fn journaled(
-        &mut self,
-        job: JobId,
-        saved: Result<(), StateFileError>,
-        now: Instant,
-        out: &mut Vec<Effect>,
-    ) {
-        let journaling = |p: &Phase| matches!(p, Phase::Journaling(_));
-        let Some(run) = self.jobs.take_running(job, journaling) else {
-            log(
-                out,
-                Level::Error,
-                format!("a journal append for job {job:?}, not running"),
-            );
-            return;
-        };
-        let Phase::Journaling(outcome) = run.phase else {
-            return;
-        };
-        let save_error = saved.err().map(|error| {
-            log(
-                out,
-                Level::Error,
-                format!("automatic state save failed: {error}"),
-            );
-            error.to_string()
-        });
-        self.finish(outcome, save_error, now, out);
     }
 
     /// The shell ends with jobs queued or running: their clients hear so.

@@ -14,17 +14,33 @@ use command::answer_code::AnswerCode;
 use command::change::Change;
 use command::generation::{Generation, Planned};
 use command::proto::{self, response_content::ContentType};
+use command::validate::ValidationError;
 use log::Level;
 
-use crate::coordinator::{Coordinator, describe};
+use super::{Coordinator, describe};
 use crate::effect::{Effect, Notice, log};
 use crate::input::Unread;
-use crate::jobs::Failure;
 use crate::responses::{failure, ok, ok_with};
 use crate::turns::Ticket;
 
 /// The most entries each list of a `BatchReport` holds.
 const REPORT_LIST_CAP: usize = 1_000;
+
+/// Why a request of a job was not applied.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    pub(crate) code: AnswerCode,
+    pub(crate) message: String,
+}
+
+impl From<ValidationError> for Failure {
+    fn from(error: ValidationError) -> Self {
+        Self {
+            code: error.code.into(),
+            message: error.message,
+        }
+    }
+}
 
 /// Where a job's changes came from: what its answer or log line says.
 #[derive(Debug)]

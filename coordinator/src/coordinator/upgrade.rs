@@ -12,10 +12,10 @@ use std::time::Instant;
 
 use log::Level;
 
-use crate::coordinator::{Coordinator, Purpose, StopKind};
+use super::jobs::{Phase, Running};
+use super::{Coordinator, Purpose, StopKind};
 use crate::effect::{Effect, log};
 use crate::input::{JobId, UpgradeFailure, UpgradeRequest};
-use crate::jobs::{Phase, Running};
 use crate::orders::{Answer, Order};
 use crate::pending::Gathered;
 use crate::responses::ok;

@@ -12,7 +12,7 @@ use std::time::Instant;
 use command::proto;
 use log::Level;
 
-use crate::coordinator::{Coordinator, Purpose, StopKind};
+use super::{Coordinator, Purpose, StopKind};
 use crate::effect::{Effect, Notice, log};
 use crate::orders::Order;
 

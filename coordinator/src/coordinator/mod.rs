@@ -1,6 +1,10 @@
 //! The coordinator itself: its settings, its state, and the one entry
 //! point, [`Coordinator::handle`].
 //!
+//! Its children own the parts: `jobs` the queue and the phases of a
+//! job, `outcome` a job's answer, `stop` the stops, `upgrade` the
+//! handover's job, `reread` the config outline of a reload.
+//!
 //! Owns: the dispatch of each input to the part that owns it, the
 //! broadcast of an order to the workers with its deadline, and what a
 //! gathered order leads to. Must never: read the clock (`now` comes with
@@ -13,6 +17,16 @@ use std::time::{Duration, Instant, SystemTime};
 
 use core::net::SocketAddr;
 
+mod commit;
+mod jobs;
+mod outcome;
+mod reads;
+mod reread;
+mod stop;
+mod upgrade;
+
+pub use jobs::MAX_BATCH_REQUESTS;
+
 use command::answer_code::AnswerCode;
 use command::proto::response_content::ContentType;
 use command::sources::SourceKind;
@@ -20,23 +34,15 @@ use command::state::ConfigState;
 use log::Level;
 
 use crate::effect::{Effect, log};
+use crate::input::StopKind;
 use crate::input::{ClientId, Input, Query, Request};
-use crate::jobs::{Job, Jobs};
 use crate::orders::{Answer, Order, OrderId, Reply, WorkerId};
 use crate::pending::{Gathered, Pending, Recorded};
-use crate::reread::LastText;
 use crate::responses::{failure, ok};
 use crate::sources::RouteSources;
 use crate::turns::{Ticket, Turns};
-
-/// How the proxy stops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopKind {
-    /// Stop accepting, let sessions finish within the grace.
-    Soft,
-    /// Close everything now.
-    Hard,
-}
+use jobs::{Job, Jobs};
+use reread::LastText;
 
 /// What the coordinator needs to know.
 #[derive(Debug, Clone)]
@@ -82,7 +88,7 @@ pub struct Coordinator {
     pub(crate) settings: Settings,
     pub(crate) state: ConfigState,
     pub(crate) workers: Vec<WorkerId>,
-    pub(crate) check: Box<dyn AddressCheck>,
+    pub(crate) check: Box<dyn AddressCheck + Send>,
     /// Generations committed since the start.
     pub(crate) generation: u64,
     pub(crate) stopping: Option<StopKind>,
@@ -116,7 +122,7 @@ impl Coordinator {
     pub fn new(
         settings: Settings,
         state: ConfigState,
-        check: Box<dyn AddressCheck>,
+        check: Box<dyn AddressCheck + Send>,
         now: Instant,
     ) -> Self {
         let file = settings
@@ -370,20 +376,26 @@ impl Coordinator {
                     );
                 }
             }
-            Purpose::Stop(kind) => match gathered.first_failure() {
-                Some((_, code, message)) => {
-                    log(
+            Purpose::Stop(kind) => {
+                match gathered.first_failure() {
+                    Some((_, code, message)) => {
+                        log(
+                            out,
+                            Level::Warn,
+                            format!("{kind:?} stop: {code}: {message}"),
+                        );
+                    }
+                    None => log(
                         out,
-                        Level::Warn,
-                        format!("{kind:?} stop: {code}: {message}"),
-                    );
+                        Level::Info,
+                        format!("{kind:?} stop: every worker is done"),
+                    ),
                 }
-                None => log(
-                    out,
-                    Level::Info,
-                    format!("{kind:?} stop: every worker is done"),
-                ),
-            },
+                out.push(Effect::Stopped {
+                    kind,
+                    answered: gathered.missing.is_empty(),
+                });
+            }
             Purpose::Boot => out.push(Effect::Booted {
                 refused: gathered.first_failure(),
             }),
