@@ -446,7 +446,11 @@ impl<'s> World<'s> {
                 self.at(when, Event::Reply(Input::UpgradeFinished { job, outcome }));
                 Ok(())
             }
-            Effect::Booted { .. } | Effect::Notify(_) | Effect::Log { .. } => Ok(()),
+            Effect::Booted { .. }
+            | Effect::Stopped { .. }
+            | Effect::Notify(_)
+            | Effect::Log { .. }
+            | Effect::LogElapsed { .. } => Ok(()),
         }
     }
 
