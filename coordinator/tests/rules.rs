@@ -460,3 +460,16 @@ fn a_merge_that_applied_is_logged() {
     });
     assert!(logged, "{effects:?}");
 }
+
+#[test]
+fn a_listener_added_inactive_is_not_checked_free() {
+    let now = Instant::now();
+    let mut c = coordinator(now);
+    let inactive = change(RequestType::AddTcpListener(proto::TcpListenerConfig {
+        address: LISTENER.into(),
+        active: Some(false),
+        ..Default::default()
+    }));
+    let sent = ask(&mut c, 1, inactive, now);
+    assert!(apply_order(&sent).is_some(), "nothing listens: {sent:?}");
+}
