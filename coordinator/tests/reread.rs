@@ -243,6 +243,40 @@ fn a_reload_with_a_route_source_keeps_its_fragments() {
         .map(|b| b.address.clone());
     assert_eq!(backend.as_deref(), Some("127.0.0.1:9001"));
     assert!(c.state().cluster("b").is_some(), "the tables not read stay");
+    let declarations = coordinator::Request::BatchPart(proto::ChangeBatch {
+        requests: Vec::new(),
+        declarations: true,
+        more: false,
+    });
+    let mut effects = c.handle(
+        Input::Request {
+            client: coordinator::ClientId(1),
+            request: declarations,
+        },
+        now,
+    );
+    while let Some(effect) = effects.pop() {
+        let next = match effect {
+            Effect::Send { order, .. } => Input::WorkerAnswer {
+                worker: 0,
+                order,
+                answer: Answer::Done,
+            },
+            Effect::AppendJournal { job, .. } => Input::Journaled { job, saved: Ok(()) },
+            _ => continue,
+        };
+        effects.extend(c.handle(next, now));
+    }
+    assert!(c.state().cluster("a").is_none(), "declared empty");
+    assert!(
+        c.state().cluster("dir").is_none(),
+        "excluded: its listener is not declared"
+    );
+    assert!(
+        !partial(&reload(&mut c, text(9004), now)),
+        "the last text is not the file's any more"
+    );
+    assert!(c.state().cluster("a").is_some() && c.state().cluster("dir").is_some());
 }
 
 #[test]

@@ -473,3 +473,28 @@ fn a_listener_added_inactive_is_not_checked_free() {
     let sent = ask(&mut c, 1, inactive, now);
     assert!(apply_order(&sent).is_some(), "nothing listens: {sent:?}");
 }
+
+#[test]
+fn a_merge_that_changes_nothing_is_not_logged() {
+    let now = Instant::now();
+    let settings = Settings {
+        order_timeout: Duration::from_secs(10),
+        soft_stop_grace: Duration::from_secs(5),
+        config_path: None,
+        pid: 1,
+    };
+    let mut c = Coordinator::new(settings, with_listener(), Box::new(Free), now);
+    c.add_worker(0);
+    let slots = vec![(SourceKind::Directory, "/routes.d".to_owned())];
+    c.start_sources(1, Some(with_listener()), slots, now);
+    let report = SourceReport::Failed {
+        kind: SourceKind::Directory,
+        error: "cannot read /routes.d".into(),
+    };
+    let effects = c.handle(Input::SourceReport(report), now);
+    assert!(apply_order(&effects).is_none(), "{effects:?}");
+    let logged = effects
+        .iter()
+        .any(|e| matches!(e, Effect::Log { message, .. } if message.starts_with("route sources:")));
+    assert!(!logged, "{effects:?}");
+}
