@@ -92,7 +92,16 @@ impl CommandServer {
                 generation: Arc::new(generation),
             });
             self.wait_until(|server| server.booted.is_some());
-            let refused = self.booted.take().flatten();
+            let refused = match self.booted.take() {
+                Some(Ok(())) => None,
+                Some(Err(refused)) => Some(refused),
+                // The wait ended with no answer: no worker is left.
+                None => Some((
+                    0,
+                    AnswerCode::WorkerRefused,
+                    "no worker is left to boot".to_owned(),
+                )),
+            };
             if let Some((worker, code, message)) = refused {
                 return Err(BootError {
                     request: format!("the state's {count} request(s)"),

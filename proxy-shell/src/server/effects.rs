@@ -95,7 +95,7 @@ impl CommandServer {
                 self.inbox
                     .push_back(Input::UpgradeFinished { job, outcome });
             }
-            Effect::Booted { refused } => self.booted = Some(refused),
+            Effect::Booted { refused } => self.booted = Some(refused.map_or(Ok(()), Err)),
             Effect::Stopped { answered, .. } => self.stopped = Some(answered),
             Effect::Notify(notice) => match notice {
                 Notice::Reloading => crate::notify::reloading(),

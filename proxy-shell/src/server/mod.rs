@@ -151,8 +151,9 @@ pub struct CommandServer {
     coordinator: Coordinator,
     /// Inputs an effect produced, fed once the batch it was in is done.
     inbox: VecDeque<Input>,
-    /// The answer of the boot's generation, once in.
-    booted: Option<Option<(u32, AnswerCode, String)>>,
+    /// The answer of the boot's generation, once in: its first refusal
+    /// (or missing answer) as `Err`.
+    booted: Option<Result<(), (u32, AnswerCode, String)>>,
     /// Whether every worker answered the last stop, once it is over.
     stopped: Option<bool>,
     /// The saved state's writer (`automatic_state_save`).
