@@ -925,3 +925,102 @@ fn only_an_address_a_change_starts_listening_on_is_checked_free() {
         "{said:?}"
     );
 }
+
+fn logged(effects: &[Effect]) -> Vec<String> {
+    effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Log { message, .. } => Some(message.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_source_report_is_merged_once_every_source_reported() {
+    use command::sources::{Declared, Fragment, FragmentBody, FragmentId, SourceKind};
+    let mut rig = Rig::new(1);
+    let slots = vec![
+        (SourceKind::Directory, "/etc/preread/conf.d".to_owned()),
+        (SourceKind::Docker, "unix:///run/docker.sock".to_owned()),
+    ];
+    rig.coordinator
+        .start_sources(0, Some(ConfigState::default()), slots, rig.now);
+    let Request::Change(add) = add_cluster("web") else {
+        panic!("a change");
+    };
+    let fragment = Fragment {
+        id: FragmentId {
+            kind: SourceKind::Directory,
+            name: "web.toml".into(),
+        },
+        body: FragmentBody::Declared(vec![Declared {
+            request: add,
+            origin: "web.toml:1:1".into(),
+        }]),
+    };
+    let synced = coordinator::SourceReport::Synced {
+        kind: SourceKind::Directory,
+        fragments: vec![fragment],
+        at: std::time::SystemTime::UNIX_EPOCH,
+    };
+    let first = rig.feed(Input::SourceReport(synced));
+    assert!(applies(&first).is_empty(), "merged before docker reported");
+    let failed = coordinator::SourceReport::Failed {
+        kind: SourceKind::Docker,
+        error: "docker source: cannot connect".into(),
+    };
+    let sent = rig.feed(Input::SourceReport(failed));
+    assert_eq!(applies(&sent).len(), 1);
+    let done = commit(&mut rig, &sent, &[0]);
+    assert!(
+        logged(&done).contains(&"route sources: 1 change(s) applied, 0 skipped".to_owned()),
+        "{:?}",
+        logged(&done)
+    );
+    assert!(rig.coordinator.state().cluster("web").is_some());
+}
+
+#[test]
+fn a_refused_reload_counts_its_errors() {
+    let mut rig = with_config(1, "/etc/preread/preread.toml");
+    let job = read_job(&rig.feed(Input::Hangup)).expect("read");
+    let text = "[[listeners]]\naddress = \"nowhere\"\n".to_owned();
+    let end = rig.feed(Input::ConfigRead {
+        job,
+        read: Ok(text),
+    });
+    assert!(applies(&end).is_empty());
+    assert_eq!(
+        ready(&end),
+        vec!["reload of /etc/preread/preread.toml refused: 1 error(s); nothing changed".to_owned()]
+    );
+}
+
+#[test]
+fn generations_go_on_from_a_predecessors_and_deadlines_are_capped() {
+    let mut rig = Rig::new(2);
+    rig.coordinator.resume_generation(41);
+    let settings = Settings {
+        order_timeout: Duration::MAX,
+        soft_stop_grace: Duration::from_secs(5),
+        config_path: None,
+        pid: 4242,
+    };
+    let mut slow = Coordinator::new(settings, ConfigState::default(), Box::new(Free), rig.now);
+    slow.add_worker(0);
+    slow.handle(
+        Input::Request {
+            client: ClientId(1),
+            request: add_cluster("a"),
+        },
+        rig.now,
+    );
+    let year = Duration::from_secs(365 * 24 * 3600);
+    assert_eq!(slow.next_deadline(), Some(rig.now + year));
+    let sent = rig.ask(1, add_cluster("a"));
+    commit(&mut rig, &sent, &[0, 1]);
+    assert_eq!(rig.coordinator.generation(), 42);
+    rig.feed(Input::WorkerGone { worker: 1 });
+    assert_eq!(rig.coordinator.workers(), &[0]);
+}
