@@ -21,7 +21,7 @@ use serde_json::json;
 use super::client::config_path;
 use super::{EXIT_USAGE, Globals};
 use crate::inspect::{InspectOptions, decode_hex, inspect as inspect_one};
-use crate::worker::runtime::reject_with;
+use preread_worker::worker::runtime::reject_with;
 
 /// Every problem, errors and warnings; exit 2 only for an error.
 pub(super) fn config_check(globals: &Globals) -> ExitCode {

@@ -25,7 +25,7 @@ use prost::Message;
 use super::client::{config_path, is_failure, open, socket_path};
 use super::describe;
 use super::{EXIT_FAILED, EXIT_USAGE, Globals};
-use crate::answer_code::AnswerCode;
+use preread_worker::answer_code::AnswerCode;
 
 /// The most bytes of requests one part carries: well under the command
 /// channel's frame limit.

@@ -14,8 +14,8 @@ use super::super::describe;
 use super::super::reload_file::Unread;
 use super::super::responses::{failure, ok, ok_with};
 use super::{CommandServer, Failure, Origin, Outcome, REPORT_LIST_CAP};
-use crate::answer_code::AnswerCode;
 use crate::server::clients::ClientRef;
+use preread_worker::answer_code::AnswerCode;
 
 impl CommandServer {
     /// Saves the state if the job changed it, records a merge the workers

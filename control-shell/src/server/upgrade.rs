@@ -25,9 +25,9 @@ use super::clients::ClientRef;
 use super::responses::{failure, ok};
 use super::upgrade_error::{Unready, UpgradeError};
 use super::{CommandServer, Purpose, StopKind};
-use crate::answer_code::AnswerCode;
-use crate::handover::{self, UPGRADE_FD_ENV, Verdict};
-use crate::worker::orders::{Answer, Order};
+use crate::upgrade::handover::{self, UPGRADE_FD_ENV, Verdict};
+use preread_worker::answer_code::AnswerCode;
+use preread_worker::worker::orders::{Answer, Order};
 
 /// How long the successor has to take over when the request names no
 /// timeout.

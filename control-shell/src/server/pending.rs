@@ -8,8 +8,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
-use crate::answer_code::AnswerCode;
-use crate::worker::orders::{Answer, OrderId, Reply};
+use preread_worker::answer_code::AnswerCode;
+use preread_worker::worker::orders::{Answer, OrderId, Reply};
 
 /// An order whose answers are all in, or whose deadline passed.
 #[derive(Debug)]

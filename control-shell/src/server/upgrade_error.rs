@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitStatus;
 
-use crate::answer_code::AnswerCode;
+use preread_worker::answer_code::AnswerCode;
 
 /// Why the successor did not take over (it was reaped or killed).
 #[derive(Debug)]

@@ -17,7 +17,7 @@ use super::clients::ClientRef;
 use super::pending::Gathered;
 use super::responses::{self, failure, ok, ok_with};
 use super::{CommandServer, Purpose, StopKind};
-use crate::worker::orders::Order;
+use preread_worker::worker::orders::Order;
 
 /// A read-only question for the workers.
 #[derive(Debug, Clone, PartialEq, Eq)]

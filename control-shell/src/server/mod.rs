@@ -12,7 +12,7 @@
 //!
 //! Workers are given to it (see [`CommandServer::add_worker`]), so tests
 //! can drive it with fake workers that only speak
-//! [`orders`](crate::worker::orders).
+//! [`orders`](preread_worker::worker::orders).
 
 mod boot;
 mod changes;
@@ -46,16 +46,16 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use signal_hook_mio::v1_0::Signals;
 use slab::Slab;
 
-use crate::access_log::Reopener;
-use crate::answer_code::AnswerCode;
-use crate::shared::Shared;
-use crate::worker::orders::{Answer, Order, OrderId, Reply, WorkerHandle};
 pub use boot::BootError;
 use changes::Changes;
 pub use clients::MAX_QUEUED_ANSWER_BYTES;
 use clients::{Client, ClientRef};
 use handlers::Query;
 use pending::{Gathered, Pending};
+use preread_worker::access_log::Reopener;
+use preread_worker::answer_code::AnswerCode;
+use preread_worker::shared::Shared;
+use preread_worker::worker::orders::{Answer, Order, OrderId, Reply, WorkerHandle};
 pub use saving::{COMPACT_INTERVAL, COMPACT_MIN_BYTES, COMPACT_SNAPSHOT_SHARE, SavedBase};
 pub use socket::MAX_COMMAND_CLIENTS;
 

@@ -28,9 +28,9 @@ use super::pending::Gathered;
 use super::reload_file::{self, Unread};
 use super::responses::{failure, ok};
 use super::{CommandServer, Purpose};
-use crate::answer_code::AnswerCode;
-use crate::worker::listen::ensure_unbound;
-use crate::worker::orders::{Order, OrderId};
+use preread_worker::answer_code::AnswerCode;
+use preread_worker::worker::listen::ensure_unbound;
+use preread_worker::worker::orders::{Order, OrderId};
 
 /// A state-changing job.
 #[derive(Debug)]

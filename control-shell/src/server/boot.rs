@@ -16,9 +16,9 @@ use command::validate::ValidationError;
 
 use super::pending::Gathered;
 use super::{CommandServer, Purpose, StopKind, changes, deadline_after, describe};
-use crate::answer_code::AnswerCode;
-use crate::worker::listen::ensure_unbound;
-use crate::worker::orders::{Order, OrderId};
+use preread_worker::answer_code::AnswerCode;
+use preread_worker::worker::listen::ensure_unbound;
+use preread_worker::worker::orders::{Order, OrderId};
 
 /// A boot request a worker refused (or did not answer).
 #[derive(Debug, Clone)]
