@@ -133,19 +133,65 @@ fn whole_millis(duration: Duration) -> Option<u64> {
     u64::try_from(duration.as_millis()).ok()
 }
 
+/// A command-line duration that preread cannot take, with the unit a bare
+/// integer of that option is read in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SettingError {
+    /// A bare integer whose milliseconds 64 bits do not hold.
+    TooLong {
+        /// The digits as written.
+        count: String,
+        /// The option's unit.
+        unit: Unit,
+    },
+    /// A duration string that is not one preread carries.
+    Text {
+        /// Why the string was refused.
+        error: DurationError,
+        /// The option's unit, which a bare integer would be read in.
+        unit: Unit,
+    },
+}
+
+impl fmt::Display for SettingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooLong { count, unit } => write!(
+                f,
+                "{count} {} is too long a duration: use a smaller count",
+                unit.name()
+            ),
+            Self::Text { error, unit } => write!(f, "{error}; a bare integer is {}", unit.name()),
+        }
+    }
+}
+
+impl core::error::Error for SettingError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::TooLong { .. } => None,
+            Self::Text { error, .. } => Some(error),
+        }
+    }
+}
+
 /// A command-line value: a bare integer in `unit`, or a duration string.
 /// Returns whole milliseconds; the message of an error is for `--help`
 /// readers.
-pub fn parse_setting(text: &str, unit: Unit) -> Result<u64, String> {
+pub fn parse_setting(text: &str, unit: Unit) -> Result<u64, SettingError> {
     let trimmed = text.trim();
     if !trimmed.is_empty() && trimmed.bytes().all(|b| b.is_ascii_digit()) {
         return trimmed
             .parse::<u64>()
             .ok()
             .and_then(|count| count.checked_mul(unit.millis()))
-            .ok_or_else(|| format!("{trimmed} {} is too long a duration", unit.name()));
+            .ok_or_else(|| SettingError::TooLong {
+                count: trimmed.to_owned(),
+                unit,
+            });
     }
-    millis_of_text(trimmed).map_err(|error| format!("{error}; a bare integer is {}", unit.name()))
+    millis_of_text(trimmed).map_err(|error| SettingError::Text { error, unit })
 }
 
 /// A millisecond count as the config would write it: `"1500ms"`, `"5s"`,
@@ -225,13 +271,33 @@ mod tests {
         assert_eq!(parse_setting("300", Unit::Milliseconds), Ok(300));
         assert_eq!(parse_setting("1500ms", Unit::Seconds), Ok(1_500));
         assert_eq!(parse_setting("5s", Unit::Milliseconds), Ok(5_000));
+    }
+
+    #[test]
+    fn a_refused_setting_says_what_to_write() {
         let too_long = parse_setting("18446744073709551615", Unit::Seconds);
-        assert!(too_long.is_err(), "{too_long:?}");
-        let unreadable = parse_setting("soon", Unit::Seconds);
+        assert!(
+            matches!(
+                too_long,
+                Err(SettingError::TooLong {
+                    unit: Unit::Seconds,
+                    ..
+                })
+            ),
+            "{too_long:?}"
+        );
+        let shown = too_long.map_err(|e| e.to_string());
+        assert_eq!(
+            shown,
+            Err("18446744073709551615 seconds is too long a duration: use a smaller count".into())
+        );
+        let unreadable = parse_setting("soon", Unit::Seconds).map_err(|e| e.to_string());
         assert!(
             unreadable
                 .as_ref()
-                .is_err_and(|e| e.contains("a bare integer is seconds")),
+                .is_err_and(|e| e.contains("\"soon\" is not a duration")
+                    && e.contains("such as \"1500ms\"")
+                    && e.ends_with("; a bare integer is seconds")),
             "{unreadable:?}"
         );
     }

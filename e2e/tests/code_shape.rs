@@ -1,7 +1,9 @@
 //! The shape every shipped crate keeps: no production file longer than 600
 //! lines, no import circle between the modules of a crate (each module
-//! can be read, and changed, knowing only the ones below it), and crates
-//! that depend only on the crates below them in [`SHIPPED`].
+//! can be read, and changed, knowing only the ones below it), no
+//! `Result<_, String>` (an error is a type whose message says what to
+//! change, issue 27), and crates that depend only on the crates below
+//! them in [`SHIPPED`].
 //!
 //! The sources are read, not compiled. Comments and literals are blanked
 //! first, then every `#[cfg(test)]` item is cut out: tests read their
@@ -405,6 +407,8 @@ struct Crate {
     modules: BTreeMap<ModPath, Module>,
     /// Production lines of each file.
     lines: BTreeMap<PathBuf, usize>,
+    /// Each file's production code: blanked, its tests cut out.
+    code: BTreeMap<PathBuf, String>,
 }
 
 /// The file of module `name` declared in `parent`.
@@ -439,6 +443,7 @@ fn read_crate(name: &str, root_file: &Path, read: &dyn Fn(&Path) -> Option<Strin
         name: name.to_owned(),
         modules: BTreeMap::new(),
         lines: BTreeMap::new(),
+        code: BTreeMap::new(),
     };
     let mut queue = VecDeque::from([(Vec::new(), root_file.to_owned())]);
     while let Some((path, file)) = queue.pop_front() {
@@ -448,6 +453,7 @@ fn read_crate(name: &str, root_file: &Path, read: &dyn Fn(&Path) -> Option<Strin
             .lines
             .insert(file.clone(), text.lines().count().saturating_sub(cut));
         let module = read_module(&file, &code);
+        krate.code.insert(file.clone(), code);
         for child in &module.children {
             let mut child_path = path.clone();
             child_path.push(child.clone());
@@ -713,6 +719,128 @@ fn no_shipped_crate_imports_a_circle() {
     );
     let circles: Vec<String> = crates.iter().flat_map(Crate::circles).collect();
     assert!(circles.is_empty(), "import circles: {circles:#?}");
+}
+
+/// The 1-based lines of `code` (blanked, tests cut) where a `Result<…>`
+/// takes `String` as its error type, however the arguments nest or wrap:
+/// `Result<T, String>`, `Result<Vec<u8>,\n String,\n>`, an alias `type
+/// R<T> = Result<T, String>`, `std::result::Result<T, std::string::String>`.
+/// `io::Result<String>` is none: its error is an `io::Error`.
+fn string_error_lines(code: &str) -> Vec<usize> {
+    let chars: Vec<char> = code.chars().collect();
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut found = Vec::new();
+    let mut at = 0;
+    while let Some(offset) = chars[at..]
+        .windows(6)
+        .position(|w| w.iter().copied().eq("Result".chars()))
+    {
+        let start = at + offset;
+        // Past the name only: a `Result` among the arguments is read next.
+        at = start + 6;
+        let whole_word = (start == 0 || !is_ident(chars[start - 1]))
+            && chars.get(at).is_none_or(|&c| !is_ident(c));
+        let mut open = at;
+        while chars.get(open).is_some_and(|c| c.is_whitespace()) {
+            open += 1;
+        }
+        if !whole_word || chars.get(open) != Some(&'<') {
+            continue;
+        }
+        // Where each top-level argument starts, and where the list ends.
+        let (mut angles, mut nested) = (0usize, 0usize);
+        let mut starts = vec![open + 1];
+        let mut end = None;
+        for (i, &c) in chars.iter().enumerate().skip(open) {
+            match c {
+                '<' => angles += 1,
+                // The arrow of an `Fn() -> T` argument closes nothing.
+                '>' if i > 0 && chars[i - 1] == '-' => {}
+                '>' => {
+                    angles -= 1;
+                    if angles == 0 {
+                        end = Some(i);
+                        break;
+                    }
+                }
+                '(' | '[' => nested += 1,
+                ')' | ']' => nested = nested.saturating_sub(1),
+                ',' if angles == 1 && nested == 0 => starts.push(i + 1),
+                _ => {}
+            }
+        }
+        let Some(end) = end else { break };
+        let args: Vec<String> = starts
+            .iter()
+            .zip(starts.iter().skip(1).map(|&s| s - 1).chain([end]))
+            .map(|(&from, to)| {
+                chars[from..to]
+                    .iter()
+                    .filter(|c| !c.is_whitespace())
+                    .collect()
+            })
+            .filter(|arg: &String| !arg.is_empty())
+            .collect();
+        let error = match args.as_slice() {
+            [_, error] => error.as_str(),
+            _ => continue,
+        };
+        if matches!(
+            error,
+            "String" | "std::string::String" | "alloc::string::String" | "::std::string::String"
+        ) {
+            found.push(chars[..start].iter().filter(|&&c| c == '\n').count() + 1);
+        }
+    }
+    found
+}
+
+#[test]
+fn no_shipped_code_returns_a_string_as_its_error() {
+    let crates = shipped();
+    let mut left: Vec<String> = Vec::new();
+    let mut files = 0;
+    for (file, code) in crates.iter().flat_map(|c| &c.code) {
+        files += 1;
+        left.extend(
+            string_error_lines(code)
+                .into_iter()
+                .map(|line| format!("{}:{line}", file.display())),
+        );
+    }
+    assert!(files > 100, "found the shipped files: {files}");
+    assert!(
+        left.is_empty(),
+        "`Result<_, String>` in shipped code (return a typed error whose message says what \
+         to change): {left:#?}"
+    );
+}
+
+#[test]
+fn a_planted_string_error_is_found_however_it_is_written_and_tests_are_left_out() {
+    let lib = "mod shaped;\n\
+               pub fn plain() -> Result<(), String> { Ok(()) }\n\
+               pub fn nested() -> Result<Vec<Option<u8>>, String> { Ok(Vec::new()) }\n\
+               pub type Alias<T> = std::result::Result<T, std::string::String>;\n\
+               pub fn wrapped() -> Result<\n    (u8, u8),\n    String,\n> { Ok((0, 0)) }\n\
+               pub fn parser() -> impl Fn(&str) -> Result<u64, String> { |_| Ok(0) }\n\
+               pub fn inner() -> Result<Result<(), String>, Error> { todo() }\n";
+    let shaped = "pub fn io() -> std::io::Result<String> { Ok(String::new()) }\n\
+                  pub fn typed() -> Result<String, Error> { todo() }\n\
+                  pub fn closure() -> Result<Box<dyn Fn() -> String>, Error> { todo() }\n\
+                  pub struct MyResult<T>(T);\n\
+                  pub fn mine() -> MyResult<String> { todo() }\n\
+                  const TEXT: &str = \"Result<(), String>\"; // Result<(), String>\n\
+                  #[cfg(test)]\nmod tests {\n    fn t() -> Result<(), String> { Ok(()) }\n}\n";
+    let krate = planted(&[("lib.rs", lib), ("shaped.rs", shaped)]);
+    assert_eq!(
+        string_error_lines(&krate.code[Path::new("src/lib.rs")]),
+        [2, 3, 4, 5, 9, 10]
+    );
+    assert_eq!(
+        string_error_lines(&krate.code[Path::new("src/shaped.rs")]),
+        Vec::<usize>::new()
+    );
 }
 
 /// The workspace crates each manifest depends on (its `[dependencies]`

@@ -270,7 +270,9 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
             ),
             other => match syslog_target(other) {
                 Some(Ok(syslog)) => global.access_logs = AccessLogTarget::Syslog(syslog),
-                Some(Err(why)) => problems.push(logs.span().start, ErrorCode::InvalidValue, why),
+                Some(Err(why)) => {
+                    problems.push(logs.span().start, ErrorCode::InvalidValue, why.to_string());
+                }
                 None => global.access_logs = AccessLogTarget::File(PathBuf::from(other)),
             },
         }

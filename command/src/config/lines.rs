@@ -9,12 +9,14 @@
 //! Must never: decide what a key means or what its default is; it only
 //! places and words problems the other parts find.
 
+use core::fmt;
+
 use toml::Spanned;
 
 use super::raw::RawDuration;
 use super::{ConfigProblem, Location};
 use crate::codes::ErrorCode;
-use crate::duration;
+use crate::duration::{self, DurationError, Unit};
 
 pub(super) struct Problems<'l> {
     pub(super) lines: &'l LineIndex<'l>,
@@ -79,22 +81,47 @@ pub(super) fn ranged<T: TryFrom<i64>>(
     }
 }
 
+/// Why a duration key holds no milliseconds preread can carry; the message
+/// leaves out the key's name, which its caller puts in front.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum DurationValueError {
+    /// A bare integer below zero, or too large once made milliseconds.
+    OutOfRange { count: i64, unit: Unit },
+    /// A duration string preread cannot take.
+    Text(DurationError),
+}
+
+impl fmt::Display for DurationValueError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::OutOfRange { count, unit } => write!(
+                f,
+                "{count} is out of range: use a number of {} of at least 0, or a duration \
+                 string like \"5s\"",
+                unit.name()
+            ),
+            Self::Text(error) => error.fmt(f),
+        }
+    }
+}
+
+impl core::error::Error for DurationValueError {}
+
 /// The milliseconds a duration key holds, or why it holds none that
-/// preread can carry (without the key's name).
-pub(super) fn millis_of<const SECONDS: bool>(value: &RawDuration<SECONDS>) -> Result<u64, String> {
+/// preread can carry.
+pub(super) fn millis_of<const SECONDS: bool>(
+    value: &RawDuration<SECONDS>,
+) -> Result<u64, DurationValueError> {
     let unit = RawDuration::<SECONDS>::UNIT;
     match value {
         RawDuration::Integer(count) => u64::try_from(*count)
             .ok()
-            .and_then(|count| count.checked_mul(unit.millis()))
-            .ok_or_else(|| {
-                format!(
-                    "{count} is out of range: use a number of {} of at least 0, or a duration \
-                     string like \"5s\"",
-                    unit.name()
-                )
+            .and_then(|millis| millis.checked_mul(unit.millis()))
+            .ok_or(DurationValueError::OutOfRange {
+                count: *count,
+                unit,
             }),
-        RawDuration::Text(text) => duration::millis_of_text(text).map_err(|e| e.to_string()),
+        RawDuration::Text(text) => duration::millis_of_text(text).map_err(DurationValueError::Text),
     }
 }
 
@@ -132,6 +159,40 @@ pub(super) fn duration_millis<const SECONDS: bool>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_duration_out_of_range_says_what_to_write() {
+        let negative = millis_of(&RawDuration::<true>::Integer(-5));
+        assert_eq!(
+            negative,
+            Err(DurationValueError::OutOfRange {
+                count: -5,
+                unit: Unit::Seconds
+            })
+        );
+        assert_eq!(
+            negative.map_err(|e| e.to_string()),
+            Err(
+                "-5 is out of range: use a number of seconds of at least 0, or a duration \
+                 string like \"5s\""
+                    .into()
+            )
+        );
+        let text = millis_of(&RawDuration::<false>::Text("1500us".into()));
+        assert!(
+            matches!(
+                &text,
+                Err(DurationValueError::Text(
+                    DurationError::BelowMillisecond { .. }
+                ))
+            ),
+            "{text:?}"
+        );
+        assert!(
+            text.is_err_and(|e| e.to_string().contains("round it to ms")),
+            "the string's own message"
+        );
+    }
 
     #[test]
     fn line_index_is_one_based_and_counts_characters() {

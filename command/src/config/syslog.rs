@@ -6,6 +6,7 @@
 //! socket (the proxy's access-log writer does), or take a value without the
 //! `syslog:` prefix (that is a file path).
 
+use core::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -23,24 +24,63 @@ pub enum SyslogTarget {
     Udp(SocketAddr),
 }
 
+/// An `access_logs` value that starts with `syslog:` but names no target
+/// preread can send to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum SyslogTargetError {
+    /// `syslog:udp://` with something other than an `ip:port`.
+    NotAnAddress { value: String, address: String },
+    /// A transport other than a Unix socket or UDP.
+    Scheme { value: String, scheme: String },
+    /// `syslog:` and nothing after it.
+    NoSocket { value: String },
+}
+
+impl fmt::Display for SyslogTargetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let usage = "write syslog:/dev/log (a Unix datagram socket) or syslog:udp://IP:PORT";
+        match self {
+            Self::NotAnAddress { value, address } => write!(
+                f,
+                "access_logs {}: `{address}` is not an ip:port address (host names are not \
+                 resolved); {usage}",
+                quoted(value)
+            ),
+            Self::Scheme { value, scheme } => write!(
+                f,
+                "access_logs {}: syslog over `{scheme}` is not supported; {usage}",
+                quoted(value)
+            ),
+            Self::NoSocket { value } => {
+                write!(f, "access_logs {} names no socket; {usage}", quoted(value))
+            }
+        }
+    }
+}
+
+impl core::error::Error for SyslogTargetError {}
+
 /// The syslog target `value` names, if it starts with `syslog:`: `None`
 /// for any other value, `Some(Err(why))` for a syslog target written
 /// wrong.
-pub(super) fn syslog_target(value: &str) -> Option<Result<SyslogTarget, String>> {
+pub(super) fn syslog_target(value: &str) -> Option<Result<SyslogTarget, SyslogTargetError>> {
     let rest = value.strip_prefix(PREFIX)?;
-    let usage = "write syslog:/dev/log (a Unix datagram socket) or syslog:udp://IP:PORT";
-    let shown = quoted(value);
+    let value = value.to_owned();
     Some(match rest.split_once("://") {
-        Some(("udp", address)) => address.parse().map(SyslogTarget::Udp).map_err(|_| {
-            format!(
-                "access_logs {shown}: `{address}` is not an ip:port address (host names are \
-                 not resolved); {usage}"
-            )
+        Some(("udp", address)) => {
+            address
+                .parse()
+                .map(SyslogTarget::Udp)
+                .map_err(|_| SyslogTargetError::NotAnAddress {
+                    value,
+                    address: address.to_owned(),
+                })
+        }
+        Some((scheme, _)) => Err(SyslogTargetError::Scheme {
+            value,
+            scheme: scheme.to_owned(),
         }),
-        Some((scheme, _)) => Err(format!(
-            "access_logs {shown}: syslog over `{scheme}` is not supported; {usage}"
-        )),
-        None if rest.is_empty() => Err(format!("access_logs {shown} names no socket; {usage}")),
+        None if rest.is_empty() => Err(SyslogTargetError::NoSocket { value }),
         None => Ok(SyslogTarget::Unix(PathBuf::from(rest))),
     })
 }
@@ -76,9 +116,10 @@ mod tests {
                 "syslog over `tcp` is not supported",
             ),
         ] {
-            let Some(Err(message)) = syslog_target(value) else {
+            let Some(Err(error)) = syslog_target(value) else {
                 panic!("{value} is refused");
             };
+            let message = error.to_string();
             assert!(message.contains(why), "{message}");
             assert!(message.contains("syslog:udp://IP:PORT"), "{message}");
         }

@@ -22,6 +22,8 @@
 //! Must never: touch a file, skip a damaged record that other records
 //! follow, or replay a record whose predecessor is missing.
 
+use core::fmt;
+
 use serde::{Deserialize, Serialize};
 
 use super::StateFileError;
@@ -181,22 +183,25 @@ pub(super) fn scan(bytes: &[u8]) -> Result<Scanned<'_>, StateFileError> {
             break;
         };
         let last = body_start + body.len() == rest.len();
-        if let Err(why) = check_body(&head, body) {
-            if last {
+        let body = match check_body(&head, body) {
+            Ok(text) => text,
+            Err(why) if last => {
                 scanned.torn = Some(torn(format!(
                     "record {}: {why}, and nothing follows it",
                     head.seq
                 )));
                 break;
             }
-            return Err(corrupt(
-                line,
-                format!(
-                    "record {}: {why}, and other records follow it: the journal was damaged",
-                    head.seq
-                ),
-            ));
-        }
+            Err(why) => {
+                return Err(corrupt(
+                    line,
+                    format!(
+                        "record {}: {why}, and other records follow it: the journal was damaged",
+                        head.seq
+                    ),
+                ));
+            }
+        };
         if let Some(previous) = previous
             && Some(head.seq) != previous.checked_add(1)
         {
@@ -209,8 +214,6 @@ pub(super) fn scan(bytes: &[u8]) -> Result<Scanned<'_>, StateFileError> {
             ));
         }
         previous = Some(head.seq);
-        // Checked as UTF-8 by `check_body`.
-        let body = std::str::from_utf8(body).unwrap_or_default();
         scanned.records.push(Record {
             seq: head.seq,
             line,
@@ -223,27 +226,52 @@ pub(super) fn scan(bytes: &[u8]) -> Result<Scanned<'_>, StateFileError> {
     Ok(scanned)
 }
 
-/// Why a record's request lines do not match its head, if they do not.
-fn check_body(head: &Head, body: &[u8]) -> Result<(), String> {
+/// Why a record's request lines do not match its head; the message is
+/// the middle of a sentence that names the record and says what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum BodyMismatch {
+    Checksum { found: String, head: String },
+    NotUtf8,
+    NoFinalNewline,
+    Lines { found: u64, head: u64 },
+}
+
+impl fmt::Display for BodyMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Checksum { found, head } => {
+                write!(f, "its checksum is {found} where its head says {head}")
+            }
+            Self::NotUtf8 => f.write_str("it is not UTF-8 text"),
+            Self::NoFinalNewline => f.write_str("its last line does not end with a newline"),
+            Self::Lines { found, head } => {
+                write!(f, "it holds {found} line(s) where its head says {head}")
+            }
+        }
+    }
+}
+
+/// A record's request lines as text, or why they do not match its head.
+fn check_body<'a>(head: &Head, body: &'a [u8]) -> Result<&'a str, BodyMismatch> {
     let crc = format!("{:08x}", crc32fast::hash(body));
     if crc != head.crc32 {
-        return Err(format!(
-            "its checksum is {crc} where its head says {}",
-            head.crc32
-        ));
+        return Err(BodyMismatch::Checksum {
+            found: crc,
+            head: head.crc32.clone(),
+        });
     }
-    let text = std::str::from_utf8(body).map_err(|_| "it is not UTF-8 text".to_owned())?;
+    let text = std::str::from_utf8(body).map_err(|_| BodyMismatch::NotUtf8)?;
     if !text.is_empty() && !text.ends_with('\n') {
-        return Err("its last line does not end with a newline".to_owned());
+        return Err(BodyMismatch::NoFinalNewline);
     }
     let lines = u64::try_from(text.matches('\n').count()).unwrap_or(u64::MAX);
     if lines != head.requests {
-        return Err(format!(
-            "it holds {lines} line(s) where its head says {}",
-            head.requests
-        ));
+        return Err(BodyMismatch::Lines {
+            found: lines,
+            head: head.requests,
+        });
     }
-    Ok(())
+    Ok(text)
 }
 
 /// What replaying a journal onto its snapshot did.
@@ -310,4 +338,47 @@ pub(super) fn highest_seq(bytes: &[u8]) -> Option<u64> {
         })
         .map(|head| head.journal_record.seq)
         .max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head_of(body: &[u8], requests: u64) -> Head {
+        Head {
+            seq: 1,
+            requests,
+            bytes: u64::try_from(body.len()).unwrap_or(u64::MAX),
+            crc32: format!("{:08x}", crc32fast::hash(body)),
+        }
+    }
+
+    #[test]
+    fn a_body_that_does_not_match_its_head_says_which_field_differs() {
+        let body = b"{}\n{}\n";
+        assert_eq!(check_body(&head_of(body, 2), body), Ok("{}\n{}\n"));
+        let mut wrong_crc = head_of(body, 2);
+        wrong_crc.crc32 = "00000000".into();
+        let found = format!("{:08x}", crc32fast::hash(body));
+        assert_eq!(
+            check_body(&wrong_crc, body).map_err(|e| e.to_string()),
+            Err(format!(
+                "its checksum is {found} where its head says 00000000"
+            ))
+        );
+        assert_eq!(
+            check_body(&head_of(body, 3), body).map_err(|e| e.to_string()),
+            Err("it holds 2 line(s) where its head says 3".into())
+        );
+        let cut = b"{}\n{}";
+        assert_eq!(
+            check_body(&head_of(cut, 1), cut),
+            Err(BodyMismatch::NoFinalNewline)
+        );
+        let binary = b"\xff\n";
+        assert_eq!(
+            check_body(&head_of(binary, 1), binary).map_err(|e| e.to_string()),
+            Err("it is not UTF-8 text".into())
+        );
+    }
 }

@@ -5,7 +5,7 @@
 //! `prometheus-client`).
 //!
 //! Owns: the endpoint's listening socket and its threads: one accepts,
-//! [`MAX_SCRAPES_IN_FLIGHT`] serve (one connection each, see `serve`),
+//! [`MAX_SCRAPES_IN_FLIGHT`] serve (one connection each, in `serve.rs`),
 //! and at most [`MAX_WAITING`] accepted connections wait for them (past
 //! that a connection is answered 503 at once). In an upgrade the socket is
 //! handed over like the listeners ([`Slot::handover_copy`]): the successor

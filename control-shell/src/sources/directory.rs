@@ -13,7 +13,7 @@
 //! failed part way as a whole read.
 
 use std::collections::BTreeSet;
-use std::io::ErrorKind;
+use std::io::{self, ErrorKind};
 use std::path::Path;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, SystemTime};
@@ -74,7 +74,7 @@ pub(super) fn run(path: &Path, reporter: &Reporter) {
                     // Gone or replaced: a new watch is needed to see it again.
                     let _ = debouncer.watcher().unwatch(path);
                     watching = false;
-                    failed(path, &error)
+                    failed(path, &format!("cannot be read: {error}"))
                 }
             };
             if !reporter.report(event) {
@@ -136,11 +136,10 @@ fn removed<'a>(before: &'a BTreeSet<String>, now: &BTreeSet<String>) -> Vec<&'a 
 
 /// Every fragment file of `path`, in name order; a file deleted between
 /// the listing and its read is left out, as removed.
-fn scan(path: &Path) -> Result<Vec<Fragment>, String> {
-    let entries = std::fs::read_dir(path).map_err(|e| format!("cannot be read: {e}"))?;
+fn scan(path: &Path) -> io::Result<Vec<Fragment>> {
     let mut names = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| format!("cannot be read: {e}"))?;
+    for entry in std::fs::read_dir(path)? {
+        let entry = entry?;
         match entry.file_name().into_string() {
             Ok(name) if is_fragment_file(&name) => names.push(name),
             // Not a fragment file, or a name that is not UTF-8 (never one:
@@ -195,7 +194,7 @@ mod tests {
         std::fs::write(dir.path().join(".hidden.toml"), "[clusters.h]\n")?;
         std::fs::write(dir.path().join("notes.txt"), "x")?;
         std::fs::create_dir(dir.path().join("d.toml"))?;
-        let fragments = scan(dir.path()).map_err(std::io::Error::other)?;
+        let fragments = scan(dir.path())?;
         let names: Vec<&str> = fragments.iter().map(|f| f.id.name.as_str()).collect();
         assert_eq!(names, ["a.toml", "b.toml", "d.toml"]);
         assert!(matches!(fragments[0].body, FragmentBody::Broken(_)));

@@ -15,6 +15,7 @@ use command::sources::SourceKind;
 use command::sources::labels::fragments;
 
 use super::docker_api::{DockerApi, changes_routes};
+use super::docker_error::DockerError;
 use super::{Reporter, SourceEvent};
 
 /// The first wait before reconnecting to an unreachable Docker.
@@ -29,7 +30,7 @@ enum Ended {
     /// The proxy stops the source.
     Stop,
     /// Docker went away, or never answered.
-    Lost(String),
+    Lost(DockerError),
 }
 
 /// Runs the source until the proxy stops it.

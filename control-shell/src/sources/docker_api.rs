@@ -20,6 +20,7 @@ use command::sources::labels::Container;
 use serde::Deserialize;
 use ureq::Agent;
 
+use super::docker_error::DockerError;
 use super::unix_transport::{NoResolver, UnixConnector};
 
 /// How long listing the containers may take.
@@ -143,7 +144,7 @@ impl DockerApi {
     }
 
     /// The running containers.
-    pub(super) fn containers(&self) -> Result<Vec<Container>, String> {
+    pub(super) fn containers(&self) -> Result<Vec<Container>, DockerError> {
         let mut response = self
             .agent
             .get("http://docker/containers/json")
@@ -151,25 +152,31 @@ impl DockerApi {
             .timeout_global(Some(LIST_TIMEOUT))
             .build()
             .call()
-            .map_err(|e| format!("GET /containers/json: {e}"))?;
+            .map_err(|error| DockerError::Call {
+                call: "GET /containers/json",
+                error,
+            })?;
         let body = response
             .body_mut()
             .with_config()
             .limit(MAX_LIST_BYTES)
             .read_to_vec()
-            .map_err(|e| format!("GET /containers/json: reading the answer: {e}"))?;
-        let listed: Vec<ListedContainer> = serde_json::from_slice(&body)
-            .map_err(|e| format!("GET /containers/json: not a container list: {e}"))?;
+            .map_err(DockerError::ReadList)?;
+        let listed: Vec<ListedContainer> =
+            serde_json::from_slice(&body).map_err(DockerError::NotAList)?;
         Ok(listed.into_iter().map(Container::from).collect())
     }
 
     /// The stream of container events, opened (its answer's head read).
-    pub(super) fn events(&self) -> Result<Events, String> {
+    pub(super) fn events(&self) -> Result<Events, DockerError> {
         let response = self
             .agent
             .get(format!("http://docker{CONTAINER_EVENTS}"))
             .call()
-            .map_err(|e| format!("GET /events: {e}"))?;
+            .map_err(|error| DockerError::Call {
+                call: "GET /events",
+                error,
+            })?;
         Ok(Events {
             reader: BufReader::new(Box::new(response.into_body().into_reader())),
         })
@@ -190,27 +197,26 @@ pub(super) struct Events {
 impl Events {
     /// The action of the next event (`start`, `die`, ...); `Err` when the
     /// stream ends or breaks.
-    pub(super) fn next_action(&mut self) -> Result<String, String> {
+    pub(super) fn next_action(&mut self) -> Result<String, DockerError> {
         let mut line = Vec::new();
         loop {
             line.clear();
             let read = (&mut self.reader)
                 .take(MAX_EVENT_BYTES)
                 .read_until(b'\n', &mut line)
-                .map_err(|e| format!("the event stream broke: {e}"))?;
+                .map_err(DockerError::StreamBroke)?;
             if read == 0 {
-                return Err("the event stream ended".to_owned());
+                return Err(DockerError::StreamEnded);
             }
             if line.last() != Some(&b'\n') && read as u64 == MAX_EVENT_BYTES {
-                return Err(format!(
-                    "an event line is over {MAX_EVENT_BYTES} bytes: the stream is dropped"
-                ));
+                return Err(DockerError::EventTooLong {
+                    max: MAX_EVENT_BYTES,
+                });
             }
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            let event: Event =
-                serde_json::from_slice(&line).map_err(|e| format!("an event is not JSON: {e}"))?;
+            let event: Event = serde_json::from_slice(&line).map_err(DockerError::EventNotJson)?;
             return Ok(event.action);
         }
     }

@@ -15,6 +15,7 @@
 mod directory;
 mod docker;
 mod docker_api;
+mod docker_error;
 mod unix_transport;
 
 use std::io;

@@ -6,13 +6,12 @@
 
 use std::path::PathBuf;
 
-use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
-use command::duration::{self, Unit};
+use command::duration::Unit;
 use command::proto;
-use command::spelling::{
-    self, HEALTH_CHECK_KIND, LOAD_BALANCING, PROXY_PROTOCOL, REJECT_WITH, Spelling,
-};
+use command::spelling::{HEALTH_CHECK_KIND, LOAD_BALANCING, PROXY_PROTOCOL, REJECT_WITH};
+
+use super::arg_values::{millis, millis_u32, read_size, reject_reason, spelt, watch_interval};
 
 /// preread: routes TLS connections by SNI and ALPN without terminating TLS.
 #[derive(Debug, Parser)]
@@ -234,40 +233,6 @@ pub struct TcpListenerArgs {
     pub max_unrouted_per_ip: Option<u32>,
 }
 
-/// A value of an enumerated setting, spelt as the config file spells it
-/// (`round_robin`, shown by `--help`), or as one of its other spellings
-/// (`round-robin`, Sōzu's `ROUND_ROBIN`): the table is the config's own.
-fn spelt<T: Copy + Send + Sync + 'static>(
-    table: &'static [Spelling<T>],
-) -> impl TypedValueParser<Value = T> {
-    PossibleValuesParser::new(table.iter().map(|spelling| {
-        PossibleValue::new(spelling.name).aliases(spelling.aliases.iter().copied())
-    }))
-    .try_map(move |text| {
-        spelling::parse(table, &text)
-            .ok_or_else(|| format!("{} is not one of the values", spelling::quoted(&text)))
-    })
-}
-
-/// A duration flag: a bare integer in `unit`, as the config's key takes
-/// it, or a string with its unit (`1500ms`, `5s`); whole milliseconds.
-fn millis(unit: Unit) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
-    move |text| duration::parse_setting(text, unit)
-}
-
-/// A duration flag carried in a `uint32` of milliseconds.
-fn millis_u32(unit: Unit) -> impl Fn(&str) -> Result<u32, String> + Clone + Send + Sync + 'static {
-    move |text| {
-        let millis = duration::parse_setting(text, unit)?;
-        u32::try_from(millis).map_err(|_| {
-            format!(
-                "{text} is too long: at most {}",
-                duration::shown(u64::from(u32::MAX))
-            )
-        })
-    }
-}
-
 #[derive(Debug, Subcommand)]
 pub enum ClusterAction {
     /// Add a cluster.
@@ -445,44 +410,4 @@ pub struct MetricsGetArgs {
     /// Leave out metrics that are 0 and did not move since the last refresh.
     #[arg(long, requires = "watch")]
     pub hide_zero: bool,
-}
-
-/// The shortest `--watch` interval: each refresh asks every worker, so a
-/// tighter loop would load the proxy for a table nobody can read.
-pub const WATCH_MIN_MS: u64 = 100;
-
-/// A `--watch` interval, in milliseconds.
-fn watch_interval(text: &str) -> Result<u64, String> {
-    let millis = duration::parse_setting(text, Unit::Seconds)?;
-    if millis < WATCH_MIN_MS {
-        return Err(format!(
-            "{} is too short an interval: give at least {}, such as 2, 2s or 500ms",
-            duration::shown(millis),
-            duration::shown(WATCH_MIN_MS)
-        ));
-    }
-    Ok(millis)
-}
-
-/// A reason `rejects --reason` can match: a reject or a fallback reason.
-fn reject_reason(text: &str) -> Result<String, String> {
-    let known: Vec<&str> = preread_core::RejectReason::ALL
-        .iter()
-        .map(|r| r.as_str())
-        .chain(preread_core::FallbackReason::ALL.iter().map(|r| r.as_str()))
-        .collect();
-    if known.contains(&text) {
-        Ok(text.to_owned())
-    } else {
-        Err(format!("unknown reason; use one of {}", known.join(", ")))
-    }
-}
-
-/// One size of `inspect --reads`: a read adds at least one byte.
-fn read_size(text: &str) -> Result<usize, String> {
-    match text.trim().parse::<usize>() {
-        Ok(0) => Err("a read adds at least one byte: use sizes of 1 or more".into()),
-        Ok(size) => Ok(size),
-        Err(_) => Err(format!("{text:?} is not a byte count")),
-    }
 }

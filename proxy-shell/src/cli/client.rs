@@ -4,15 +4,16 @@
 //! Owns: socket path resolution and the exit status of socket commands.
 //! Must never: retry a refused request (the operator decides).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use command::channel::{BlockingChannel, MAX_ANSWER_LEN};
+use command::channel::{BlockingChannel, ChannelError, MAX_ANSWER_LEN};
 use command::config::load_global_settings_file;
 use command::proto;
 
 use super::print::{failure_text, success_json, success_text};
+use super::socket_error::{NoSocket, SocketError};
 use super::{EXIT_FAILED, EXIT_USAGE, Globals};
 
 /// The config file a command uses: `-c`, `$PREREAD_CONFIG`, or `preread.toml`.
@@ -24,31 +25,29 @@ pub(super) fn config_path(globals: &Globals) -> PathBuf {
 }
 
 /// The command socket: `--socket`, else the config's `command_socket`.
-pub(super) fn socket_path(globals: &Globals) -> Result<PathBuf, String> {
+pub(super) fn socket_path(globals: &Globals) -> Result<PathBuf, NoSocket> {
     if let Some(socket) = &globals.socket {
         return Ok(socket.clone());
     }
     let config = config_path(globals);
     match load_global_settings_file(&config) {
         Ok(global) => Ok(global.command_socket),
-        Err(problems) => {
-            let listed: Vec<String> = problems.iter().map(ToString::to_string).collect();
-            Err(format!(
-                "cannot find the command socket: {} is not a valid config (give --socket PATH, or fix it):\n  {}",
-                config.display(),
-                listed.join("\n  ")
-            ))
-        }
+        Err(problems) => Err(NoSocket { config, problems }),
     }
 }
 
 /// An open channel to the proxy listening on `socket`.
-pub(super) fn open(socket: &std::path::Path, globals: &Globals) -> Result<BlockingChannel, String> {
+pub(super) fn open(socket: &Path, globals: &Globals) -> Result<BlockingChannel, ChannelError> {
     // The answers of a large proxy (its metrics) go past the request cap.
     BlockingChannel::connect(socket, Duration::from_millis(globals.timeout))
         .map(|channel| channel.with_max_frame_len(MAX_ANSWER_LEN))
-        // The channel's error already asks whether the proxy runs on this path.
-        .map_err(|e| e.to_string())
+}
+
+/// An open channel to the proxy of `globals`: [`socket_path`], then
+/// [`open`].
+pub(super) fn connect(globals: &Globals) -> Result<BlockingChannel, SocketError> {
+    let socket = socket_path(globals)?;
+    Ok(open(&socket, globals)?)
 }
 
 /// Whether a response is a refusal or failure.

@@ -4,16 +4,20 @@
 //! exit statuses of doc/configure.md (0 success, 1 refused or failed, 2 bad
 //! usage or invalid config). Must never: hold routing logic of its own.
 
+mod arg_values;
 pub mod args;
 mod client;
 mod describe;
+mod inspect_error;
 mod listing;
 mod offline;
 pub mod print;
 mod rejects;
 mod reload;
+mod reload_failure;
 pub mod requests;
 mod screen;
+mod socket_error;
 mod socket_flags;
 mod watch;
 mod watch_table;

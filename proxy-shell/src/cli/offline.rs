@@ -19,6 +19,7 @@ use command::state_file::seal_state_file;
 use serde_json::json;
 
 use super::client::config_path;
+use super::inspect_error::{InspectInputError, ListenerChoiceError};
 use super::{EXIT_USAGE, Globals};
 use crate::inspect::{InspectOptions, decode_hex, inspect as inspect_one};
 use preread_worker::worker::runtime::reject_with;
@@ -127,56 +128,66 @@ pub(super) fn state_seal(file: &Path, json_output: bool) -> ExitCode {
     }
 }
 
-fn read_input(path: &Path, hex: bool) -> Result<Vec<u8>, String> {
+fn read_input(path: &Path, hex: bool) -> Result<Vec<u8>, InspectInputError> {
     let mut raw = Vec::new();
     let read = if path.as_os_str() == "-" {
         std::io::stdin().read_to_end(&mut raw).map(drop)
     } else {
         std::fs::read(path).map(|bytes| raw = bytes)
     };
-    read.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    read.map_err(|error| InspectInputError::Read {
+        path: path.to_owned(),
+        error,
+    })?;
     if !hex {
         return Ok(raw);
     }
-    let text = String::from_utf8(raw)
-        .map_err(|_| format!("{}: --hex input is not text", path.display()))?;
-    decode_hex(&text).map_err(|e| format!("{}: {e}", path.display()))
+    let text = String::from_utf8(raw).map_err(|_| InspectInputError::NotText {
+        path: path.to_owned(),
+    })?;
+    decode_hex(&text).map_err(|error| InspectInputError::Hex {
+        path: path.to_owned(),
+        error,
+    })
 }
 
 /// The listener `inspect --config` decides for (`--listener`, else the
 /// first one the config declares), built as a worker builds it: its
 /// `sni_preread_max_bytes` cap, the catch-all frontend included.
-fn listener_routes(config: &Path, wanted: Option<&str>) -> Result<(PrereadListener, bool), String> {
-    let loaded = load_config_file(config).map_err(|problems| {
-        let listed: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        format!(
-            "{} is not a valid config:\n  {}",
-            config.display(),
-            listed.join("\n  ")
-        )
+fn listener_routes(
+    config: &Path,
+    wanted: Option<&str>,
+) -> Result<(PrereadListener, bool), ListenerChoiceError> {
+    let loaded = load_config_file(config).map_err(|problems| ListenerChoiceError::Config {
+        config: config.to_owned(),
+        problems,
     })?;
     let state = &loaded.state;
     let address: SocketAddr = match wanted {
         Some(text) => text
             .parse()
-            .map_err(|_| format!("--listener {text:?} is not an ip:port address"))?,
+            .map_err(|_| ListenerChoiceError::NotAnAddress {
+                text: text.to_owned(),
+            })?,
         None => loaded
             .requests()
             .find_map(|r| match &r.request_type {
                 Some(RequestType::AddTcpListener(l)) => l.address.parse().ok(),
                 _ => None,
             })
-            .ok_or_else(|| format!("{} declares no listener", config.display()))?,
+            .ok_or_else(|| ListenerChoiceError::NoListener {
+                config: config.to_owned(),
+            })?,
     };
-    let listener = state
-        .listener(&address)
-        .ok_or_else(|| format!("{} has no listener {address}", config.display()))?;
+    let unknown = || ListenerChoiceError::Unknown {
+        config: config.to_owned(),
+        address,
+    };
+    let listener = state.listener(&address).ok_or_else(unknown)?;
     let expect_proxy = listener.expect_proxy;
     let config_listener = listener;
     let catch_all = state.catch_all(&address).map(Arc::from);
-    let preread = state
-        .preread_config(&address)
-        .ok_or_else(|| format!("{} has no listener {address}", config.display()))?;
+    let preread = state.preread_config(&address).ok_or_else(unknown)?;
     let mut listener = PrereadListener::new(preread, catch_all);
     listener.reject_with = reject_with(config_listener.reject_with());
     Ok((listener, expect_proxy))
@@ -201,8 +212,8 @@ pub(super) fn inspect(
                 options.expect_proxy |= listener_expects_proxy;
                 options.listener = Some(routes);
             }
-            Err(message) => {
-                eprintln!("preread inspect: {message}");
+            Err(error) => {
+                eprintln!("preread inspect: {error}");
                 return ExitCode::from(EXIT_USAGE);
             }
         }
@@ -223,8 +234,8 @@ pub(super) fn inspect(
                     return ExitCode::from(EXIT_USAGE);
                 }
             }
-            Err(message) => {
-                eprintln!("preread inspect: {message}");
+            Err(error) => {
+                eprintln!("preread inspect: {error}");
                 status = ExitCode::from(EXIT_USAGE);
             }
         }

@@ -7,7 +7,9 @@
 //! answer. Must never: write anywhere but DIR, or change a byte of a
 //! window (the file is what the worker read, for `inspect` to replay).
 
-use std::path::Path;
+use core::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use command::proto::{self, response_content::ContentType};
@@ -21,20 +23,19 @@ use super::{EXIT_FAILED, EXIT_USAGE, Globals};
 pub(super) fn run(globals: &Globals, request: &proto::Request, dump: Option<&Path>) -> ExitCode {
     let socket = match socket_path(globals) {
         Ok(socket) => socket,
-        Err(message) => {
-            eprintln!("preread: {message}");
+        Err(error) => {
+            eprintln!("preread: {error}");
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let response = match open(&socket, globals)
-        .and_then(|mut channel| channel.request(request, |_| {}).map_err(|e| e.to_string()))
-    {
-        Ok(response) => response,
-        Err(message) => {
-            eprintln!("preread: {message}");
-            return ExitCode::from(EXIT_FAILED);
-        }
-    };
+    let response =
+        match open(&socket, globals).and_then(|mut channel| channel.request(request, |_| {})) {
+            Ok(response) => response,
+            Err(error) => {
+                eprintln!("preread: {error}");
+                return ExitCode::from(EXIT_FAILED);
+            }
+        };
     if is_failure(&response) {
         eprintln!("{}", failure_text(&response));
         return ExitCode::from(EXIT_FAILED);
@@ -46,8 +47,8 @@ pub(super) fn run(globals: &Globals, request: &proto::Request, dump: Option<&Pat
     let files = match dump {
         Some(dir) => match write_all(dir, &list) {
             Ok(files) => files,
-            Err(message) => {
-                eprintln!("preread: {message}");
+            Err(error) => {
+                eprintln!("preread: {error}");
                 return ExitCode::from(EXIT_FAILED);
             }
         },
@@ -86,26 +87,65 @@ fn file_name(window: &proto::CapturedWindow) -> String {
     format!("w{}-{:06}-{outcome}.bin", window.worker, window.seq)
 }
 
+/// Why a dump stopped: the folder or one of its files could not be
+/// written.
+#[derive(Debug)]
+enum DumpError {
+    CreateDir { dir: PathBuf, error: io::Error },
+    Write { path: PathBuf, error: io::Error },
+}
+
+impl fmt::Display for DumpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::CreateDir { dir, error } => write!(
+                f,
+                "cannot create {}: {error} (give --dump a folder this user can create)",
+                dir.display()
+            ),
+            Self::Write { path, error } => write!(
+                f,
+                "cannot write {}: {error} (give --dump a folder this user can write)",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl core::error::Error for DumpError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::CreateDir { error, .. } | Self::Write { error, .. } => Some(error),
+        }
+    }
+}
+
 /// Writes every window of `list` into `dir` (created if missing); the
 /// paths written, in the list's order.
-fn write_all(dir: &Path, list: &proto::RejectList) -> Result<Vec<String>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+fn write_all(dir: &Path, list: &proto::RejectList) -> Result<Vec<String>, DumpError> {
+    std::fs::create_dir_all(dir).map_err(|error| DumpError::CreateDir {
+        dir: dir.to_owned(),
+        error,
+    })?;
     list.windows
         .iter()
         .map(|window| {
             let path = dir.join(file_name(window));
-            std::fs::write(&path, &window.window)
-                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-            Ok(path.display().to_string())
+            match std::fs::write(&path, &window.window) {
+                Ok(()) => Ok(path.display().to_string()),
+                Err(error) => Err(DumpError::Write { path, error }),
+            }
         })
         .collect()
 }
 
 #[cfg(test)]
 mod tests {
+    use std::error::Error;
+
     use command::proto;
 
-    use super::{file_name, write_all};
+    use super::{DumpError, file_name, write_all};
 
     fn window(seq: u64, outcome: &str, bytes: &[u8]) -> proto::CapturedWindow {
         proto::CapturedWindow {
@@ -118,8 +158,8 @@ mod tests {
     }
 
     #[test]
-    fn each_window_is_written_byte_for_byte_under_a_stable_name() -> Result<(), String> {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    fn each_window_is_written_byte_for_byte_under_a_stable_name() -> Result<(), Box<dyn Error>> {
+        let dir = tempfile::tempdir()?;
         let list = proto::RejectList {
             windows: vec![
                 window(7, "rejected:not_tls", b"GET / HTTP/1.1\r\n"),
@@ -137,11 +177,33 @@ mod tests {
             "w1-000003-fallback-sni_unmatched.bin"
         );
         for (file, window) in files.iter().zip(&list.windows) {
-            assert_eq!(
-                std::fs::read(file).map_err(|e| e.to_string())?,
-                window.window
-            );
+            assert_eq!(std::fs::read(file)?, window.window);
         }
+        Ok(())
+    }
+
+    #[test]
+    fn a_dump_that_cannot_be_written_says_which_folder_to_give() -> Result<(), Box<dyn Error>> {
+        let dir = tempfile::tempdir()?;
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, b"")?;
+        let list = proto::RejectList {
+            windows: vec![window(1, "rejected:not_tls", b"x")],
+            left_out: 0,
+        };
+        let refused = write_all(&file.join("dump"), &list);
+        assert!(
+            matches!(refused, Err(DumpError::CreateDir { .. })),
+            "{refused:?}"
+        );
+        let shown = refused.map_err(|e| e.to_string());
+        assert!(
+            shown
+                .as_ref()
+                .is_err_and(|e| e.starts_with("cannot create ")
+                    && e.ends_with("(give --dump a folder this user can create)")),
+            "{shown:?}"
+        );
         Ok(())
     }
 }

@@ -22,8 +22,9 @@ use command::config::load_config;
 use command::proto::{self, request::RequestType, response_content::ContentType};
 use prost::Message;
 
-use super::client::{config_path, is_failure, open, socket_path};
+use super::client::{config_path, connect, is_failure};
 use super::describe;
+use super::reload_failure::ReloadFailure;
 use super::{EXIT_FAILED, EXIT_USAGE, Globals};
 use preread_worker::answer_code::AnswerCode;
 
@@ -60,7 +61,7 @@ fn parts(requests: Vec<proto::Request>) -> Vec<Vec<proto::Request>> {
 fn send(
     channel: &mut BlockingChannel,
     requests: Vec<proto::Request>,
-) -> Result<proto::BatchReport, String> {
+) -> Result<proto::BatchReport, ReloadFailure> {
     let parts = parts(requests);
     let count = parts.len();
     for (index, requests) in parts.into_iter().enumerate() {
@@ -70,28 +71,28 @@ fn send(
             declarations: true,
             more,
         }));
-        let response = channel.request(&batch, |_| {}).map_err(|e| {
-            format!(
-                "{}: the proxy did not answer part {} of {count}: {e}",
-                AnswerCode::NoAnswer,
-                index + 1
-            )
-        })?;
+        let response =
+            channel
+                .request(&batch, |_| {})
+                .map_err(|error| ReloadFailure::NoAnswer {
+                    part: Some((index + 1, count)),
+                    error,
+                })?;
         if is_failure(&response) {
-            return Err(format!("{}: {}", response.error_code, response.message));
+            return Err(ReloadFailure::Refused {
+                code: response.error_code,
+                message: response.message,
+            });
         }
         if !more {
             return match response.content.and_then(|c| c.content_type) {
                 Some(ContentType::Batch(report)) => Ok(report),
-                _ => Err(
-                    "the proxy answered without a report: is it older than this \
-                          preread? (`preread status` shows its version)"
-                        .to_owned(),
-                ),
+                _ => Err(ReloadFailure::NoReport),
             };
         }
     }
-    Err("no part was sent".to_owned())
+    // `parts` gives at least one part, and the last one returns.
+    Err(ReloadFailure::NoReport)
 }
 
 pub(super) fn run(globals: &Globals) -> ExitCode {
@@ -106,10 +107,10 @@ pub(super) fn run(globals: &Globals) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let mut channel = match socket_path(globals).and_then(|socket| open(&socket, globals)) {
+    let mut channel = match connect(globals) {
         Ok(channel) => channel,
-        Err(message) => {
-            eprintln!("preread: {message}");
+        Err(error) => {
+            eprintln!("preread: {error}");
             return ExitCode::from(EXIT_FAILED);
         }
     };
@@ -119,7 +120,7 @@ pub(super) fn run(globals: &Globals) -> ExitCode {
             eprintln!("{message}");
             return ExitCode::from(EXIT_USAGE);
         }
-        Asked::Failed(message) => Err(Unsent::Failed(message)),
+        Asked::Failed(failure) => Err(Unsent::Failed(failure)),
         Asked::Unseen(why) => {
             eprintln!("preread reload: {why}; sending the config's declarations instead");
             send_declarations(&mut channel, &path, &bytes)
@@ -128,8 +129,8 @@ pub(super) fn run(globals: &Globals) -> ExitCode {
     let report = match outcome {
         Ok(report) => report,
         Err(Unsent::Config(code)) => return code,
-        Err(Unsent::Failed(message)) => {
-            eprintln!("preread reload: {message}");
+        Err(Unsent::Failed(failure)) => {
+            eprintln!("preread reload: {failure}");
             return ExitCode::from(EXIT_FAILED);
         }
     };
@@ -149,14 +150,14 @@ enum Asked {
     /// The proxy cannot read the file, reads another one, or does not know
     /// the request (it predates it).
     Unseen(String),
-    Failed(String),
+    Failed(ReloadFailure),
 }
 
 /// Why no report came back.
 enum Unsent {
     /// The config has problems, printed already: the exit status.
     Config(ExitCode),
-    Failed(String),
+    Failed(ReloadFailure),
 }
 
 /// Asks the proxy to read the file itself, telling it what the CLI read so
@@ -173,17 +174,12 @@ fn ask_to_read(channel: &mut BlockingChannel, path: &Path, bytes: &[u8]) -> Aske
     }));
     let response = match channel.request(&request, |_| {}) {
         Ok(response) => response,
-        Err(e) => {
-            return Asked::Failed(format!(
-                "{}: the proxy did not answer: {e}",
-                AnswerCode::NoAnswer
-            ));
-        }
+        Err(error) => return Asked::Failed(ReloadFailure::NoAnswer { part: None, error }),
     };
     if !is_failure(&response) {
         return match response.content.and_then(|c| c.content_type) {
             Some(ContentType::Batch(report)) => Asked::Report(report),
-            _ => Asked::Failed("the proxy answered without a report".to_owned()),
+            _ => Asked::Failed(ReloadFailure::NoReport),
         };
     }
     let code = response.error_code.as_str();
@@ -194,7 +190,10 @@ fn ask_to_read(channel: &mut BlockingChannel, path: &Path, bytes: &[u8]) -> Aske
     {
         Asked::Unseen(response.message)
     } else {
-        Asked::Failed(format!("{code}: {}", response.message))
+        Asked::Failed(ReloadFailure::Refused {
+            code: response.error_code,
+            message: response.message,
+        })
     }
 }
 

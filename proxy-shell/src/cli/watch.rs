@@ -13,11 +13,13 @@
 //! terminal, or write a failure to stdout unless stdout is the terminal
 //! being redrawn.
 
-use std::io::Write as _;
+use core::fmt;
+use std::io::{self, Write as _};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
+use command::channel::ChannelError;
 use command::duration;
 use command::proto::{self, request::RequestType, response_content::ContentType};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
@@ -32,16 +34,17 @@ use super::{EXIT_FAILED, EXIT_USAGE, Globals};
 /// Why a refresh got no metrics.
 #[derive(Debug)]
 enum Failure {
-    /// No connection or no answer: the text of the channel's error.
-    Unreachable(String),
+    /// No connection or no answer.
+    Unreachable(ChannelError),
     /// An answer that was a refusal, as `failure_text` writes it.
     Refused(String),
 }
 
 impl Failure {
-    fn why(&self) -> &str {
+    fn why(&self) -> String {
         match self {
-            Self::Unreachable(why) | Self::Refused(why) => why,
+            Self::Unreachable(error) => error.to_string(),
+            Self::Refused(why) => why.clone(),
         }
     }
 
@@ -49,8 +52,37 @@ impl Failure {
     /// subcommands write it.
     fn stderr_line(&self) -> String {
         match self {
-            Self::Unreachable(why) => format!("preread: {why}"),
+            Self::Unreachable(error) => format!("preread: {error}"),
             Self::Refused(text) => text.clone(),
+        }
+    }
+}
+
+/// Why the watch itself stopped (a lost proxy does not stop it).
+#[derive(Debug)]
+enum WatchError {
+    /// Stdout is closed or full: nobody sees the table any more.
+    Stdout(io::Error),
+    /// The stop signals could not be taken over.
+    Signals(io::Error),
+    /// The thread that forwards them could not start.
+    SignalThread(io::Error),
+}
+
+impl fmt::Display for WatchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Stdout(error) => write!(f, "cannot write to stdout: {error}"),
+            Self::Signals(error) => write!(f, "cannot handle SIGINT and SIGTERM: {error}"),
+            Self::SignalThread(error) => write!(f, "cannot start the signal thread: {error}"),
+        }
+    }
+}
+
+impl core::error::Error for WatchError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::Stdout(error) | Self::Signals(error) | Self::SignalThread(error) => Some(error),
         }
     }
 }
@@ -87,15 +119,15 @@ fn utc(at: SystemTime) -> String {
 }
 
 impl View {
-    fn write(text: &str) -> Result<(), String> {
-        let mut out = std::io::stdout().lock();
+    fn write(text: &str) -> Result<(), WatchError> {
+        let mut out = io::stdout().lock();
         out.write_all(text.as_bytes())
             .and_then(|()| out.flush())
-            .map_err(|e| format!("cannot write to stdout: {e}"))
+            .map_err(WatchError::Stdout)
     }
 
     /// Shows `answer`, with rates against `previous`.
-    fn show(&mut self, answer: &Answer, previous: Option<&Answer>) -> Result<(), String> {
+    fn show(&mut self, answer: &Answer, previous: Option<&Answer>) -> Result<(), WatchError> {
         let previous = previous.map(|p| Previous {
             total: &p.report.total,
             elapsed: answer.at.saturating_duration_since(p.at),
@@ -120,7 +152,7 @@ impl View {
         Ok(())
     }
 
-    fn draw(&mut self, lines: Vec<String>) -> Result<(), String> {
+    fn draw(&mut self, lines: Vec<String>) -> Result<(), WatchError> {
         let lines = watch_table::fit(lines, self.screen.size());
         let first = !self.drawn;
         self.drawn = true;
@@ -129,11 +161,11 @@ impl View {
 
     /// Shows a failed refresh: on the terminal, the last frame under an
     /// outage line; elsewhere one line on stderr when the outage starts.
-    fn outage(&mut self, outage: &Outage, failure: &Failure) -> Result<(), String> {
+    fn outage(&mut self, outage: &Outage, failure: &Failure) -> Result<(), WatchError> {
         let line = watch_table::outage_line(
             &utc(outage.since_wall),
             outage.failures,
-            failure.why(),
+            &failure.why(),
             self.interval_ms,
         );
         if self.json || self.screen == Screen::Plain {
@@ -158,7 +190,7 @@ impl View {
         }
     }
 
-    fn restore(&self) -> Result<(), String> {
+    fn restore(&self) -> Result<(), WatchError> {
         if self.drawn {
             Self::write(self.screen.restore())?;
         }
@@ -175,7 +207,7 @@ fn query(socket: &Path, globals: &Globals) -> Result<Answer, Failure> {
     };
     let response = channel
         .request(&request, |_| {})
-        .map_err(|e| Failure::Unreachable(e.to_string()))?;
+        .map_err(Failure::Unreachable)?;
     if is_failure(&response) {
         return Err(Failure::Refused(failure_text(&response)));
     }
@@ -193,10 +225,10 @@ fn query(socket: &Path, globals: &Globals) -> Result<Answer, Failure> {
 
 /// SIGINT and SIGTERM, delivered on a channel instead of ending the
 /// process, so that the terminal is restored first.
-fn stop_signals() -> Result<Receiver<i32>, String> {
+fn stop_signals() -> Result<Receiver<i32>, WatchError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
-        .map_err(|e| format!("cannot handle SIGINT and SIGTERM: {e}"))?;
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(WatchError::Signals)?;
     let (sender, receiver) = crossbeam_channel::bounded(1);
     std::thread::Builder::new()
         .name("watch-signals".to_owned())
@@ -206,7 +238,7 @@ fn stop_signals() -> Result<Receiver<i32>, String> {
                 let _ = sender.try_send(signal);
             }
         })
-        .map_err(|e| format!("cannot start the signal thread: {e}"))?;
+        .map_err(WatchError::SignalThread)?;
     Ok(receiver)
 }
 
@@ -225,15 +257,15 @@ fn next_tick(tick: Instant, interval: Duration, now: Instant) -> Instant {
 pub(super) fn run(globals: &Globals, args: &MetricsGetArgs, interval_ms: u64) -> ExitCode {
     let socket = match socket_path(globals) {
         Ok(socket) => socket,
-        Err(message) => {
-            eprintln!("preread: {message}");
+        Err(error) => {
+            eprintln!("preread: {error}");
             return ExitCode::from(EXIT_USAGE);
         }
     };
     let stop = match stop_signals() {
         Ok(stop) => stop,
-        Err(message) => {
-            eprintln!("preread: {message}");
+        Err(error) => {
+            eprintln!("preread: {error}");
             return ExitCode::from(EXIT_FAILED);
         }
     };
@@ -263,8 +295,8 @@ pub(super) fn run(globals: &Globals, args: &MetricsGetArgs, interval_ms: u64) ->
     let restored = view.restore();
     match watched.and(restored) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("preread: {message}");
+        Err(error) => {
+            eprintln!("preread: {error}");
             ExitCode::from(EXIT_FAILED)
         }
     }
@@ -277,7 +309,7 @@ fn watch(
     stop: &Receiver<i32>,
     view: &mut View,
     last: &mut Answer,
-) -> Result<(), String> {
+) -> Result<(), WatchError> {
     let interval = Duration::from_millis(view.interval_ms);
     view.show(last, None)?;
     let mut tick = last.at;
@@ -315,7 +347,18 @@ fn watch(
 mod tests {
     use std::time::{Duration, Instant};
 
-    use super::next_tick;
+    use super::*;
+
+    #[test]
+    fn a_stopped_watch_says_what_failed_with_the_system_error() {
+        let closed = io::Error::from(io::ErrorKind::BrokenPipe);
+        let shown = WatchError::Stdout(closed).to_string();
+        assert!(shown.starts_with("cannot write to stdout: "), "{shown}");
+        assert!(shown.len() > "cannot write to stdout: ".len(), "{shown}");
+        let lost = Failure::Unreachable(ChannelError::Timeout);
+        assert_eq!(lost.why(), ChannelError::Timeout.to_string());
+        assert_eq!(lost.stderr_line(), format!("preread: {}", lost.why()));
+    }
 
     #[test]
     fn ticks_stay_on_their_grid_and_skip_what_a_late_answer_missed() {

@@ -12,6 +12,7 @@
 //! block one (workers take the new instances at their next pick), or drop
 //! the instances of a name that stopped resolving.
 
+use std::fmt;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
@@ -106,15 +107,43 @@ fn round(registry: &Registry, counters: &Counters, interval: Duration) -> Option
     next
 }
 
+/// Why a name gave no address: the operator reads it after `cannot
+/// resolve HOST:PORT:`, followed by what the backend does meanwhile.
+#[derive(Debug)]
+enum LookupError {
+    /// The system resolver failed (no such name, no DNS server...).
+    Resolver(io::Error),
+    /// It answered, with no address.
+    NoAddress,
+}
+
+impl fmt::Display for LookupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Resolver(error) => error.fmt(f),
+            Self::NoAddress => f.write_str("the resolver answered no address"),
+        }
+    }
+}
+
+impl core::error::Error for LookupError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::Resolver(error) => Some(error),
+            Self::NoAddress => None,
+        }
+    }
+}
+
 /// The system resolver's addresses for `host`; an answer without any is
 /// an error too.
-fn lookup(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+fn lookup(host: &str, port: u16) -> Result<Vec<SocketAddr>, LookupError> {
     let addresses: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
-        .map_err(|e| e.to_string())?
+        .map_err(LookupError::Resolver)?
         .collect();
     if addresses.is_empty() {
-        return Err("the resolver answered no address".to_owned());
+        return Err(LookupError::NoAddress);
     }
     Ok(addresses)
 }
@@ -124,7 +153,7 @@ fn failure(
     backend: &SharedBackend,
     host: &str,
     port: u16,
-    error: &str,
+    error: &LookupError,
     interval: Duration,
 ) -> String {
     let kept = backend.instances();
@@ -160,7 +189,7 @@ mod tests {
 
     use command::backend_address::BackendAddress;
 
-    use super::{lookup, round};
+    use super::{LookupError, lookup, round};
     use crate::shared::events::Counters;
     use crate::shared::registry::Registry;
 
@@ -174,7 +203,15 @@ mod tests {
             "{resolved:?}"
         );
         // RFC 6761: `.invalid` never resolves.
-        assert!(lookup("nothing.invalid", 9001).is_err());
+        let refused = lookup("nothing.invalid", 9001);
+        assert!(
+            matches!(refused, Err(LookupError::Resolver(_))),
+            "{refused:?}"
+        );
+        assert_eq!(
+            LookupError::NoAddress.to_string(),
+            "the resolver answered no address"
+        );
     }
 
     #[test]

@@ -9,10 +9,12 @@
 //! or check a certificate (nothing is verified: no handshake goes that
 //! far), or do I/O.
 
+use std::fmt;
+use std::io;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use rustls::pki_types::ServerName;
+use rustls::pki_types::{InvalidDnsNameError, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore};
 
 /// TLS record content types (RFC 8446 §5.1).
@@ -21,26 +23,73 @@ const HANDSHAKE: u8 = 22;
 /// The handshake type of a ServerHello, and of a HelloRetryRequest.
 const SERVER_HELLO: u8 = 2;
 
+/// Why a check's ClientHello could not be built; the check fails with
+/// this message.
+#[derive(Debug)]
+pub(super) enum HelloError {
+    /// rustls refused its own default protocol versions.
+    Versions(rustls::Error),
+    /// The cluster's SNI is not a name a TLS client can send.
+    ServerName {
+        sni: String,
+        error: InvalidDnsNameError,
+    },
+    /// rustls could not start the client connection.
+    Connection(rustls::Error),
+    /// rustls could not hand out the ClientHello's bytes.
+    Write(io::Error),
+}
+
+impl fmt::Display for HelloError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("cannot build the check's ClientHello: ")?;
+        match self {
+            Self::Versions(error) | Self::Connection(error) => error.fmt(f),
+            Self::ServerName { sni, error } => write!(
+                f,
+                "{sni}: {error} (give the cluster an exact SNI that is a DNS name, or use \
+                 health_check kind = \"tcp\")"
+            ),
+            Self::Write(error) => error.fmt(f),
+        }
+    }
+}
+
+impl core::error::Error for HelloError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::Versions(error) | Self::Connection(error) => Some(error),
+            Self::ServerName { error, .. } => Some(error),
+            Self::Write(error) => Some(error),
+        }
+    }
+}
+
 /// The ClientHello a check sends: with `sni` when the cluster has an
 /// exact one, else without SNI (an IP address names no server).
-pub(super) fn client_hello(sni: Option<&str>, ip: IpAddr) -> Result<Vec<u8>, String> {
+pub(super) fn client_hello(sni: Option<&str>, ip: IpAddr) -> Result<Vec<u8>, HelloError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(HelloError::Versions)?
         .with_root_certificates(RootCertStore::empty())
         .with_no_client_auth();
     let name = match sni {
-        Some(sni) => ServerName::try_from(sni.to_owned()).map_err(|e| format!("{sni}: {e}"))?,
+        Some(sni) => {
+            ServerName::try_from(sni.to_owned()).map_err(|error| HelloError::ServerName {
+                sni: sni.to_owned(),
+                error,
+            })?
+        }
         None => ServerName::IpAddress(ip.into()),
     };
     let mut connection =
-        ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
+        ClientConnection::new(Arc::new(config), name).map_err(HelloError::Connection)?;
     let mut hello = Vec::new();
     while connection.wants_write() {
         connection
             .write_tls(&mut hello)
-            .map_err(|e| e.to_string())?;
+            .map_err(HelloError::Write)?;
     }
     Ok(hello)
 }
@@ -84,7 +133,9 @@ mod tests {
 
     use preread_parser::tls::{Parsed, parse_client_hello};
 
-    use super::{Answer, client_hello, tls_answer};
+    use std::error::Error;
+
+    use super::{Answer, HelloError, client_hello, tls_answer};
 
     const IP: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
@@ -100,12 +151,28 @@ mod tests {
     }
 
     #[test]
-    fn the_hello_carries_the_cluster_sni_or_none() -> Result<(), String> {
+    fn the_hello_carries_the_cluster_sni_or_none() -> Result<(), Box<dyn Error>> {
         let with = client_hello(Some("a.example.com"), IP)?;
         assert_eq!(sni_of(&with)?, Some("a.example.com".to_owned()));
         let without = client_hello(None, IP)?;
         assert_eq!(sni_of(&without)?, None);
         Ok(())
+    }
+
+    #[test]
+    fn an_sni_tls_cannot_send_says_what_to_change() {
+        let refused = client_hello(Some("not a name"), IP);
+        assert!(
+            matches!(&refused, Err(HelloError::ServerName { sni, .. }) if sni == "not a name"),
+            "{refused:?}"
+        );
+        let shown = refused.map_err(|e| e.to_string());
+        assert!(
+            shown.as_ref().is_err_and(|e| e
+                .starts_with("cannot build the check's ClientHello: not a name: ")
+                && e.ends_with("or use health_check kind = \"tcp\")")),
+            "{shown:?}"
+        );
     }
 
     #[test]

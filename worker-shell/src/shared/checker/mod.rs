@@ -27,7 +27,7 @@ use super::events::Counters;
 use super::instance::{Instance, Observed, Source};
 use super::registry::{CheckPlan, Registry};
 use crate::shared::shortage::{ShortageLog, is_local};
-use hello::client_hello;
+use hello::{HelloError, client_hello};
 use probe::{Checked, Probe};
 
 /// The longest the checker sleeps: it looks for changes of the registry
@@ -196,7 +196,7 @@ impl Checker {
                 true => match self.hello(plan.sni.as_deref(), address.ip()) {
                     Ok(hello) => Some(hello),
                     Err(why) => {
-                        self.result(key, Checked::Failed(why));
+                        self.result(key, Checked::Failed(why.to_string()));
                         continue;
                     }
                 },
@@ -228,14 +228,12 @@ impl Checker {
     }
 
     /// The ClientHello for `sni`, built on its first use.
-    fn hello(&mut self, sni: Option<&str>, ip: IpAddr) -> Result<Arc<[u8]>, String> {
+    fn hello(&mut self, sni: Option<&str>, ip: IpAddr) -> Result<Arc<[u8]>, HelloError> {
         let key = sni.map(str::to_owned);
         if let Some(hello) = self.hellos.get(&key) {
             return Ok(Arc::clone(hello));
         }
-        let built: Arc<[u8]> = client_hello(sni, ip)
-            .map_err(|e| format!("cannot build the check's ClientHello: {e}"))?
-            .into();
+        let built: Arc<[u8]> = client_hello(sni, ip)?.into();
         self.hellos.insert(key, Arc::clone(&built));
         Ok(built)
     }
