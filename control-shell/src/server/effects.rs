@@ -14,7 +14,7 @@ use coordinator::{Effect, Input, Notice};
 
 use super::reload_file;
 use super::{CommandServer, clients::ClientRef};
-use crate::worker::orders::Order;
+use preread_worker::worker::orders::Order;
 
 impl CommandServer {
     /// Performs `effects` in their order.

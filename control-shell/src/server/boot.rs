@@ -17,8 +17,8 @@ use command::validate::ValidationError;
 use coordinator::Input;
 
 use super::{CommandServer, StopKind};
-use crate::answer_code::AnswerCode;
-use crate::worker::listen::ensure_unbound;
+use preread_worker::answer_code::AnswerCode;
+use preread_worker::worker::listen::ensure_unbound;
 
 /// A boot request a worker refused (or did not answer).
 #[derive(Debug, Clone)]
