@@ -48,14 +48,14 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use signal_hook_mio::v1_0::Signals;
 use slab::Slab;
 
-use preread_worker::access_log::Reopener;
-use preread_worker::answer_code::AnswerCode;
-use preread_worker::shared::Shared;
-use preread_worker::worker::orders::{Reply, WorkerHandle};
 pub use boot::BootError;
 pub use clients::MAX_QUEUED_ANSWER_BYTES;
 use clients::{Client, ClientRef};
 pub use coordinator::StopKind;
+use preread_worker::access_log::Reopener;
+use preread_worker::answer_code::AnswerCode;
+use preread_worker::shared::Shared;
+use preread_worker::worker::orders::{Reply, WorkerHandle};
 pub use saving::{COMPACT_INTERVAL, COMPACT_MIN_BYTES, COMPACT_SNAPSHOT_SHARE, SavedBase};
 pub use socket::MAX_COMMAND_CLIENTS;
 
