@@ -51,7 +51,7 @@ out=$(cd "$out" && pwd)
     echo "rustc: $(rustc -V)"
     echo "strace: $(strace -V | sed -n 1p)"
     echo "ulimit -n: $(ulimit -n)"
-    echo "splice in the worker: $(grep -ln 'libc::splice' proxy-shell/src/worker/*.rs | tr '\n' ' ')"
+    echo "splice in the worker: $(grep -ln 'libc::splice' worker-shell/src/worker/*.rs | tr '\n' ' ')"
     for s in net.ipv4.tcp_tw_reuse net.ipv4.ip_local_port_range net.core.somaxconn; do
         echo "$s: $(sysctl -n $s | tr '\t' ' ')"
     done

@@ -651,3 +651,376 @@ fn a_state_load_applies_the_diff_to_the_file_read() {
         "{said:?}"
     );
 }
+
+fn notices(effects: &[Effect]) -> Vec<String> {
+    effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Notify(coordinator::Notice::Stopping(why)) => Some(why.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_stronger_stop_replaces_a_weaker_one_and_a_same_one_changes_nothing() {
+    let mut rig = Rig::new(1);
+    let running = rig.ask(9, add_cluster("a"));
+    let soft = rig.ask(1, Request::Stop(StopKind::Soft));
+    let again = rig.ask(2, Request::Stop(StopKind::Soft));
+    assert_eq!(answers(&again)[0].3, "already stopping");
+    assert!(sent_to(&again).is_empty());
+    let hard = rig.ask(3, Request::Stop(StopKind::Hard));
+    let hard_again = rig.ask(4, Request::Stop(StopKind::Hard));
+    assert_eq!(answers(&hard_again)[0].3, "already stopping");
+    let told: Vec<String> = [&soft, &again, &hard, &hard_again]
+        .iter()
+        .flat_map(|effects| notices(effects))
+        .collect();
+    assert_eq!(told, ["Soft stop", "Hard stop", "Hard stop"]);
+    // The soft stop is no longer awaited once the hard one is ordered; the
+    // running change still is.
+    rig.answer(0, order_of(&hard), Answer::Done);
+    assert!(
+        rig.coordinator.is_stopped(),
+        "the soft stop's answer was still awaited"
+    );
+    let done = rig.answer(0, order_of(&running), Answer::Done);
+    assert!(
+        journal_job(&done).is_some(),
+        "the hard stop cancelled the running change"
+    );
+    assert_ne!(order_of(&soft), order_of(&hard));
+}
+
+#[test]
+fn an_upgrade_after_a_stop_or_queued_before_one_is_refused_as_an_upgrade() {
+    let mut rig = Rig::new(1);
+    let running = rig.ask(1, add_cluster("a"));
+    rig.ask(2, Request::Upgrade(UpgradeRequest::default()));
+    let stop = rig.ask(3, Request::Stop(StopKind::Soft));
+    let queued = answers(&stop);
+    assert_eq!((queued[0].0, queued[0].2.as_str()), (2, "E_UPGRADE_FAILED"));
+    assert!(
+        queued[0].3.starts_with("the proxy is stopping; pid 4242"),
+        "{queued:?}"
+    );
+    let late = rig.ask(4, Request::Upgrade(UpgradeRequest::default()));
+    assert_eq!(answers(&late)[0].2, "E_UPGRADE_FAILED");
+    let closed = rig.coordinator.close();
+    assert_eq!(
+        answers(&closed)[0].3,
+        "the proxy stopped before the workers applied this generation of 1 change(s)"
+    );
+    let _ = running;
+}
+
+#[test]
+fn a_client_that_left_hears_nothing_and_its_parts_are_forgotten() {
+    let mut rig = Rig::new(1);
+    let sent = rig.ask(1, add_cluster("a"));
+    assert_eq!(rig.coordinator.answers_owed(), 1);
+    rig.feed(Input::ClientGone {
+        client: ClientId(1),
+    });
+    assert_eq!(rig.coordinator.answers_owed(), 0);
+    let done = commit(&mut rig, &sent, &[0]);
+    assert!(answers(&done).is_empty(), "an answer to a client that left");
+    assert!(
+        rig.coordinator.state().cluster("a").is_some(),
+        "its change still completes"
+    );
+    let part = |id: &str| {
+        Request::BatchPart(proto::ChangeBatch {
+            requests: vec![proto::Request {
+                request_type: Some(RequestType::AddCluster(proto::Cluster {
+                    cluster_id: id.into(),
+                    ..Default::default()
+                })),
+            }],
+            declarations: false,
+            more: true,
+        })
+    };
+    rig.ask(2, part("b"));
+    rig.feed(Input::ClientGone {
+        client: ClientId(2),
+    });
+    let fresh = rig.ask(2, part("c"));
+    assert_eq!(answers(&fresh)[0].3, "part received: 1 request(s) so far");
+}
+
+#[test]
+fn a_late_file_read_of_an_earlier_job_is_not_taken_for_the_running_one() {
+    let mut rig = with_config(1, "/etc/preread/preread.toml");
+    let first = read_job(&rig.feed(Input::Hangup)).expect("read");
+    let unread = coordinator::Unread::Unseen("gone".into());
+    rig.feed(Input::ConfigRead {
+        job: first,
+        read: Err(unread),
+    });
+    let second = read_job(&rig.feed(Input::Hangup)).expect("read");
+    assert_ne!(first, second, "two jobs, one id");
+    let text = "[[listeners]]\naddress = \"127.0.0.1:9443\"\n".to_owned();
+    let stale = rig.feed(Input::ConfigRead {
+        job: first,
+        read: Ok(text.clone()),
+    });
+    assert!(
+        applies(&stale).is_empty(),
+        "an earlier job's read was applied"
+    );
+    let journaled = rig.feed(Input::Journaled {
+        job: second,
+        saved: Ok(()),
+    });
+    assert!(
+        ready(&journaled).is_empty(),
+        "a journal answer for a job reading its file"
+    );
+    let sent = rig.feed(Input::ConfigRead {
+        job: second,
+        read: Ok(text),
+    });
+    assert_eq!(applies(&sent).len(), 1);
+}
+
+fn declarations(requests: Vec<RequestType>) -> Request {
+    Request::BatchPart(proto::ChangeBatch {
+        requests: requests
+            .into_iter()
+            .map(|kind| proto::Request {
+                request_type: Some(kind),
+            })
+            .collect(),
+        declarations: true,
+        more: false,
+    })
+}
+
+fn cluster(id: &str) -> RequestType {
+    RequestType::AddCluster(proto::Cluster {
+        cluster_id: id.into(),
+        ..Default::default()
+    })
+}
+
+#[test]
+fn declarations_apply_their_diff_or_are_refused_whole() {
+    let mut rig = Rig::new(1);
+    let sent = rig.ask(1, add_cluster("old"));
+    commit(&mut rig, &sent, &[0]);
+    let declared = rig.ask(1, declarations(vec![cluster("new")]));
+    let done = commit(&mut rig, &declared, &[0]);
+    assert_eq!(answers(&done)[0].3, "2 applied, 0 unchanged, 0 skipped");
+    assert!(rig.coordinator.state().cluster("old").is_none());
+    let stray = RequestType::AddTcpFrontend(proto::TcpFrontend {
+        cluster_id: "nowhere".into(),
+        address: "127.0.0.1:1".into(),
+        sni: None,
+        alpn: Vec::new(),
+        tags: Default::default(),
+    });
+    let refused = rig.ask(1, declarations(vec![cluster("x"), stray]));
+    assert!(applies(&refused).is_empty());
+    let said = answers(&refused);
+    assert!(
+        !said[0].1 && said[0].3.starts_with("declaration 2 of 2 is refused"),
+        "{said:?}"
+    );
+}
+
+/// Addresses another socket holds.
+struct Taken(Vec<core::net::SocketAddr>);
+
+impl AddressCheck for Taken {
+    fn ensure_unbound(&mut self, address: core::net::SocketAddr) -> io::Result<()> {
+        if self.0.contains(&address) {
+            return Err(io::Error::from(io::ErrorKind::AddrInUse));
+        }
+        Ok(())
+    }
+}
+
+fn listener(
+    address: &str,
+    active: Option<bool>,
+    max_bytes: Option<u32>,
+) -> proto::TcpListenerConfig {
+    proto::TcpListenerConfig {
+        address: address.into(),
+        active,
+        sni_preread_max_bytes: max_bytes,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn only_an_address_a_change_starts_listening_on_is_checked_free() {
+    let taken: core::net::SocketAddr = "127.0.0.1:9443".parse().expect("an address");
+    let idle_at: core::net::SocketAddr = "127.0.0.1:9445".parse().expect("an address");
+    let settings = Settings {
+        order_timeout: TIMEOUT,
+        soft_stop_grace: Duration::from_secs(5),
+        config_path: None,
+        pid: 4242,
+    };
+    let now = Instant::now();
+    let mut state = ConfigState::default();
+    let add = |l| proto::Request {
+        request_type: Some(RequestType::AddTcpListener(l)),
+    };
+    assert!(
+        state
+            .dispatch(&add(listener("127.0.0.1:9443", None, None)))
+            .is_ok()
+    );
+    let mut rig = Rig {
+        coordinator: Coordinator::new(settings, state, Box::new(Taken(vec![taken, idle_at])), now),
+        now,
+    };
+    rig.coordinator.add_worker(0);
+    // It listens there already: an update keeps its socket.
+    let update = Request::Change(proto::Request {
+        request_type: Some(RequestType::UpdateTcpListener(listener(
+            "127.0.0.1:9443",
+            None,
+            Some(4096),
+        ))),
+    });
+    let sent = rig.ask(1, update);
+    assert_eq!(
+        applies(&sent).len(),
+        1,
+        "a listening address was checked again"
+    );
+    commit(&mut rig, &sent, &[0]);
+    // An inactive listener binds nothing yet: its taken address is not
+    // checked.
+    let idle = Request::Change(add(listener("127.0.0.1:9445", Some(false), None)));
+    let sent = rig.ask(1, idle);
+    assert_eq!(applies(&sent).len(), 1);
+    commit(&mut rig, &sent, &[0]);
+    // Deactivated, then activated: it starts listening again, checked.
+    let at = |address: &str| proto::ListenerAddress {
+        address: address.into(),
+    };
+    let off = Request::Change(proto::Request {
+        request_type: Some(RequestType::DeactivateListener(at("127.0.0.1:9443"))),
+    });
+    let sent = rig.ask(1, off);
+    commit(&mut rig, &sent, &[0]);
+    let on = Request::Change(proto::Request {
+        request_type: Some(RequestType::ActivateListener(at("127.0.0.1:9443"))),
+    });
+    let refused = rig.ask(1, on);
+    assert!(
+        applies(&refused).is_empty(),
+        "a taken address was not checked"
+    );
+    let said = answers(&refused);
+    assert_eq!(said[0].2, "E_WORKER_REFUSED");
+    assert!(
+        said[0].3.starts_with("cannot listen on 127.0.0.1:9443"),
+        "{said:?}"
+    );
+}
+
+fn logged(effects: &[Effect]) -> Vec<String> {
+    effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Log { message, .. } => Some(message.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_source_report_is_merged_once_every_source_reported() {
+    use command::sources::{Declared, Fragment, FragmentBody, FragmentId, SourceKind};
+    let mut rig = Rig::new(1);
+    let slots = vec![
+        (SourceKind::Directory, "/etc/preread/conf.d".to_owned()),
+        (SourceKind::Docker, "unix:///run/docker.sock".to_owned()),
+    ];
+    rig.coordinator
+        .start_sources(0, Some(ConfigState::default()), slots, rig.now);
+    let Request::Change(add) = add_cluster("web") else {
+        panic!("a change");
+    };
+    let fragment = Fragment {
+        id: FragmentId {
+            kind: SourceKind::Directory,
+            name: "web.toml".into(),
+        },
+        body: FragmentBody::Declared(vec![Declared {
+            request: add,
+            origin: "web.toml:1:1".into(),
+        }]),
+    };
+    let synced = coordinator::SourceReport::Synced {
+        kind: SourceKind::Directory,
+        fragments: vec![fragment],
+        at: std::time::SystemTime::UNIX_EPOCH,
+    };
+    let first = rig.feed(Input::SourceReport(synced));
+    assert!(applies(&first).is_empty(), "merged before docker reported");
+    let failed = coordinator::SourceReport::Failed {
+        kind: SourceKind::Docker,
+        error: "docker source: cannot connect".into(),
+    };
+    let sent = rig.feed(Input::SourceReport(failed));
+    assert_eq!(applies(&sent).len(), 1);
+    let done = commit(&mut rig, &sent, &[0]);
+    assert!(
+        logged(&done).contains(&"route sources: 1 change(s) applied, 0 skipped".to_owned()),
+        "{:?}",
+        logged(&done)
+    );
+    assert!(rig.coordinator.state().cluster("web").is_some());
+}
+
+#[test]
+fn a_refused_reload_counts_its_errors() {
+    let mut rig = with_config(1, "/etc/preread/preread.toml");
+    let job = read_job(&rig.feed(Input::Hangup)).expect("read");
+    let text = "[[listeners]]\naddress = \"nowhere\"\n".to_owned();
+    let end = rig.feed(Input::ConfigRead {
+        job,
+        read: Ok(text),
+    });
+    assert!(applies(&end).is_empty());
+    assert_eq!(
+        ready(&end),
+        vec!["reload of /etc/preread/preread.toml refused: 1 error(s); nothing changed".to_owned()]
+    );
+}
+
+#[test]
+fn generations_go_on_from_a_predecessors_and_deadlines_are_capped() {
+    let mut rig = Rig::new(2);
+    rig.coordinator.resume_generation(41);
+    let settings = Settings {
+        order_timeout: Duration::MAX,
+        soft_stop_grace: Duration::from_secs(5),
+        config_path: None,
+        pid: 4242,
+    };
+    let mut slow = Coordinator::new(settings, ConfigState::default(), Box::new(Free), rig.now);
+    slow.add_worker(0);
+    slow.handle(
+        Input::Request {
+            client: ClientId(1),
+            request: add_cluster("a"),
+        },
+        rig.now,
+    );
+    let year = Duration::from_secs(365 * 24 * 3600);
+    assert_eq!(slow.next_deadline(), Some(rig.now + year));
+    let sent = rig.ask(1, add_cluster("a"));
+    commit(&mut rig, &sent, &[0, 1]);
+    assert_eq!(rig.coordinator.generation(), 42);
+    rig.feed(Input::WorkerGone { worker: 1 });
+    assert_eq!(rig.coordinator.workers(), &[0]);
+}

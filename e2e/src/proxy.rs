@@ -133,8 +133,15 @@ fn warn_if_stale(bin: &Path) {
         };
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let mut budget = 5_000;
-        let newest = ["proxy-shell/src", "command/src", "preread-core/src", "preread-parser/src"]
-            .iter()
+        let newest = [
+            "proxy-shell/src",
+            "control-shell/src",
+            "worker-shell/src",
+            "command/src",
+            "preread-core/src",
+            "preread-parser/src",
+        ]
+        .iter()
             .filter_map(|dir| newest_mtime(&root.join(dir), 6, &mut budget))
             .max();
         if newest.is_some_and(|newest| newest > built) {

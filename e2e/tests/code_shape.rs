@@ -1,8 +1,9 @@
 //! The shape every shipped crate keeps: no production file longer than 600
 //! lines, no import circle between the modules of a crate (each module
-//! can be read, and changed, knowing only the ones below it), and no
+//! can be read, and changed, knowing only the ones below it), no
 //! `Result<_, String>` (an error is a type whose message says what to
-//! change, issue 27).
+//! change, issue 27), and crates that depend only on the crates below
+//! them in [`SHIPPED`].
 //!
 //! The sources are read, not compiled. Comments and literals are blanked
 //! first, then every `#[cfg(test)]` item is cut out: tests read their
@@ -19,13 +20,16 @@ use std::path::{Path, PathBuf};
 /// No production file is longer than this, its tests left out.
 const MAX_LINES: usize = 600;
 
-/// The crates that are built into the proxy or published; `sim`, `e2e`
-/// and `fuzz` are test tooling.
-const SHIPPED: [&str; 5] = [
+/// The folders of the crates that are built into the proxy or published,
+/// lowest first: a crate may depend on the ones before it only. `sim`,
+/// `e2e` and `fuzz` are test tooling.
+const SHIPPED: [&str; 7] = [
     "preread-parser",
     "preread-core",
     "command",
     "coordinator",
+    "worker-shell",
+    "control-shell",
     "proxy-shell",
 ];
 
@@ -705,8 +709,8 @@ fn no_shipped_crate_imports_a_circle() {
     let crates = shipped();
     let shell = crates
         .iter()
-        .find(|c| c.name == "proxy-shell" && c.modules.contains_key(&vec!["worker".to_owned()]))
-        .expect("the shell's library");
+        .find(|c| c.name == "worker-shell" && c.modules.contains_key(&vec!["worker".to_owned()]))
+        .expect("the data-plane shell's library");
     let edges = shell.edges();
     let loop_module: ModPath = vec!["worker".into(), "event_loop".into()];
     assert!(
@@ -837,6 +841,93 @@ fn a_planted_string_error_is_found_however_it_is_written_and_tests_are_left_out(
     assert_eq!(
         string_error_lines(&krate.code[Path::new("src/shaped.rs")]),
         Vec::<usize>::new()
+    );
+}
+
+/// The workspace crates each manifest depends on (its `[dependencies]`
+/// and `[build-dependencies]`, by package name, a `package =` rename
+/// followed), that are not below it: `manifests` are `(folder, Cargo.toml
+/// text)` pairs, lowest first. Dev-dependencies are left out: a test may
+/// drive a crate from above, and cargo builds no circle from them.
+fn upward_arrows(manifests: &[(&str, &str)]) -> Vec<String> {
+    let parsed: Vec<(&str, toml::Table)> = manifests
+        .iter()
+        .map(|(folder, text)| (*folder, text.parse().expect("a Cargo.toml")))
+        .collect();
+    let names: Vec<&str> = parsed
+        .iter()
+        .map(|(_, m)| m["package"]["name"].as_str().expect("a package name"))
+        .collect();
+    let mut upward = Vec::new();
+    for (at, (folder, manifest)) in parsed.iter().enumerate() {
+        for table in ["dependencies", "build-dependencies"] {
+            let Some(deps) = manifest.get(table).and_then(toml::Value::as_table) else {
+                continue;
+            };
+            for (key, dep) in deps {
+                let name = dep
+                    .get("package")
+                    .and_then(toml::Value::as_str)
+                    .unwrap_or(key);
+                if let Some(to) = names.iter().position(|&n| n == name)
+                    && to >= at
+                {
+                    upward.push(format!(
+                        "{folder} ({}) depends on {name}, which is not below it",
+                        names[at]
+                    ));
+                }
+            }
+        }
+    }
+    upward
+}
+
+fn shipped_manifests() -> Vec<(&'static str, String)> {
+    SHIPPED
+        .iter()
+        .map(|folder| {
+            let path = root().join(folder).join("Cargo.toml");
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            (*folder, text)
+        })
+        .collect()
+}
+
+#[test]
+fn shipped_crates_depend_only_downwards() {
+    let manifests = shipped_manifests();
+    let pairs: Vec<(&str, &str)> = manifests.iter().map(|(f, t)| (*f, t.as_str())).collect();
+    assert!(
+        pairs
+            .iter()
+            .any(|(f, t)| *f == "proxy-shell" && t.contains("preread-control")),
+        "the manifests were read"
+    );
+    let upward = upward_arrows(&pairs);
+    assert!(upward.is_empty(), "arrows that go up: {upward:#?}");
+}
+
+#[test]
+fn a_planted_upward_dependency_is_found() {
+    let low = "[package]\nname = \"low\"\n[dependencies]\nlog = \"0.4\"\n\
+               [dev-dependencies]\nhigh = { path = \"../high\" }\n";
+    let high = "[package]\nname = \"high\"\n[dependencies]\nlow = { path = \"../low\" }\n";
+    assert_eq!(
+        upward_arrows(&[("low", low), ("high", high)]),
+        Vec::<String>::new()
+    );
+    let renamed = "[package]\nname = \"low\"\n[dependencies]\n\
+                   up = { package = \"high\", path = \"../high\" }\n";
+    assert_eq!(
+        upward_arrows(&[("low", renamed), ("high", high)]),
+        ["low (low) depends on high, which is not below it"]
+    );
+    let own = "[package]\nname = \"low\"\n[build-dependencies]\nlow.workspace = true\n";
+    assert_eq!(
+        upward_arrows(&[("low", own)]),
+        ["low (low) depends on low, which is not below it"]
     );
 }
 

@@ -188,7 +188,8 @@ fn kill_9_at_random_points_loses_no_acknowledged_change() {
         .backend("alpha", "alpha-0", alpha.addr())
         .build();
     // The start of each compaction is logged at debug level.
-    let options = StartOptions::default().env("RUST_LOG", "info,proxy_shell::server::saving=debug");
+    let options =
+        StartOptions::default().env("RUST_LOG", "info,preread_control::server::saving=debug");
     let mut proxy = ProxyProcess::start_with(&config, &options).expect("start");
     let addr = proxy.addr("main");
     let socket = proxy.socket_path().to_owned();

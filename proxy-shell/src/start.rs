@@ -25,12 +25,12 @@ use command::state_file::{
     StateFileError, journal_path, load_saved_state, remove_stale_temp_files,
 };
 
-use crate::access_log;
-use crate::handover::Inherited;
-use crate::server::{CommandServer, SavedBase, ServerSettings, StopKind};
-use crate::shared::{Shared, checker, resolve};
-use crate::takeover::{self, Successor};
-use crate::worker::{self, WorkerSettings};
+use preread_control::server::{CommandServer, SavedBase, ServerSettings, StopKind};
+use preread_control::upgrade::handover::Inherited;
+use preread_control::upgrade::takeover::{self, Successor};
+use preread_worker::access_log;
+use preread_worker::shared::{Shared, checker, resolve};
+use preread_worker::worker::{self, WorkerSettings};
 
 /// How long `start` waits for the worker threads to end after they
 /// answered the stop.
@@ -117,7 +117,7 @@ pub fn run(config: Option<&Path>, socket: Option<&Path>) -> Result<(), StartFail
                 // Read what the old process sends before answering: a
                 // socket closed with unread data resets, and the old
                 // process would lose the verdict.
-                let _ = crate::handover::read_handover(&mut control);
+                let _ = preread_control::upgrade::handover::read_handover(&mut control);
                 let errors: Vec<_> = problems.iter().filter(|p| !p.is_warning()).collect();
                 let first = errors.first().map(ToString::to_string).unwrap_or_default();
                 let why = format!(
@@ -323,7 +323,7 @@ fn serve(
     (config_path, file): (&Path, FileDeclarations),
     mut successor: Option<Successor>,
 ) -> Result<(), StartFailure> {
-    crate::fd_budget::check(global, state.listeners().len());
+    preread_worker::fd_budget::check(global, state.listeners().len());
     let (replies_tx, replies_rx) = mpsc::channel();
     let settings = ServerSettings {
         config_path: Some(config_path.to_path_buf()),
@@ -424,7 +424,7 @@ fn serve(
             return fail(&mut server, threads, Some(&mut s), &why);
         }
         takeover::ready(&mut s.control);
-        crate::notify::main_pid(std::process::id());
+        preread_control::notify::main_pid(std::process::id());
     }
     if let Err(error) = server.resume_saved_state(base) {
         log::error!("cannot save the state: {error}; the next change tries again");
@@ -442,7 +442,7 @@ fn serve(
         abort(&mut server, threads);
         return Err(StartFailure::Failed);
     }
-    let metrics = crate::metrics_http::Slot::default();
+    let metrics = preread_control::metrics_http::Slot::default();
     if let Some(address) = global.metrics_address {
         let socket = server.socket_path().to_path_buf();
         let inherited = inherited_metrics.filter(|(at, _)| *at == address);
@@ -473,16 +473,16 @@ fn serve(
         listeners.join(", "),
         server.socket_path().display()
     );
-    crate::heap::trim();
+    preread_control::heap::trim();
     log::info!("preread ready: {ready}");
-    crate::notify::ready(&ready);
+    preread_control::notify::ready(&ready);
 
     let outcome = server.run();
     drop(server);
     join_all(threads);
     // After an upgrade the successor accepts on the same socket: what this
     // process accepted is answered before it leaves.
-    metrics.retire(crate::metrics_http::REQUEST_DEADLINE);
+    metrics.retire(preread_control::metrics_http::REQUEST_DEADLINE);
     if let Some(writer) = writer {
         writer.finish(WRITER_FINISH);
     }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use proxy_shell::metrics::families::{Family, Kind};
+use preread_worker::metrics::families::{Family, Kind};
 
 /// The family table's rows: name → (type, labels).
 fn documented() -> Result<BTreeMap<String, (String, Vec<String>)>, String> {

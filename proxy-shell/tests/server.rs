@@ -22,9 +22,9 @@ use command::proto::{self, request::RequestType, response_content::ContentType};
 use command::state::ConfigState;
 use command::state_file::{journal_path, load_state, seal};
 use mio::{Poll, Token, Waker};
-use proxy_shell::answer_code::AnswerCode;
-use proxy_shell::server::{CommandServer, E_WORKER_TIMEOUT, ServerSettings, StopKind};
-use proxy_shell::worker::orders::{Answer, Order, OrderId, Reply, WorkerHandle, WorkerInbox};
+use preread_control::server::{CommandServer, E_WORKER_TIMEOUT, ServerSettings, StopKind};
+use preread_worker::answer_code::AnswerCode;
+use preread_worker::worker::orders::{Answer, Order, OrderId, Reply, WorkerHandle, WorkerInbox};
 use tempfile::TempDir;
 
 /// The code a fake worker refuses a bind with: any code but the one the
@@ -1286,7 +1286,7 @@ fn flood(stream: &mut UnixStream, frame: &[u8], frames: usize) -> usize {
 
 #[test]
 fn a_client_that_does_not_read_is_no_longer_read_then_closed() {
-    use proxy_shell::server::MAX_QUEUED_ANSWER_BYTES;
+    use preread_control::server::MAX_QUEUED_ANSWER_BYTES;
     let timeout = Duration::from_millis(800);
     let h = with_client_timeout("noread", timeout, &[Script::Done]);
     let mut flooder = UnixStream::connect(&h.socket).expect("connect");
@@ -1397,7 +1397,7 @@ fn partial_and_missing_requests_are_closed_after_the_client_timeout_busy_clients
 
 #[test]
 fn clients_over_the_cap_are_refused_with_e_busy() {
-    use proxy_shell::server::MAX_COMMAND_CLIENTS;
+    use preread_control::server::MAX_COMMAND_CLIENTS;
     let h = Harness::start("cap", &[Script::Done]);
     let mut held: Vec<UnixStream> = (0..MAX_COMMAND_CLIENTS)
         .map(|_| UnixStream::connect(&h.socket).expect("connect"))

@@ -16,7 +16,7 @@
 //!
 //! Must never: interpret or apply a request, validate its content, know an
 //! event loop (the control-plane types serve any loop; the proxy's mio
-//! adapter is `proxy-shell/src/server/channel_mio.rs`), own a listener, or
+//! adapter is `control-shell/src/server/channel_mio.rs`), own a listener, or
 //! keep a connection alive after a frame error: once a frame is bad the byte
 //! stream has lost its framing and the only safe move is to answer (best
 //! effort) and close.

@@ -8,7 +8,7 @@
 //! across partial writes.
 //!
 //! Must never: know an event loop (the proxy's mio adapter lives in
-//! `proxy-shell/src/server/channel_mio.rs`), own a socket, block on its own,
+//! `control-shell/src/server/channel_mio.rs`), own a socket, block on its own,
 //! decide what to answer, or buffer more than about one maximal frame of a
 //! client's input.
 

@@ -482,11 +482,6 @@ impl Coordinator {
         self.stopping.is_some() && !self.pending.any(|p| matches!(p, Purpose::Stop(_)))
     }
 
-    /// Whether a state-changing job runs or waits.
-    pub fn is_busy(&self) -> bool {
-        self.jobs.is_busy()
-    }
-
     /// When the next [`Input::Tick`] is due: the earliest deadline of an
     /// open order. `None` when nothing waits on a worker.
     pub fn next_deadline(&self) -> Option<Instant> {

@@ -28,8 +28,15 @@ pub(crate) struct LastText {
     /// The generation in which the running state is the outline's file
     /// state, if it is.
     running_in: Option<u64>,
-    /// The outline of the text of the reload the workers are applying.
-    pending: Option<Option<Outline>>,
+    /// The text of the reload the workers are applying, if one is.
+    pending: Option<ReadText>,
+}
+
+/// A text a reload read: its outline, when `Outline::of` made one (a
+/// text without one is read whole by the next reload).
+#[derive(Debug)]
+struct ReadText {
+    outline: Option<Outline>,
 }
 
 impl LastText {
@@ -45,8 +52,8 @@ impl LastText {
     /// outline stands for the file state now, and for the running state
     /// (of generation `generation`) when the reload skipped nothing.
     pub(crate) fn commit(&mut self, skipped_nothing: bool, generation: u64) {
-        if let Some(outline) = self.pending.take() {
-            self.outline = outline;
+        if let Some(read) = self.pending.take() {
+            self.outline = read.outline;
             self.running_in = skipped_nothing.then_some(generation);
         }
     }
@@ -107,7 +114,9 @@ impl Coordinator {
         if self.sources.merges() {
             let last = self.last_text.outline.as_ref().zip(self.sources.base());
             let file = reread::file_state(text, last)?;
-            self.last_text.pending = Some(file.outline);
+            self.last_text.pending = Some(ReadText {
+                outline: file.outline,
+            });
             let desired = self.sources.with_file(file.state);
             return Ok(Reread {
                 warnings: file.warnings,
@@ -117,7 +126,9 @@ impl Coordinator {
         }
         let last = self.last_text.for_running(self.generation);
         let reread = reread::changes(text, last, &mut self.state)?;
-        self.last_text.pending = Some(reread.outline);
+        self.last_text.pending = Some(ReadText {
+            outline: reread.outline,
+        });
         self.sources.with_file_routes(reread.routes);
         Ok(Reread {
             warnings: reread.warnings,

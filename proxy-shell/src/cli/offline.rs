@@ -22,7 +22,7 @@ use super::client::config_path;
 use super::inspect_error::{InspectInputError, ListenerChoiceError};
 use super::{EXIT_USAGE, Globals};
 use crate::inspect::{InspectOptions, decode_hex, inspect as inspect_one};
-use crate::worker::runtime::reject_with;
+use preread_worker::worker::runtime::reject_with;
 
 /// Every problem, errors and warnings; exit 2 only for an error.
 pub(super) fn config_check(globals: &Globals) -> ExitCode {

@@ -10,7 +10,7 @@ use command::proto::{self, response_content::ContentType};
 use command::spelling;
 use serde_json::{Map, Value, json};
 
-use crate::vocabulary::is_process_wide;
+use preread_worker::vocabulary::is_process_wide;
 
 /// The config's name of a value (the spelling table is the config's own).
 pub(super) fn lb_name(value: i32) -> &'static str {
@@ -374,7 +374,7 @@ pub fn rejects_json(list: &proto::RejectList, files: &[String]) -> Vec<Value> {
 
 fn capture_time(at_unix_ms: u64) -> String {
     let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(at_unix_ms);
-    crate::access_log::rfc3339_millis(at)
+    preread_worker::access_log::rfc3339_millis(at)
 }
 
 /// What to print on stdout for a successful answer, as human text.

@@ -26,7 +26,7 @@ use super::client::{config_path, connect, is_failure};
 use super::describe;
 use super::reload_failure::ReloadFailure;
 use super::{EXIT_FAILED, EXIT_USAGE, Globals};
-use crate::answer_code::AnswerCode;
+use preread_worker::answer_code::AnswerCode;
 
 /// The most bytes of requests one part carries: well under the command
 /// channel's frame limit.

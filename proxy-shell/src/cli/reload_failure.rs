@@ -9,7 +9,7 @@ use core::fmt;
 
 use command::channel::ChannelError;
 
-use crate::answer_code::AnswerCode;
+use preread_worker::answer_code::AnswerCode;
 
 /// A reload that ended without the proxy's report.
 #[derive(Debug)]

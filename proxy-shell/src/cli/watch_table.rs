@@ -16,7 +16,7 @@ use std::time::Duration;
 use command::duration;
 use serde_json::{Map, Value, json};
 
-use crate::metrics::flat::is_gauge;
+use preread_worker::metrics::flat::is_gauge;
 
 /// Which metrics a refresh shows.
 #[derive(Debug, Clone, Default)]

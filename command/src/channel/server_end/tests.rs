@@ -1,7 +1,7 @@
 //! [`ServerEnd`] against in-memory sources and sinks that cut, stall and
 //! fail where a test says, so every path runs without a socket or a clock.
 //! The same type over a real non-blocking socket on a mio poll is tested
-//! beside the shell's adapter (`proxy-shell/src/server/channel_mio`).
+//! beside the shell's adapter (`control-shell/src/server/channel_mio`).
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};

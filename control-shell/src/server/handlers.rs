@@ -20,7 +20,7 @@ use coordinator::{ClientId, Input, Query, Request, UpgradeRequest};
 use super::clients::ClientRef;
 use super::responses::{self, failure, ok, ok_with};
 use super::{CommandServer, StopKind};
-use crate::worker::orders::Answer;
+use preread_worker::worker::orders::Answer;
 
 /// `request` as the coordinator takes it.
 fn typed(request: proto::Request) -> Request {

@@ -14,7 +14,7 @@ use coordinator::{Effect, Input, Notice};
 
 use super::reload_file;
 use super::{CommandServer, clients::ClientRef};
-use crate::worker::orders::Order;
+use preread_worker::worker::orders::Order;
 
 impl CommandServer {
     /// Performs `effects` in their order.
@@ -95,7 +95,7 @@ impl CommandServer {
                 self.inbox
                     .push_back(Input::UpgradeFinished { job, outcome });
             }
-            Effect::Booted { refused } => self.booted = Some(refused),
+            Effect::Booted { refused } => self.booted = Some(refused.map_or(Ok(()), Err)),
             Effect::Stopped { answered, .. } => self.stopped = Some(answered),
             Effect::Notify(notice) => match notice {
                 Notice::Reloading => crate::notify::reloading(),

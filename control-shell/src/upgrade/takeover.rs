@@ -17,7 +17,7 @@ use command::proto;
 use command::state::ConfigState;
 use command::validate::ValidationError;
 
-use crate::handover::{self, Inherited, Verdict};
+use crate::upgrade::handover::{self, Inherited, Verdict};
 
 /// Inherited listening sockets, each with the address it listens on.
 pub type Sockets = Vec<(SocketAddr, TcpListener)>;

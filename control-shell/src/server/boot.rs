@@ -17,8 +17,8 @@ use command::validate::ValidationError;
 use coordinator::Input;
 
 use super::{CommandServer, StopKind};
-use crate::answer_code::AnswerCode;
-use crate::worker::listen::ensure_unbound;
+use preread_worker::answer_code::AnswerCode;
+use preread_worker::worker::listen::ensure_unbound;
 
 /// A boot request a worker refused (or did not answer).
 #[derive(Debug, Clone)]
@@ -92,7 +92,16 @@ impl CommandServer {
                 generation: Arc::new(generation),
             });
             self.wait_until(|server| server.booted.is_some());
-            let refused = self.booted.take().flatten();
+            let refused = match self.booted.take() {
+                Some(Ok(())) => None,
+                Some(Err(refused)) => Some(refused),
+                // The wait ended with no answer: no worker is left.
+                None => Some((
+                    0,
+                    AnswerCode::WorkerRefused,
+                    "no worker is left to boot".to_owned(),
+                )),
+            };
             if let Some((worker, code, message)) = refused {
                 return Err(BootError {
                     request: format!("the state's {count} request(s)"),

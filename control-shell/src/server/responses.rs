@@ -11,11 +11,11 @@ use command::proto::{self, MetricSeries, response_content::ContentType};
 use command::state::ConfigState;
 use prost::Message;
 
-use crate::metrics::families::{Family, Label};
-use crate::metrics::flat;
-use crate::metrics::series::{family_total, plain, sum};
-use crate::shared::registry::Registry;
-use crate::worker::orders::Answer;
+use preread_worker::metrics::families::{Family, Label};
+use preread_worker::metrics::flat;
+use preread_worker::metrics::series::{family_total, plain, sum};
+use preread_worker::shared::registry::Registry;
+use preread_worker::worker::orders::Answer;
 
 pub(crate) use coordinator::responses::{failure, ok, ok_with};
 

@@ -1,7 +1,7 @@
 //! The optional Prometheus endpoint (`metrics_address`): `GET /metrics`
 //! answers the labelled families of the workers' summed series, in the
 //! Prometheus text format or, when the scrape's `Accept` asks for it,
-//! OpenMetrics (`crate::metrics::exposition`, encoded by
+//! OpenMetrics (`preread_worker::metrics::exposition`, encoded by
 //! `prometheus-client`).
 //!
 //! Owns: the endpoint's listening socket and its threads: one accepts,

@@ -33,7 +33,7 @@ use command::channel::{BlockingChannel, ChannelError, MAX_ANSWER_LEN};
 use command::proto::{self, request::RequestType, response_content::ContentType};
 
 use super::{MAX_SCRAPES_IN_FLIGHT, MAX_WAITING};
-use crate::metrics::exposition::{self, Format};
+use preread_worker::metrics::exposition::{self, Format};
 
 /// From a connection's accept to the end of its answer.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);

@@ -26,7 +26,7 @@ use coordinator::{Listeners, UpgradeRequest};
 
 use super::CommandServer;
 use super::upgrade_error::{Unready, UpgradeError};
-use crate::handover::{self, UPGRADE_FD_ENV, Verdict};
+use crate::upgrade::handover::{self, UPGRADE_FD_ENV, Verdict};
 
 /// How long the successor has to take over when the request names no
 /// timeout.

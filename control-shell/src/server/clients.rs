@@ -28,7 +28,7 @@ use super::channel_mio::MioChannel;
 use super::responses::failure;
 use super::socket::{self, MAX_COMMAND_CLIENTS};
 use super::{CommandServer, FINAL_FLUSH, MAX_CLIENT_KEY};
-use crate::answer_code::AnswerCode;
+use preread_worker::answer_code::AnswerCode;
 
 /// Bytes of unread input discarded before closing a client after a frame
 /// error, so the close does not turn into a reset that loses the answer.

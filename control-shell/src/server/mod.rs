@@ -16,7 +16,7 @@
 //!
 //! Workers are given to it (see [`CommandServer::add_worker`]), so tests
 //! can drive it with fake workers that only speak
-//! [`orders`](crate::worker::orders).
+//! [`orders`](preread_worker::worker::orders).
 
 mod boot;
 mod channel_mio;
@@ -48,14 +48,14 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use signal_hook_mio::v1_0::Signals;
 use slab::Slab;
 
-use crate::access_log::Reopener;
-use crate::answer_code::AnswerCode;
-use crate::shared::Shared;
-use crate::worker::orders::{Reply, WorkerHandle};
 pub use boot::BootError;
 pub use clients::MAX_QUEUED_ANSWER_BYTES;
 use clients::{Client, ClientRef};
 pub use coordinator::StopKind;
+use preread_worker::access_log::Reopener;
+use preread_worker::answer_code::AnswerCode;
+use preread_worker::shared::Shared;
+use preread_worker::worker::orders::{Reply, WorkerHandle};
 pub use saving::{COMPACT_INTERVAL, COMPACT_MIN_BYTES, COMPACT_SNAPSHOT_SHARE, SavedBase};
 pub use socket::MAX_COMMAND_CLIENTS;
 
@@ -151,8 +151,9 @@ pub struct CommandServer {
     coordinator: Coordinator,
     /// Inputs an effect produced, fed once the batch it was in is done.
     inbox: VecDeque<Input>,
-    /// The answer of the boot's generation, once in.
-    booted: Option<Option<(u32, AnswerCode, String)>>,
+    /// The answer of the boot's generation, once in: its first refusal
+    /// (or missing answer) as `Err`.
+    booted: Option<Result<(), (u32, AnswerCode, String)>>,
     /// Whether every worker answered the last stop, once it is over.
     stopped: Option<bool>,
     /// The saved state's writer (`automatic_state_save`).
@@ -194,7 +195,7 @@ struct Binds {
 impl coordinator::AddressCheck for Binds {
     fn ensure_unbound(&mut self, address: SocketAddr) -> io::Result<()> {
         if self.check {
-            crate::worker::listen::ensure_unbound(address)
+            preread_worker::worker::listen::ensure_unbound(address)
         } else {
             Ok(())
         }
