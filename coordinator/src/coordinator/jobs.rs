@@ -116,6 +116,11 @@ pub(crate) struct Jobs {
 }
 
 impl Jobs {
+    /// Whether a job runs or waits.
+    pub(crate) fn is_busy(&self) -> bool {
+        self.running.is_some() || !self.queue.is_empty()
+    }
+
     /// A client left: the parts it sent will not be completed.
     pub(crate) fn forget_parts(&mut self, who: ClientId) {
         self.parts.remove(&who);

@@ -482,6 +482,12 @@ impl Coordinator {
         self.stopping.is_some() && !self.pending.any(|p| matches!(p, Purpose::Stop(_)))
     }
 
+    /// Whether a state-changing job runs or waits (the simulation's
+    /// check that nothing waits once its world is quiet).
+    pub fn is_busy(&self) -> bool {
+        self.jobs.is_busy()
+    }
+
     /// When the next [`Input::Tick`] is due: the earliest deadline of an
     /// open order. `None` when nothing waits on a worker.
     pub fn next_deadline(&self) -> Option<Instant> {
