@@ -78,11 +78,11 @@ mod input;
 pub mod orders;
 mod pending;
 pub mod responses;
-#[cfg(feature = "sabotage")]
-pub mod sabotage;
 mod sources;
 mod turns;
 
+#[cfg(feature = "sabotage")]
+pub use coordinator::sabotage;
 pub use coordinator::{AddressCheck, Coordinator, MAX_BATCH_REQUESTS, Settings};
 pub use effect::{Effect, Notice};
 pub use input::{

@@ -22,6 +22,8 @@ mod jobs;
 mod outcome;
 mod reads;
 mod reread;
+#[cfg(feature = "sabotage")]
+pub mod sabotage;
 mod stop;
 mod upgrade;
 
@@ -100,7 +102,7 @@ pub struct Coordinator {
     pub(crate) sources: RouteSources,
     pub(crate) last_text: LastText,
     #[cfg(feature = "sabotage")]
-    pub(crate) fault: Option<crate::sabotage::Fault>,
+    pub(crate) fault: Option<sabotage::Fault>,
 }
 
 impl std::fmt::Debug for Coordinator {

@@ -2,7 +2,7 @@
 //! generations sent (who was sent each, who applied it, how it settled),
 //! each client's answers against its requests, and the journal.
 //!
-//! Owns: [`Ledger`], [`ClientBook`], [`Journal`] and [`Broken`], and the
+//! Owns: `Ledger`, `ClientBook`, `Journal` and [`Broken`], and the
 //! invariants they check as the run goes and once it is quiet. Must
 //! never: predict what the coordinator decides; it checks what it decided
 //! against what the world did.

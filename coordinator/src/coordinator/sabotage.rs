@@ -8,7 +8,7 @@
 //! reordered or doubled effect, by filtering.) Must never: change
 //! anything while no fault is planted.
 
-use crate::coordinator::{Coordinator, Purpose};
+use super::{Coordinator, Purpose};
 use crate::orders::OrderId;
 use crate::pending::Gathered;
 
