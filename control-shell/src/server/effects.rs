@@ -77,7 +77,7 @@ impl CommandServer {
                     &generation.changes,
                     Instant::now(),
                 );
-                if generation.len() >= crate::heap::TRIM_AFTER_CHANGES {
+                if self.untrimmed.settled(generation.len()) {
                     self.trim_due = true;
                 }
             }

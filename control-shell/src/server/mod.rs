@@ -171,9 +171,11 @@ pub struct CommandServer {
     /// What the threads of the process share: the registry of backends
     /// (kept in step with each committed state), the health counters.
     shared: Arc<Shared>,
-    /// A large generation settled: the heap is trimmed once its answer is
+    /// Enough changes settled: the heap is trimmed once the answers are
     /// out.
     trim_due: bool,
+    /// Changes settled since the last trim.
+    untrimmed: crate::heap::Untrimmed,
 }
 
 impl fmt::Debug for CommandServer {
@@ -263,6 +265,7 @@ impl CommandServer {
             metrics: crate::metrics_http::Slot::default(),
             shared: Shared::new(&GlobalSettings::default()),
             trim_due: false,
+            untrimmed: crate::heap::Untrimmed::default(),
         })
     }
 
