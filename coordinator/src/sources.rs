@@ -13,10 +13,11 @@
 //! never: apply anything itself (a merge is a job of `jobs`, one
 //! generation, like a reload), or record a merge's outcome before the
 //! workers applied it: an excluded fragment, or one whose generation the
-//! workers refused, is tried again on the next change of any source.
+//! workers refused, is tried again on the next change of any source (and
+//! a refused merge also one order timeout after the refusal).
 
 use std::collections::BTreeSet;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use command::proto::{self, response_content::ContentType};
 use command::sources::{
@@ -84,6 +85,8 @@ pub(crate) struct RouteSources {
     /// A merge job waits in the queue: later reports join it.
     queued: bool,
     pending: Option<PendingMerge>,
+    /// The workers refused the last merge: when it is tried again.
+    retry_at: Option<Instant>,
 }
 
 fn unix_ms(at: SystemTime) -> u64 {
@@ -123,6 +126,7 @@ impl RouteSources {
             dirty: false,
             queued: false,
             pending: None,
+            retry_at: None,
         }
     }
 
@@ -213,10 +217,14 @@ impl RouteSources {
         }
     }
 
-    /// Whether a merge job should be queued now: a report changed
-    /// something, every source reported once, and none is queued yet.
-    /// Marks it queued when so.
-    pub(crate) fn merge_due(&mut self) -> bool {
+    /// Whether a merge job should be queued at `now`: a report changed
+    /// something or a refused merge's retry is due, every source reported
+    /// once, and none is queued yet. Marks it queued when so.
+    pub(crate) fn merge_due(&mut self, now: Instant) -> bool {
+        if self.retry_at.is_some_and(|at| at <= now) {
+            self.retry_at = None;
+            self.dirty = true;
+        }
         let due = self.dirty && !self.queued && self.slots.iter().all(|slot| slot.reported);
         if due {
             self.dirty = false;
@@ -341,12 +349,19 @@ impl RouteSources {
         }
     }
 
-    /// The workers refused the job's generation: nothing of its merge is
-    /// recorded, so the next change tries it all again.
-    pub(crate) fn abandon(&mut self) {
+    /// The workers refused the job's generation at `now`: nothing of its
+    /// merge is recorded, and it is tried again `after` that (the order
+    /// timeout: a refusal that lasts costs one attempt per timeout, not a
+    /// loop), or at the next change of a source.
+    pub(crate) fn abandon(&mut self, now: Instant, after: Duration) {
         if self.pending.take().is_some_and(|p| p.outcome.is_some()) {
-            self.dirty = true;
+            self.retry_at = Some(now + after);
         }
+    }
+
+    /// When a refused merge is tried again.
+    pub(crate) fn retry_at(&self) -> Option<Instant> {
+        self.retry_at
     }
 
     /// The answer of `preread sources`, at `now`, which the wall clock

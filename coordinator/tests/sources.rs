@@ -92,16 +92,20 @@ fn failed(error: &str) -> Input {
     })
 }
 
+const ORDER_TIMEOUT: Duration = Duration::from_secs(10);
+
 struct Rig {
     c: Coordinator,
     now: Instant,
+    /// The worker refuses every generation.
+    refuse: bool,
 }
 
 impl Rig {
     fn new() -> Self {
         let now = Instant::now();
         let settings = Settings {
-            order_timeout: Duration::from_secs(10),
+            order_timeout: ORDER_TIMEOUT,
             soft_stop_grace: Duration::from_secs(5),
             config_path: None,
             pid: 1,
@@ -109,7 +113,11 @@ impl Rig {
         let mut c = Coordinator::new(settings, file(), Box::new(Free), now);
         c.add_worker(0);
         c.start_sources(0, Some(file()), vec![(KIND, "/routes.d".into())], now);
-        Self { c, now }
+        Self {
+            c,
+            now,
+            refuse: false,
+        }
     }
 
     /// Feeds `input`; applies what it sends on the one worker and journals
@@ -125,10 +133,20 @@ impl Rig {
                     ..
                 } => {
                     sent += 1;
+                    // A merge retried on every refusal would never end.
+                    assert!(sent <= 10, "generations sent without end");
+                    let answer = if self.refuse {
+                        Answer::Refused {
+                            code: command::answer_code::AnswerCode::WorkerRefused,
+                            message: "worker 0 refused: planted".into(),
+                        }
+                    } else {
+                        Answer::Done
+                    };
                     Input::WorkerAnswer {
                         worker: 0,
                         order,
-                        answer: Answer::Done,
+                        answer,
                     }
                 }
                 Effect::AppendJournal { job, .. } => Input::Journaled { job, saved: Ok(()) },
@@ -175,6 +193,31 @@ fn a_first_report_merges_once_and_the_listing_shows_it() {
     assert!(rig.c.state().cluster("web").is_none());
     assert_eq!(rig.listed().fragments, 0);
     assert!(!rig.c.is_busy());
+}
+
+#[test]
+fn a_refused_merge_is_tried_again_after_a_pause_not_at_once() {
+    let mut rig = Rig::new();
+    rig.refuse = true;
+    assert_eq!(
+        rig.feed(synced(vec![fragment("web", LISTENER)], 7)),
+        1,
+        "tried once, not again at once"
+    );
+    assert!(rig.c.state().cluster("web").is_none(), "refused");
+    assert!(!rig.c.is_busy());
+    let retry = rig.c.next_deadline().expect("the retry is a deadline");
+    assert_eq!(retry, rig.now + ORDER_TIMEOUT, "one order timeout later");
+    rig.now = retry - Duration::from_millis(1);
+    assert_eq!(rig.feed(Input::Tick), 0, "not before its time");
+    rig.now = retry;
+    assert_eq!(rig.feed(Input::Tick), 1, "retried, refused again");
+    assert!(rig.c.state().cluster("web").is_none());
+    rig.refuse = false;
+    rig.now += ORDER_TIMEOUT;
+    assert_eq!(rig.feed(Input::Tick), 1, "the retry merges");
+    assert!(rig.c.state().cluster("web").is_some(), "merged");
+    assert_eq!(rig.c.next_deadline(), None, "nothing left to retry");
 }
 
 #[test]

@@ -222,7 +222,7 @@ impl Coordinator {
                 self.on_gathered(gathered, now, out);
                 continue;
             }
-            if self.stopping.is_none() && self.sources.merge_due() {
+            if self.stopping.is_none() && self.sources.merge_due(now) {
                 self.enqueue(None, Job::Sources, out);
             }
             if !self.advance(now, out) {
@@ -491,9 +491,14 @@ impl Coordinator {
     }
 
     /// When the next [`Input::Tick`] is due: the earliest deadline of an
-    /// open order. `None` when nothing waits on a worker.
+    /// open order, or the retry of a refused merge of the route sources.
+    /// `None` when nothing waits.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.pending.next_deadline()
+        let retry = self.sources.retry_at().filter(|_| self.stopping.is_none());
+        match (self.pending.next_deadline(), retry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// How many answers the clients are owed.

@@ -85,7 +85,7 @@ impl Coordinator {
             self.sources.commit(now, out);
             self.last_text.commit(skipped.is_empty(), self.generation);
         } else {
-            self.sources.abandon();
+            self.sources.abandon(now, self.settings.order_timeout);
             self.last_text.abandon();
         }
         let applied = outcome.applied().len();
