@@ -223,6 +223,8 @@ pub fn parse_client_hello_message(message: &[u8], limit: usize) -> Result<Parsed
     let body = hello::parse_body(&message[HANDSHAKE_HEADER_LEN..])?;
     Ok(Parsed::Complete(ClientHello {
         legacy_version: body.legacy_version,
+        cipher_suites: body.cipher_suites,
+        extensions: body.extensions,
         server_name: body.server_name,
         alpn: body.alpn,
         supported_versions: body.supported_versions,
