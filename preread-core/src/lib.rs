@@ -177,6 +177,7 @@
 
 mod alpn;
 mod config;
+mod fingerprint;
 mod output;
 pub mod pattern;
 mod preread;
@@ -192,6 +193,7 @@ pub mod window;
 
 pub use alpn::AlpnOffer;
 pub use config::{MIN_PREREAD_MAX_BYTES, PrereadConfig};
+pub use fingerprint::{DenyJa4, DenyRule};
 pub use output::{Input, Output, Route};
 pub use preread::SniPrereadCore;
 pub use reject::{FallbackReason, RejectReason};
