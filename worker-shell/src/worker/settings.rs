@@ -19,6 +19,9 @@ pub struct WorkerSettings {
     pub reject_capture: usize,
     /// The keepalive options of both sockets of a session; `None` is off.
     pub tcp_keepalive: Option<socket2::TcpKeepalive>,
+    /// `defer_accept`: listeners that wait for the client's first bytes
+    /// use `TCP_DEFER_ACCEPT` (`worker/defer.rs`).
+    pub defer_accept: bool,
 }
 
 impl WorkerSettings {
@@ -31,6 +34,7 @@ impl WorkerSettings {
             max_connection_attempts: global.max_connection_attempts.max(1),
             reject_capture: global.reject_capture,
             tcp_keepalive: global.tcp_keepalive.as_ref().map(super::keepalive::options),
+            defer_accept: global.defer_accept,
         }
     }
 }
