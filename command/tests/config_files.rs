@@ -174,6 +174,7 @@ fn defaults_apply_to_an_empty_config() {
     assert_eq!(global.command_client_timeout, Duration::from_secs(10));
     assert_eq!(global.soft_stop_grace, Duration::from_secs(30));
     assert!(global.defer_accept);
+    assert!(!global.backend_keepalive);
 }
 
 #[test]
@@ -196,6 +197,7 @@ fn global_settings_are_typed() {
         empty_saved_state = "use_config"
         command_client_timeout = 2
         defer_accept = false
+        backend_keepalive = true
         "#,
     )
     .unwrap_or_else(|p| panic!("{}", show(&p)));
@@ -223,6 +225,7 @@ fn global_settings_are_typed() {
     assert_eq!(g.empty_saved_state, EmptySavedState::UseConfig);
     assert_eq!(g.command_client_timeout, Duration::from_secs(2));
     assert!(!g.defer_accept);
+    assert!(g.backend_keepalive);
     assert_eq!(
         load_config(r#"empty_saved_state = "keep_empty""#)
             .unwrap()
