@@ -110,16 +110,17 @@ fn logs_of(proxy: &ProxyProcess, outcome: &str, count: usize) -> Vec<(String, St
     lines()
 }
 
-/// A proxy with listener `main` (127.0.0.1) and a listener on `[::1]`,
-/// both routing `a.example.com` to cluster `alpha` (one plain backend);
-/// `listener`, `v6` and `cluster` are the access lines of each.
-fn proxy(
+/// The config of [`proxy`]: listener `main` (127.0.0.1) and one on
+/// `v6`, both routing `a.example.com` to cluster `alpha` (one plain
+/// backend); `listener`, `v6_lines` and `cluster` are the access lines of
+/// each.
+fn config(
     listener: &str,
-    v6: &str,
+    v6_lines: &str,
     cluster: &str,
-    backend: &PlainBackend,
-) -> (ProxyProcess, SocketAddr) {
-    let v6_addr = SocketAddr::new(ip("::1"), free_addr().port());
+    v6: SocketAddr,
+    backend: SocketAddr,
+) -> String {
     let template = "\
 [[listeners]]
 address = \"${addr:main}\"
@@ -137,22 +138,105 @@ frontends = [
 ]
 backends = [{ address = \"${backend}\" }]
 ";
-    let text = fill(
+    fill(
         template,
         &[
             ("listener", listener),
-            ("v6_lines", v6),
-            ("v6", &v6_addr.to_string()),
+            ("v6_lines", v6_lines),
+            ("v6", &v6.to_string()),
             ("cluster", cluster),
-            ("backend", &backend.addr().to_string()),
+            ("backend", &backend.to_string()),
         ],
-    );
-    let proxy = start(&text);
+    )
+}
+
+/// A proxy on [`config`], with its `[::1]` listener's address.
+fn proxy(
+    listener: &str,
+    v6_lines: &str,
+    cluster: &str,
+    backend: &PlainBackend,
+) -> (ProxyProcess, SocketAddr) {
+    let v6 = SocketAddr::new(ip("::1"), free_addr().port());
+    let proxy = start(&config(listener, v6_lines, cluster, v6, backend.addr()));
     assert!(
         eventually(T, || proxy.metric("tcp.active") == 0),
         "the readiness probes closed"
     );
-    (proxy, v6_addr)
+    (proxy, v6)
+}
+
+/// Runs a CLI command; its stdout and stderr, and whether it succeeded.
+fn cli(proxy: &ProxyProcess, args: &[&str]) -> (bool, String) {
+    let out = proxy.cli(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn the_lists_change_over_the_socket_and_by_reload() {
+    let backend = PlainBackend::start("alpha-0");
+    let (mut proxy, v6) = proxy("", "", "", &backend);
+    let main = proxy.addr("main");
+    assert_eq!(routed(&proxy, "127.0.0.3", main, &[]), "backend=alpha-0");
+    let (ok, text) = cli(
+        &proxy,
+        &[
+            "cluster",
+            "update",
+            "-i",
+            "alpha",
+            "--deny",
+            "127.0.0.3,192.0.2.0/24",
+        ],
+    );
+    assert!(ok, "{text}");
+    let denied = answer("127.0.0.3", main, &[]);
+    assert!(is_access_denied(&denied), "{denied:?}");
+    assert_eq!(routed(&proxy, "127.0.0.2", main, &[]), "backend=alpha-0");
+    let address = main.to_string();
+    let (ok, text) = cli(
+        &proxy,
+        &[
+            "listener",
+            "tcp",
+            "update",
+            "-a",
+            &address,
+            "--allow",
+            "127.0.0.2",
+        ],
+    );
+    assert!(ok, "{text}");
+    assert!(
+        answer("127.0.0.3", main, &[]).is_empty(),
+        "closed at accept now"
+    );
+    let (ok, text) = cli(
+        &proxy,
+        &["cluster", "update", "-i", "alpha", "--deny", "10.1.2.3/8"],
+    );
+    assert!(
+        !ok && text.contains("E120") && text.contains("10.0.0.0/8"),
+        "{text}"
+    );
+    // A reload to the file, which has no lists: both go in one generation.
+    let template = config("", "", "", v6, backend.addr());
+    proxy
+        .write_config(&template)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (ok, text) = cli(&proxy, &["reload"]);
+    assert!(ok, "{text}");
+    assert_eq!(routed(&proxy, "127.0.0.3", main, &[]), "backend=alpha-0");
+    let rules: Vec<String> = logs_of(&proxy, "refused:access_denied", 2)
+        .into_iter()
+        .map(|(_, rule, _)| rule)
+        .collect();
+    assert_eq!(rules, ["cluster_deny", "listener_allow"]);
 }
 
 #[test]
