@@ -20,6 +20,7 @@ mod error;
 mod extensions;
 mod forbidden;
 mod hello;
+mod ja4;
 mod record;
 
 use core::num::NonZeroUsize;
@@ -27,6 +28,7 @@ use core::num::NonZeroUsize;
 pub use alert::{AlertDescription, FIRST_FLIGHT_VERSION};
 pub use error::{HandshakeFault, RecordFault, TlsError};
 pub use extensions::{AlpnProtocols, EchKind, SupportedVersions};
+pub use ja4::{Ja4, Ja4FormatError, Ja4Raw, Transport};
 pub use record::FrameCursor;
 
 /// Largest TLS record payload a peer may send (RFC 8446 §5.1, 2^14).
@@ -86,6 +88,12 @@ impl Needed {
 pub struct ClientHello<'a> {
     /// `legacy_version` of the ClientHello body (0x0303 for TLS 1.2 and 1.3).
     pub legacy_version: u16,
+    /// The `cipher_suites` vector's body as on the wire (u16 values, GREASE
+    /// included): what [`Ja4`] hashes.
+    pub cipher_suites: &'a [u8],
+    /// The extensions block as on the wire (without its u16 length), every
+    /// extension in the client's order; empty when the hello has none.
+    pub extensions: &'a [u8],
     /// The `host_name` of `server_name`, exactly as sent (not normalized):
     /// 1 to 255 bytes of printable ASCII.
     pub server_name: Option<&'a [u8]>,
@@ -163,6 +171,8 @@ pub fn parse_client_hello_resuming<'a>(
     let body = hello::parse_body(&message[HANDSHAKE_HEADER_LEN..])?;
     Ok(Parsed::Complete(ClientHello {
         legacy_version: body.legacy_version,
+        cipher_suites: body.cipher_suites,
+        extensions: body.extensions,
         server_name: body.server_name,
         alpn: body.alpn,
         supported_versions: body.supported_versions,
@@ -213,6 +223,8 @@ pub fn parse_client_hello_message(message: &[u8], limit: usize) -> Result<Parsed
     let body = hello::parse_body(&message[HANDSHAKE_HEADER_LEN..])?;
     Ok(Parsed::Complete(ClientHello {
         legacy_version: body.legacy_version,
+        cipher_suites: body.cipher_suites,
+        extensions: body.extensions,
         server_name: body.server_name,
         alpn: body.alpn,
         supported_versions: body.supported_versions,
