@@ -153,42 +153,6 @@ pub(crate) fn decide(
     }
 }
 
-/// The verdict on a whole ClientHello, `seen` what came before it.
-fn routed_hello<'a>(
-    config: &PrereadConfig,
-    hello: &ClientHello<'a>,
-    seen: Seen<'a>,
-    learned: &mut Learned,
-    transport: Transport,
-) -> Output {
-    learned.offers_tls13 = hello
-        .supported_versions
-        .is_some_and(|versions| versions.iter().any(|v| v == TLS13));
-    learned.hello = Some(HelloSummary::of(hello));
-    let output = route(config, hello, seen, &mut learned.sni);
-    deny_ja4(config, hello, output, learned, transport)
-}
-
-/// The verdict on a ClientHello that came without a record layer or a
-/// PROXY header (QUIC's CRYPTO stream): the same checks, in the same order,
-/// as a TCP window's from its ClientHello on. The route's `hello_end` is
-/// the hello's length in the stream.
-pub(crate) fn decide_hello(
-    config: &PrereadConfig,
-    hello: &ClientHello<'_>,
-    learned: &mut Learned,
-) -> Output {
-    learned.bytes_arrived = true;
-    learned.client_spoke = true;
-    routed_hello(config, hello, Seen::default(), learned, Transport::Quic)
-}
-
-/// A flow refused for `reason` before any ClientHello was read (QUIC:
-/// not a long header): the default cluster when the reason allows it.
-pub(crate) fn refuse_unread(config: &PrereadConfig, reason: RejectReason) -> Output {
-    refuse(config, reason, Seen::default())
-}
-
 /// A window that is still a valid prefix: wait, unless it cannot end within
 /// the cap. The parsers, given the cap, count `needed` so that it takes the
 /// window past the cap exactly then: at the cap, or as soon as a record,
@@ -216,6 +180,43 @@ fn refuse(config: &PrereadConfig, reason: RejectReason, seen: Seen<'_>) -> Outpu
 /// A routed connection whose fingerprint a `deny_ja4` list of the
 /// listener or of the routed cluster holds is refused; the fingerprint is
 /// computed only when a list applies.
+/// The verdict on a whole ClientHello, `seen` what came before it: the
+/// route, then the `deny_ja4` lists.
+fn routed_hello<'a>(
+    config: &PrereadConfig,
+    hello: &ClientHello<'a>,
+    seen: Seen<'a>,
+    learned: &mut Learned,
+    transport: Transport,
+) -> Output {
+    learned.offers_tls13 = hello
+        .supported_versions
+        .is_some_and(|versions| versions.iter().any(|v| v == TLS13));
+    learned.hello = Some(HelloSummary::of(hello));
+    let output = route(config, hello, seen, &mut learned.sni);
+    deny_ja4(config, hello, output, learned, transport)
+}
+
+/// The verdict on a ClientHello that came without a record layer or a
+/// PROXY header (QUIC's CRYPTO stream): the same checks, in the same order,
+/// as a TCP window's from its ClientHello on, the JA4 a QUIC one (`q`).
+/// The route's `hello_end` is the hello's length in the stream.
+pub(crate) fn decide_hello(
+    config: &PrereadConfig,
+    hello: &ClientHello<'_>,
+    learned: &mut Learned,
+) -> Output {
+    learned.bytes_arrived = true;
+    learned.client_spoke = true;
+    routed_hello(config, hello, Seen::default(), learned, Transport::Quic)
+}
+
+/// A flow refused for `reason` before any ClientHello was read (QUIC:
+/// not a long header): the default cluster when the reason allows it.
+pub(crate) fn refuse_unread(config: &PrereadConfig, reason: RejectReason) -> Output {
+    refuse(config, reason, Seen::default())
+}
+
 fn deny_ja4(
     config: &PrereadConfig,
     hello: &ClientHello<'_>,

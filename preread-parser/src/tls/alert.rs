@@ -179,7 +179,7 @@ mod tests {
             );
         }
         assert_eq!(AlertDescription::from_code(0), None);
-        assert_eq!(names.len(), 10);
+        assert_eq!(names.len(), AlertDescription::ALL.len());
         assert_eq!(
             AlertDescription::UnrecognizedName.record(FIRST_FLIGHT_VERSION),
             [0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 112]
