@@ -25,6 +25,7 @@ use crate::codes::ErrorCode;
 use crate::spelling;
 
 pub use crate::validation_error::ValidationError;
+pub use access::AccessSettings;
 pub(crate) use access::{AccessFields, resolve_access};
 pub(crate) use differences::{cluster_differences, listener_differences};
 pub(crate) use listener::resolve_listener;

@@ -20,12 +20,11 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use ipnet::IpNet;
-use preread_core::access::{DEFAULT_IPV6_PREFIX, Rate};
 use preread_core::pattern::SniPattern;
 
 use crate::backend_address::BackendAddress;
 use crate::proto::{LoadBalancing, ProxyProtocol, RejectWith};
+pub use crate::validate::AccessSettings;
 
 /// A listener's settings, every default resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,30 +54,6 @@ pub struct ListenerSettings {
     pub max_unrouted_per_ip: u32,
     /// Who may connect, checked at accept.
     pub access: AccessSettings,
-}
-
-/// Who may connect to a listener or use a cluster, resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AccessSettings {
-    /// When not empty, only these sources are admitted.
-    pub allow: Vec<IpNet>,
-    /// Sources refused, whatever `allow` says.
-    pub deny: Vec<IpNet>,
-    /// New connections per source, for the whole process.
-    pub connection_rate_per_ip: Option<Rate>,
-    /// The prefix length an IPv6 source is counted under.
-    pub ipv6_prefix: u8,
-}
-
-impl Default for AccessSettings {
-    fn default() -> Self {
-        Self {
-            allow: Vec::new(),
-            deny: Vec::new(),
-            connection_rate_per_ip: None,
-            ipv6_prefix: DEFAULT_IPV6_PREFIX,
-        }
-    }
 }
 
 /// An active health check's resolved settings.

@@ -14,11 +14,34 @@ use std::time::Duration;
 use ipnet::IpNet;
 use preread_core::access::{DEFAULT_IPV6_PREFIX, PrefixError, Rate, RateError, parse_prefix};
 
-use crate::change::AccessSettings;
 use crate::codes::ErrorCode;
 use crate::duration;
 use crate::proto;
 use crate::validation_error::ValidationError;
+
+/// Who may connect to a listener or use a cluster, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessSettings {
+    /// When not empty, only these sources are admitted.
+    pub allow: Vec<IpNet>,
+    /// Sources refused, whatever `allow` says.
+    pub deny: Vec<IpNet>,
+    /// New connections per source, for the whole process.
+    pub connection_rate_per_ip: Option<Rate>,
+    /// The prefix length an IPv6 source is counted under.
+    pub ipv6_prefix: u8,
+}
+
+impl Default for AccessSettings {
+    fn default() -> Self {
+        Self {
+            allow: Vec::new(),
+            deny: Vec::new(),
+            connection_rate_per_ip: None,
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
+        }
+    }
+}
 
 /// The access fields of a request, as they came.
 #[derive(Debug, Clone, Copy)]
