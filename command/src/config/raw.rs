@@ -49,6 +49,8 @@ pub(super) struct RawConfig {
     pub(super) tcp_keepalive_idle: Option<Spanned<Seconds>>,
     pub(super) tcp_keepalive_interval: Option<Spanned<Seconds>>,
     pub(super) tcp_keepalive_count: Option<Spanned<i64>>,
+    pub(super) backend_keepalive: Option<Spanned<bool>>,
+    pub(super) defer_accept: Option<Spanned<bool>>,
     pub(super) resolve_interval: Option<Spanned<Seconds>>,
     #[serde(default)]
     pub(super) listeners: Vec<Spanned<RawListener>>,

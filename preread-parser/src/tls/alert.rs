@@ -29,7 +29,7 @@ pub enum AlertDescription {
     HandshakeFailure,
     /// 47: a field with a forbidden value, or an extension twice.
     IllegalParameter,
-    /// 49: the peer may not use this server (an access policy refused it).
+    /// 49: the client is not allowed in (an access rule refused it).
     AccessDenied,
     /// 50: a message that cannot be decoded (a length that lies).
     DecodeError,
@@ -171,7 +171,7 @@ mod tests {
     fn codes_and_names_are_distinct_and_the_record_is_exact() {
         let codes: HashSet<_> = AlertDescription::ALL.map(AlertDescription::code).into();
         let names: HashSet<_> = AlertDescription::ALL.map(AlertDescription::as_str).into();
-        assert_eq!(codes.len(), 10);
+        assert_eq!(codes.len(), AlertDescription::ALL.len());
         for description in AlertDescription::ALL {
             assert_eq!(
                 AlertDescription::from_code(description.code()),
@@ -179,7 +179,7 @@ mod tests {
             );
         }
         assert_eq!(AlertDescription::from_code(0), None);
-        assert_eq!(names.len(), 10);
+        assert_eq!(names.len(), AlertDescription::ALL.len());
         assert_eq!(
             AlertDescription::UnrecognizedName.record(FIRST_FLIGHT_VERSION),
             [0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 112]
