@@ -150,20 +150,44 @@ pub fn judge(
     }
 }
 
-/// The route keys (`<name>`, TOML value) of a config file's text: one key
-/// per cluster, named after it, holding its `[clusters.<name>]` table.
+/// What `preread fleet publish` makes of a config file.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Published {
+    /// The route keys: `<name>` and its TOML value, by name.
+    pub keys: Vec<(String, String)>,
+    /// The clusters that stay in the replicas' config file: a listener
+    /// names them as its `default_cluster`, which must exist when the
+    /// listener is declared.
+    pub kept: Vec<String>,
+}
+
+/// The route keys of a config file's text: one key per cluster, named
+/// after it, holding its `[clusters.<name>]` table; a listener's
+/// `default_cluster` is kept out (it stays in the file).
 ///
 /// # Errors
 ///
 /// The text is not TOML (the config file's own check says more), or a
 /// cluster table cannot be written back as TOML.
-pub fn published_keys(config_text: &str) -> Result<Vec<(String, String)>, PublishError> {
+pub fn published_keys(config_text: &str) -> Result<Published, PublishError> {
     let table: toml::Table = toml::from_str(config_text).map_err(PublishError::Parse)?;
+    let mut published = Published::default();
     let Some(toml::Value::Table(clusters)) = table.get("clusters") else {
-        return Ok(Vec::new());
+        return Ok(published);
     };
+    let defaults: Vec<&str> = table
+        .get("listeners")
+        .and_then(toml::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l.get("default_cluster")?.as_str())
+        .collect();
     let mut keys = Vec::with_capacity(clusters.len());
     for (name, cluster) in clusters {
+        if defaults.contains(&name.as_str()) {
+            published.kept.push(name.clone());
+            continue;
+        }
         let mut inner = toml::Table::new();
         inner.insert(name.clone(), cluster.clone());
         let mut outer = toml::Table::new();
@@ -172,7 +196,9 @@ pub fn published_keys(config_text: &str) -> Result<Vec<(String, String)>, Publis
         keys.push((name.clone(), text));
     }
     keys.sort();
-    Ok(keys)
+    published.kept.sort();
+    published.keys = keys;
+    Ok(published)
 }
 
 /// Why a config file's clusters cannot be published.
@@ -283,9 +309,13 @@ mod tests {
     #[test]
     fn a_config_file_publishes_one_key_per_cluster() {
         let text = "worker_count = 2\n[[listeners]]\naddress = \"127.0.0.1:1\"\n\
+                    default_cluster = \"fb\"\n\
                     [clusters.web]\nfrontends = [{ address = \"127.0.0.1:1\", sni = \"w.example\" }]\n\
-                    [clusters.api]\nbackends = [{ address = \"127.0.0.1:2\" }]\n";
-        let keys = published_keys(text).unwrap_or_default();
+                    [clusters.api]\nbackends = [{ address = \"127.0.0.1:2\" }]\n\
+                    [clusters.fb]\nbackends = [{ address = \"127.0.0.1:3\" }]\n";
+        let published = published_keys(text).unwrap_or_default();
+        assert_eq!(published.kept, ["fb"]);
+        let keys = published.keys;
         let names: Vec<&str> = keys.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["api", "web"]);
         for (name, value) in &keys {
@@ -296,6 +326,6 @@ mod tests {
             );
         }
         assert!(published_keys("x = [").is_err());
-        assert!(published_keys("").unwrap_or_default().is_empty());
+        assert!(published_keys("").unwrap_or_default().keys.is_empty());
     }
 }

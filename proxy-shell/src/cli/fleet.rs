@@ -152,14 +152,14 @@ fn status_text(report: &FleetReport) -> String {
 }
 
 fn publish(globals: &Globals, settings: &EtcdSettings, text: &str, dry: bool) -> ExitCode {
-    let keys = match published_keys(text) {
-        Ok(keys) => keys,
+    let published = match published_keys(text) {
+        Ok(published) => published,
         Err(why) => {
             eprintln!("preread: {why}");
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let done = match block_on(fleet::publish(settings, &keys, dry)) {
+    let done = match block_on(fleet::publish(settings, &published.keys, dry)) {
         Ok(Ok(done)) => done,
         Ok(Err(why)) => {
             eprintln!("preread: {why}");
@@ -175,7 +175,8 @@ fn publish(globals: &Globals, settings: &EtcdSettings, text: &str, dry: bool) ->
         println!(
             "{}",
             json!({ "written": done.written, "deleted": done.deleted,
-                "unchanged": done.unchanged, "revision": done.revision, "dry_run": dry })
+                "unchanged": done.unchanged, "kept": published.kept,
+                "revision": done.revision, "dry_run": dry })
         );
     } else {
         let verb = if dry { "would write" } else { "wrote" };
@@ -185,6 +186,12 @@ fn publish(globals: &Globals, settings: &EtcdSettings, text: &str, dry: bool) ->
         let verb = if dry { "would delete" } else { "deleted" };
         for name in &done.deleted {
             println!("{verb} {routes}{name}");
+        }
+        for name in &published.kept {
+            println!(
+                "kept in the config file: cluster {name} (a listener's default_cluster); \
+                 keep it in the replicas' config file"
+            );
         }
         println!(
             "{} written, {} deleted, {} unchanged{}",
