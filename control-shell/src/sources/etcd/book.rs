@@ -3,13 +3,17 @@
 //! new read of the whole prefix into the difference to report.
 //!
 //! Owns: [`Book`] (the names and their mod revisions, the revision
-//! reported last) and the two ways it moves: [`Book::fold`] (one watch
-//! response: the last event of each key wins) and [`Book::resync`] (a
-//! whole read after a canceled watch: only keys whose mod revision
-//! differs, and the names gone, are reported). Must never: move its
-//! revision without a change it reports (the watch resumes after it, so a
-//! revision skipped is a change lost for good), or parse a value that did
-//! not change.
+//! served, the revision the watch resumes after) and the two ways it
+//! moves: [`Book::fold`] (one watch response: the last event of each key
+//! wins) and [`Book::resync`] (a whole read, at start or after a canceled
+//! watch: only keys whose mod revision differs, and the names gone, are
+//! reported). The revision served after a read is the newest change of a
+//! route key it holds, not the read's own revision (which the other
+//! replicas' status keys move): a replica that read the prefix serves the
+//! revision the replicas that followed the watch serve. Must never: move
+//! the watch past a revision whose changes it did not report (a revision
+//! skipped is a change lost for good), or parse a value that did not
+//! change.
 
 use std::collections::BTreeMap;
 
@@ -44,9 +48,12 @@ pub(crate) struct Delta {
 pub(crate) struct Book {
     /// Name to mod revision.
     keys: BTreeMap<String, i64>,
-    /// The revision reported last: the watch resumes after it. `None`
-    /// before the first read.
+    /// The revision served: the newest change reported. `None` before
+    /// the first read.
     revision: Option<i64>,
+    /// The revision the watch resumes after: the last read's, or the last
+    /// response's.
+    seen: i64,
     routes_prefix: String,
 }
 
@@ -56,13 +63,19 @@ impl Book {
         Self {
             keys: BTreeMap::new(),
             revision: None,
+            seen: 0,
             routes_prefix,
         }
     }
 
-    /// The revision reported last.
+    /// The revision served (the newest change reported).
     pub(crate) fn revision(&self) -> Option<i64> {
         self.revision
+    }
+
+    /// The revision the watch starts from: the one after all it read.
+    pub(crate) fn watch_from(&self) -> i64 {
+        self.seen + 1
     }
 
     /// How many route keys it holds.
@@ -102,14 +115,19 @@ impl Book {
             }
         }
         self.revision = Some(self.revision.map_or(revision, |r| r.max(revision)));
+        self.seen = self.seen.max(revision);
         delta
     }
 
     /// A whole read of the prefix at `revision` (`reads`, every key of it):
-    /// the keys new or changed since the book's, and the names gone.
+    /// the keys new or changed since the book's, and the names gone, at
+    /// the newest change among them (or the revision served before, when
+    /// newer: a deletion).
     pub(crate) fn resync(&mut self, revision: i64, reads: &[Read<'_>]) -> Delta {
+        let newest = reads.iter().map(|r| r.mod_revision).max().unwrap_or(0);
+        let served = newest.max(self.revision.unwrap_or(0));
         let mut delta = Delta {
-            revision,
+            revision: served,
             ..Delta::default()
         };
         let mut seen: BTreeMap<String, i64> = BTreeMap::new();
@@ -129,7 +147,8 @@ impl Book {
             .cloned()
             .collect();
         self.keys = seen;
-        self.revision = Some(revision);
+        self.revision = Some(served);
+        self.seen = self.seen.max(revision);
         delta
     }
 }
@@ -169,6 +188,7 @@ mod tests {
         let delta = book.fold(5, &events);
         assert_eq!(names(&delta), (vec!["b"], vec![]), "a never existed here");
         assert_eq!(book.revision(), Some(5));
+        assert_eq!(book.watch_from(), 6);
         let delta = book.fold(
             6,
             &[Event::Delete {
@@ -220,13 +240,19 @@ mod tests {
         ];
         let delta = book.resync(10, &later);
         assert_eq!(names(&delta), (vec!["c", "d"], vec!["b"]));
-        assert_eq!(book.revision(), Some(10));
+        assert_eq!(
+            book.revision(),
+            Some(9),
+            "the newest change, not the read's"
+        );
+        assert_eq!(book.watch_from(), 11, "the watch resumes after the read");
         assert_eq!(
             book.resync(11, &later),
             Delta {
-                revision: 11,
+                revision: 9,
                 ..Delta::default()
             }
         );
+        assert_eq!(book.watch_from(), 12);
     }
 }

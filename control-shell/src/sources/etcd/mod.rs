@@ -280,7 +280,7 @@ impl Source {
         log::info!(
             "etcd source: watching {} on {endpoint} from revision {}",
             self.settings.routes_prefix(),
-            self.book.revision().map_or(0, |r| r + 1)
+            self.book.watch_from()
         );
         self.status.flush(&mut connection, lease).await?;
         let mut tick = tokio::time::interval(KEEPALIVE);
@@ -315,7 +315,7 @@ impl Source {
                              revision {} this replica watched from: reading the routes again \
                              (only the difference is applied)",
                             response.compact_revision,
-                            self.book.revision().map_or(0, |r| r + 1)
+                            self.book.watch_from()
                         );
                         self.resync(&mut connection).await?;
                         watcher = self.watch(&mut connection).await?;
@@ -377,7 +377,7 @@ impl Source {
             .watch
             .do_watch(prefix.clone())
             .with_prefix();
-        create.request.start_revision = self.book.revision().map_or(0, |r| r + 1);
+        create.request.start_revision = self.book.watch_from();
         match tokio::time::timeout(REQUEST_TIMEOUT, create).await {
             Ok(Ok(watcher)) => Ok(watcher),
             Ok(Err(why)) => Err(Ended::Lost(EtcdError::WatchEnded {
