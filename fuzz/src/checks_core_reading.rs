@@ -273,6 +273,8 @@ fn evidence(config: &PrereadConfig, reading: &Reading, reason: RejectReason) -> 
         }
         // Never the answer to on-time bytes.
         RejectReason::Fragmented | RejectReason::FrontClosed => false,
+        // Only a `deny_ja4` list refuses a whole hello that would be routed.
+        RejectReason::AccessDenied => !config.deny_ja4.is_empty() && hello.is_some(),
     }
 }
 

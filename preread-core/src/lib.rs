@@ -4,7 +4,8 @@
 //! Owns: [`SniPrereadCore`] and its message contract ([`Input`], [`Output`],
 //! [`Route`]), the reject taxonomy ([`RejectReason`], [`FallbackReason`]),
 //! SNI normalization ([`sni`]), the SNI pattern validator ([`pattern`]),
-//! the per-listener route table ([`routes`]), what a ClientHello showed of
+//! the per-listener route table ([`routes`]), who may connect
+//! ([`access`]: address lists, the rate per source), what a ClientHello showed of
 //! itself ([`HelloSummary`]), and the preread step
 //! ([`step`]): the shell's whole policy around the core, which the worker,
 //! the simulation and `preread inspect` all run.
@@ -175,8 +176,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod access;
 mod alpn;
 mod config;
+mod fingerprint;
 mod output;
 pub mod pattern;
 mod preread;
@@ -192,6 +195,7 @@ pub mod window;
 
 pub use alpn::AlpnOffer;
 pub use config::{MIN_PREREAD_MAX_BYTES, PrereadConfig};
+pub use fingerprint::{DenyJa4, DenyRule};
 pub use output::{Input, Output, Route};
 pub use preread::SniPrereadCore;
 pub use reject::{FallbackReason, RejectReason};

@@ -79,6 +79,7 @@ pub fn rejected(reason: RejectReason) -> &'static str {
         RejectReason::AlpnUnmatched => "tcp.sni_preread.rejected.alpn_unmatched",
         RejectReason::ProxyHeaderInvalid => "tcp.sni_preread.rejected.proxy_header_invalid",
         RejectReason::FrontClosed => "tcp.sni_preread.rejected.front_closed",
+        RejectReason::AccessDenied => "tcp.sni_preread.rejected.access_denied",
     }
 }
 
@@ -261,7 +262,7 @@ mod tests {
     #[test]
     fn every_reject_reason_has_a_distinct_metric_name() {
         let names: HashSet<_> = RejectReason::ALL.map(rejected).into();
-        assert_eq!(names.len(), 11);
+        assert_eq!(names.len(), RejectReason::ALL.len());
         for reason in RejectReason::ALL {
             assert_eq!(
                 rejected(reason),
