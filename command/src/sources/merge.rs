@@ -211,7 +211,7 @@ pub fn merge_changes<'a>(
         for request in removal(state, fragment) {
             match state.dispatch_undoable(&request) {
                 Ok(Undoable::Changed { undo: inverse }) => {
-                    undo.push(inverse);
+                    undo.push(*inverse);
                     changes.requests.push(request);
                 }
                 Ok(Undoable::Unchanged) | Err(_) => {}
