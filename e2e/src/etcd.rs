@@ -202,6 +202,43 @@ impl EtcdCluster {
         run(&self.etcdctl, &all, self.dir.path(), CLIENT)
     }
 
+    /// `etcdctl txn` of `script` (its compares, success and failure
+    /// blocks, as `etcdctl txn` reads them), which must succeed; its
+    /// standard output.
+    pub fn txn(&self, script: &str) -> Result<String, String> {
+        use std::io::Write as _;
+        let endpoints = format!("--endpoints={}", self.endpoints().join(","));
+        let mut child = Command::new(&self.etcdctl)
+            .args([
+                endpoints.as_str(),
+                "--command-timeout=60s",
+                "txn",
+                "-w",
+                "json",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("etcdctl txn: {e}"))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(script.as_bytes())
+                .map_err(|e| format!("etcdctl txn: {e}"))?;
+        }
+        let out = child
+            .wait_with_output()
+            .map_err(|e| format!("etcdctl txn: {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!(
+                "etcdctl txn: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
     /// `etcdctl ARGS`, which must succeed; its standard output.
     pub fn ctl(&self, args: &[&str]) -> String {
         match self.etcdctl(args) {

@@ -7,8 +7,8 @@
 //! allowed transactions of every route key), with the `preread` beside
 //! this binary:
 //!
-//! 1. `preread fleet publish` of a config of `--routes` clusters (one
-//!    exact name and one backend each) in one transaction;
+//! 1. `--routes` route keys (one cluster each: one exact name on `*:PORT`,
+//!    one backend) written in one `etcdctl txn`;
 //! 2. first sync: a replica fed by etcd started, time until `preread
 //!    sources` lists every route; its VmRSS once settled, beside a proxy
 //!    started from the same file;
@@ -16,21 +16,20 @@
 //!    route key, a new name): per change and replica, the time from the
 //!    put's start (it includes etcdctl's own start-up) until that replica
 //!    serves the put's revision; p50, p99 and max;
-//! 4. a bulk update: every key rewritten in one transaction; the first
+//! 4. a bulk update: every key rewritten in one `etcdctl txn`; the first
 //!    replica's VmRSS sampled every 5 ms until it serves the new revision:
 //!    the peak against the steady state before.
 //!
 //! Every process it starts is stopped by its PID (the harness's drops).
 
 use std::fmt::Write as _;
-use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use e2e::etcd::EtcdCluster;
-use e2e::proxy::{ProxyProcess, free_addr, preread_bin, run_preread};
+use e2e::proxy::{ProxyProcess, free_addr, preread_bin};
 
 /// How long one step may take before the run gives up.
 const BOUND: Duration = Duration::from_secs(300);
@@ -104,30 +103,34 @@ fn replica_config(listener: &str, cluster: &EtcdCluster, id: &str) -> String {
     )
 }
 
-fn publish(dir: &Path, cluster: &EtcdCluster, text: &str) -> Result<Duration, String> {
-    let file = dir.join("fleet.toml");
-    std::fs::write(&file, text).map_err(|e| format!("{e}"))?;
-    let endpoints = cluster.endpoints().join(",");
-    let file = file.display().to_string();
-    let args = [
-        "-c",
-        &file,
-        "fleet",
-        "publish",
-        "--endpoints",
-        &endpoints,
-        "--prefix",
-        PREFIX,
-    ];
-    let start = Instant::now();
-    let out = run_preread(&args, dir, BOUND)?;
-    if !out.status.success() {
-        return Err(format!(
-            "fleet publish: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ));
+/// Route key `c{i}` on port `port`, generation `generation`: one line
+/// (TOML inline tables, literal strings), as `etcdctl txn` reads a value.
+fn key_text(i: usize, port: u16, generation: usize) -> String {
+    format!(
+        "clusters = {{ c{i} = {{ frontends = [{{ address = '*:{port}', sni = \
+         'n{i}-{generation}.bench.example' }}], backends = [{{ address = '127.0.0.1:9', \
+         backend_id = 'c{i}-0' }}] }} }}"
+    )
+}
+
+/// Writes every route key of `generation` in one transaction.
+fn write_keys(
+    cluster: &EtcdCluster,
+    routes: usize,
+    port: u16,
+    generation: usize,
+) -> Result<Duration, String> {
+    let mut script = String::from("\n");
+    for i in 0..routes {
+        let _ = writeln!(
+            script,
+            "put {PREFIX}routes/c{i} \"{}\"",
+            key_text(i, port, generation)
+        );
     }
+    script.push_str("\n\n");
+    let start = Instant::now();
+    cluster.txn(&script)?;
     Ok(start.elapsed())
 }
 
@@ -141,18 +144,21 @@ fn run(routes: usize, changes: usize) -> Result<String, String> {
         "--max-request-bytes",
         "67108864",
     ])?;
-    let listener = free_addr().to_string();
-    let text = config(&listener, routes, 0);
-    let took = publish(cluster.dir(), &cluster, &text)?;
+    let port = free_addr().port();
+    let took = write_keys(&cluster, routes, port, 0)?;
     let _ = writeln!(
         report,
-        "publish of {routes} keys (one txn): {} ms",
+        "{routes} route keys written (one etcdctl txn): {} ms",
         took.as_millis()
     );
 
     // First sync, and memory beside the same routes from a file.
     let start = Instant::now();
-    let first = ProxyProcess::start(&replica_config(&listener, &cluster, "r1"))?;
+    let first = ProxyProcess::start(&replica_config(
+        &format!("127.0.0.2:{port}"),
+        &cluster,
+        "r1",
+    ))?;
     let synced = wait("first sync", || {
         first
             .source("etcd")
@@ -165,8 +171,7 @@ fn run(routes: usize, changes: usize) -> Result<String, String> {
         synced.as_millis()
     );
     let etcd_rss = settled_rss(first.pid());
-    let file_listener = free_addr().to_string();
-    let from_file = ProxyProcess::start(&config(&file_listener, routes, 0))?;
+    let from_file = ProxyProcess::start(&config(&format!("127.0.0.5:{port}"), routes, 0))?;
     let file_rss = settled_rss(from_file.pid());
     drop(from_file);
     let _ = writeln!(
@@ -177,8 +182,8 @@ fn run(routes: usize, changes: usize) -> Result<String, String> {
 
     // One-key changes seen by three replicas.
     let mut replicas = vec![first];
-    for id in ["r2", "r3"] {
-        let l = free_addr().to_string();
+    for (id, ip) in [("r2", "127.0.0.3"), ("r3", "127.0.0.4")] {
+        let l = format!("{ip}:{port}");
         let replica = ProxyProcess::start(&replica_config(&l, &cluster, id))?;
         wait("sync", || {
             replica
@@ -190,14 +195,9 @@ fn run(routes: usize, changes: usize) -> Result<String, String> {
     let mut latencies: Vec<f64> = Vec::new();
     for i in 0..changes {
         let key = format!("{PREFIX}routes/c{}", i % routes);
-        let value = format!(
-            "[clusters.c{n}]\nfrontends = [{{ address = \"{listener}\", sni = \"x{i}.bench.example\" }}]\n\
-             backends = [{{ address = \"127.0.0.1:9\", backend_id = \"c{n}-0\" }}]\n",
-            n = i % routes
-        );
+        let value = key_text(i % routes, port, i + 2);
         let start = Instant::now();
-        cluster.put(&key, &value);
-        let revision = cluster.revision();
+        let revision = cluster.put(&key, &value);
         let mut pending: Vec<usize> = (0..replicas.len()).collect();
         while !pending.is_empty() {
             if start.elapsed() > BOUND {
@@ -229,7 +229,6 @@ fn run(routes: usize, changes: usize) -> Result<String, String> {
     let pid = replicas[0].pid();
     let steady = settled_rss(pid);
     let before = etcd_revision(&replicas[0]);
-    let bulk = config(&listener, routes, 1);
     let sampling = Arc::new(AtomicBool::new(true));
     let on = Arc::clone(&sampling);
     let sampler = std::thread::spawn(move || {
@@ -241,7 +240,7 @@ fn run(routes: usize, changes: usize) -> Result<String, String> {
         peak
     });
     let start = Instant::now();
-    publish(cluster.dir(), &cluster, &bulk)?;
+    write_keys(&cluster, routes, port, 1)?;
     wait("bulk update", || etcd_revision(&replicas[0]) > before)?;
     let applied = start.elapsed();
     // A second of the settling after the generation counts too.
