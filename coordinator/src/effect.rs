@@ -13,6 +13,7 @@ use command::answer_code::AnswerCode;
 use command::change::Change;
 use command::generation::Generation;
 use command::proto;
+use command::sources::{Exclusion, SourceKind};
 
 use crate::input::{ClientId, JobId, Query, StopKind, UpgradeRequest};
 use crate::orders::{Answer, Listeners, Order, OrderId, WorkerId};
@@ -102,6 +103,16 @@ pub enum Effect {
     Stopped { kind: StopKind, answered: bool },
     /// Tell systemd.
     Notify(Notice),
+    /// The routes of a source that counts revisions (etcd) are served as
+    /// of `revision`, by routing generation `generation`, with these
+    /// fragments left out: the shell publishes it (the status key, the
+    /// metrics).
+    SourceApplied {
+        kind: SourceKind,
+        revision: i64,
+        generation: u64,
+        excluded: Vec<Exclusion>,
+    },
     /// A log line.
     Log { level: log::Level, message: String },
     /// A log line that says how long something took: `before`, the

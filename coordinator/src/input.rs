@@ -106,6 +106,17 @@ pub enum SourceReport {
     },
     /// A read that failed: the last good fragments stay.
     Failed { kind: SourceKind, error: String },
+    /// What changed in a source that says so (etcd): the fragments put
+    /// (new or changed) and the names deleted, as of the store's
+    /// `revision`. Merged incrementally: only these are tried again, with
+    /// the fragments excluded so far.
+    Changed {
+        kind: SourceKind,
+        revision: i64,
+        put: Vec<Fragment>,
+        deleted: Vec<String>,
+        at: SystemTime,
+    },
 }
 
 /// Why an upgrade's successor did not take over, as the shell words it.

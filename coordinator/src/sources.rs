@@ -9,19 +9,27 @@
 //! first merge's wait for every source's first report (so a booting proxy
 //! does not drop a source's routes before it was read), the coalescing of
 //! reports into one queued merge, the fragments that hold routes (tried
-//! first by the next merge), and the answer of `preread sources`. Must
-//! never: apply anything itself (a merge is a job of `jobs`, one
-//! generation, like a reload), or record a merge's outcome before the
-//! workers applied it: an excluded fragment, or one whose generation the
-//! workers refused, is tried again on the next change of any source (and
-//! a refused merge also one order timeout after the refusal).
+//! first by the next merge), the incremental merge of a source that says
+//! what changed (etcd: only the changed fragments and the excluded ones
+//! are tried, against the running state, so a change costs what changed,
+//! not what the sources hold), the revision each such source is served at
+//! ([`Effect::SourceApplied`] once committed), and the answer of `preread
+//! sources`. Must never: apply anything itself (a merge is a job of
+//! `jobs`, one generation, like a reload), or record a merge's outcome
+//! before the workers applied it: an excluded fragment, or one whose
+//! generation the workers refused, is tried again on the next change of
+//! any source (and a refused merge also one order timeout after the
+//! refusal). A source that counts revisions and never synced holds back
+//! every merge: a proxy booted while its store is unreachable serves its
+//! saved state, not an empty one.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use command::proto::{self, response_content::ContentType};
 use command::sources::{
-    AppliedFragment, Exclusion, Fragment, FragmentId, Merged, SourceKind, merge,
+    AppliedFragment, Candidate, Exclusion, Fragment, FragmentId, Merged, SourceKind, merge,
+    merge_changes,
 };
 use command::state::ConfigState;
 
@@ -49,15 +57,59 @@ struct Slot {
     /// It reported once (a whole read or a failure): the first merge waits
     /// for every source's first report.
     reported: bool,
-    /// Its last whole read.
-    fragments: Vec<Fragment>,
+    /// Its fragments as last reported, by name.
+    fragments: BTreeMap<FragmentId, Fragment>,
     synced: Option<SystemTime>,
+    /// The store revision of its last report (a source that counts them).
+    revision: Option<i64>,
+    /// The revision the running state serves.
+    applied_revision: Option<i64>,
     /// Why its last read failed, while it fails.
     error: Option<String>,
     errors: u64,
     /// The last committed merge's view of it.
     applied: Vec<AppliedFragment>,
     excluded: Vec<Exclusion>,
+}
+
+/// The fragments changed since the running state's merge, for the next
+/// incremental merge.
+#[derive(Debug, Default)]
+struct Touched {
+    /// Their ids.
+    ids: BTreeSet<FragmentId>,
+    /// Each one's version before its first change since then: what the
+    /// running state holds, when it holds it.
+    before: BTreeMap<FragmentId, Fragment>,
+}
+
+impl Touched {
+    /// Records that `id`, which was `before`, changes.
+    fn touch(&mut self, id: &FragmentId, before: Option<Fragment>) {
+        if self.ids.insert(id.clone())
+            && let Some(before) = before
+        {
+            self.before.insert(id.clone(), before);
+        }
+    }
+
+    /// Puts back what a refused merge took: its versions are the older.
+    fn restore(&mut self, older: Touched) {
+        self.ids.extend(older.ids);
+        self.before.extend(older.before);
+    }
+}
+
+/// What a merge decided: all the applied and excluded fragments (a full
+/// merge), or the touched ones' fate (an incremental one).
+#[derive(Debug)]
+enum Decided {
+    Full(Vec<AppliedFragment>, Vec<Exclusion>),
+    Changes {
+        touched: BTreeSet<FragmentId>,
+        applied: Vec<AppliedFragment>,
+        excluded: Vec<Exclusion>,
+    },
 }
 
 /// What a job's merge changes once the workers applied it.
@@ -67,7 +119,20 @@ struct PendingMerge {
     /// merge with it, its declarations (the next merges start from them).
     file: Option<(usize, Option<ConfigState>)>,
     /// The merge's applied and excluded fragments.
-    outcome: Option<(Vec<AppliedFragment>, Vec<Exclusion>)>,
+    outcome: Option<Decided>,
+    /// The fragments changed before the merge began, given back when the
+    /// workers refuse it.
+    touched: Touched,
+    /// The revision of each source that counts them, as merged.
+    revisions: Vec<(SourceKind, i64)>,
+}
+
+/// A merge job's plan: the desired state (a full merge, diffed against
+/// the running state), or the requests of an incremental one.
+#[derive(Debug)]
+pub(crate) enum MergePlan {
+    Desired(ConfigState),
+    Requests(Vec<proto::Request>),
 }
 
 /// The route sources. See the module documentation.
@@ -87,11 +152,22 @@ pub(crate) struct RouteSources {
     pending: Option<PendingMerge>,
     /// The workers refused the last merge: when it is tried again.
     retry_at: Option<Instant>,
+    /// The fragments changed since the running state's merge.
+    touched: Touched,
+    /// The next merge must be a full one: nothing merged yet, a source
+    /// read whole, or a refused merge.
+    full: bool,
 }
 
 fn unix_ms(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Whether a source of `kind` counts revisions (its store's): until its
+/// first report of one, no merge runs.
+fn counts_revisions(kind: SourceKind) -> bool {
+    kind == SourceKind::Etcd
 }
 
 fn count(n: usize) -> u32 {
@@ -127,6 +203,8 @@ impl RouteSources {
             queued: false,
             pending: None,
             retry_at: None,
+            touched: Touched::default(),
+            full: true,
         }
     }
 
@@ -155,8 +233,10 @@ impl RouteSources {
                 kind,
                 location,
                 reported: false,
-                fragments: Vec::new(),
+                fragments: BTreeMap::new(),
                 synced: None,
+                revision: None,
+                applied_revision: None,
                 error: None,
                 errors: 0,
                 applied: Vec::new(),
@@ -188,9 +268,53 @@ impl RouteSources {
                         ),
                     );
                 }
+                let fragments: BTreeMap<FragmentId, Fragment> =
+                    fragments.into_iter().map(|f| (f.id.clone(), f)).collect();
                 let changed = slot.fragments != fragments;
                 slot.fragments = fragments;
-                (kind, !std::mem::replace(&mut slot.reported, true), changed)
+                let first = !std::mem::replace(&mut slot.reported, true);
+                if changed {
+                    self.full = true;
+                }
+                (kind, first, changed)
+            }
+            SourceReport::Changed {
+                kind,
+                revision,
+                put,
+                deleted,
+                at,
+            } => {
+                let Some(slot) = self.slots.iter_mut().find(|slot| slot.kind == kind) else {
+                    return;
+                };
+                slot.synced = Some(at);
+                slot.revision = Some(revision);
+                if let Some(was) = slot.error.take() {
+                    log(
+                        out,
+                        Level::Info,
+                        format!(
+                            "{kind} source {}: connected again after {} failed attempt(s) \
+                             (the last: {was})",
+                            slot.location, slot.errors
+                        ),
+                    );
+                }
+                for name in deleted {
+                    let id = FragmentId::new(kind, name);
+                    if let Some(before) = slot.fragments.remove(&id) {
+                        self.touched.touch(&id, Some(before));
+                    }
+                }
+                for fragment in put {
+                    let id = fragment.id.clone();
+                    let before = slot.fragments.insert(id.clone(), fragment);
+                    self.touched.touch(&id, before);
+                }
+                // A revision with no change of a fragment is merged too:
+                // the revision served moves on with it.
+                (kind, !std::mem::replace(&mut slot.reported, true), true)
             }
             SourceReport::Failed { kind, error } => {
                 let Some(slot) = self.slot(kind) else { return };
@@ -225,7 +349,11 @@ impl RouteSources {
             self.retry_at = None;
             self.dirty = true;
         }
-        let due = self.dirty && !self.queued && self.slots.iter().all(|slot| slot.reported);
+        let due = self.dirty
+            && !self.queued
+            && self.slots.iter().all(|slot| {
+                slot.reported && (!counts_revisions(slot.kind) || slot.revision.is_some())
+            });
         if due {
             self.dirty = false;
             self.queued = true;
@@ -235,20 +363,70 @@ impl RouteSources {
 
     /// The merge of `file` with every source's fragments.
     fn merged(&self, file: &ConfigState) -> Merged {
-        let fragments = self.slots.iter().flat_map(|slot| &slot.fragments);
+        let fragments = self.slots.iter().flat_map(|slot| slot.fragments.values());
         merge(file, fragments, &self.incumbents)
     }
 
-    /// The desired state of a merge job, the outcome kept for
-    /// [`commit`](Self::commit); `None` without a source.
-    pub(crate) fn merge_job(&mut self) -> Option<ConfigState> {
+    /// The revision of each source that counts them, as reported.
+    fn revisions(&self) -> Vec<(SourceKind, i64)> {
+        self.slots
+            .iter()
+            .filter_map(|slot| Some((slot.kind, slot.revision?)))
+            .collect()
+    }
+
+    /// The plan of a merge job on the running state `running` (left as it
+    /// was), the outcome kept for [`commit`](Self::commit); `None` without
+    /// a source.
+    pub(crate) fn merge_job(&mut self, running: &mut ConfigState) -> Option<MergePlan> {
         self.queued = false;
-        let merged = self.merged(self.base.as_ref()?);
+        let base = self.base.as_ref()?;
+        let touched = std::mem::take(&mut self.touched);
+        let revisions = self.revisions();
+        if std::mem::replace(&mut self.full, false) {
+            let merged = self.merged(base);
+            self.pending = Some(PendingMerge {
+                file: None,
+                outcome: Some(Decided::Full(merged.applied, merged.excluded)),
+                touched,
+                revisions,
+            });
+            return Some(MergePlan::Desired(merged.state));
+        }
+        let leaving = touched
+            .before
+            .iter()
+            .filter(|(id, _)| self.incumbents.contains(*id))
+            .map(|(_, fragment)| fragment);
+        let excluded: BTreeSet<&FragmentId> = self
+            .slots
+            .iter()
+            .flat_map(|slot| slot.excluded.iter().map(|e| &e.id))
+            .collect();
+        let candidates = self
+            .slots
+            .iter()
+            .flat_map(|slot| {
+                slot.fragments
+                    .iter()
+                    .filter(|(id, _)| touched.ids.contains(*id) || excluded.contains(id))
+            })
+            .map(|(id, fragment)| Candidate {
+                fragment,
+                incumbent: self.incumbents.contains(id),
+            });
+        let changes = merge_changes(running, leaving, candidates);
         self.pending = Some(PendingMerge {
             file: None,
-            outcome: Some((merged.applied, merged.excluded)),
+            outcome: Some(Decided::Changes {
+                touched: touched.ids.clone(),
+                applied: changes.applied,
+                excluded: changes.excluded,
+            }),
+            touched,
+            revisions,
         });
-        Some(merged.state)
+        Some(MergePlan::Requests(changes.requests))
     }
 
     /// Whether a source is configured: a reload's desired state is then
@@ -269,6 +447,8 @@ impl RouteSources {
         self.pending = Some(PendingMerge {
             file: Some((routes, None)),
             outcome: None,
+            touched: Touched::default(),
+            revisions: Vec::new(),
         });
     }
 
@@ -283,17 +463,20 @@ impl RouteSources {
         let merged = self.merged(&file);
         self.pending = Some(PendingMerge {
             file: Some((routes, Some(file))),
-            outcome: Some((merged.applied, merged.excluded)),
+            outcome: Some(Decided::Full(merged.applied, merged.excluded)),
+            touched: std::mem::take(&mut self.touched),
+            revisions: self.revisions(),
         });
         merged.state
     }
 
-    /// The workers applied the job's generation at `now`: its merge is the
-    /// running state's now.
-    pub(crate) fn commit(&mut self, now: Instant, out: &mut Vec<Effect>) {
+    /// The workers applied the job's generation at `now`, as routing
+    /// generation `generation`: its merge is the running state's now.
+    pub(crate) fn commit(&mut self, now: Instant, generation: u64, out: &mut Vec<Effect>) {
         let Some(pending) = self.pending.take() else {
             return;
         };
+        let revisions = pending.revisions;
         if let Some((routes, file)) = pending.file {
             self.file.routes = routes;
             self.file.synced = now;
@@ -301,8 +484,24 @@ impl RouteSources {
                 self.base = file;
             }
         }
-        let Some((applied, excluded)) = pending.outcome else {
+        let Some(decided) = pending.outcome else {
             return;
+        };
+        let (applied, excluded) = match decided {
+            Decided::Full(applied, excluded) => (applied, excluded),
+            Decided::Changes {
+                touched,
+                applied,
+                excluded,
+            } => {
+                let kept = self
+                    .slots
+                    .iter()
+                    .flat_map(|slot| &slot.applied)
+                    .filter(|f| !touched.contains(&f.id))
+                    .cloned();
+                (kept.chain(applied).collect(), excluded)
+            }
         };
         for exclusion in &excluded {
             let known = self
@@ -346,6 +545,15 @@ impl RouteSources {
                 .filter(|e| e.id.kind == slot.kind)
                 .cloned()
                 .collect();
+            if let Some(&(_, revision)) = revisions.iter().find(|(kind, _)| *kind == slot.kind) {
+                slot.applied_revision = Some(revision);
+                out.push(Effect::SourceApplied {
+                    kind: slot.kind,
+                    revision,
+                    generation,
+                    excluded: slot.excluded.clone(),
+                });
+            }
         }
     }
 
@@ -354,8 +562,12 @@ impl RouteSources {
     /// timeout: a refusal that lasts costs one attempt per timeout, not a
     /// loop), or at the next change of a source.
     pub(crate) fn abandon(&mut self, now: Instant, after: Duration) {
-        if self.pending.take().is_some_and(|p| p.outcome.is_some()) {
-            self.retry_at = Some(now + after);
+        if let Some(pending) = self.pending.take() {
+            self.touched.restore(pending.touched);
+            if pending.outcome.is_some() {
+                self.retry_at = Some(now + after);
+                self.full = true;
+            }
         }
     }
 
@@ -380,6 +592,7 @@ impl RouteSources {
             error: String::new(),
             errors: 0,
             excluded_total: 0,
+            revision: 0,
         }];
         sources.extend(self.slots.iter().map(|slot| proto::SourceEntry {
             kind: slot.kind.as_str().to_owned(),
@@ -391,6 +604,7 @@ impl RouteSources {
             error: slot.error.clone().unwrap_or_default(),
             errors: slot.errors,
             excluded_total: count(slot.excluded.len()),
+            revision: slot.applied_revision.unwrap_or(0),
         }));
         ContentType::Sources(proto::SourceList { sources })
     }

@@ -41,6 +41,7 @@ pub mod backend;
 pub mod certs;
 pub mod client;
 pub mod docker;
+pub mod etcd;
 pub mod h2_backend;
 pub mod openssl;
 pub mod promql;

@@ -1492,6 +1492,7 @@ fn a_directory_source_merges_with_the_file_and_survives_a_reload() -> Result<(),
     let sources = command::config::SourceSettings {
         docker: None,
         directory: Some(watched.clone()),
+        etcd: None,
     };
     server
         .start_sources(1, Some(file), &sources)
@@ -1644,6 +1645,7 @@ fn reloads_from_the_last_outline_merge_with_the_route_sources() -> Result<(), St
     let sources = command::config::SourceSettings {
         docker: None,
         directory: Some(watched),
+        etcd: None,
     };
     server
         .start_sources(1, Some(file.state), &sources)

@@ -196,6 +196,14 @@ impl GlobalSettings {
         if let Some(directory) = &mut self.sources.directory {
             resolve(directory);
         }
+        if let Some(etcd) = &mut self.sources.etcd {
+            for file in [&mut etcd.ca_file, &mut etcd.cert_file, &mut etcd.key_file]
+                .into_iter()
+                .flatten()
+            {
+                resolve(file);
+            }
+        }
     }
 }
 

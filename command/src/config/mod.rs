@@ -76,7 +76,7 @@ pub use syslog::SyslogTarget;
 
 pub use fragment::load_fragment;
 pub use outline::Outline;
-pub use sources::{DEFAULT_DOCKER_ENDPOINT, SourceSettings};
+pub use sources::{DEFAULT_DOCKER_ENDPOINT, DEFAULT_ETCD_PREFIX, EtcdSettings, SourceSettings};
 
 use declarations::routing_requests;
 use global::global_settings;

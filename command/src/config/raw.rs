@@ -65,6 +65,20 @@ pub(super) struct RawConfig {
 pub(super) struct RawSources {
     pub(super) docker: Option<RawDockerSource>,
     pub(super) directory: Option<RawDirectorySource>,
+    pub(super) etcd: Option<RawEtcdSource>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a [sources.etcd] table")]
+pub(super) struct RawEtcdSource {
+    pub(super) endpoints: Spanned<Vec<String>>,
+    pub(super) prefix: Option<Spanned<String>>,
+    pub(super) replica_id: Option<Spanned<String>>,
+    pub(super) username: Option<String>,
+    pub(super) password: Option<String>,
+    pub(super) ca_file: Option<String>,
+    pub(super) cert_file: Option<String>,
+    pub(super) key_file: Option<String>,
 }
 
 #[derive(Deserialize)]

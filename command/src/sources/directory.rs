@@ -24,6 +24,13 @@ pub fn is_fragment_file(file_name: &str) -> bool {
 /// not parse, every problem of it, placed the same way.
 #[must_use]
 pub fn fragment(file_name: &str, text: &str) -> Fragment {
+    toml_fragment(SourceKind::Directory, file_name, file_name, text)
+}
+
+/// The fragment `name` of `kind` holding the TOML `text`, its requests
+/// placed at `place:line:column` (the directory's and etcd's format).
+pub(super) fn toml_fragment(kind: SourceKind, name: &str, place: &str, text: &str) -> Fragment {
+    let file_name = place;
     let body = match load_fragment(text) {
         Ok(requests) => FragmentBody::Declared(
             requests
@@ -48,7 +55,7 @@ pub fn fragment(file_name: &str, text: &str) -> Fragment {
         ),
     };
     Fragment {
-        id: FragmentId::new(SourceKind::Directory, file_name),
+        id: FragmentId::new(kind, name),
         body,
     }
 }

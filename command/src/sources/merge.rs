@@ -76,12 +76,8 @@ pub fn merge<'a>(
         excluded: Vec::new(),
     };
     for fragment in ordered {
-        let outcome = match &fragment.body {
-            FragmentBody::Declared(declared) => apply(&mut merged.state, declared),
-            FragmentBody::Broken(problems) => Err(problems.clone()),
-        };
-        match outcome {
-            Ok(()) => merged.applied.push(AppliedFragment {
+        match try_fragment(&mut merged.state, fragment) {
+            Ok(_) => merged.applied.push(AppliedFragment {
                 id: fragment.id.clone(),
                 routes: fragment.routes(),
             }),
@@ -100,9 +96,25 @@ pub fn merge<'a>(
     merged
 }
 
+/// Applies `fragment` whole to `state` and returns the inverses of its
+/// changes (in the order they applied), or leaves `state` as it was and
+/// says why.
+fn try_fragment(
+    state: &mut ConfigState,
+    fragment: &Fragment,
+) -> Result<Vec<proto::Request>, Vec<Problem>> {
+    match &fragment.body {
+        FragmentBody::Declared(declared) => apply(state, declared),
+        FragmentBody::Broken(problems) => Err(problems.clone()),
+    }
+}
+
 /// Applies every request of a fragment to `state`, or none: on the first
 /// refusal the accepted ones are taken back through their inverses.
-fn apply(state: &mut ConfigState, declared: &[Declared]) -> Result<(), Vec<Problem>> {
+fn apply(
+    state: &mut ConfigState,
+    declared: &[Declared],
+) -> Result<Vec<proto::Request>, Vec<Problem>> {
     let owned = declared.iter().find_map(|d| match &d.request.request_type {
         Some(RequestType::AddCluster(cluster))
             if state.clusters.contains_key(cluster.cluster_id.as_str()) =>
@@ -140,7 +152,107 @@ fn apply(state: &mut ConfigState, declared: &[Declared]) -> Result<(), Vec<Probl
             }
         }
     }
-    Ok(())
+    Ok(undo)
+}
+
+/// A fragment an incremental merge tries: whether the running state holds
+/// it (it is tried before the others, as by [`merge`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Candidate<'a> {
+    /// The fragment (its current version).
+    pub fragment: &'a Fragment,
+    /// The running state holds its previous version (an incumbent).
+    pub incumbent: bool,
+}
+
+/// What [`merge_changes`] decided.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Changes {
+    /// The requests that take the running state to the merge: the
+    /// leaving fragments' removals, then the additions of the candidates
+    /// that applied.
+    pub requests: Vec<proto::Request>,
+    /// The candidates that applied, in the order they were tried.
+    pub applied: Vec<AppliedFragment>,
+    /// The candidates left out, in the order they were tried.
+    pub excluded: Vec<Exclusion>,
+}
+
+/// The removal of a fragment that `state` holds: the inverses of its
+/// additions, last first.
+fn removal(state: &ConfigState, fragment: &Fragment) -> Vec<proto::Request> {
+    let FragmentBody::Declared(declared) = &fragment.body else {
+        return Vec::new();
+    };
+    declared
+        .iter()
+        .rev()
+        .filter_map(|d| resolve_any_ip(state, &d.request).ok())
+        .filter_map(|request| crate::undo::undo_of_addition(&request))
+        .collect()
+}
+
+/// The incremental form of [`merge`], for a source that says what changed:
+/// `state` is the running state, holding every fragment of `leaving` (the
+/// previous versions of the fragments that changed or went); each of
+/// `candidates` (the new versions, and the fragments excluded so far, tried
+/// again) is tried on it without them, incumbents first, then in id order.
+/// Costs what changed, not what the sources hold; `state` is left as it
+/// was.
+#[must_use]
+pub fn merge_changes<'a>(
+    state: &mut ConfigState,
+    leaving: impl IntoIterator<Item = &'a Fragment>,
+    candidates: impl IntoIterator<Item = Candidate<'a>>,
+) -> Changes {
+    let mut changes = Changes::default();
+    let mut undo = Vec::new();
+    for fragment in leaving {
+        for request in removal(state, fragment) {
+            match state.dispatch_undoable(&request) {
+                Ok(Undoable::Changed { undo: inverse }) => {
+                    undo.push(*inverse);
+                    changes.requests.push(request);
+                }
+                Ok(Undoable::Unchanged) | Err(_) => {}
+            }
+        }
+    }
+    let mut ordered: Vec<Candidate<'a>> = candidates.into_iter().collect();
+    ordered.sort_by(|a, b| (!a.incumbent, &a.fragment.id).cmp(&(!b.incumbent, &b.fragment.id)));
+    for candidate in ordered {
+        let fragment = candidate.fragment;
+        match try_fragment(state, fragment) {
+            Ok(inverses) => {
+                if let FragmentBody::Declared(declared) = &fragment.body {
+                    changes.requests.extend(
+                        declared
+                            .iter()
+                            .filter_map(|d| resolve_any_ip(state, &d.request).ok()),
+                    );
+                }
+                undo.extend(inverses);
+                changes.applied.push(AppliedFragment {
+                    id: fragment.id.clone(),
+                    routes: fragment.routes(),
+                });
+            }
+            Err(problems) => {
+                changes
+                    .excluded
+                    .extend(problems.into_iter().map(|problem| Exclusion {
+                        id: fragment.id.clone(),
+                        code: problem.code,
+                        message: problem.message,
+                    }))
+            }
+        }
+    }
+    for inverse in undo.iter().rev() {
+        let restored = state.dispatch(inverse);
+        debug_assert!(restored.is_ok(), "the inverse {inverse:?} was refused");
+    }
+    changes
 }
 
 impl From<crate::validate::ValidationError> for Problem {
@@ -375,5 +487,58 @@ mod tests {
             ]
         );
         assert_eq!(merged.state, state);
+    }
+
+    #[test]
+    fn a_change_costs_its_fragments_and_lands_where_a_full_merge_does() {
+        let a = fragment("a.toml", "a", L, "x.example.com", "127.0.0.1:9001");
+        let b = fragment("b.toml", "b", L, "y.example.com", "127.0.0.1:9002");
+        let first = merge(&base(), [&a, &b], &BTreeSet::new());
+        assert!(first.excluded.is_empty());
+        let mut running = first.state.clone();
+
+        // a moves to z; c takes x, which a held; d clashes with b.
+        let a2 = fragment("a.toml", "a", L, "z.example.com", "127.0.0.1:9001");
+        let c = fragment("c.toml", "c", L, "x.example.com", "127.0.0.1:9003");
+        let d = fragment("d.toml", "d", L, "y.example.com", "127.0.0.1:9004");
+        let candidates = [
+            Candidate {
+                fragment: &d,
+                incumbent: false,
+            },
+            Candidate {
+                fragment: &c,
+                incumbent: false,
+            },
+            Candidate {
+                fragment: &a2,
+                incumbent: true,
+            },
+        ];
+        let changes = merge_changes(&mut running, [&a], candidates);
+        assert_eq!(running, first.state, "the running state is left as it was");
+        let tried: Vec<&str> = changes.applied.iter().map(|f| f.id.name.as_str()).collect();
+        assert_eq!(tried, ["a.toml", "c.toml"]);
+        assert_eq!(
+            changes
+                .excluded
+                .iter()
+                .map(|e| (e.id.name.as_str(), e.code))
+                .collect::<Vec<_>>(),
+            [("d.toml", ErrorCode::FrontendConflict)]
+        );
+        for request in &changes.requests {
+            assert!(running.dispatch(request).is_ok(), "{request:?}");
+        }
+        let incumbents = BTreeSet::from([a.id.clone(), b.id.clone()]);
+        let full = merge(&base(), [&a2, &b, &c, &d], &incumbents);
+        assert_eq!(running, full.state, "equal to the full merge");
+
+        // The last fragments go: the file's state is left.
+        let changes = merge_changes(&mut running, [&a2, &b, &c], []);
+        for request in &changes.requests {
+            assert!(running.dispatch(request).is_ok(), "{request:?}");
+        }
+        assert_eq!(running, base());
     }
 }

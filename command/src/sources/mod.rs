@@ -1,5 +1,6 @@
 //! Route sources: desired-state fragments declared where the services run
-//! (Docker labels, the files of a watched directory), and their merge with
+//! (Docker labels, the files of a watched directory, the keys of an etcd
+//! prefix), and their merge with
 //! the config file's declarations into the one state a reload applies.
 //!
 //! Owns: [`Fragment`] and its id, [`merge`] (the clash rule: a fragment
@@ -18,10 +19,11 @@ use crate::codes::ErrorCode;
 use crate::proto;
 
 pub mod directory;
+pub mod etcd;
 pub mod labels;
 mod merge;
 
-pub use merge::{AppliedFragment, Exclusion, Merged, merge};
+pub use merge::{AppliedFragment, Candidate, Changes, Exclusion, Merged, merge, merge_changes};
 
 preread_core::stable_names! {
     /// Where a fragment comes from; its name is what `preread sources`
@@ -33,6 +35,8 @@ preread_core::stable_names! {
         Directory => "directory",
         /// `[sources.docker]`: one fragment per label name.
         Docker => "docker",
+        /// `[sources.etcd]`: one fragment per `<prefix>routes/<name>` key.
+        Etcd => "etcd",
     }
 }
 
@@ -42,7 +46,8 @@ preread_core::stable_names! {
 pub struct FragmentId {
     /// The source.
     pub kind: SourceKind,
-    /// The file name, or the `<name>` of `preread.tcp.<name>.*`.
+    /// The file name, the `<name>` of `preread.tcp.<name>.*`, or the
+    /// `<name>` of an etcd key `<prefix>routes/<name>`.
     pub name: String,
 }
 

@@ -102,6 +102,23 @@ impl CommandServer {
                 Notice::Ready(summary) => crate::notify::ready(&summary),
                 Notice::Stopping(why) => crate::notify::stopping(&why),
             },
+            Effect::SourceApplied {
+                revision,
+                generation,
+                excluded,
+                ..
+            } => self.source_served(crate::sources::Served {
+                revision,
+                generation,
+                excluded: excluded
+                    .into_iter()
+                    .map(|e| command::sources::etcd::ExcludedKey {
+                        key: e.id.name,
+                        code: e.code.as_str().to_owned(),
+                        message: e.message,
+                    })
+                    .collect(),
+            }),
             Effect::Log { level, message } => log::log!(level, "{message}"),
             Effect::LogElapsed {
                 level,

@@ -117,7 +117,10 @@ impl CommandServer {
                 answers,
             ),
             Query::Metrics { series_only } => {
-                let process = self.shared.counters.series(&self.shared.registry);
+                let mut process = self.shared.counters.series(&self.shared.registry);
+                if let Some(gauges) = self.etcd_gauges() {
+                    process.extend(responses::etcd_series(gauges));
+                }
                 let report = responses::metrics(answers, process, generation);
                 if *series_only {
                     responses::series_only(report)

@@ -163,6 +163,25 @@ pub(crate) fn metrics(
     })
 }
 
+/// The etcd source's series: the revision served, and whether a member
+/// answers.
+pub(crate) fn etcd_series(gauges: &crate::sources::EtcdGauges) -> [MetricSeries; 2] {
+    use std::sync::atomic::Ordering;
+    let source = [(Label::Source, "etcd")];
+    [
+        plain(
+            Family::SourceRevision,
+            &source,
+            gauges.revision.load(Ordering::Relaxed),
+        ),
+        plain(
+            Family::SourceConnected,
+            &source,
+            i64::from(gauges.connected.load(Ordering::Relaxed)),
+        ),
+    ]
+}
+
 /// `report` with only its labelled series: what `GET /metrics` serves.
 pub(crate) fn series_only(report: ContentType) -> ContentType {
     match report {

@@ -36,6 +36,19 @@ fn report(event: SourceEvent) -> SourceReport {
             at,
         },
         SourceEvent::Failed { kind, error } => SourceReport::Failed { kind, error },
+        SourceEvent::Changed {
+            kind,
+            revision,
+            put,
+            deleted,
+            at,
+        } => SourceReport::Changed {
+            kind,
+            revision,
+            put,
+            deleted,
+            at,
+        },
     }
 }
 
@@ -62,6 +75,10 @@ impl CommandServer {
         if let Some(path) = &settings.directory {
             slots.push((SourceKind::Directory, path.display().to_string()));
         }
+        if let Some(etcd) = &settings.etcd {
+            let location = format!("{} {}", etcd.endpoints.join(","), etcd.prefix);
+            slots.push((SourceKind::Etcd, location));
+        }
         let (tx, rx) = mpsc::channel();
         let threads = SourceThreads::spawn(settings, tx, self.waker())?;
         self.coordinator
@@ -82,6 +99,18 @@ impl CommandServer {
                 .into_iter()
                 .map(|event| Input::SourceReport(report(event))),
         );
+    }
+
+    /// Tells the etcd source what the proxy serves of it.
+    pub(super) fn source_served(&self, served: crate::sources::Served) {
+        if let Some(threads) = &self.sources.threads {
+            threads.served(served);
+        }
+    }
+
+    /// The etcd source's gauges, when it runs.
+    pub(super) fn etcd_gauges(&self) -> Option<&std::sync::Arc<crate::sources::EtcdGauges>> {
+        self.sources.threads.as_ref()?.etcd_gauges()
     }
 
     /// Ends the source threads (the proxy stops).

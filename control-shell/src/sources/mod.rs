@@ -1,6 +1,7 @@
 //! The route sources' threads: each reads its source (the Docker Engine
-//! API, a watched directory), turns what it read into fragments, and hands
-//! them to the command server, whose mio loop it wakes.
+//! API, a watched directory, an etcd prefix), turns what it read into
+//! fragments, and hands them to the command server, whose mio loop it
+//! wakes.
 //!
 //! Owns: the threads (named `preread-source-<kind>`), what they report
 //! ([`SourceEvent`]: a whole read, or why a read failed), and their stop.
@@ -9,13 +10,15 @@
 //! command thread: a source that hangs holds only its own thread.
 //!
 //! A source reports every whole read, changed or not (the server keeps the
-//! time of the last one and applies only a change); a failed read keeps
-//! the last good fragments applied.
+//! time of the last one and applies only a change), or, for etcd, what
+//! changed at which revision; a failed read keeps the last good fragments
+//! applied.
 
 mod directory;
 mod docker;
 mod docker_api;
 mod docker_error;
+mod etcd;
 mod unix_transport;
 
 use std::io;
@@ -27,7 +30,10 @@ use std::thread::JoinHandle;
 use std::time::SystemTime;
 
 use command::config::SourceSettings;
+use tokio::sync::mpsc::UnboundedSender;
+
 use command::sources::{Fragment, SourceKind};
+pub use etcd::{EtcdGauges, Served};
 use mio::Waker;
 
 /// What a source thread tells the command server.
@@ -41,6 +47,14 @@ pub enum SourceEvent {
     },
     /// Reading the source failed: its last good fragments stay.
     Failed { kind: SourceKind, error: String },
+    /// What changed at the store's `revision` (etcd).
+    Changed {
+        kind: SourceKind,
+        revision: i64,
+        put: Vec<Fragment>,
+        deleted: Vec<String>,
+        at: SystemTime,
+    },
 }
 
 /// The sending end a source thread reports through: the channel to the
@@ -75,6 +89,10 @@ impl Reporter {
 pub struct SourceThreads {
     stop: Arc<AtomicBool>,
     docker: Option<docker_api::DockerApi>,
+    /// What the proxy serves of etcd, for its thread (dropped: it ends).
+    etcd: Option<UnboundedSender<Served>>,
+    /// The etcd source's gauges.
+    gauges: Option<Arc<EtcdGauges>>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -95,8 +113,22 @@ impl SourceThreads {
         let mut threads = SourceThreads {
             stop,
             docker: None,
+            etcd: None,
+            gauges: None,
             threads: Vec::new(),
         };
+        if let Some(settings) = &settings.etcd {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let gauges = Arc::new(EtcdGauges::default());
+            threads.etcd = Some(tx);
+            threads.gauges = Some(Arc::clone(&gauges));
+            let settings = settings.clone();
+            let replica = settings.replica_id.clone().unwrap_or_else(host_name);
+            let reporter = reporter.clone();
+            threads.threads.push(spawn_named(SourceKind::Etcd, move || {
+                etcd::run(settings, &replica, &reporter, rx, gauges);
+            })?);
+        }
         if let Some(socket) = &settings.docker {
             let api = docker_api::DockerApi::new(socket.clone());
             threads.docker = Some(api.clone());
@@ -118,11 +150,27 @@ impl SourceThreads {
         Ok(threads)
     }
 
+    /// Tells the etcd source what the proxy serves of it now.
+    pub fn served(&self, served: Served) {
+        if let Some(etcd) = &self.etcd
+            && etcd.send(served).is_err()
+        {
+            log::debug!("etcd source: its thread is gone");
+        }
+    }
+
+    /// The etcd source's gauges, when it runs.
+    pub fn etcd_gauges(&self) -> Option<&Arc<EtcdGauges>> {
+        self.gauges.as_ref()
+    }
+
     /// Ends the threads: a blocked Docker read is interrupted, the
-    /// directory thread sees the flag within its poll interval. Joined only
-    /// when already finished: a source never holds up a stop.
+    /// directory thread sees the flag within its poll interval, the etcd
+    /// thread sees its channel closed. Joined only when already finished:
+    /// a source never holds up a stop.
     pub fn stop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.etcd = None;
         if let Some(api) = self.docker.take() {
             api.shutdown();
         }
@@ -138,6 +186,16 @@ impl Drop for SourceThreads {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// This machine's host name (the default `replica_id`), or `preread`
+/// when it has none.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "preread".to_owned())
 }
 
 fn spawn_named(

@@ -28,6 +28,7 @@ use crate::effect::Effect;
 use crate::input::{ClientId, JobId, UpgradeRequest};
 use crate::orders::{Order, OrderId};
 use crate::responses::{failure, ok};
+use crate::sources::MergePlan;
 use crate::turns::Ticket;
 
 /// A state-changing job.
@@ -238,8 +239,9 @@ impl Coordinator {
                     return;
                 }
             },
-            Job::Sources => match self.sources.merge_job() {
-                Some(desired) => (Origin::Sources, diff(&self.state, &desired)),
+            Job::Sources => match self.sources.merge_job(&mut self.state) {
+                Some(MergePlan::Desired(desired)) => (Origin::Sources, diff(&self.state, &desired)),
+                Some(MergePlan::Requests(requests)) => (Origin::Sources, requests),
                 None => return,
             },
             Job::Reload { path, seen } => {

@@ -82,7 +82,7 @@ impl Coordinator {
     ) {
         let skipped = outcome.skipped();
         if outcome.refused.is_none() {
-            self.sources.commit(now, out);
+            self.sources.commit(now, self.generation, out);
             self.last_text.commit(skipped.is_empty(), self.generation);
         } else {
             self.sources.abandon(now, self.settings.order_timeout);

@@ -127,9 +127,16 @@ pub enum Command {
     },
     /// Diff the config file against the running state and apply only the difference.
     Reload,
-    /// Each route source (the config file, Docker, a directory): last sync,
-    /// routes declared, excluded fragments with their codes.
+    /// Each route source (the config file, Docker, a directory, etcd): last
+    /// sync, routes declared, the etcd revision served, excluded fragments
+    /// with their codes.
     Sources,
+    /// A fleet fed by etcd (the config's [sources.etcd]): the replicas'
+    /// status, or a config file's clusters published as route keys.
+    Fleet {
+        #[command(subcommand)]
+        action: FleetAction,
+    },
     /// Replace the running proxy by a new process of a (new) binary, with no
     /// connection refused: it hands over its listening sockets and its state.
     Upgrade {
@@ -150,6 +157,41 @@ impl Command {
     pub fn is_long_running(&self) -> bool {
         matches!(self, Self::Start)
     }
+}
+
+/// Where the fleet's store is, when not the config's [sources.etcd].
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// The etcd members' client URLs, comma-separated (default: the
+    /// config's [sources.etcd] endpoints).
+    #[arg(long, value_name = "URL,...", value_delimiter = ',')]
+    pub endpoints: Vec<String>,
+    /// The keys' prefix (default: the config's [sources.etcd] prefix, else
+    /// /preread/).
+    #[arg(long)]
+    pub prefix: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FleetAction {
+    /// Every replica's status key: the revision it serves, its exclusions;
+    /// laggards and silent replicas flagged (exit status 1 then).
+    Status {
+        /// How many replicas should report: the missing ones are silent.
+        #[arg(long, value_name = "N")]
+        expect: Option<usize>,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Write the config file's clusters as route keys in one transaction,
+    /// and delete the route keys it no longer has.
+    Publish {
+        /// Only say what would be written and deleted.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -8,6 +8,7 @@ mod arg_values;
 pub mod args;
 mod client;
 mod describe;
+mod fleet;
 mod inspect_error;
 mod listing;
 mod offline;
@@ -56,6 +57,7 @@ pub fn run(cli: Cli) -> ExitCode {
     };
     match &cli.command {
         Command::Config { .. } => offline::config_check(&globals),
+        Command::Fleet { action } => fleet::run(&globals, action),
         Command::Explain { code } => offline::explain(code.as_deref(), globals.json),
         Command::Inspect {
             listener,

@@ -277,6 +277,11 @@ fn sources_text(list: &proto::SourceList, now_ms: u64) -> String {
                 s.fragments.to_string(),
                 s.excluded_total.to_string(),
                 s.errors.to_string(),
+                if s.revision == 0 {
+                    "-".to_owned()
+                } else {
+                    s.revision.to_string()
+                },
                 status,
             ]
         })
@@ -290,6 +295,7 @@ fn sources_text(list: &proto::SourceList, now_ms: u64) -> String {
             "FRAGMENTS",
             "EXCLUDED",
             "ERRORS",
+            "REVISION",
             "STATUS",
         ],
         &rows,

@@ -104,6 +104,7 @@ fn address(address: &str) -> proto::ListenerAddress {
 pub fn for_command(command: &Command) -> Option<proto::Request> {
     let request_type = match command {
         Command::Config { .. }
+        | Command::Fleet { .. }
         | Command::Explain { .. }
         | Command::Inspect { .. }
         | Command::State {

@@ -450,7 +450,8 @@ impl<'s> World<'s> {
             | Effect::Stopped { .. }
             | Effect::Notify(_)
             | Effect::Log { .. }
-            | Effect::LogElapsed { .. } => Ok(()),
+            | Effect::LogElapsed { .. }
+            | Effect::SourceApplied { .. } => Ok(()),
         }
     }
 

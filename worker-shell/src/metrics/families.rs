@@ -37,6 +37,8 @@ pub enum Label {
     From,
     /// A worker's number.
     Worker,
+    /// A route source's kind (`etcd`).
+    Source,
 }
 
 impl Label {
@@ -50,6 +52,7 @@ impl Label {
             Self::Direction => "direction",
             Self::From => "from",
             Self::Worker => "worker",
+            Self::Source => "source",
         }
     }
 }
@@ -99,11 +102,13 @@ pub enum Family {
     AccessLogDropped,
     WorkerConnectionsActive,
     ConfigGeneration,
+    SourceRevision,
+    SourceConnected,
 }
 
 impl Family {
     /// Every family, in the order served and documented.
-    pub const ALL: [Self; 28] = [
+    pub const ALL: [Self; 30] = [
         Self::ConnectionsAccepted,
         Self::ConnectionsActive,
         Self::ConnectionsRefused,
@@ -132,6 +137,8 @@ impl Family {
         Self::AccessLogDropped,
         Self::WorkerConnectionsActive,
         Self::ConfigGeneration,
+        Self::SourceRevision,
+        Self::SourceConnected,
     ];
 
     /// The family's name as served (a counter's with its `_total`).
@@ -165,6 +172,8 @@ impl Family {
             Self::AccessLogDropped => "preread_access_log_dropped_total",
             Self::WorkerConnectionsActive => "preread_worker_connections_active",
             Self::ConfigGeneration => "preread_config_generation",
+            Self::SourceRevision => "preread_source_revision",
+            Self::SourceConnected => "preread_source_connected",
         }
     }
 
@@ -182,7 +191,9 @@ impl Family {
             | Self::BackendUp
             | Self::BuffersInUse
             | Self::WorkerConnectionsActive
-            | Self::ConfigGeneration => Kind::Gauge,
+            | Self::ConfigGeneration
+            | Self::SourceRevision
+            | Self::SourceConnected => Kind::Gauge,
             Self::PrereadDuration | Self::ClientHelloBytes => Kind::Histogram,
             Self::ConnectionsAccepted
             | Self::ConnectionsRefused
@@ -238,6 +249,7 @@ impl Family {
             | Self::BuffersInUse
             | Self::AccessLogDropped
             | Self::ConfigGeneration => &[],
+            Self::SourceRevision | Self::SourceConnected => &[Label::Source],
         }
     }
 
@@ -300,6 +312,8 @@ impl Family {
             }
             Self::WorkerConnectionsActive => "Open sessions of each worker.",
             Self::ConfigGeneration => "Routing generations committed since the start.",
+            Self::SourceRevision => "The store revision whose routes are served (etcd).",
+            Self::SourceConnected => "1 while a member of the store answers the watch, else 0.",
         }
     }
 }

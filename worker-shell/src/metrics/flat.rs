@@ -119,9 +119,11 @@ fn names_of(series: &MetricSeries) -> Vec<String> {
         Family::AccessLogDropped => fixed(Some(names::ACCESS_LOG_DROPPED)),
         Family::ConfigGeneration => fixed(Some(names::CONFIG_GENERATION)),
         // Shown per worker already; the size histogram is served only.
-        Family::WorkerConnectionsActive | Family::PrereadDuration | Family::ClientHelloBytes => {
-            Vec::new()
-        }
+        Family::WorkerConnectionsActive
+        | Family::PrereadDuration
+        | Family::ClientHelloBytes
+        | Family::SourceRevision
+        | Family::SourceConnected => Vec::new(),
     }
 }
 
