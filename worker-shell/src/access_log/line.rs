@@ -12,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use command::config::AccessLogFormat;
 use preread_core::HelloSummary;
-use preread_parser::tls::EchKind;
+use preread_parser::tls::{EchKind, Ja4};
 use serde_json::{Map, Value};
 use time::macros::format_description;
 use time::{OffsetDateTime, PrimitiveDateTime};
@@ -40,12 +40,16 @@ pub struct AccessLogEntry<'a> {
     /// What the ClientHello showed of itself, once one was parsed whole:
     /// `ech`, `tls_version` and `hello_bytes`.
     pub hello: Option<HelloSummary>,
+    /// The ClientHello's JA4 fingerprint.
+    pub ja4: Option<Ja4>,
+    /// The access rule that refused the connection (`deny_ja4`).
+    pub rule: Option<&'static str>,
 }
 
 impl AccessLogEntry<'_> {
     /// The line, without its newline, keys in doc/configure.md's order:
-    /// the twelve base keys, then `proxy_client`, `ech`, `tls_version` and
-    /// `hello_bytes`.
+    /// the twelve base keys, then `proxy_client`, `ech`, `tls_version`,
+    /// `hello_bytes`, `ja4` and `rule`.
     pub fn format(&self, format: AccessLogFormat) -> String {
         let ts = rfc3339_millis(self.ts);
         let texts = [
@@ -89,6 +93,8 @@ impl AccessLogEntry<'_> {
                 }
                 let bytes = hello_bytes.map(|n| n.to_string());
                 logfmt_pair(&mut line, "hello_bytes", bytes.as_deref());
+                logfmt_pair(&mut line, "ja4", self.ja4.as_ref().map(Ja4::as_str));
+                logfmt_pair(&mut line, "rule", self.rule);
                 line
             }
             AccessLogFormat::Json => {
@@ -106,6 +112,9 @@ impl AccessLogEntry<'_> {
                     "hello_bytes".into(),
                     hello_bytes.map_or(Value::Null, Value::from),
                 );
+                let ja4 = self.ja4.as_ref().map(Ja4::as_str);
+                object.insert("ja4".into(), ja4.map_or(Value::Null, Value::from));
+                object.insert("rule".into(), self.rule.map_or(Value::Null, Value::from));
                 Value::Object(object).to_string()
             }
         }
@@ -188,7 +197,7 @@ mod tests {
         FallbackReason, HelloSummary, Input, PrereadConfig, RejectReason, SniPrereadCore,
     };
 
-    use super::{AccessLogEntry, rfc3339_millis};
+    use super::{AccessLogEntry, Ja4, rfc3339_millis};
     use crate::vocabulary::{Outcome, RefuseReason};
 
     fn at(ms: u64) -> SystemTime {
@@ -196,8 +205,9 @@ mod tests {
     }
 
     /// The summary the core makes of a captured Chromium hello: an outer
-    /// (GREASE) ECH extension, TLS 1.3 offered, 1921 bytes of records.
-    fn chromium() -> Option<HelloSummary> {
+    /// (GREASE) ECH extension, TLS 1.3 offered, 1921 bytes of records; and
+    /// its JA4 (testdata/clienthellos/ja4.jsonl).
+    fn chromium() -> (Option<HelloSummary>, Option<Ja4>) {
         let window = include_bytes!("../../../testdata/clienthellos/chromium_a_1.bin");
         let mut core = SniPrereadCore::new();
         let config = PrereadConfig::new(RouteTable::new());
@@ -206,7 +216,7 @@ mod tests {
             now: Instant::now(),
         };
         let _ = core.handle_input(&config, input);
-        core.hello()
+        (core.hello(), core.ja4(window))
     }
 
     fn routed() -> AccessLogEntry<'static> {
@@ -224,7 +234,9 @@ mod tests {
             duration_ms: 1234,
             preread_ms: Some(3),
             proxy_client: None,
-            hello: chromium(),
+            hello: chromium().0,
+            ja4: chromium().1,
+            rule: None,
         }
     }
 
@@ -239,6 +251,7 @@ mod tests {
             preread_ms: None,
             proxy_client: Some(SocketAddr::from(([192, 0, 2, 10], 51234))),
             hello: None,
+            ja4: None,
             ..routed()
         }
     }
@@ -250,14 +263,14 @@ mod tests {
             "ts=2024-02-29T12:34:56.789Z listener=127.0.0.1:8443 client=[2001:db8::7]:50000 \
              sni=a.example.com alpn=h2 cluster=alpha backend=alpha-0 outcome=routed \
              bytes_in=517 bytes_out=4096 duration_ms=1234 preread_ms=3 proxy_client=- \
-             ech=outer tls_version=1.3 hello_bytes=1921"
+             ech=outer tls_version=1.3 hello_bytes=1921 ja4=t13d1517h2_8daaf6152771_cb7bf5808d99 rule=-"
         );
         assert_eq!(
             rejected().format(AccessLogFormat::Logfmt),
             "ts=2024-02-29T12:34:56.789Z listener=127.0.0.1:8443 client=[2001:db8::7]:50000 \
              sni=- alpn=- cluster=- backend=- outcome=rejected:not_tls \
              bytes_in=517 bytes_out=0 duration_ms=1234 preread_ms=- proxy_client=192.0.2.10:51234 \
-             ech=- tls_version=- hello_bytes=-"
+             ech=- tls_version=- hello_bytes=- ja4=- rule=-"
         );
     }
 
@@ -265,11 +278,11 @@ mod tests {
     fn json_lines() {
         assert_eq!(
             routed().format(AccessLogFormat::Json),
-            r#"{"ts":"2024-02-29T12:34:56.789Z","listener":"127.0.0.1:8443","client":"[2001:db8::7]:50000","sni":"a.example.com","alpn":"h2","cluster":"alpha","backend":"alpha-0","outcome":"routed","bytes_in":517,"bytes_out":4096,"duration_ms":1234,"preread_ms":3,"proxy_client":null,"ech":"outer","tls_version":"1.3","hello_bytes":1921}"#
+            r#"{"ts":"2024-02-29T12:34:56.789Z","listener":"127.0.0.1:8443","client":"[2001:db8::7]:50000","sni":"a.example.com","alpn":"h2","cluster":"alpha","backend":"alpha-0","outcome":"routed","bytes_in":517,"bytes_out":4096,"duration_ms":1234,"preread_ms":3,"proxy_client":null,"ech":"outer","tls_version":"1.3","hello_bytes":1921,"ja4":"t13d1517h2_8daaf6152771_cb7bf5808d99","rule":null}"#
         );
         assert_eq!(
             rejected().format(AccessLogFormat::Json),
-            r#"{"ts":"2024-02-29T12:34:56.789Z","listener":"127.0.0.1:8443","client":"[2001:db8::7]:50000","sni":null,"alpn":null,"cluster":null,"backend":null,"outcome":"rejected:not_tls","bytes_in":517,"bytes_out":0,"duration_ms":1234,"preread_ms":null,"proxy_client":"192.0.2.10:51234","ech":null,"tls_version":null,"hello_bytes":null}"#
+            r#"{"ts":"2024-02-29T12:34:56.789Z","listener":"127.0.0.1:8443","client":"[2001:db8::7]:50000","sni":null,"alpn":null,"cluster":null,"backend":null,"outcome":"rejected:not_tls","bytes_in":517,"bytes_out":0,"duration_ms":1234,"preread_ms":null,"proxy_client":"192.0.2.10:51234","ech":null,"tls_version":null,"hello_bytes":null,"ja4":null,"rule":null}"#
         );
     }
 
@@ -288,9 +301,28 @@ mod tests {
         };
         let line = entry.format(AccessLogFormat::Logfmt);
         assert!(
-            line.ends_with(" ech=absent tls_version=1.2 hello_bytes=224"),
+            line.contains(" ech=absent tls_version=1.2 hello_bytes=224 "),
             "{line}"
         );
+    }
+
+    #[test]
+    fn a_denied_hello_names_its_rule() {
+        let entry = AccessLogEntry {
+            cluster: None,
+            backend: None,
+            outcome: Outcome::Rejected(RejectReason::AccessDenied),
+            rule: Some("deny_ja4"),
+            ..routed()
+        };
+        let line = entry.format(AccessLogFormat::Logfmt);
+        assert!(line.contains(" outcome=rejected:access_denied "), "{line}");
+        assert!(
+            line.ends_with(" ja4=t13d1517h2_8daaf6152771_cb7bf5808d99 rule=deny_ja4"),
+            "{line}"
+        );
+        let json = entry.format(AccessLogFormat::Json);
+        assert!(json.ends_with(r#","rule":"deny_ja4"}"#), "{json}");
     }
 
     #[test]

@@ -209,6 +209,8 @@ mod tests {
             preread_ms: None,
             proxy_client: None,
             hello: None,
+            ja4: None,
+            rule: None,
         }
     }
 
