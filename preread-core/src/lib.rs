@@ -183,6 +183,7 @@ mod fingerprint;
 mod output;
 pub mod pattern;
 mod preread;
+pub mod quic;
 mod reject;
 pub mod rng;
 pub mod routes;

@@ -80,6 +80,8 @@ pub fn rejected(reason: RejectReason) -> &'static str {
         RejectReason::ProxyHeaderInvalid => "tcp.sni_preread.rejected.proxy_header_invalid",
         RejectReason::FrontClosed => "tcp.sni_preread.rejected.front_closed",
         RejectReason::AccessDenied => "tcp.sni_preread.rejected.access_denied",
+        RejectReason::QuicUndecryptable => "tcp.sni_preread.rejected.quic_undecryptable",
+        RejectReason::QuicVersion => "tcp.sni_preread.rejected.quic_version",
     }
 }
 
