@@ -29,7 +29,7 @@ pub enum AlertDescription {
     HandshakeFailure,
     /// 47: a field with a forbidden value, or an extension twice.
     IllegalParameter,
-    /// 49: the client is not allowed in (an access rule refused it).
+    /// 49: the peer may not use this server (an access policy refused it).
     AccessDenied,
     /// 50: a message that cannot be decoded (a length that lies).
     DecodeError,
@@ -179,7 +179,7 @@ mod tests {
             );
         }
         assert_eq!(AlertDescription::from_code(0), None);
-        assert_eq!(names.len(), 9);
+        assert_eq!(names.len(), 10);
         assert_eq!(
             AlertDescription::UnrecognizedName.record(FIRST_FLIGHT_VERSION),
             [0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 112]

@@ -42,8 +42,9 @@ pub struct AccessLogEntry<'a> {
     pub hello: Option<HelloSummary>,
     /// The ClientHello's JA4 fingerprint.
     pub ja4: Option<Ja4>,
-    /// The access rule that refused the connection (`deny_ja4`).
-    pub rule: Option<&'static str>,
+    /// The access rule that refused the connection (`listener_deny`,
+    /// `cluster_rate`…); the key is written only when one did.
+    pub rule: Option<&'a str>,
 }
 
 impl AccessLogEntry<'_> {
@@ -94,7 +95,9 @@ impl AccessLogEntry<'_> {
                 let bytes = hello_bytes.map(|n| n.to_string());
                 logfmt_pair(&mut line, "hello_bytes", bytes.as_deref());
                 logfmt_pair(&mut line, "ja4", self.ja4.as_ref().map(Ja4::as_str));
-                logfmt_pair(&mut line, "rule", self.rule);
+                if let Some(rule) = self.rule {
+                    logfmt_pair(&mut line, "rule", Some(rule));
+                }
                 line
             }
             AccessLogFormat::Json => {
@@ -114,7 +117,9 @@ impl AccessLogEntry<'_> {
                 );
                 let ja4 = self.ja4.as_ref().map(Ja4::as_str);
                 object.insert("ja4".into(), ja4.map_or(Value::Null, Value::from));
-                object.insert("rule".into(), self.rule.map_or(Value::Null, Value::from));
+                if let Some(rule) = self.rule {
+                    object.insert("rule".into(), Value::String(rule.to_owned()));
+                }
                 Value::Object(object).to_string()
             }
         }
@@ -263,14 +268,14 @@ mod tests {
             "ts=2024-02-29T12:34:56.789Z listener=127.0.0.1:8443 client=[2001:db8::7]:50000 \
              sni=a.example.com alpn=h2 cluster=alpha backend=alpha-0 outcome=routed \
              bytes_in=517 bytes_out=4096 duration_ms=1234 preread_ms=3 proxy_client=- \
-             ech=outer tls_version=1.3 hello_bytes=1921 ja4=t13d1517h2_8daaf6152771_cb7bf5808d99 rule=-"
+             ech=outer tls_version=1.3 hello_bytes=1921 ja4=t13d1517h2_8daaf6152771_cb7bf5808d99"
         );
         assert_eq!(
             rejected().format(AccessLogFormat::Logfmt),
             "ts=2024-02-29T12:34:56.789Z listener=127.0.0.1:8443 client=[2001:db8::7]:50000 \
              sni=- alpn=- cluster=- backend=- outcome=rejected:not_tls \
              bytes_in=517 bytes_out=0 duration_ms=1234 preread_ms=- proxy_client=192.0.2.10:51234 \
-             ech=- tls_version=- hello_bytes=- ja4=- rule=-"
+             ech=- tls_version=- hello_bytes=- ja4=-"
         );
     }
 
@@ -278,11 +283,11 @@ mod tests {
     fn json_lines() {
         assert_eq!(
             routed().format(AccessLogFormat::Json),
-            r#"{"ts":"2024-02-29T12:34:56.789Z","listener":"127.0.0.1:8443","client":"[2001:db8::7]:50000","sni":"a.example.com","alpn":"h2","cluster":"alpha","backend":"alpha-0","outcome":"routed","bytes_in":517,"bytes_out":4096,"duration_ms":1234,"preread_ms":3,"proxy_client":null,"ech":"outer","tls_version":"1.3","hello_bytes":1921,"ja4":"t13d1517h2_8daaf6152771_cb7bf5808d99","rule":null}"#
+            r#"{"ts":"2024-02-29T12:34:56.789Z","listener":"127.0.0.1:8443","client":"[2001:db8::7]:50000","sni":"a.example.com","alpn":"h2","cluster":"alpha","backend":"alpha-0","outcome":"routed","bytes_in":517,"bytes_out":4096,"duration_ms":1234,"preread_ms":3,"proxy_client":null,"ech":"outer","tls_version":"1.3","hello_bytes":1921,"ja4":"t13d1517h2_8daaf6152771_cb7bf5808d99"}"#
         );
         assert_eq!(
             rejected().format(AccessLogFormat::Json),
-            r#"{"ts":"2024-02-29T12:34:56.789Z","listener":"127.0.0.1:8443","client":"[2001:db8::7]:50000","sni":null,"alpn":null,"cluster":null,"backend":null,"outcome":"rejected:not_tls","bytes_in":517,"bytes_out":0,"duration_ms":1234,"preread_ms":null,"proxy_client":"192.0.2.10:51234","ech":null,"tls_version":null,"hello_bytes":null,"ja4":null,"rule":null}"#
+            r#"{"ts":"2024-02-29T12:34:56.789Z","listener":"127.0.0.1:8443","client":"[2001:db8::7]:50000","sni":null,"alpn":null,"cluster":null,"backend":null,"outcome":"rejected:not_tls","bytes_in":517,"bytes_out":0,"duration_ms":1234,"preread_ms":null,"proxy_client":"192.0.2.10:51234","ech":null,"tls_version":null,"hello_bytes":null,"ja4":null}"#
         );
     }
 
@@ -307,22 +312,23 @@ mod tests {
     }
 
     #[test]
-    fn a_denied_hello_names_its_rule() {
+    fn a_refusal_by_an_access_rule_names_it_last() {
         let entry = AccessLogEntry {
-            cluster: None,
-            backend: None,
-            outcome: Outcome::Rejected(RejectReason::AccessDenied),
-            rule: Some("deny_ja4"),
+            outcome: Outcome::Refused(RefuseReason::AccessDenied),
+            rule: Some("listener_deny"),
+            hello: None,
+            ja4: None,
             ..routed()
         };
         let line = entry.format(AccessLogFormat::Logfmt);
-        assert!(line.contains(" outcome=rejected:access_denied "), "{line}");
+        assert!(line.contains(" outcome=refused:access_denied "), "{line}");
         assert!(
-            line.ends_with(" ja4=t13d1517h2_8daaf6152771_cb7bf5808d99 rule=deny_ja4"),
+            line.ends_with(" hello_bytes=- ja4=- rule=listener_deny"),
             "{line}"
         );
         let json = entry.format(AccessLogFormat::Json);
-        assert!(json.ends_with(r#","rule":"deny_ja4"}"#), "{json}");
+        assert!(json.contains("\"rule\":\"listener_deny\""), "{json}");
+        assert!(!routed().format(AccessLogFormat::Logfmt).contains("rule="));
     }
 
     #[test]

@@ -17,6 +17,7 @@ use std::time::{Instant, SystemTime};
 use log::trace;
 use preread_parser::tls::Ja4;
 
+use super::access::AccessRule;
 use super::ctx::Ctx;
 use super::preread;
 use super::session::{Phase, Session};
@@ -148,7 +149,8 @@ fn log(ctx: &mut Ctx, session: &Session, (outcome, ja4): (Outcome, Option<Ja4>),
             .or_else(|| core.proxy_source()),
         hello: core.hello(),
         ja4,
-        rule: core.denied_by().map(|rule| rule.as_str()),
+        rule: (session.access_rule.map(AccessRule::as_str))
+            .or_else(|| core.denied_by().map(|rule| rule.as_str())),
     };
     if ctx.access_log.submit(&entry).is_err() {
         ctx.metrics.incr(Series::of(Family::AccessLogDropped));
