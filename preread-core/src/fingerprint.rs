@@ -56,13 +56,16 @@ impl DenyJa4 {
         !self.listener.is_empty() || self.clusters.contains_key(cluster)
     }
 
-    /// `ja4` is on the listener's list or `cluster`'s.
-    pub(crate) fn denies(&self, cluster: &ClusterId, ja4: &Ja4) -> bool {
-        self.listener.binary_search(ja4).is_ok()
-            || self
-                .clusters
-                .get(cluster)
-                .is_some_and(|list| list.binary_search(ja4).is_ok())
+    /// The rule that refuses `ja4` on a connection routed to `cluster`:
+    /// the listener's list, else the cluster's.
+    pub(crate) fn denies(&self, cluster: &ClusterId, ja4: &Ja4) -> Option<DenyRule> {
+        if self.listener.binary_search(ja4).is_ok() {
+            return Some(DenyRule::ListenerDenyJa4);
+        }
+        let list = self.clusters.get(cluster)?;
+        list.binary_search(ja4)
+            .is_ok()
+            .then_some(DenyRule::ClusterDenyJa4)
     }
 }
 
@@ -77,15 +80,18 @@ fn sorted(list: impl IntoIterator<Item = Ja4>) -> Box<[Ja4]> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DenyRule {
-    /// A `deny_ja4` list of the listener or of the routed cluster.
-    DenyJa4,
+    /// The listener's `deny_ja4` holds the fingerprint.
+    ListenerDenyJa4,
+    /// The routed cluster's `deny_ja4` holds the fingerprint.
+    ClusterDenyJa4,
 }
 
 impl DenyRule {
-    /// The rule's name, as configured and as the access log's `rule`.
+    /// The rule's name: the access log's `rule`.
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::DenyJa4 => "deny_ja4",
+            Self::ListenerDenyJa4 => "listener_deny_ja4",
+            Self::ClusterDenyJa4 => "cluster_deny_ja4",
         }
     }
 }

@@ -231,10 +231,10 @@ fn deny_ja4(
         return output;
     }
     let ja4 = Ja4::of(hello, transport);
-    if !config.deny_ja4.denies(&route.cluster, &ja4) {
+    let Some(rule) = config.deny_ja4.denies(&route.cluster, &ja4) else {
         return output;
-    }
-    learned.denied_by = Some(DenyRule::DenyJa4);
+    };
+    learned.denied_by = Some(rule);
     learned.sni = route.sni.map(Box::new);
     Output::Reject(RejectReason::AccessDenied)
 }

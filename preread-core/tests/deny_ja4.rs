@@ -103,7 +103,7 @@ fn a_listener_list_refuses_exactly_the_matching_client() {
     let curl = corpus_file("curl_h2.bin");
     let (core, output) = decide(&config, &curl);
     assert_eq!(output, Output::Reject(RejectReason::AccessDenied));
-    assert_eq!(core.denied_by(), Some(DenyRule::DenyJa4));
+    assert_eq!(core.denied_by(), Some(DenyRule::ListenerDenyJa4));
     assert_eq!(
         core.sni().map(|s| s.as_str().to_owned()).as_deref(),
         Some("a.example.com")
@@ -127,8 +127,9 @@ fn a_cluster_list_refuses_only_connections_routed_to_it() {
     };
     config.deny_ja4 =
         DenyJa4::default().with_cluster(route.cluster.clone(), [curl_http11, curl_h2]);
-    let (_, output) = decide(&config, &corpus_file("curl_http11.bin"));
+    let (core, output) = decide(&config, &corpus_file("curl_http11.bin"));
     assert_eq!(output, Output::Reject(RejectReason::AccessDenied));
+    assert_eq!(core.denied_by(), Some(DenyRule::ClusterDenyJa4));
     // curl_h2 goes to a.example.com's cluster, which has no list.
     let (_, output) = decide(&config, &corpus_file("curl_h2.bin"));
     assert!(matches!(output, Output::Routed(_)), "{output:?}");

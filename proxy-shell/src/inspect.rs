@@ -14,7 +14,7 @@ use preread_core::sni::HostName;
 use preread_core::step::{Close, Event, Farewell, Next, PrereadListener, PrereadStep};
 use preread_parser::proxy::{Command, ProxyHeader, ProxyParsed, parse_proxy_header};
 use preread_parser::tls::{
-    AlertDescription, ClientHello, Needed, Parsed, TlsError, parse_client_hello,
+    AlertDescription, ClientHello, Ja4, Needed, Parsed, TlsError, Transport, parse_client_hello,
 };
 use serde_json::{Map, Value, json};
 
@@ -148,6 +148,11 @@ fn hello_fields(out: &mut Map<String, Value>, hello: &ClientHello<'_>, offset: u
         .supported_versions
         .map(|v| v.iter().map(|v| format!("{v:04x}")).collect::<Vec<_>>());
     out.insert("supported_versions".into(), json!(versions));
+    out.insert("ja4".into(), json!(Ja4::of(hello, Transport::Tcp).as_str()));
+    out.insert(
+        "ja4_r".into(),
+        json!(Ja4::raw(hello, Transport::Tcp).to_string()),
+    );
     out.insert("end".into(), json!(offset + hello.end));
 }
 
@@ -258,6 +263,8 @@ fn describe(file: &str, bytes: &[u8], expect_proxy: bool) -> Value {
         "alpn",
         "ech",
         "legacy_version",
+        "ja4",
+        "ja4_r",
         "proxy",
     ] {
         out.insert(key.into(), Value::Null);

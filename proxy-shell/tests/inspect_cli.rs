@@ -21,6 +21,13 @@ fn manifest() -> Vec<Value> {
         .collect()
 }
 
+fn ja4_lines() -> Vec<Value> {
+    let text = std::fs::read_to_string(corpus_dir().join("ja4.jsonl")).expect("ja4.jsonl");
+    text.lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect()
+}
+
 fn preread(args: &[&str], files: &[PathBuf]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_preread"))
         .args(args)
@@ -67,8 +74,16 @@ fn check(entry: &Value, report: &Value, expect_proxy: bool) {
     assert_eq!(report["len"], entry["total_len"], "{file}: len");
     if parse != "complete" {
         assert_eq!(report["sni"], Value::Null, "{file}: no sni unless complete");
+        assert_eq!(report["ja4"], Value::Null, "{file}: no ja4 unless complete");
         return;
     }
+    // The fingerprints testdata/clienthellos/ja4.py computed on its own.
+    let ja4 = ja4_lines()
+        .into_iter()
+        .find(|line| line["file"] == file)
+        .unwrap_or_else(|| panic!("{file} parses but has no line in ja4.jsonl"));
+    assert_eq!(report["ja4"], ja4["ja4"], "{file}: ja4");
+    assert_eq!(report["ja4_r"], ja4["ja4_r"], "{file}: ja4_r");
     assert_eq!(report["sni"], entry["sni_normalized"], "{file}: sni");
     assert_eq!(report["alpn"], entry["alpn"], "{file}: alpn");
     assert_eq!(report["records"], entry["records"], "{file}: records");

@@ -8,6 +8,8 @@ use std::fmt::Write as _;
 
 use command::proto::{self, response_content::ContentType};
 use command::spelling;
+use preread_parser::proxy::{ProxyParsed, parse_proxy_header};
+use preread_parser::tls::{Ja4, Parsed, Transport, parse_client_hello};
 use serde_json::{Map, Value, json};
 
 use preread_worker::vocabulary::is_process_wide;
@@ -332,6 +334,7 @@ pub fn rejects_text(list: &proto::RejectList, files: &[String]) -> String {
                 opt(w.proxy_client.as_ref()),
                 w.outcome.clone(),
                 w.window.len().to_string(),
+                opt(captured_ja4(&w.window).as_ref()),
             ];
             row.extend(files.get(i).cloned());
             row
@@ -345,6 +348,7 @@ pub fn rejects_text(list: &proto::RejectList, files: &[String]) -> String {
         "PROXY_CLIENT",
         "OUTCOME",
         "BYTES",
+        "JA4",
     ];
     if !files.is_empty() {
         header.push("FILE");
@@ -371,11 +375,26 @@ pub fn rejects_json(list: &proto::RejectList, files: &[String]) -> Vec<Value> {
                 "proxy_client": w.proxy_client,
                 "outcome": w.outcome,
                 "bytes": w.window.len(),
+                "ja4": captured_ja4(&w.window).map(|j| j.to_string()),
                 "hex": hex,
                 "file": files.get(i),
             })
         })
         .collect()
+}
+
+/// The JA4 of a captured window's ClientHello, past a PROXY header the
+/// window starts with; `None` when it holds no whole hello.
+fn captured_ja4(window: &[u8]) -> Option<Ja4> {
+    let offset = match parse_proxy_header(window) {
+        Ok(ProxyParsed::Complete(header)) => header.len(),
+        _ => 0,
+    };
+    let mut scratch = Vec::new();
+    match parse_client_hello(window.get(offset..)?, &mut scratch) {
+        Ok(Parsed::Complete(hello)) => Some(Ja4::of(&hello, Transport::Tcp)),
+        _ => None,
+    }
 }
 
 fn capture_time(at_unix_ms: u64) -> String {

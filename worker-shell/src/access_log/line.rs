@@ -12,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use command::config::AccessLogFormat;
 use preread_core::HelloSummary;
-use preread_parser::tls::EchKind;
+use preread_parser::tls::{EchKind, Ja4};
 use serde_json::{Map, Value};
 use time::macros::format_description;
 use time::{OffsetDateTime, PrimitiveDateTime};
@@ -40,6 +40,8 @@ pub struct AccessLogEntry<'a> {
     /// What the ClientHello showed of itself, once one was parsed whole:
     /// `ech`, `tls_version` and `hello_bytes`.
     pub hello: Option<HelloSummary>,
+    /// The ClientHello's JA4 fingerprint.
+    pub ja4: Option<Ja4>,
     /// The access rule that refused the connection (`listener_deny`,
     /// `cluster_rate`…); the key is written only when one did.
     pub rule: Option<&'a str>,
@@ -47,8 +49,8 @@ pub struct AccessLogEntry<'a> {
 
 impl AccessLogEntry<'_> {
     /// The line, without its newline, keys in doc/configure.md's order:
-    /// the twelve base keys, then `proxy_client`, `ech`, `tls_version` and
-    /// `hello_bytes`.
+    /// the twelve base keys, then `proxy_client`, `ech`, `tls_version`,
+    /// `hello_bytes`, `ja4` and `rule`.
     pub fn format(&self, format: AccessLogFormat) -> String {
         let ts = rfc3339_millis(self.ts);
         let texts = [
@@ -92,6 +94,7 @@ impl AccessLogEntry<'_> {
                 }
                 let bytes = hello_bytes.map(|n| n.to_string());
                 logfmt_pair(&mut line, "hello_bytes", bytes.as_deref());
+                logfmt_pair(&mut line, "ja4", self.ja4.as_ref().map(Ja4::as_str));
                 if let Some(rule) = self.rule {
                     logfmt_pair(&mut line, "rule", Some(rule));
                 }
@@ -112,6 +115,8 @@ impl AccessLogEntry<'_> {
                     "hello_bytes".into(),
                     hello_bytes.map_or(Value::Null, Value::from),
                 );
+                let ja4 = self.ja4.as_ref().map(Ja4::as_str);
+                object.insert("ja4".into(), ja4.map_or(Value::Null, Value::from));
                 if let Some(rule) = self.rule {
                     object.insert("rule".into(), Value::String(rule.to_owned()));
                 }
@@ -197,7 +202,7 @@ mod tests {
         FallbackReason, HelloSummary, Input, PrereadConfig, RejectReason, SniPrereadCore,
     };
 
-    use super::{AccessLogEntry, rfc3339_millis};
+    use super::{AccessLogEntry, Ja4, rfc3339_millis};
     use crate::vocabulary::{Outcome, RefuseReason};
 
     fn at(ms: u64) -> SystemTime {
@@ -205,8 +210,9 @@ mod tests {
     }
 
     /// The summary the core makes of a captured Chromium hello: an outer
-    /// (GREASE) ECH extension, TLS 1.3 offered, 1921 bytes of records.
-    fn chromium() -> Option<HelloSummary> {
+    /// (GREASE) ECH extension, TLS 1.3 offered, 1921 bytes of records; and
+    /// its JA4 (testdata/clienthellos/ja4.jsonl).
+    fn chromium() -> (Option<HelloSummary>, Option<Ja4>) {
         let window = include_bytes!("../../../testdata/clienthellos/chromium_a_1.bin");
         let mut core = SniPrereadCore::new();
         let config = PrereadConfig::new(RouteTable::new());
@@ -215,7 +221,7 @@ mod tests {
             now: Instant::now(),
         };
         let _ = core.handle_input(&config, input);
-        core.hello()
+        (core.hello(), core.ja4(window))
     }
 
     fn routed() -> AccessLogEntry<'static> {
@@ -233,7 +239,8 @@ mod tests {
             duration_ms: 1234,
             preread_ms: Some(3),
             proxy_client: None,
-            hello: chromium(),
+            hello: chromium().0,
+            ja4: chromium().1,
             rule: None,
         }
     }
@@ -249,6 +256,7 @@ mod tests {
             preread_ms: None,
             proxy_client: Some(SocketAddr::from(([192, 0, 2, 10], 51234))),
             hello: None,
+            ja4: None,
             ..routed()
         }
     }
@@ -260,14 +268,14 @@ mod tests {
             "ts=2024-02-29T12:34:56.789Z listener=127.0.0.1:8443 client=[2001:db8::7]:50000 \
              sni=a.example.com alpn=h2 cluster=alpha backend=alpha-0 outcome=routed \
              bytes_in=517 bytes_out=4096 duration_ms=1234 preread_ms=3 proxy_client=- \
-             ech=outer tls_version=1.3 hello_bytes=1921"
+             ech=outer tls_version=1.3 hello_bytes=1921 ja4=t13d1517h2_8daaf6152771_cb7bf5808d99"
         );
         assert_eq!(
             rejected().format(AccessLogFormat::Logfmt),
             "ts=2024-02-29T12:34:56.789Z listener=127.0.0.1:8443 client=[2001:db8::7]:50000 \
              sni=- alpn=- cluster=- backend=- outcome=rejected:not_tls \
              bytes_in=517 bytes_out=0 duration_ms=1234 preread_ms=- proxy_client=192.0.2.10:51234 \
-             ech=- tls_version=- hello_bytes=-"
+             ech=- tls_version=- hello_bytes=- ja4=-"
         );
     }
 
@@ -275,11 +283,11 @@ mod tests {
     fn json_lines() {
         assert_eq!(
             routed().format(AccessLogFormat::Json),
-            r#"{"ts":"2024-02-29T12:34:56.789Z","listener":"127.0.0.1:8443","client":"[2001:db8::7]:50000","sni":"a.example.com","alpn":"h2","cluster":"alpha","backend":"alpha-0","outcome":"routed","bytes_in":517,"bytes_out":4096,"duration_ms":1234,"preread_ms":3,"proxy_client":null,"ech":"outer","tls_version":"1.3","hello_bytes":1921}"#
+            r#"{"ts":"2024-02-29T12:34:56.789Z","listener":"127.0.0.1:8443","client":"[2001:db8::7]:50000","sni":"a.example.com","alpn":"h2","cluster":"alpha","backend":"alpha-0","outcome":"routed","bytes_in":517,"bytes_out":4096,"duration_ms":1234,"preread_ms":3,"proxy_client":null,"ech":"outer","tls_version":"1.3","hello_bytes":1921,"ja4":"t13d1517h2_8daaf6152771_cb7bf5808d99"}"#
         );
         assert_eq!(
             rejected().format(AccessLogFormat::Json),
-            r#"{"ts":"2024-02-29T12:34:56.789Z","listener":"127.0.0.1:8443","client":"[2001:db8::7]:50000","sni":null,"alpn":null,"cluster":null,"backend":null,"outcome":"rejected:not_tls","bytes_in":517,"bytes_out":0,"duration_ms":1234,"preread_ms":null,"proxy_client":"192.0.2.10:51234","ech":null,"tls_version":null,"hello_bytes":null}"#
+            r#"{"ts":"2024-02-29T12:34:56.789Z","listener":"127.0.0.1:8443","client":"[2001:db8::7]:50000","sni":null,"alpn":null,"cluster":null,"backend":null,"outcome":"rejected:not_tls","bytes_in":517,"bytes_out":0,"duration_ms":1234,"preread_ms":null,"proxy_client":"192.0.2.10:51234","ech":null,"tls_version":null,"hello_bytes":null,"ja4":null}"#
         );
     }
 
@@ -298,7 +306,7 @@ mod tests {
         };
         let line = entry.format(AccessLogFormat::Logfmt);
         assert!(
-            line.ends_with(" ech=absent tls_version=1.2 hello_bytes=224"),
+            line.contains(" ech=absent tls_version=1.2 hello_bytes=224 "),
             "{line}"
         );
     }
@@ -309,12 +317,13 @@ mod tests {
             outcome: Outcome::Refused(RefuseReason::AccessDenied),
             rule: Some("listener_deny"),
             hello: None,
+            ja4: None,
             ..routed()
         };
         let line = entry.format(AccessLogFormat::Logfmt);
         assert!(line.contains(" outcome=refused:access_denied "), "{line}");
         assert!(
-            line.ends_with(" hello_bytes=- rule=listener_deny"),
+            line.ends_with(" hello_bytes=- ja4=- rule=listener_deny"),
             "{line}"
         );
         let json = entry.format(AccessLogFormat::Json);

@@ -56,6 +56,12 @@ impl AccessLogQueue {
         }
     }
 
+    /// Whether lines are written: what the log alone needs (the JA4) is
+    /// not computed when they are not.
+    pub fn is_on(&self) -> bool {
+        self.lines.is_some()
+    }
+
     /// Formats `entry` and offers it to the writer, without waiting.
     pub fn submit(&self, entry: &AccessLogEntry<'_>) -> Result<(), Dropped> {
         let Some(lines) = &self.lines else {

@@ -148,6 +148,7 @@ fn refuse_for_access(ctx: &mut Ctx, address: SocketAddr, client: SocketAddr, ref
         preread_ms: None,
         proxy_client: None,
         hello: None,
+        ja4: None,
         rule: Some(refused.rule.as_str()),
     };
     if ctx.access_log.submit(&entry).is_err() {

@@ -15,6 +15,7 @@
 use std::time::{Instant, SystemTime};
 
 use log::trace;
+use preread_parser::tls::Ja4;
 
 use super::access::AccessRule;
 use super::ctx::Ctx;
@@ -37,6 +38,13 @@ pub(super) fn close(ctx: &mut Ctx, key: usize, mut session: Session, outcome: Ou
     // No `EPOLL_CTL_DEL`: closing a socket's last descriptor takes it out
     // of the epoll set, session sockets are never duplicated, and mio keeps
     // nothing per registration on Linux. Both close when `session` drops.
+    // The JA4 of a session refused in its preread is read off its window,
+    // before the window goes back.
+    let ja4 = if ctx.access_log.is_on() && outcome != Outcome::Silent {
+        session.ja4()
+    } else {
+        None
+    };
     give_back(ctx, &mut session.phase);
     let listener = session.listener;
     ctx.metrics
@@ -76,7 +84,7 @@ pub(super) fn close(ctx: &mut Ctx, key: usize, mut session: Session, outcome: Ou
         );
         return;
     }
-    log(ctx, &session, outcome, now);
+    log(ctx, &session, (outcome, ja4), now);
 }
 
 /// Gives the phase's buffers, parked claims and kernel pipes back to the
@@ -107,7 +115,7 @@ fn give_back(ctx: &mut Ctx, phase: &mut Phase) {
 
 /// The session's access-log line, offered to the writer; a full queue
 /// drops it, counted.
-fn log(ctx: &mut Ctx, session: &Session, outcome: Outcome, now: Instant) {
+fn log(ctx: &mut Ctx, session: &Session, (outcome, ja4): (Outcome, Option<Ja4>), now: Instant) {
     let core = session.step.core();
     let route = session.route();
     let sni = route
@@ -140,7 +148,9 @@ fn log(ctx: &mut Ctx, session: &Session, outcome: Outcome, now: Instant) {
             .and_then(|r| r.proxy_source)
             .or_else(|| core.proxy_source()),
         hello: core.hello(),
-        rule: session.access_rule.map(AccessRule::as_str),
+        ja4,
+        rule: (session.access_rule.map(AccessRule::as_str))
+            .or_else(|| core.denied_by().map(|rule| rule.as_str())),
     };
     if ctx.access_log.submit(&entry).is_err() {
         ctx.metrics.incr(Series::of(Family::AccessLogDropped));

@@ -111,6 +111,9 @@ pub(super) fn start(
     now: Instant,
 ) -> Drive {
     let source: IpAddr = route.proxy_source.map_or(session.client.ip(), |a| a.ip());
+    let ja4 = (window.as_ref())
+        .filter(|_| ctx.access_log.is_on())
+        .and_then(|buf| session.step.core().ja4(buf.data()));
     let admitted = match backends(&mut ctx.runtime, &route.cluster) {
         Err(drive) => Err((drive, None, RefuseReason::ClusterUnknown)),
         // Known before the checks, so a refusal names whose they were.
@@ -145,11 +148,12 @@ pub(super) fn start(
                 route,
                 cluster,
                 reason,
+                ja4,
             }));
             return drive;
         }
     };
-    let mut connecting = Box::new(Connecting::new(Target { route, per_ip }, window));
+    let mut connecting = Box::new(Connecting::new(Target { route, per_ip, ja4 }, window));
     let drive = next(ctx, key, &mut connecting, Whose::of(session), now);
     session.phase = Phase::Connecting(connecting);
     drive

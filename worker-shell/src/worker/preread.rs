@@ -17,6 +17,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Instant, SystemTime};
 
 use log::debug;
+use preread_core::RejectReason;
 use preread_core::step::{Actions, Close, Event, Next, StepTimer};
 
 use super::access::{self, Refused, Scope};
@@ -183,6 +184,14 @@ pub(super) fn perform(
         Next::Close(Close::Silent) => Drive::End(Outcome::Silent),
         Next::Close(Close::SilentTimeout) => {
             Drive::End(Outcome::Refused(RefuseReason::SilentTimeout))
+        }
+        // A `deny_ja4` refusal is the access policy's, as an address list's
+        // is: `refused:access_denied`, counted with the refusals at the close.
+        Next::Close(Close::Rejected(RejectReason::AccessDenied)) => {
+            let outcome = Outcome::Refused(RefuseReason::AccessDenied);
+            capture(ctx, session, outcome);
+            farewell::say(&mut session.front.stream, actions.farewell);
+            Drive::End(outcome)
         }
         Next::Close(Close::Rejected(reason)) => {
             let rejected = Series::on(Family::PrereadRejected, session.listener);

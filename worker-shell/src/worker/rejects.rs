@@ -25,7 +25,7 @@ pub(super) struct Captured {
     pub(super) listener: SocketAddr,
     pub(super) client: SocketAddr,
     pub(super) proxy_client: Option<SocketAddr>,
-    /// `Rejected(_)` or `Fallback(_)`.
+    /// `Rejected(_)`, `Fallback(_)`, or `Refused(AccessDenied)` by `deny_ja4`.
     pub(super) outcome: Outcome,
 }
 

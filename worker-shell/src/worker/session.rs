@@ -20,6 +20,7 @@ use mio::net::TcpStream;
 use preread_core::Route;
 use preread_core::routes::ClusterId;
 use preread_core::step::PrereadStep;
+use preread_parser::tls::Ja4;
 
 use super::access::AccessRule;
 use super::io::Peer;
@@ -102,6 +103,8 @@ pub struct Gated {
     /// per-IP limit names whose limit it was).
     pub cluster: Option<ClusterId>,
     pub reason: RefuseReason,
+    /// The hello's JA4, for the access log.
+    pub ja4: Option<Ja4>,
 }
 
 /// What a routed and admitted session holds until its close.
@@ -110,6 +113,9 @@ pub struct Target {
     pub route: Arc<Route>,
     /// Its count in the cluster's `max_connections_per_ip`.
     pub per_ip: IpHold<IpAddr>,
+    /// The hello's JA4, taken at the gate while the window is at hand,
+    /// for the access log (`None` when the log is off).
+    pub ja4: Option<Ja4>,
 }
 
 /// The connecting phase.
@@ -254,6 +260,17 @@ impl Session {
             Phase::Gated(gated) => gated.cluster.as_ref(),
             Phase::Connecting(connecting) => Some(&connecting.target.route.cluster),
             Phase::Piped(piped) => Some(&piped.target.route.cluster),
+        }
+    }
+
+    /// The hello's JA4 for the access log: from the window while the
+    /// session still holds it (a refused one), else as the gate took it.
+    pub fn ja4(&self) -> Option<Ja4> {
+        match &self.phase {
+            Phase::Preread(_) => self.step.core().ja4(self.window()),
+            Phase::Gated(gated) => gated.ja4,
+            Phase::Connecting(connecting) => connecting.target.ja4,
+            Phase::Piped(piped) => piped.target.ja4,
         }
     }
 
