@@ -132,7 +132,7 @@ fn log(ctx: &mut Ctx, session: &Session, outcome: Outcome, now: Instant) {
         bytes_in: session.front.read,
         bytes_out: session.bytes_out(),
         duration_ms: now
-            .saturating_duration_since(session.accepted_at)
+            .saturating_duration_since(session.step.accepted_at())
             .as_millis() as u64,
         preread_ms: session.step.preread_time().map(|d| d.as_millis() as u64),
         proxy_client: route
