@@ -327,6 +327,15 @@ impl Running {
         }
     }
 
+    /// One preread metric of each worker, in worker order (None for the
+    /// peers).
+    pub(crate) fn preread_per_worker(&self, name: &str) -> Option<Vec<i64>> {
+        match &self.process {
+            Process::Preread(proxy) => proxy.per_worker(name).ok(),
+            _ => None,
+        }
+    }
+
     /// Stops the proxy by its PID (SIGTERM, then SIGKILL after 5 s for the
     /// peers; SIGKILL for preread, through the harness) and returns what it
     /// wrote on stderr.

@@ -309,6 +309,7 @@ fn rate(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Kind
     let _ = run(500);
 
     let load = procfs::load1();
+    let accepted0 = running.preread_per_worker("tcp.accepted");
     let (cpu0, self0) = (proxy_cpu(&running), procfs::self_cpu());
     let outcome = run(o.conns);
     let (cpu, bench_self) = (
@@ -317,6 +318,12 @@ fn rate(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Kind
     );
     let mut record = rate_record("rate", kind, rep, &outcome, cpu, bench_self, has_proxy);
     record.value("load1", load);
+    // How SO_REUSEPORT spread the measured connections over the workers.
+    if let (Some(before), Some(after)) = (accepted0, running.preread_per_worker("tcp.accepted")) {
+        for (worker, (a, b)) in before.iter().zip(&after).enumerate() {
+            record.value(&format!("accepted_worker_{worker}"), (b - a) as f64);
+        }
+    }
     sink.push(record);
 
     if has_proxy && o.slow > 0 {
