@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# The data-path benchmark (doc/performance.md, "Data path"): preread with
-# splice on and off, HAProxy (without and with its own splice) and nginx,
-# each against the direct connection measured in the same run, on loopback.
+# The data-path benchmark (doc/performance.md, "Data path" and "The
+# kernel's floor"): preread with splice on and off (and without deferred
+# accept), HAProxy (without and with its own splice) and nginx, each against
+# the direct connection measured in the same run, on loopback; then the
+# same proxies with two workers each (rate and syscalls).
 #
 #   bash bench/run.sh [bench options...]      e.g. --reps 1 --bytes 1073741824
+#
+# The options go to both runs (the second adds `--workers 2 --phases
+# rate,syscalls --slow 0`). Binaries come from $CARGO_TARGET_DIR (default
+# target/).
 #
 # Installs the peers if missing (bench/peers.sh), builds preread and the bench
 # tool in release (fat LTO: a few minutes), records the machine, then runs
 # `target/release/bench` (e2e/src/bin/bench.rs; its header lists the
 # options; its phases are throughput, rate, memory and syscalls, the last
 # one `strace -c -f` attached to each proxy for a fixed connection count).
-# Writes under target/bench/<UTC time>/ (BENCH_OUT overrides):
+# Writes under target/bench/<UTC time>/ (BENCH_OUT overrides; the
+# two-worker run in its workers2/):
 #   machine.txt   CPU, kernel, versions, limits, other busy processes
 #   loadavg.txt   /proc/loadavg and the busiest processes every 5 s
 #   raw.jsonl     one JSON object per measurement
@@ -35,6 +42,7 @@ fi
 
 bash bench/peers.sh
 cargo build --release -p proxy-shell -p e2e --bin preread --bin bench
+bin=${CARGO_TARGET_DIR:-target}/release
 
 out=${BENCH_OUT:-target/bench/$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$out"
@@ -72,7 +80,13 @@ sampler=$!
 trap 'kill "$sampler" 2>/dev/null || true' EXIT
 
 status=0
-PREREAD_BIN="$PWD/target/release/preread" timeout 5400 target/release/bench --out "$out" "$@" || status=$?
+export PREREAD_BIN
+PREREAD_BIN=$(cd "$bin" && pwd)/preread
+timeout 5400 "$bin/bench" --out "$out" "$@" || status=$?
+# Two workers each: preread `worker_count = 2`, HAProxy `nbthread 2`, nginx
+# `worker_processes 2` (under its master).
+timeout 3600 "$bin/bench" --out "$out/workers2" --targets preread-copy,preread-splice,haproxy,nginx \
+    "$@" --workers 2 --phases rate,syscalls --slow 0 || status=$?
 
 echo "uptime after: $(uptime)" | tee -a "$out/machine.txt"
 ln -sfn "$out" target/bench/latest

@@ -26,13 +26,18 @@ pub(crate) struct Tracer {
 }
 
 impl Tracer {
-    /// Attaches `strace -c -f` to `pid` (every thread), writing its summary
-    /// to `out`. Returns once strace has had time to attach.
-    pub(crate) fn attach(pid: u32, out: &Path) -> Result<Self, String> {
-        let child = Command::new("strace")
-            .args(["-c", "-f", "-qq", "-o"])
-            .arg(out)
-            .args(["-p", &pid.to_string()])
+    /// Attaches `strace -c -f` to `pids` (every thread of each), writing
+    /// its summary to `out`. Returns once strace has had time to attach.
+    pub(crate) fn attach(pids: &[u32], out: &Path) -> Result<Self, String> {
+        if pids.is_empty() {
+            return Err("no proxy process".to_owned());
+        }
+        let mut command = Command::new("strace");
+        command.args(["-c", "-f", "-qq", "-o"]).arg(out);
+        for pid in pids {
+            command.args(["-p", &pid.to_string()]);
+        }
+        let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -3,16 +3,20 @@
 //! Every proxy gets two listeners: `rate` routes the SNI `a.example.com` to
 //! the [`super::backends::RpcBackend`], `hold` routes it to the
 //! [`super::backends::HoldBackend`]. Any other ClientHello, or one still
-//! incomplete after 5 s, is refused. One worker thread or process each:
+//! incomplete after 5 s, is refused. `workers` worker threads or processes
+//! each (1 by default, `--workers`):
 //!
-//! - preread: `worker_count = 1`, access logs off, `splice` as given;
-//! - HAProxy: `nbthread 1`, TCP mode, `tcp-request inspect-delay 5s`,
+//! - preread: `worker_count = workers`, access logs off, `splice` as
+//!   given, `defer_accept` on (its default) but for `preread-nodefer`;
+//! - HAProxy: `nbthread workers`, TCP mode, `tcp-request inspect-delay 5s`,
 //!   `accept if { req.ssl_hello_type 1 }`, else `reject`;
 //!   `use_backend ... if { req.ssl_sni -i a.example.com }`, no logging;
 //!   `haproxy-splice` adds `option splice-request` and `option
 //!   splice-response` (HAProxy's own splice, forced: `splice-auto` did not
 //!   splice these transfers);
-//! - nginx: `master_process off` (the one process is the worker),
+//! - nginx: `master_process off` (the one process is the worker) for one
+//!   worker; for more, `master_process on` with `worker_processes workers`
+//!   (the CPU and the syscalls are then the master's and its workers'),
 //!   `stream` with `ssl_preread on`, `preread_timeout 5s`,
 //!   `map $ssl_preread_server_name`, unknown names to a closed port;
 //!   no access log (the stream default), error log at `crit`.
@@ -34,7 +38,7 @@ use super::SNI;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
     Direct,
-    Preread { splice: bool },
+    Preread { splice: bool, defer: bool },
     Haproxy { splice: bool },
     Nginx,
 }
@@ -43,8 +47,18 @@ impl Kind {
     pub(crate) fn parse(name: &str) -> Option<Self> {
         Some(match name {
             "direct" => Self::Direct,
-            "preread-splice" => Self::Preread { splice: true },
-            "preread-copy" => Self::Preread { splice: false },
+            "preread-splice" => Self::Preread {
+                splice: true,
+                defer: true,
+            },
+            "preread-copy" => Self::Preread {
+                splice: false,
+                defer: true,
+            },
+            "preread-nodefer" => Self::Preread {
+                splice: true,
+                defer: false,
+            },
             "haproxy" => Self::Haproxy { splice: false },
             "haproxy-splice" => Self::Haproxy { splice: true },
             "nginx" => Self::Nginx,
@@ -55,8 +69,15 @@ impl Kind {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Direct => "direct",
-            Self::Preread { splice: true } => "preread-splice",
-            Self::Preread { splice: false } => "preread-copy",
+            Self::Preread {
+                splice: true,
+                defer: true,
+            } => "preread-splice",
+            Self::Preread {
+                splice: false,
+                defer: true,
+            } => "preread-copy",
+            Self::Preread { defer: false, .. } => "preread-nodefer",
             Self::Haproxy { splice: false } => "haproxy",
             Self::Haproxy { splice: true } => "haproxy-splice",
             Self::Nginx => "nginx",
@@ -88,10 +109,16 @@ impl std::fmt::Debug for Running {
 }
 
 /// The preread config of the benchmark (a harness template).
-pub(crate) fn preread_config(splice: bool, rpc: SocketAddr, hold: SocketAddr) -> String {
+pub(crate) fn preread_config(
+    (splice, defer): (bool, bool),
+    workers: usize,
+    rpc: SocketAddr,
+    hold: SocketAddr,
+) -> String {
     ConfigBuilder::new()
-        .global("worker_count = 1")
+        .global(&format!("worker_count = {workers}"))
         .global(&format!("splice = {splice}"))
+        .global(&format!("defer_accept = {defer}"))
         .global("access_logs = \"off\"")
         .global("log_level = \"warn\"")
         .listener("rate", &[])
@@ -106,13 +133,14 @@ pub(crate) fn preread_config(splice: bool, rpc: SocketAddr, hold: SocketAddr) ->
 /// The HAProxy config.
 pub(crate) fn haproxy_config(
     splice: bool,
+    workers: usize,
     rate: SocketAddr,
     hold: SocketAddr,
     rpc: SocketAddr,
     hold_backend: SocketAddr,
 ) -> String {
-    let mut text = String::from(
-        "global\n    nbthread 1\n    maxconn 5000\n\n\
+    let mut text = format!(
+        "global\n    nbthread {workers}\n    maxconn 5000\n\n\
          defaults\n    mode tcp\n    maxconn 5000\n    backlog 1024\n\
          \x20   timeout connect 3s\n    timeout client 60s\n    timeout server 60s\n",
     );
@@ -135,15 +163,18 @@ pub(crate) fn haproxy_config(
 /// The nginx config (`dir` holds its pid and error log).
 pub(crate) fn nginx_config(
     dir: &Path,
+    workers: usize,
     rate: SocketAddr,
     hold: SocketAddr,
     rpc: SocketAddr,
     hold_backend: SocketAddr,
 ) -> String {
     let dir = dir.display();
+    let master = if workers > 1 { "on" } else { "off" };
     let mut text = format!(
         "load_module /usr/lib/nginx/modules/ngx_stream_module.so;\n\
-         daemon off;\nmaster_process off;\nworker_processes 1;\nworker_rlimit_nofile 20000;\n\
+         daemon off;\nmaster_process {master};\nworker_processes {workers};\n\
+         worker_rlimit_nofile 20000;\n\
          pid {dir}/nginx.pid;\nerror_log {dir}/error.log crit;\n\
          events {{ worker_connections 8000; }}\n\
          stream {{\n    preread_timeout 5s;\n    proxy_connect_timeout 3s;\n    proxy_timeout 60s;\n"
@@ -183,6 +214,7 @@ impl Running {
     /// the peers' configs and logs.
     pub(crate) fn start(
         kind: Kind,
+        workers: usize,
         rpc: SocketAddr,
         hold_backend: SocketAddr,
         work: &Path,
@@ -194,8 +226,9 @@ impl Running {
                 hold: hold_backend,
                 process: Process::None,
             }),
-            Kind::Preread { splice } => {
-                let proxy = ProxyProcess::start(&preread_config(splice, rpc, hold_backend))?;
+            Kind::Preread { splice, defer } => {
+                let config = preread_config((splice, defer), workers, rpc, hold_backend);
+                let proxy = ProxyProcess::start(&config)?;
                 Ok(Self {
                     kind,
                     rate: proxy.addr("rate"),
@@ -213,7 +246,7 @@ impl Running {
                     command.arg("-db").arg("-f").arg(&file);
                     (
                         file,
-                        haproxy_config(splice, rate, hold, rpc, hold_backend),
+                        haproxy_config(splice, workers, rate, hold, rpc, hold_backend),
                         command,
                     )
                 } else {
@@ -228,7 +261,7 @@ impl Running {
                         .arg(&file);
                     (
                         file,
-                        nginx_config(&dir, rate, hold, rpc, hold_backend),
+                        nginx_config(&dir, workers, rate, hold, rpc, hold_backend),
                         command,
                     )
                 };
@@ -270,6 +303,19 @@ impl Running {
         }
     }
 
+    /// Every process doing the proxy's work: its own, and the worker
+    /// processes of an nginx master (empty for the direct connection).
+    pub(crate) fn pids(&self) -> Vec<u32> {
+        let Some(pid) = self.pid() else {
+            return Vec::new();
+        };
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        std::iter::once(pid)
+            .chain(children.split_whitespace().filter_map(|c| c.parse().ok()))
+            .collect()
+    }
+
     /// A preread metric total (None for the peers).
     pub(crate) fn preread_metric(&self, name: &str) -> Option<i64> {
         match &self.process {
@@ -277,6 +323,15 @@ impl Running {
                 .metrics()
                 .ok()
                 .map(|metrics| metrics.get(name).copied().unwrap_or(0)),
+            _ => None,
+        }
+    }
+
+    /// One preread metric of each worker, in worker order (None for the
+    /// peers).
+    pub(crate) fn preread_per_worker(&self, name: &str) -> Option<Vec<i64>> {
+        match &self.process {
+            Process::Preread(proxy) => proxy.per_worker(name).ok(),
             _ => None,
         }
     }

@@ -5,9 +5,14 @@
 //!
 //! Usage: `bench [--out DIR] [--phases throughput,rate,memory,syscalls]
 //! [--targets direct,preread-splice,preread-copy,haproxy,haproxy-splice,nginx]
-//! [--reps 3]
+//! [--workers 1] [--reps 3]
 //! [--bytes N] [--conns N] [--concurrency N] [--rate-bound SECONDS]
 //! [--slow N] [--sessions N] [--strace-conns N] [--hello FILE]`
+//!
+//! `preread-nodefer` is `preread-splice` with `defer_accept = false`. With
+//! `--workers N`, each proxy runs N worker threads or processes
+//! (`worker_count`, `nbthread`, nginx's `worker_processes` under its
+//! master): CPU and syscalls are summed over its processes.
 //!
 //! Phases, each repeated `--reps` times with the targets interleaved (their
 //! order rotated by one each repetition), every proxy started fresh for each
@@ -57,6 +62,7 @@ struct Options {
     out: PathBuf,
     phases: Vec<String>,
     targets: Vec<Kind>,
+    workers: usize,
     reps: usize,
     bytes: u64,
     conns: u64,
@@ -80,6 +86,7 @@ fn parse_args() -> Result<Options, String> {
             "direct",
             "preread-splice",
             "preread-copy",
+            "preread-nodefer",
             "haproxy",
             "haproxy-splice",
             "nginx",
@@ -87,6 +94,7 @@ fn parse_args() -> Result<Options, String> {
         .iter()
         .filter_map(|name| Kind::parse(name))
         .collect(),
+        workers: 1,
         reps: 3,
         bytes: 4 << 30,
         conns: 20_000,
@@ -115,6 +123,9 @@ fn parse_args() -> Result<Options, String> {
                     .map(|name| Kind::parse(name).ok_or_else(|| format!("unknown target {name}")))
                     .collect::<Result<_, _>>()?;
             }
+            "--workers" => {
+                options.workers = usize::try_from(number(value()?)?).unwrap_or(1).max(1);
+            }
             "--reps" => options.reps = usize::try_from(number(value()?)?).unwrap_or(1).max(1),
             "--bytes" => options.bytes = number(value()?)?,
             "--conns" => options.conns = number(value()?)?,
@@ -137,12 +148,15 @@ fn parse_args() -> Result<Options, String> {
     Ok(options)
 }
 
-/// Proxy CPU ticks now (zero for the direct connection).
+/// Proxy CPU ticks now, over all its processes (zero for the direct
+/// connection).
 fn proxy_cpu(running: &Running) -> CpuTicks {
-    running
-        .pid()
-        .and_then(|pid| procfs::cpu(pid).ok())
-        .unwrap_or_default()
+    (running.pids().into_iter())
+        .filter_map(|pid| procfs::cpu(pid).ok())
+        .fold(CpuTicks::default(), |sum, ticks| CpuTicks {
+            user: sum.user + ticks.user,
+            sys: sum.sys + ticks.sys,
+        })
 }
 
 /// Adds the proxy's and the bench's CPU seconds over a window to `record`.
@@ -178,7 +192,7 @@ fn throughput(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind
         Ok(rpc) => rpc,
         Err(e) => return eprintln!("bench: rpc backend: {e}"),
     };
-    let running = match Running::start(kind, rpc.addr(), hold.addr(), &work) {
+    let running = match Running::start(kind, o.workers, rpc.addr(), hold.addr(), &work) {
         Ok(running) => running,
         Err(e) => {
             let mut record = Record::new("upload", kind.name(), rep);
@@ -270,7 +284,7 @@ fn rate(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Kind
         Ok(rpc) => rpc,
         Err(e) => return eprintln!("bench: rpc backend: {e}"),
     };
-    let running = match Running::start(kind, rpc.addr(), hold.addr(), &work) {
+    let running = match Running::start(kind, o.workers, rpc.addr(), hold.addr(), &work) {
         Ok(running) => running,
         Err(e) => {
             let mut record = Record::new("rate", kind.name(), rep);
@@ -295,6 +309,7 @@ fn rate(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Kind
     let _ = run(500);
 
     let load = procfs::load1();
+    let accepted0 = running.preread_per_worker("tcp.accepted");
     let (cpu0, self0) = (proxy_cpu(&running), procfs::self_cpu());
     let outcome = run(o.conns);
     let (cpu, bench_self) = (
@@ -303,6 +318,12 @@ fn rate(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Kind
     );
     let mut record = rate_record("rate", kind, rep, &outcome, cpu, bench_self, has_proxy);
     record.value("load1", load);
+    // How SO_REUSEPORT spread the measured connections over the workers.
+    if let (Some(before), Some(after)) = (accepted0, running.preread_per_worker("tcp.accepted")) {
+        for (worker, (a, b)) in before.iter().zip(&after).enumerate() {
+            record.value(&format!("accepted_worker_{worker}"), (b - a) as f64);
+        }
+    }
     sink.push(record);
 
     if has_proxy && o.slow > 0 {
@@ -381,7 +402,7 @@ fn memory(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Ki
     };
     for test in ["mem_idle", "mem_partial", "mem_established"] {
         let mut record = Record::new(test, kind.name(), rep);
-        let running = match Running::start(kind, unused.addr(), hold.addr(), &work) {
+        let running = match Running::start(kind, o.workers, unused.addr(), hold.addr(), &work) {
             Ok(running) => running,
             Err(e) => {
                 record.note("error", e);
@@ -469,7 +490,7 @@ fn syscalls(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: 
         Ok(rpc) => rpc,
         Err(e) => return eprintln!("bench: rpc backend: {e}"),
     };
-    let running = match Running::start(kind, rpc.addr(), hold.addr(), &work) {
+    let running = match Running::start(kind, o.workers, rpc.addr(), hold.addr(), &work) {
         Ok(running) => running,
         Err(e) => {
             record.note("error", e);
@@ -493,14 +514,10 @@ fn syscalls(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: 
         .out
         .join("work")
         .join(format!("strace-{}-{rep}.txt", kind.name()));
-    let traced = running
-        .pid()
-        .ok_or_else(|| "no proxy process".to_owned())
-        .and_then(|pid| Tracer::attach(pid, &trace))
-        .and_then(|tracer| {
-            let outcome = run(o.strace_conns);
-            tracer.finish(&trace).map(|counts| (outcome, counts))
-        });
+    let traced = Tracer::attach(&running.pids(), &trace).and_then(|tracer| {
+        let outcome = run(o.strace_conns);
+        tracer.finish(&trace).map(|counts| (outcome, counts))
+    });
     match traced {
         Ok((outcome, counts)) if outcome.ok > 0 => {
             let conns = outcome.ok as f64;
@@ -581,7 +598,7 @@ fn ratio_lines(records: &[Record]) -> String {
     let mut out = String::new();
     let peers = ["haproxy", "nginx"];
     if let Some(best) = lowest_median(records, "rate", &peers, "proxy_cpu_us_per_conn") {
-        for name in ["preread-copy", "preread-splice"] {
+        for name in ["preread-copy", "preread-splice", "preread-nodefer"] {
             let mine = median(records, "rate", name, "proxy_cpu_us_per_conn");
             if !mine.is_nan() {
                 out.push_str(&format!(
@@ -591,7 +608,7 @@ fn ratio_lines(records: &[Record]) -> String {
             }
         }
     }
-    for name in ["preread-copy", "preread-splice"] {
+    for name in ["preread-copy", "preread-splice", "preread-nodefer"] {
         let mine = median(records, "syscalls", name, "syscalls_per_conn");
         if let (false, Some(best)) = (
             mine.is_nan(),
@@ -625,6 +642,10 @@ fn ratio_lines(records: &[Record]) -> String {
 
 fn summary(o: &Options, records: &[Record]) -> String {
     let mut out = String::new();
+    out.push_str(&format!(
+        "Worker threads or processes per proxy: {}\n\n",
+        o.workers
+    ));
     let names: Vec<&str> = o.targets.iter().map(|k| k.name()).collect();
     let has = |test: &str| records.iter().any(|r| r.test == test);
     let gib = o.bytes as f64 / GIB;

@@ -265,6 +265,11 @@ impl PrereadStep {
         actions
     }
 
+    /// When the connection was accepted.
+    pub fn accepted_at(&self) -> Instant {
+        self.accepted_at
+    }
+
     /// Whether the session is still in the preread stage.
     pub fn is_reading(&self) -> bool {
         self.stage == Stage::Reading

@@ -206,7 +206,7 @@ fn open(
     let session = entry.insert(Session::accepted(address, client, front, step, now));
     session.slot = Some(slot);
     session.phase = Phase::Preread(Preread {
-        unrouted: held,
+        unrouted: held.map(Box::new),
         ..Preread::default()
     });
     session.front_idle = Some(ctx.schedule(key, TimerKind::FrontIdle, now + front_timeout));

@@ -141,7 +141,7 @@ fn log(ctx: &mut Ctx, session: &Session, (outcome, ja4): (Outcome, Option<Ja4>),
         bytes_in: session.front.read,
         bytes_out: session.bytes_out(),
         duration_ms: now
-            .saturating_duration_since(session.accepted_at)
+            .saturating_duration_since(session.step.accepted_at())
             .as_millis() as u64,
         preread_ms: session.step.preread_time().map(|d| d.as_millis() as u64),
         proxy_client: route

@@ -158,7 +158,7 @@ pub(super) fn perform(
         ctx.metrics
             .gauge_add(Series::on(Family::PrereadActive, listener), -1);
         if let Some(held) = preread.unrouted.take() {
-            ctx.unrouted.release(held);
+            ctx.unrouted.release(*held);
         }
         if let Some(sample) = left.sample {
             let micros = u64::try_from(sample.as_micros()).unwrap_or(u64::MAX);

@@ -46,7 +46,6 @@ pub struct Session {
     pub phase: Phase,
     /// The session's place in the process's `max_connections`.
     pub slot: Option<Slot>,
-    pub accepted_at: Instant,
     pub front_idle: Option<TimerId>,
     /// Queued for a drive in this loop turn.
     pub dirty: bool,
@@ -81,8 +80,10 @@ pub struct Preread {
     /// The preread window: taken on the first readable event, so an idle
     /// connection holds no buffer memory.
     pub window: Option<Checkout>,
-    /// The listener's unrouted count of the client's IP.
-    pub unrouted: Option<Held>,
+    /// The listener's unrouted count of the client's IP, boxed: only a
+    /// listener with `max_unrouted_per_ip` holds one, and an empty box is
+    /// a pointer where the count is 64 bytes.
+    pub unrouted: Option<Box<Held>>,
     pub timers: PrereadTimers,
 }
 
@@ -193,7 +194,6 @@ impl Session {
             step,
             phase: Phase::Preread(Preread::default()),
             slot: None,
-            accepted_at: now,
             front_idle: None,
             dirty: false,
             idle_drives: 0,
@@ -319,10 +319,12 @@ mod tests {
     /// only: the backend half and the pipe come boxed, at routing, and the
     /// core at the first byte (`PrereadStep`). The bound is the design's
     /// promise of ≤ 0.5 KiB per idle connection (doc/configure.md §2.1,
-    /// doc/performance.md "The kernel's floor"): 384 bytes of record leave
-    /// the rest for its timer and its slab slot's share. 520 bytes when the
-    /// phases were split, 576 with the core's framing cursor inline; a
-    /// change that makes it bigger should say why.
+    /// doc/performance.md "The kernel's floor"): 320 bytes of record leave
+    /// the rest for its two timers. 520 bytes when the phases were split,
+    /// 576 with the core's framing cursor inline, 384 with the core built
+    /// at the first byte, 320 with the unrouted count boxed (only a
+    /// listener with `max_unrouted_per_ip` holds one); a change that makes
+    /// it bigger should say why.
     #[test]
     fn a_silent_session_holds_only_what_its_preread_needs() {
         let session = size_of::<Session>();
@@ -337,6 +339,6 @@ mod tests {
             size_of::<Phase>() <= size_of::<Preread>() + 8,
             "a later phase is stored inline"
         );
-        assert!(session <= 384, "Session is {session} bytes");
+        assert!(session <= 320, "Session is {session} bytes");
     }
 }
