@@ -62,6 +62,7 @@ pub fn run(cli: Cli) -> ExitCode {
             hex,
             expect_proxy,
             reads,
+            quic,
             files,
         } => offline::inspect(
             &globals,
@@ -69,6 +70,7 @@ pub fn run(cli: Cli) -> ExitCode {
             *hex,
             *expect_proxy,
             reads,
+            *quic,
             files,
         ),
         Command::State {
