@@ -80,7 +80,7 @@ pub fn decode_hex(text: &str) -> Result<Vec<u8>, InputError> {
     Ok(out)
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     bytes
         .iter()
@@ -122,7 +122,7 @@ fn parse_name(error: &TlsError) -> &'static str {
     }
 }
 
-fn hello_fields(out: &mut Map<String, Value>, hello: &ClientHello<'_>, offset: usize) {
+pub(crate) fn hello_fields(out: &mut Map<String, Value>, hello: &ClientHello<'_>, offset: usize) {
     out.insert("records".into(), json!(hello.records));
     out.insert("hello_len".into(), json!(hello.handshake_len));
     let sni = hello
@@ -255,6 +255,7 @@ fn describe(file: &str, bytes: &[u8], expect_proxy: bool) -> Value {
     let mut out = Map::new();
     out.insert("file".into(), json!(file));
     out.insert("len".into(), json!(bytes.len()));
+    out.insert("protocol".into(), json!("tcp"));
     for key in [
         "parse",
         "records",
@@ -306,7 +307,7 @@ fn describe(file: &str, bytes: &[u8], expect_proxy: bool) -> Value {
     Value::Object(out)
 }
 
-fn insert_needed(out: &mut Map<String, Value>, needed: Needed) {
+pub(crate) fn insert_needed(out: &mut Map<String, Value>, needed: Needed) {
     let at_least = match needed {
         Needed::AtLeast(n) => json!(n.get()),
         Needed::Unknown => Value::Null,

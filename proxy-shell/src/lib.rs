@@ -10,4 +10,5 @@
 
 pub mod cli;
 pub mod inspect;
+pub mod inspect_quic;
 pub mod start;

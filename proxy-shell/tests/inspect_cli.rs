@@ -205,3 +205,42 @@ fn bad_hex_is_an_error_that_names_the_offset() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("offset 6"));
 }
+
+/// `--quic`: a flow's datagrams (length-prefixed, the second first) read
+/// back to the hello and decided by the listener's routes; a cut file
+/// exits 2 and the others are still reported.
+#[test]
+fn quic_flows_are_described_and_decided() {
+    use preread_parser::quic::{Version, client_first_flight};
+
+    let dir = tempfile::Builder::new()
+        .prefix("preread-quic-")
+        .tempdir()
+        .expect("temp dir");
+    let record = std::fs::read(corpus_dir().join("curl_h2.bin")).expect("capture");
+    let flight = client_first_flight(Version::V1, &[7; 8], &[9; 4], &record[5..], 300);
+    let mut file = Vec::new();
+    for datagram in flight.iter().rev() {
+        file.extend_from_slice(&(datagram.len() as u16).to_be_bytes());
+        file.extend_from_slice(datagram);
+    }
+    let flow = dir.path().join("flow.bin");
+    std::fs::write(&flow, &file).expect("write");
+    let cut = dir.path().join("cut.bin");
+    std::fs::write(&cut, &file[..file.len() - 1]).expect("write");
+    let config = corpus_dir().join("../corpus-routes.toml");
+    let config = config.to_str().expect("a UTF-8 path");
+    let out = preread(&["-c", config, "inspect", "--quic"], &[cut, flow]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cut.bin"));
+    let reports = reports(&out);
+    assert_eq!(reports.len(), 1);
+    let report = &reports[0];
+    assert_eq!(report["protocol"], "quic");
+    assert_eq!(report["sni"], "a.example.com");
+    assert_eq!(report["quic"]["version"], "v1");
+    assert_eq!(report["quic"]["dcid"], "0707070707070707");
+    assert_eq!(report["quic"]["datagrams"], flight.len());
+    assert_eq!(report["decision"]["verdict"], "routed");
+    assert_eq!(report["decision"]["cluster"], "alpha");
+}

@@ -329,15 +329,28 @@ impl QuicPrereadStep {
     }
 }
 
-/// The reason of a flow that can never yield a ClientHello.
+/// The decision on a flow whose datagrams can never yield a ClientHello:
+/// the reason of [`reject_reason`], or the default cluster when it falls
+/// back.
 fn refused(config: &crate::config::PrereadConfig, error: QuicError) -> Output {
+    match reject_reason(error) {
+        RejectReason::NotTls => verdict::refuse_unread(config, RejectReason::NotTls),
+        reason => Output::Reject(reason),
+    }
+}
+
+/// The reject reason of a reader's error: not a long header is `not_tls`,
+/// a packet-level fault `malformed_record` (QUIC's packets are its record
+/// layer), the cap `too_large`, and the two QUIC reasons. `preread
+/// inspect --quic` names its parse results by it.
+pub fn reject_reason(error: QuicError) -> RejectReason {
     match error {
-        QuicError::NotLongHeader => verdict::refuse_unread(config, RejectReason::NotTls),
-        QuicError::UnsupportedVersion(_) => Output::Reject(RejectReason::QuicVersion),
-        QuicError::Undecryptable => Output::Reject(RejectReason::QuicUndecryptable),
+        QuicError::NotLongHeader => RejectReason::NotTls,
+        QuicError::UnsupportedVersion(_) => RejectReason::QuicVersion,
+        QuicError::Undecryptable => RejectReason::QuicUndecryptable,
         QuicError::Crypto(CryptoFault::BeyondCap { .. } | CryptoFault::TooManyGaps(_)) => {
-            Output::Reject(RejectReason::TooLarge)
+            RejectReason::TooLarge
         }
-        _ => Output::Reject(RejectReason::MalformedRecord),
+        _ => RejectReason::MalformedRecord,
     }
 }

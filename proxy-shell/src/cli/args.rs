@@ -66,6 +66,11 @@ pub enum Command {
         /// without it, the whole capture is one read. Needs --config.
         #[arg(long, value_delimiter = ',', value_parser = read_size)]
         reads: Vec<usize>,
+        /// Each file holds one QUIC flow's client datagrams: one raw
+        /// datagram, or datagrams each behind a 2-byte big-endian length
+        /// (as `rejects --dump` writes them for QUIC).
+        #[arg(long, conflicts_with_all = ["expect_proxy", "reads"])]
+        quic: bool,
         /// Capture files; `-` reads standard input.
         #[arg(required = true)]
         files: Vec<PathBuf>,

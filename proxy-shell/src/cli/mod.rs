@@ -64,6 +64,7 @@ pub fn run(cli: Cli) -> ExitCode {
             hex,
             expect_proxy,
             reads,
+            quic,
             files,
         } => offline::inspect(
             &globals,
@@ -71,6 +72,7 @@ pub fn run(cli: Cli) -> ExitCode {
             *hex,
             *expect_proxy,
             reads,
+            *quic,
             files,
         ),
         Command::State {

@@ -22,6 +22,8 @@ use super::client::config_path;
 use super::inspect_error::{InspectInputError, ListenerChoiceError};
 use super::{EXIT_USAGE, Globals};
 use crate::inspect::{InspectOptions, decode_hex, inspect as inspect_one};
+use crate::inspect_quic::{inspect_quic, split_datagrams};
+use preread_core::quic::{QuicListener, QuicRejectWith};
 use preread_worker::worker::runtime::reject_with;
 
 /// Every problem, errors and warnings; exit 2 only for an error.
@@ -199,6 +201,7 @@ pub(super) fn inspect(
     hex: bool,
     expect_proxy: bool,
     reads: &[usize],
+    quic: bool,
     files: &[PathBuf],
 ) -> ExitCode {
     let mut options = InspectOptions {
@@ -224,6 +227,12 @@ pub(super) fn inspect(
         eprintln!("preread inspect: --reads needs --config (it shapes the decision)");
         return ExitCode::from(EXIT_USAGE);
     }
+    if quic {
+        let listener = options
+            .listener
+            .map(|l| QuicListener::new(l.config, QuicRejectWith::Close));
+        return inspect_quic_files(listener.as_ref(), hex, files);
+    }
     let mut status = ExitCode::SUCCESS;
     let mut stdout = std::io::stdout().lock();
     for path in files {
@@ -238,6 +247,38 @@ pub(super) fn inspect(
                 eprintln!("preread inspect: {error}");
                 status = ExitCode::from(EXIT_USAGE);
             }
+        }
+    }
+    status
+}
+
+/// `inspect --quic`: each file one flow's datagrams, decided by the QUIC
+/// step with the listener's routes and cap; a file whose length prefixes
+/// do not add up is reported on stderr, the others still printed.
+fn inspect_quic_files(listener: Option<&QuicListener>, hex: bool, files: &[PathBuf]) -> ExitCode {
+    let mut status = ExitCode::SUCCESS;
+    let mut stdout = std::io::stdout().lock();
+    for path in files {
+        let bytes = match read_input(path, hex) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                eprintln!("preread inspect: {error}");
+                status = ExitCode::from(EXIT_USAGE);
+                continue;
+            }
+        };
+        let datagrams = match split_datagrams(&bytes) {
+            Ok(datagrams) => datagrams,
+            Err(error) => {
+                eprintln!("preread inspect: {}: {error}", path.display());
+                status = ExitCode::from(EXIT_USAGE);
+                continue;
+            }
+        };
+        let name = path.display().to_string();
+        let report = inspect_quic(&name, bytes.len(), &datagrams, listener);
+        if writeln!(stdout, "{report}").is_err() {
+            return ExitCode::from(EXIT_USAGE);
         }
     }
     status

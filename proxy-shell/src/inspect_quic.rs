@@ -1,0 +1,294 @@
+//! `preread inspect --quic`: what the proxy makes of a QUIC flow's
+//! captured client datagrams, offline.
+//!
+//! Owns: cutting a capture into datagrams ([`split_datagrams`]: one raw
+//! datagram, or datagrams each behind a 2-byte big-endian length, as
+//! `preread rejects --dump` writes them), the description of the flow
+//! through the reader the worker uses (`preread_parser::quic`), and the
+//! decision through the very QUIC step a worker runs
+//! (`preread_core::quic`), the datagrams delivered in order. Must never:
+//! touch the network, or decide anything the step does not.
+
+use std::time::Instant;
+
+use preread_core::quic::{QuicListener, QuicNext, QuicPrereadStep, reject_reason};
+use preread_parser::quic::{ClientInitials, parse_long_header};
+use preread_parser::tls::Parsed;
+use serde_json::{Map, Value, json};
+
+use crate::inspect::{hello_fields, hex, insert_needed};
+
+/// The CRYPTO stream cap of a description without a listener: the TCP
+/// default `sni_preread_max_bytes`.
+const DEFAULT_CAP: usize = 65_536;
+
+/// A capture whose length prefixes do not add up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CutDatagram {
+    /// Where the datagram that runs past the end starts.
+    pub offset: usize,
+    /// The length its prefix announces.
+    pub announced: usize,
+}
+
+impl std::fmt::Display for CutDatagram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the datagram at offset {} announces {} bytes and the file ends first (a --quic file is one raw datagram, or datagrams each behind a 2-byte big-endian length)",
+            self.offset, self.announced
+        )
+    }
+}
+
+impl std::error::Error for CutDatagram {}
+
+/// The datagrams of a capture: the whole file when its first byte has the
+/// high bit set (a long header), else length-prefixed datagrams.
+pub fn split_datagrams(bytes: &[u8]) -> Result<Vec<&[u8]>, CutDatagram> {
+    if bytes.first().is_some_and(|b| b & 0x80 != 0) {
+        return Ok(vec![bytes]);
+    }
+    let mut datagrams = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let cut = |announced| CutDatagram {
+            offset: at,
+            announced,
+        };
+        let [hi, lo] = *bytes.get(at..at + 2).ok_or(cut(0))? else {
+            return Err(cut(0));
+        };
+        let len = usize::from(u16::from_be_bytes([hi, lo]));
+        let datagram = bytes.get(at + 2..at + 2 + len).ok_or(cut(len))?;
+        datagrams.push(datagram);
+        at += 2 + len;
+    }
+    Ok(datagrams)
+}
+
+/// The JSON object of doc/configure.md for one flow's datagrams;
+/// `decision` only when a listener is given.
+pub fn inspect_quic(
+    file: &str,
+    len: usize,
+    datagrams: &[&[u8]],
+    listener: Option<&QuicListener>,
+) -> Value {
+    let cap = listener.map_or(DEFAULT_CAP, |l| l.config.max_bytes);
+    let mut out = Map::new();
+    out.insert("file".into(), json!(file));
+    out.insert("len".into(), json!(len));
+    out.insert("protocol".into(), json!("quic"));
+    for key in [
+        "parse",
+        "records",
+        "hello_len",
+        "sni",
+        "alpn",
+        "ech",
+        "legacy_version",
+        "proxy",
+    ] {
+        out.insert(key.into(), Value::Null);
+    }
+    let mut reader = ClientInitials::new(cap);
+    let mut failed = None;
+    for datagram in datagrams {
+        if let Err(error) = reader.feed(datagram) {
+            failed = Some(error);
+            break;
+        }
+    }
+    match failed {
+        Some(error) => {
+            out.insert("parse".into(), json!(reject_reason(error).as_str()));
+            out.insert("error".into(), json!(error.to_string()));
+        }
+        None => match reader.client_hello() {
+            Ok(Parsed::Complete(hello)) => {
+                out.insert("parse".into(), json!("complete"));
+                hello_fields(&mut out, &hello, 0);
+            }
+            Ok(Parsed::Incomplete(needed)) => {
+                out.insert("parse".into(), json!("incomplete"));
+                insert_needed(&mut out, needed);
+            }
+            Err(error) => {
+                out.insert("parse".into(), json!("malformed_handshake"));
+                out.insert("error".into(), json!(error.to_string()));
+            }
+        },
+    }
+    let first_header = datagrams.first().and_then(|d| parse_long_header(d).ok());
+    let version = reader.version().map(|v| v.to_string());
+    let dcid = reader
+        .original_dcid()
+        .map(|id| hex(id.as_bytes()))
+        .or_else(|| first_header.map(|h| hex(h.dcid)));
+    out.insert(
+        "quic".into(),
+        json!({
+            "version": version,
+            "dcid": dcid,
+            "packets": reader.packets(),
+            "datagrams": reader.datagrams(),
+        }),
+    );
+    if let Some(listener) = listener {
+        out.insert("decision".into(), decision(listener, datagrams));
+    }
+    Value::Object(out)
+}
+
+/// The `decision` object: as for TCP, `read` in datagrams, and `reply`,
+/// what a refused client is sent (`connection_close`,
+/// `version_negotiation`, or `null`).
+fn decision(listener: &QuicListener, datagrams: &[&[u8]]) -> Value {
+    let now = Instant::now();
+    let mut next = QuicNext::Wait;
+    let mut read = 0;
+    let mut step: Option<QuicPrereadStep> = None;
+    for datagram in datagrams {
+        read += 1;
+        let actions = match &mut step {
+            None => {
+                let (first, actions) = QuicPrereadStep::first(listener, datagram, now);
+                step = Some(first);
+                actions
+            }
+            Some(step) => step.datagram(listener, datagram, now),
+        };
+        next = actions.next;
+        if next != QuicNext::Wait {
+            break;
+        }
+    }
+    let mut decision = match &next {
+        QuicNext::Wait | QuicNext::Ignore => json!({
+            "verdict": "need_more", "cluster": null, "reason": null, "fallback": null,
+            "content_offset": null, "matched_sni": null, "matched_alpn": null,
+        }),
+        QuicNext::Reject(reject) => json!({
+            "verdict": "rejected", "cluster": null, "reason": reject.reason.as_str(),
+            "fallback": null, "content_offset": null, "matched_sni": null, "matched_alpn": null,
+        }),
+        QuicNext::Connect(route) => json!({
+            "verdict": "routed",
+            "cluster": &*route.cluster,
+            "reason": null,
+            "fallback": route.fallback.map(|f| f.as_str()),
+            "content_offset": route.content_offset,
+            "matched_sni": route.matched_sni.as_ref().map(ToString::to_string),
+            "matched_alpn": route.matched_alpn.as_deref().map(|p| String::from_utf8_lossy(p).into_owned()),
+        }),
+    };
+    decision["read"] = json!(read);
+    decision["reply"] = match &next {
+        QuicNext::Reject(reject) => match reject.reply.as_deref().map(parse_long_header) {
+            Some(Ok(header)) if header.version == 0 => json!("version_negotiation"),
+            Some(_) => json!("connection_close"),
+            None => Value::Null,
+        },
+        _ => Value::Null,
+    };
+    decision
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use preread_core::PrereadConfig;
+    use preread_core::pattern::validate_sni_pattern;
+    use preread_core::quic::{QuicListener, QuicRejectWith};
+    use preread_core::routes::{AlpnSet, RouteTable};
+    use preread_parser::quic::{Version, client_first_flight};
+
+    use super::{CutDatagram, inspect_quic, split_datagrams};
+
+    /// curl's ClientHello for a.example.com, without its record header.
+    fn hello() -> Vec<u8> {
+        let record = include_bytes!("../../testdata/clienthellos/curl_h2.bin");
+        record[5..].to_vec()
+    }
+
+    fn listener() -> QuicListener {
+        let mut routes = RouteTable::new();
+        let pattern = validate_sni_pattern("a.example.com").expect("a pattern");
+        routes
+            .insert(pattern, AlpnSet::Any, Arc::from("alpha"))
+            .expect("a route");
+        QuicListener::new(PrereadConfig::new(routes), QuicRejectWith::Close)
+    }
+
+    #[test]
+    fn datagrams_raw_or_length_prefixed() {
+        let flight = client_first_flight(Version::V1, &[1; 8], &[2; 4], &hello(), 300);
+        assert_eq!(split_datagrams(&flight[0]), Ok(vec![&flight[0][..]]));
+        let mut file = Vec::new();
+        for datagram in &flight {
+            file.extend_from_slice(&(datagram.len() as u16).to_be_bytes());
+            file.extend_from_slice(datagram);
+        }
+        let split = split_datagrams(&file).expect("whole datagrams");
+        assert_eq!(split.len(), flight.len());
+        file.pop();
+        let last = file.len() + 1 - flight[0].len() - 2;
+        assert_eq!(
+            split_datagrams(&file),
+            Err(CutDatagram {
+                offset: last,
+                announced: flight[0].len()
+            })
+        );
+        assert_eq!(
+            split_datagrams(&[0]),
+            Err(CutDatagram {
+                offset: 0,
+                announced: 0
+            })
+        );
+    }
+
+    #[test]
+    fn a_flight_over_two_datagrams_is_described_and_decided() {
+        let flight = client_first_flight(Version::V2, &[1; 8], &[2; 4], &hello(), 300);
+        let datagrams: Vec<&[u8]> = flight.iter().rev().map(Vec::as_slice).collect();
+        let report = inspect_quic("f", 2400, &datagrams, Some(&listener()));
+        assert_eq!(report["protocol"], "quic");
+        assert_eq!(report["parse"], "complete");
+        assert_eq!(report["sni"], "a.example.com");
+        assert_eq!(report["records"], 0);
+        assert_eq!(report["quic"]["version"], "v2");
+        assert_eq!(report["quic"]["dcid"], "0101010101010101");
+        assert_eq!(report["quic"]["datagrams"], flight.len());
+        assert_eq!(report["quic"]["packets"], flight.len());
+        assert_eq!(report["decision"]["verdict"], "routed");
+        assert_eq!(report["decision"]["cluster"], "alpha");
+        assert_eq!(report["decision"]["read"], flight.len());
+        // Half the flight: a prefix, undecided.
+        let report = inspect_quic("f", 1200, &datagrams[flight.len() - 1..], Some(&listener()));
+        assert_eq!(report["parse"], "incomplete");
+        assert_eq!(report["decision"]["verdict"], "need_more");
+    }
+
+    #[test]
+    fn refusals_name_the_reason_and_the_reply() {
+        let mut unknown =
+            client_first_flight(Version::V1, &[1; 8], &[2; 4], &hello(), 1100).remove(0);
+        unknown[1..5].copy_from_slice(&[0x1a, 0x2a, 0x3a, 0x4a]);
+        let report = inspect_quic("f", unknown.len(), &[&unknown], Some(&listener()));
+        assert_eq!(report["parse"], "quic_version");
+        assert_eq!(report["quic"]["version"], serde_json::Value::Null);
+        assert_eq!(report["decision"]["reason"], "quic_version");
+        assert_eq!(report["decision"]["reply"], "version_negotiation");
+        let flight = client_first_flight(Version::V1, &[1; 8], &[2; 4], &hello(), 1100);
+        let mut tampered = flight[0].clone();
+        let last = tampered.len() - 1;
+        tampered[last] ^= 1;
+        let report = inspect_quic("f", tampered.len(), &[&tampered], None);
+        assert_eq!(report["parse"], "quic_undecryptable");
+        assert!(report.get("decision").is_none());
+    }
+}
