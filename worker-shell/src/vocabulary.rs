@@ -161,6 +161,10 @@ preread_core::stable_names! {
         LoopGuard => "loop_guard",
         /// The worker stopped with the session still open.
         Shutdown => "shutdown",
+        /// A listener's or a cluster's `allow` or `deny` refused the source.
+        AccessDenied => "access_denied",
+        /// The source's `connection_rate_per_ip` bucket is empty.
+        RateLimited => "rate_limited",
     }
     /// Every reason, for tests and metric registration.
     pub const ALL;
@@ -182,6 +186,8 @@ impl RefuseReason {
             Self::ListenerRemoved => "tcp.refused.listener_removed",
             Self::LoopGuard => "session.loop_guard",
             Self::Shutdown => "tcp.refused.shutdown",
+            Self::AccessDenied => "tcp.refused.access_denied",
+            Self::RateLimited => "tcp.refused.rate_limited",
         }
     }
 }

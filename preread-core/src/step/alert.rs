@@ -62,6 +62,28 @@ pub(super) fn farewell(
     }
 }
 
+/// The farewell of a routed connection an access policy refused (a
+/// cluster's `allow`, `deny` or `connection_rate_per_ip`): the fatal
+/// `access_denied` alert, under the listener's `reject_with`. Only a
+/// client that sent a TLS record gets an alert: a catch-all route never
+/// read one, and its peer may not speak TLS at all.
+pub fn access_denied(with: RejectWith, core: &SniPrereadCore) -> Farewell {
+    match with {
+        RejectWith::Close => Farewell::Fin,
+        RejectWith::Reset => Farewell::Reset,
+        RejectWith::Alert => match core.record_version() {
+            None => Farewell::Fin,
+            Some(_) => {
+                let seen = Seen {
+                    record_version: core.record_version(),
+                    ..Seen::default()
+                };
+                Farewell::Alert(AlertDescription::AccessDenied.record(seen.version()))
+            }
+        },
+    }
+}
+
 /// What the core learned that decides the alert.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Seen {

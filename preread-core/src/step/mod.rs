@@ -35,7 +35,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 pub use actions::{Actions, Close, CoreCall, Fed, Left, Next, StepTimer, TimerAction, TimerPlan};
-pub use alert::{Farewell, RejectWith};
+pub use alert::{Farewell, RejectWith, access_denied};
 pub use handoff::{Handoff, ProxyMode, handoff};
 pub use listener::PrereadListener;
 
