@@ -52,6 +52,12 @@ preread_core::stable_names! {
         ListenerConflict => "E105",
         /// A frontend on an address where no listener is declared.
         UnknownListener => "E106",
+        /// An `allow` or `deny` entry that is not a CIDR prefix.
+        InvalidAccessPrefix => "E120",
+        /// A `connection_rate_per_ip` that is not a rate.
+        InvalidConnectionRate => "E121",
+        /// An `ipv6_prefix` past 128.
+        InvalidIpv6Prefix => "E122",
         /// A frontend's `sni` is not a valid pattern.
         InvalidSniPattern => "E201",
         /// A frontend's `alpn` list is not valid.

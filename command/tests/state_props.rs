@@ -70,9 +70,10 @@ fn listener_config() -> impl Strategy<Value = proto::TcpListenerConfig> {
         prop_oneof![3 => Just(None), 1 => Just(Some(300))],
         prop_oneof![3 => Just(None), 1 => Just(Some(10))],
         prop_oneof![Just(None), any::<bool>().prop_map(Some)],
+        deny(),
     )
         .prop_map(
-            |(address, expect_proxy, max, timeout, default, server_first, front, active)| {
+            |(address, expect_proxy, max, timeout, default, server_first, front, active, deny)| {
                 proto::TcpListenerConfig {
                     address,
                     expect_proxy,
@@ -90,9 +91,21 @@ fn listener_config() -> impl Strategy<Value = proto::TcpListenerConfig> {
                     front_timeout_ms: None,
                     back_timeout_ms: None,
                     connect_timeout_ms: None,
+                    deny,
+                    ..proto::TcpListenerConfig::default()
                 }
             },
         )
+}
+
+/// Mostly none; else prefixes in other than their canonical form (out
+/// of order, repeated, a bare address), which the state stores canonical.
+fn deny() -> impl Strategy<Value = Vec<String>> {
+    prop_oneof![
+        3 => Just(Vec::new()),
+        1 => Just(vec!["2001:db8::/32".to_owned(), "10.0.0.0/8".to_owned(), "10.0.0.0/8".to_owned()]),
+        1 => Just(vec!["192.0.2.7".to_owned()]),
+    ]
 }
 
 fn frontend() -> impl Strategy<Value = proto::TcpFrontend> {
@@ -148,17 +161,32 @@ fn add_cluster() -> impl Strategy<Value = RequestType> {
             fall: Some(2),
         })),
     ];
-    (pick(CLUSTERS), 0..4_i32, 0..3_i32, health_check).prop_map(
-        |(cluster_id, lb, pp, health_check)| {
-            RequestType::AddCluster(proto::Cluster {
-                cluster_id,
-                load_balancing: lb,
-                proxy_protocol: pp,
-                max_connections_per_ip: 0,
-                health_check,
-            })
-        },
+    let rate = prop_oneof![
+        3 => Just(None),
+        1 => Just(Some(proto::ConnectionRate { rate: 50, per_ms: 1_000, burst: None })),
+    ];
+    (
+        pick(CLUSTERS),
+        0..4_i32,
+        0..3_i32,
+        health_check,
+        rate,
+        deny(),
     )
+        .prop_map(
+            |(cluster_id, lb, pp, health_check, connection_rate_per_ip, allow)| {
+                RequestType::AddCluster(proto::Cluster {
+                    cluster_id,
+                    load_balancing: lb,
+                    proxy_protocol: pp,
+                    max_connections_per_ip: 0,
+                    health_check,
+                    allow,
+                    connection_rate_per_ip,
+                    ..proto::Cluster::default()
+                })
+            },
+        )
 }
 
 /// One state-changing request over the universe.

@@ -271,8 +271,14 @@ fn evidence(config: &PrereadConfig, reading: &Reading, reason: RejectReason) -> 
         RejectReason::AlpnUnmatched => {
             matches!(reading.lookup(config), Some(Lookup::AlpnUnmatched { .. }))
         }
-        // Never the answer to on-time bytes.
-        RejectReason::Fragmented | RejectReason::FrontClosed => false,
+        // Never the answer to on-time bytes; the QUIC reasons never a
+        // TCP listener's.
+        RejectReason::Fragmented
+        | RejectReason::FrontClosed
+        | RejectReason::QuicUndecryptable
+        | RejectReason::QuicVersion => false,
+        // Only a `deny_ja4` list refuses a whole hello that would be routed.
+        RejectReason::AccessDenied => !config.deny_ja4.is_empty() && hello.is_some(),
     }
 }
 

@@ -26,24 +26,32 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use preread_core::access::{AccessLists, Prefixes, Rate, RateTable};
 use preread_core::rng::Rng;
 
-fn v4_prefix(rng: &mut Rng) -> IpNet {
-    let len = rng.range(12, 33) as u8;
-    let address = Ipv4Addr::from(rng.next_u64() as u32);
-    Ipv4Net::new(address, len).map_or(IpNet::V4(Ipv4Net::default()), |n| IpNet::V4(n.trunc()))
+/// A prefix of 12 to 32 bits in 1.0.0.0/8 to 126.0.0.0/8, so that
+/// 127.0.0.1 is never listed.
+fn v4_prefix(rng: &mut Rng) -> Option<IpNet> {
+    let len = rng.range(12, 32) as u8;
+    let first = rng.range(1, 126) as u32;
+    let address = Ipv4Addr::from((first << 24) | (rng.next_u64() as u32 & 0x00ff_ffff));
+    Ipv4Net::new(address, len)
+        .ok()
+        .map(|n| IpNet::V4(n.trunc()))
 }
 
-fn v6_prefix(rng: &mut Rng) -> IpNet {
-    let len = rng.range(32, 65) as u8;
+/// A prefix of 32 to 64 bits in 2000::/3.
+fn v6_prefix(rng: &mut Rng) -> Option<IpNet> {
+    let len = rng.range(32, 64) as u8;
     let high = u128::from(0x2000_0000_0000_0000 | (rng.next_u64() >> 3)) << 64;
     let address = Ipv6Addr::from(high);
-    Ipv6Net::new(address, len).map_or(IpNet::V6(Ipv6Net::default()), |n| IpNet::V6(n.trunc()))
+    Ipv6Net::new(address, len)
+        .ok()
+        .map(|n| IpNet::V6(n.trunc()))
 }
 
 /// `n` prefixes, half of each family, from a fixed seed.
 fn prefixes(n: usize) -> Vec<IpNet> {
     let mut rng = Rng::new(0x5eed);
     (0..n)
-        .map(|i| {
+        .filter_map(|i| {
             if i % 2 == 0 {
                 v4_prefix(&mut rng)
             } else {

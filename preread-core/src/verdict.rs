@@ -12,11 +12,13 @@ use std::sync::Arc;
 
 use preread_parser::proxy::{ProxyParsed, parse_proxy_header_within};
 use preread_parser::tls::{
-    AlpnProtocols, ClientHello, FrameCursor, Needed, Parsed, TlsError, parse_client_hello_resuming,
+    AlpnProtocols, ClientHello, FrameCursor, Ja4, Needed, Parsed, TlsError, Transport,
+    parse_client_hello_resuming,
 };
 
 use crate::alpn::AlpnOffer;
 use crate::config::PrereadConfig;
+use crate::fingerprint::{Cut, DenyRule, HelloSpans};
 use crate::output::{Output, Route};
 use crate::reject::{FallbackReason, RejectReason};
 use crate::routes::Lookup;
@@ -51,6 +53,10 @@ pub(crate) struct Learned {
     pub hello: Option<HelloSummary>,
     /// The record version of the first record, once its header is in.
     pub record_version: Option<u16>,
+    /// Where a complete ClientHello's fingerprinted fields lie.
+    pub spans: Option<HelloSpans>,
+    /// The access rule that refused the connection.
+    pub denied_by: Option<DenyRule>,
 }
 
 /// A complete inbound PROXY header at the start of the window.
@@ -130,11 +136,10 @@ pub(crate) fn decide(
     let limit = config.max_bytes.saturating_sub(seen.content_offset);
     match parse_client_hello_resuming(tls, limit, cursor, scratch) {
         Ok(Parsed::Complete(hello)) => {
-            learned.offers_tls13 = hello
-                .supported_versions
-                .is_some_and(|versions| versions.iter().any(|v| v == TLS13));
-            learned.hello = Some(HelloSummary::of(&hello));
-            Some(route(config, &hello, seen, &mut learned.sni))
+            let cut = Cut::of(&hello);
+            let output = routed_hello(config, &hello, seen, learned, Transport::Tcp);
+            learned.spans = HelloSpans::locate(cut, tls, scratch);
+            Some(output)
         }
         Ok(Parsed::Incomplete(needed)) => incomplete(config, window, needed),
         Err(error) => {
@@ -153,7 +158,7 @@ pub(crate) fn decide(
 /// window past the cap exactly then: at the cap, or as soon as a record,
 /// handshake or PROXY v2 length announces more than the cap holds (waiting
 /// for those bytes would only hold the buffer until the timeout).
-fn incomplete(config: &PrereadConfig, window: &[u8], needed: Needed) -> Option<Output> {
+pub(crate) fn incomplete(config: &PrereadConfig, window: &[u8], needed: Needed) -> Option<Output> {
     let fits = match needed {
         Needed::AtLeast(n) => window.len().saturating_add(n.get()) <= config.max_bytes,
         Needed::Unknown => window.len() < config.max_bytes,
@@ -170,6 +175,68 @@ fn refuse(config: &PrereadConfig, reason: RejectReason, seen: Seen<'_>) -> Outpu
         }
         _ => Output::Reject(reason),
     }
+}
+
+/// A routed connection whose fingerprint a `deny_ja4` list of the
+/// listener or of the routed cluster holds is refused; the fingerprint is
+/// computed only when a list applies.
+/// The verdict on a whole ClientHello, `seen` what came before it: the
+/// route, then the `deny_ja4` lists.
+fn routed_hello<'a>(
+    config: &PrereadConfig,
+    hello: &ClientHello<'a>,
+    seen: Seen<'a>,
+    learned: &mut Learned,
+    transport: Transport,
+) -> Output {
+    learned.offers_tls13 = hello
+        .supported_versions
+        .is_some_and(|versions| versions.iter().any(|v| v == TLS13));
+    learned.hello = Some(HelloSummary::of(hello));
+    let output = route(config, hello, seen, &mut learned.sni);
+    deny_ja4(config, hello, output, learned, transport)
+}
+
+/// The verdict on a ClientHello that came without a record layer or a
+/// PROXY header (QUIC's CRYPTO stream): the same checks, in the same order,
+/// as a TCP window's from its ClientHello on, the JA4 a QUIC one (`q`).
+/// The route's `hello_end` is the hello's length in the stream.
+pub(crate) fn decide_hello(
+    config: &PrereadConfig,
+    hello: &ClientHello<'_>,
+    learned: &mut Learned,
+) -> Output {
+    learned.bytes_arrived = true;
+    learned.client_spoke = true;
+    routed_hello(config, hello, Seen::default(), learned, Transport::Quic)
+}
+
+/// A flow refused for `reason` before any ClientHello was read (QUIC:
+/// not a long header): the default cluster when the reason allows it.
+pub(crate) fn refuse_unread(config: &PrereadConfig, reason: RejectReason) -> Output {
+    refuse(config, reason, Seen::default())
+}
+
+fn deny_ja4(
+    config: &PrereadConfig,
+    hello: &ClientHello<'_>,
+    output: Output,
+    learned: &mut Learned,
+    transport: Transport,
+) -> Output {
+    let Output::Routed(route) = &output else {
+        return output;
+    };
+    if !config.deny_ja4.applies_to(&route.cluster) {
+        return output;
+    }
+    let ja4 = Ja4::of(hello, transport);
+    if !config.deny_ja4.denies(&route.cluster, &ja4) {
+        return output;
+    }
+    learned.denied_by = Some(DenyRule::DenyJa4);
+    learned.sni = route.sni.map(Box::new);
+    Output::Reject(RejectReason::AccessDenied)
 }
 
 fn route<'a>(

@@ -79,6 +79,9 @@ pub fn rejected(reason: RejectReason) -> &'static str {
         RejectReason::AlpnUnmatched => "tcp.sni_preread.rejected.alpn_unmatched",
         RejectReason::ProxyHeaderInvalid => "tcp.sni_preread.rejected.proxy_header_invalid",
         RejectReason::FrontClosed => "tcp.sni_preread.rejected.front_closed",
+        RejectReason::AccessDenied => "tcp.sni_preread.rejected.access_denied",
+        RejectReason::QuicUndecryptable => "tcp.sni_preread.rejected.quic_undecryptable",
+        RejectReason::QuicVersion => "tcp.sni_preread.rejected.quic_version",
     }
 }
 
@@ -158,6 +161,10 @@ preread_core::stable_names! {
         LoopGuard => "loop_guard",
         /// The worker stopped with the session still open.
         Shutdown => "shutdown",
+        /// A listener's or a cluster's `allow` or `deny` refused the source.
+        AccessDenied => "access_denied",
+        /// The source's `connection_rate_per_ip` bucket is empty.
+        RateLimited => "rate_limited",
     }
     /// Every reason, for tests and metric registration.
     pub const ALL;
@@ -179,6 +186,8 @@ impl RefuseReason {
             Self::ListenerRemoved => "tcp.refused.listener_removed",
             Self::LoopGuard => "session.loop_guard",
             Self::Shutdown => "tcp.refused.shutdown",
+            Self::AccessDenied => "tcp.refused.access_denied",
+            Self::RateLimited => "tcp.refused.rate_limited",
         }
     }
 }
@@ -261,7 +270,7 @@ mod tests {
     #[test]
     fn every_reject_reason_has_a_distinct_metric_name() {
         let names: HashSet<_> = RejectReason::ALL.map(rejected).into();
-        assert_eq!(names.len(), 11);
+        assert_eq!(names.len(), RejectReason::ALL.len());
         for reason in RejectReason::ALL {
             assert_eq!(
                 rejected(reason),

@@ -15,9 +15,9 @@ use crate::codes::ErrorCode;
 use crate::health_check::{DEFAULT_FALL, DEFAULT_INTERVAL_MS, DEFAULT_RISE, DEFAULT_TIMEOUT_MS};
 use crate::proto::{self, request::RequestType};
 use crate::validate::{
-    DEFAULT_SNI_PREREAD_MAX_BYTES, DEFAULT_SNI_PREREAD_TIMEOUT_MS, DEFAULT_WEIGHT, ValidationError,
-    back_timeout, connect_timeout, front_timeout, parse_address, resolve_backend, resolve_cluster,
-    resolve_frontend, resolve_listener, validate_id,
+    AccessFields, DEFAULT_SNI_PREREAD_MAX_BYTES, DEFAULT_SNI_PREREAD_TIMEOUT_MS, DEFAULT_WEIGHT,
+    ValidationError, back_timeout, connect_timeout, front_timeout, parse_address, resolve_access,
+    resolve_backend, resolve_cluster, resolve_frontend, resolve_listener, validate_id,
 };
 
 fn millis(value: u32) -> Duration {
@@ -44,12 +44,21 @@ fn listener(config: &proto::TcpListenerConfig) -> Result<ListenerSettings, Valid
         connect_timeout: connect_timeout(&resolved),
         reject_with: resolved.reject_with(),
         max_unrouted_per_ip: resolved.max_unrouted_per_ip.unwrap_or(0),
+        access: resolve_access(
+            &format!("listener {address}"),
+            AccessFields::of_listener(&resolved),
+        )?,
     })
 }
 
 fn cluster(cluster: &proto::Cluster) -> Result<ClusterSettings, ValidationError> {
     let resolved = resolve_cluster(cluster)?;
+    let access = resolve_access(
+        &format!("cluster `{}`", resolved.cluster_id),
+        AccessFields::of_cluster(&resolved),
+    )?;
     Ok(ClusterSettings {
+        access,
         load_balancing: resolved.load_balancing(),
         proxy_protocol: resolved.proxy_protocol(),
         max_connections_per_ip: resolved.max_connections_per_ip,

@@ -20,6 +20,8 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use ipnet::IpNet;
+use preread_core::access::{DEFAULT_IPV6_PREFIX, Rate};
 use preread_core::pattern::SniPattern;
 
 use crate::backend_address::BackendAddress;
@@ -51,6 +53,32 @@ pub struct ListenerSettings {
     pub reject_with: RejectWith,
     /// Connections one client IP may hold before routing; 0 is none.
     pub max_unrouted_per_ip: u32,
+    /// Who may connect, checked at accept.
+    pub access: AccessSettings,
+}
+
+/// Who may connect to a listener or use a cluster, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessSettings {
+    /// When not empty, only these sources are admitted.
+    pub allow: Vec<IpNet>,
+    /// Sources refused, whatever `allow` says.
+    pub deny: Vec<IpNet>,
+    /// New connections per source, for the whole process.
+    pub connection_rate_per_ip: Option<Rate>,
+    /// The prefix length an IPv6 source is counted under.
+    pub ipv6_prefix: u8,
+}
+
+impl Default for AccessSettings {
+    fn default() -> Self {
+        Self {
+            allow: Vec::new(),
+            deny: Vec::new(),
+            connection_rate_per_ip: None,
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
+        }
+    }
 }
 
 /// An active health check's resolved settings.
@@ -81,6 +109,8 @@ pub struct ClusterSettings {
     pub max_connections_per_ip: u32,
     /// The active health check, if any.
     pub health_check: Option<HealthCheckSettings>,
+    /// Who may use it, checked once routed.
+    pub access: AccessSettings,
 }
 
 /// A frontend: its key (address, SNI pattern, ALPN list), its cluster and

@@ -29,7 +29,7 @@ impl ListenerSettings {
             millis_u64(self.back_timeout),
             millis_u64(self.connect_timeout),
         );
-        proto::TcpListenerConfig {
+        let mut config = proto::TcpListenerConfig {
             address: self.address.to_string(),
             expect_proxy: self.expect_proxy,
             sni_preread_timeout: Some(millis_u32(self.preread_timeout)),
@@ -45,7 +45,13 @@ impl ListenerSettings {
             active,
             reject_with: Some(self.reject_with as i32),
             max_unrouted_per_ip: Some(self.max_unrouted_per_ip),
-        }
+            allow: Vec::new(),
+            deny: Vec::new(),
+            connection_rate_per_ip: None,
+            ipv6_prefix: None,
+        };
+        self.access.write_listener(&mut config);
+        config
     }
 }
 
@@ -53,7 +59,7 @@ impl ClusterSettings {
     /// The resolved cluster.
     #[must_use]
     pub fn to_proto(&self) -> proto::Cluster {
-        proto::Cluster {
+        let mut cluster = proto::Cluster {
             cluster_id: self.id.clone(),
             load_balancing: self.load_balancing as i32,
             proxy_protocol: self.proxy_protocol as i32,
@@ -69,7 +75,13 @@ impl ClusterSettings {
                 rise: Some(check.rise),
                 fall: Some(check.fall),
             }),
-        }
+            allow: Vec::new(),
+            deny: Vec::new(),
+            connection_rate_per_ip: None,
+            ipv6_prefix: None,
+        };
+        self.access.write_cluster(&mut cluster);
+        cluster
     }
 }
 

@@ -94,6 +94,12 @@ pub(super) struct RawListener {
     pub(super) connect_timeout: Option<Spanned<Seconds>>,
     pub(super) reject_with: Option<Spanned<String>>,
     pub(super) max_unrouted_per_ip: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub(super) allow: Vec<String>,
+    #[serde(default)]
+    pub(super) deny: Vec<String>,
+    pub(super) connection_rate_per_ip: Option<Spanned<RawRate>>,
+    pub(super) ipv6_prefix: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -104,6 +110,12 @@ pub(super) struct RawCluster {
     pub(super) proxy_protocol: Option<Spanned<String>>,
     pub(super) max_connections_per_ip: Option<Spanned<i64>>,
     pub(super) health_check: Option<Spanned<RawHealthCheck>>,
+    #[serde(default)]
+    pub(super) allow: Vec<String>,
+    #[serde(default)]
+    pub(super) deny: Vec<String>,
+    pub(super) connection_rate_per_ip: Option<Spanned<RawRate>>,
+    pub(super) ipv6_prefix: Option<Spanned<i64>>,
     #[serde(default)]
     pub(super) frontends: Vec<Spanned<RawFrontend>>,
     #[serde(default)]
@@ -149,6 +161,18 @@ pub(super) struct RawHealthCheck {
     pub(super) timeout: Option<Spanned<Seconds>>,
     pub(super) rise: Option<Spanned<i64>>,
     pub(super) fall: Option<Spanned<i64>>,
+}
+
+/// `connection_rate_per_ip = { rate, per, burst }`.
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a rate table such as { rate = 50, per = \"1s\", burst = 100 }"
+)]
+pub(super) struct RawRate {
+    pub(super) rate: Spanned<i64>,
+    pub(super) per: Option<Spanned<Millis>>,
+    pub(super) burst: Option<Spanned<i64>>,
 }
 
 /// `[clusters.<id>]` tables, in the order the deserializer yields them

@@ -324,3 +324,43 @@ fn stale_temp_files_of_dead_saves_are_removed_and_others_kept() {
     assert_eq!(load_state(&path).unwrap().clusters().len(), 1);
     assert!(remove_stale_temp_files(dir.path().join("none/state.json")).is_empty());
 }
+
+#[test]
+fn the_access_settings_are_carried_in_canonical_form_and_left_out_when_unset() {
+    let text = "\
+[[listeners]]
+address = \"127.0.0.1:8443\"
+deny = [\"10.9.0.0/16\", \"192.0.2.7\"]
+connection_rate_per_ip = { rate = 50, per = \"1s\" }
+ipv6_prefix = 48
+
+[clusters.admin]
+allow = [\"2001:db8::/32\", \"10.0.0.0/8\"]
+
+[clusters.plain]
+";
+    let loaded = crate::config::load_config(text).unwrap();
+    let mut state = ConfigState::default();
+    for request in loaded.requests() {
+        assert_eq!(state.dispatch(request), Ok(crate::state::Applied::Changed));
+    }
+    let saved = render_state(&state.generate_requests()).unwrap();
+    assert!(
+        saved.contains("\"deny\":[\"10.9.0.0/16\",\"192.0.2.7/32\"]"),
+        "{saved}"
+    );
+    assert!(
+        saved.contains("\"connection_rate_per_ip\":{\"rate\":50,\"per_ms\":1000,\"burst\":50}"),
+        "{saved}"
+    );
+    assert!(saved.contains("\"ipv6_prefix\":48"), "{saved}");
+    assert!(
+        saved.contains("\"allow\":[\"10.0.0.0/8\",\"2001:db8::/32\"]"),
+        "{saved}"
+    );
+    let plain = saved.lines().find(|l| l.contains("\"plain\"")).unwrap();
+    for key in ["allow", "deny", "connection_rate_per_ip", "ipv6_prefix"] {
+        assert!(!plain.contains(key), "{plain}");
+    }
+    assert_eq!(parse_state(&saved).unwrap(), state, "read back as it was");
+}

@@ -62,13 +62,35 @@ pub(super) fn farewell(
     }
 }
 
+/// The farewell of a routed connection an access policy refused (a
+/// cluster's `allow`, `deny` or `connection_rate_per_ip`): the fatal
+/// `access_denied` alert, under the listener's `reject_with`. Only a
+/// client that sent a TLS record gets an alert: a catch-all route never
+/// read one, and its peer may not speak TLS at all.
+pub fn access_denied(with: RejectWith, core: &SniPrereadCore) -> Farewell {
+    match with {
+        RejectWith::Close => Farewell::Fin,
+        RejectWith::Reset => Farewell::Reset,
+        RejectWith::Alert => match core.record_version() {
+            None => Farewell::Fin,
+            Some(_) => {
+                let seen = Seen {
+                    record_version: core.record_version(),
+                    ..Seen::default()
+                };
+                Farewell::Alert(AlertDescription::AccessDenied.record(seen.version()))
+            }
+        },
+    }
+}
+
 /// What the core learned that decides the alert.
 #[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Seen {
-    pub(super) fault: Option<TlsError>,
-    pub(super) offers_tls13: bool,
-    pub(super) record_version: Option<u16>,
-    pub(super) content_offset: usize,
+pub(crate) struct Seen {
+    pub(crate) fault: Option<TlsError>,
+    pub(crate) offers_tls13: bool,
+    pub(crate) record_version: Option<u16>,
+    pub(crate) content_offset: usize,
 }
 
 impl Seen {
@@ -83,7 +105,7 @@ impl Seen {
 
 /// The alert a server would send for `reason`; `None` when the peer does
 /// not speak TLS or has gone.
-pub(super) fn alert(
+pub(crate) fn alert(
     reason: RejectReason,
     seen: &Seen,
     window: &[u8],
@@ -100,11 +122,14 @@ pub(super) fn alert(
             AlertDescription::HandshakeFailure
         }),
         RejectReason::AlpnUnmatched => Some(AlertDescription::NoApplicationProtocol),
+        RejectReason::AccessDenied => Some(AlertDescription::AccessDenied),
         RejectReason::TooLarge => too_large(seen, window, cap),
         RejectReason::NotTls
         | RejectReason::ProxyHeaderInvalid
         | RejectReason::Fragmented
-        | RejectReason::FrontClosed => None,
+        | RejectReason::FrontClosed
+        | RejectReason::QuicUndecryptable
+        | RejectReason::QuicVersion => None,
     }
 }
 

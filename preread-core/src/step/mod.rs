@@ -27,7 +27,7 @@
 //! draw randomness, or act on an event after the stage ended.
 
 mod actions;
-mod alert;
+pub(crate) mod alert;
 mod handoff;
 mod listener;
 
@@ -35,7 +35,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 pub use actions::{Actions, Close, CoreCall, Fed, Left, Next, StepTimer, TimerAction, TimerPlan};
-pub use alert::{Farewell, RejectWith};
+pub use alert::{Farewell, RejectWith, access_denied};
 pub use handoff::{Handoff, ProxyMode, handoff};
 pub use listener::PrereadListener;
 
@@ -378,6 +378,6 @@ impl PrereadStep {
 #[cfg(test)]
 mod catch_all_tests;
 #[cfg(test)]
-mod test_hello;
+pub(crate) mod test_hello;
 #[cfg(test)]
 mod tests;

@@ -40,6 +40,9 @@ pub struct AccessLogEntry<'a> {
     /// What the ClientHello showed of itself, once one was parsed whole:
     /// `ech`, `tls_version` and `hello_bytes`.
     pub hello: Option<HelloSummary>,
+    /// The access rule that refused the connection (`listener_deny`,
+    /// `cluster_rate`…); the key is written only when one did.
+    pub rule: Option<&'a str>,
 }
 
 impl AccessLogEntry<'_> {
@@ -89,6 +92,9 @@ impl AccessLogEntry<'_> {
                 }
                 let bytes = hello_bytes.map(|n| n.to_string());
                 logfmt_pair(&mut line, "hello_bytes", bytes.as_deref());
+                if let Some(rule) = self.rule {
+                    logfmt_pair(&mut line, "rule", Some(rule));
+                }
                 line
             }
             AccessLogFormat::Json => {
@@ -106,6 +112,9 @@ impl AccessLogEntry<'_> {
                     "hello_bytes".into(),
                     hello_bytes.map_or(Value::Null, Value::from),
                 );
+                if let Some(rule) = self.rule {
+                    object.insert("rule".into(), Value::String(rule.to_owned()));
+                }
                 Value::Object(object).to_string()
             }
         }
@@ -225,6 +234,7 @@ mod tests {
             preread_ms: Some(3),
             proxy_client: None,
             hello: chromium(),
+            rule: None,
         }
     }
 
@@ -291,6 +301,25 @@ mod tests {
             line.ends_with(" ech=absent tls_version=1.2 hello_bytes=224"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn a_refusal_by_an_access_rule_names_it_last() {
+        let entry = AccessLogEntry {
+            outcome: Outcome::Refused(RefuseReason::AccessDenied),
+            rule: Some("listener_deny"),
+            hello: None,
+            ..routed()
+        };
+        let line = entry.format(AccessLogFormat::Logfmt);
+        assert!(line.contains(" outcome=refused:access_denied "), "{line}");
+        assert!(
+            line.ends_with(" hello_bytes=- rule=listener_deny"),
+            "{line}"
+        );
+        let json = entry.format(AccessLogFormat::Json);
+        assert!(json.contains("\"rule\":\"listener_deny\""), "{json}");
+        assert!(!routed().format(AccessLogFormat::Logfmt).contains("rule="));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! backends' addresses.
 //!
 //! Owns: [`Shared`] (the session and buffer caps, the unrouted counts per
-//! listener and address, the registry of clusters and backends, the
+//! listener and address, the listeners' connection rates per source, the registry of clusters and backends, the
 //! process-wide counters), and the two threads that work on the registry
 //! beside the workers: the health checker (`checker`) and the resolver
 //! (`resolve`). Must never: be locked by a worker across a syscall, or on
@@ -14,6 +14,7 @@ pub mod checker;
 pub mod events;
 pub mod health;
 pub mod instance;
+pub mod rates;
 pub mod registry;
 pub mod resolve;
 pub(crate) mod shortage;
@@ -25,6 +26,7 @@ use command::config::GlobalSettings;
 
 use admission::{PerIp, Slots};
 use events::Counters;
+use rates::SharedRates;
 use registry::Registry;
 
 /// The counts and state every thread of the process shares.
@@ -37,6 +39,9 @@ pub struct Shared {
     /// Connections not routed yet, per listener and client address
     /// (`max_unrouted_per_ip`).
     pub unrouted: Arc<PerIp<(SocketAddr, IpAddr)>>,
+    /// The listeners' `connection_rate_per_ip` buckets, per listener and
+    /// source.
+    pub listener_rates: Arc<SharedRates<(SocketAddr, IpAddr)>>,
     pub registry: Arc<Registry>,
     pub counters: Arc<Counters>,
 }
@@ -49,6 +54,7 @@ impl Shared {
             sessions: Slots::new(global.max_connections),
             buffers: Slots::new(global.max_buffers),
             unrouted: PerIp::new(),
+            listener_rates: SharedRates::new(),
             registry: Arc::new(Registry::default()),
             counters: Arc::new(Counters::default()),
         })

@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use command::backend_address::BackendAddress;
@@ -27,6 +27,7 @@ use command::state::ConfigState;
 use super::admission::PerIp;
 use super::health::Checks;
 use super::instance::Instance;
+use super::rates::SharedRates;
 
 /// What the checker thread does for one cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,10 +73,18 @@ pub struct SharedCluster {
     id: Arc<str>,
     /// Open connections per client address (`max_connections_per_ip`).
     pub per_ip: Arc<PerIp<std::net::IpAddr>>,
+    /// The `connection_rate_per_ip` buckets per source, made on the
+    /// first connection a rate counts: most clusters have none.
+    rates: OnceLock<Arc<SharedRates<std::net::IpAddr>>>,
     check: Mutex<Option<CheckPlan>>,
 }
 
 impl SharedCluster {
+    /// The cluster's rate buckets, shared by every worker.
+    pub fn rates(&self) -> &SharedRates<std::net::IpAddr> {
+        self.rates.get_or_init(SharedRates::new)
+    }
+
     #[must_use]
     pub fn id(&self) -> &Arc<str> {
         &self.id
@@ -258,6 +267,7 @@ impl Registry {
             Arc::new(SharedCluster {
                 id: Arc::from(id),
                 per_ip: PerIp::new(),
+                rates: OnceLock::new(),
                 check: Mutex::new(None),
             })
         }))

@@ -1,7 +1,9 @@
 //! Accepting connections: the accept loop of one listener, its admission
 //! checks, and opening the session of each admitted client.
 //!
-//! Owns: the order of the checks at accept (`max_connections`, then a free
+//! Owns: the order of the checks at accept (the listener's access policy
+//! on the TCP peer, refused with an access-log line naming the rule;
+//! then `max_connections`, then a free
 //! buffer in the pool, then the listener's `max_unrouted_per_ip` for the
 //! client's address; each counted for the whole process, with one atomic
 //! operation or one shard of a map, no lock across a syscall), what a
@@ -16,20 +18,23 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use log::{debug, trace, warn};
 use mio::Interest;
 use mio::net::{TcpListener, TcpStream};
+use preread_core::access::{DEFAULT_IPV6_PREFIX, source_key};
 use preread_core::step::PrereadStep;
 use slab::Slab;
 
+use super::access::{self, Refused, Scope};
 use super::close::close;
 use super::ctx::{Ctx, Drive, TimerKind};
 use super::preread;
 use super::session::{Phase, Preread, Session};
 use super::tokens::{Side, session_token};
 use super::unrouted::{self, Full, Held};
+use crate::access_log::AccessLogEntry;
 use crate::metrics::families::Family;
 use crate::metrics::series::Series;
 use crate::shared::admission::Slot;
@@ -74,11 +79,20 @@ pub(super) fn accept(
         };
         ctx.metrics
             .incr(Series::on(Family::ConnectionsAccepted, address));
-        let limit = unrouted::limit(ctx.runtime.listeners.get(&address));
+        if let Err(refused) = access_at_accept(ctx, address, client) {
+            refuse_for_access(ctx, address, client, refused);
+            continue;
+        }
+        let listener = ctx.runtime.listeners.get(&address);
+        let limit = unrouted::limit(listener);
+        let counted = source_key(
+            client.ip(),
+            listener.map_or(DEFAULT_IPV6_PREFIX, |l| l.ipv6_prefix),
+        );
         let admitted = match ctx.shared.sessions.try_take() {
             None => Err(RefuseReason::MaxConnections),
             Some(_) if ctx.pool.is_exhausted() => Err(RefuseReason::PoolExhausted),
-            Some(slot) => (ctx.unrouted.admit(address, client.ip(), limit))
+            Some(slot) => (ctx.unrouted.admit(address, counted, limit))
                 .map(|held| (slot, held))
                 .map_err(|Full| RefuseReason::UnroutedPerIp),
         };
@@ -92,6 +106,52 @@ pub(super) fn accept(
             }
         };
         open(ctx, sessions, address, stream, client, (slot, held));
+    }
+}
+
+/// The listener's access policy for a client just accepted: checked on
+/// the TCP peer, unless the listener expects a PROXY header, whose client
+/// is checked once it is in (`preread.rs`).
+fn access_at_accept(ctx: &Ctx, address: SocketAddr, client: SocketAddr) -> Result<(), Refused> {
+    let Some(listener) = ctx.runtime.listeners.get(&address) else {
+        return Ok(());
+    };
+    let Some(policy) = &listener.access else {
+        return Ok(());
+    };
+    if listener.preread.config.expect_proxy {
+        return Ok(());
+    }
+    let rates = (&*ctx.shared.listener_rates, |source| (address, source));
+    access::check(policy, Scope::Listener, client.ip(), rates, Instant::now())
+}
+
+/// A connection the listener's access policy refused at accept: counted
+/// and logged with its rule, then closed (dropped) without a read.
+fn refuse_for_access(ctx: &mut Ctx, address: SocketAddr, client: SocketAddr, refused: Refused) {
+    let reason = refused.reason;
+    ctx.metrics
+        .incr(Series::on(Family::ConnectionsRefused, address).reason(reason.as_str()));
+    debug!("refused {client} on {address}: {reason} ({})", refused.rule);
+    let entry = AccessLogEntry {
+        ts: SystemTime::now(),
+        listener: address,
+        client,
+        sni: None,
+        alpn: None,
+        cluster: None,
+        backend: None,
+        outcome: Outcome::Refused(reason),
+        bytes_in: 0,
+        bytes_out: 0,
+        duration_ms: 0,
+        preread_ms: None,
+        proxy_client: None,
+        hello: None,
+        rule: Some(refused.rule.as_str()),
+    };
+    if ctx.access_log.submit(&entry).is_err() {
+        ctx.metrics.incr(Series::of(Family::AccessLogDropped));
     }
 }
 

@@ -26,7 +26,10 @@ use std::time::Instant;
 
 use command::change::{BackendSettings, ClusterSettings};
 use command::proto::{LoadBalancing, ProxyProtocol};
+use preread_core::access::{DEFAULT_IPV6_PREFIX, source_key};
 use preread_core::rng::Rng;
+
+use super::access::{self, AccessPolicy, Refused, Scope};
 
 use crate::shared::admission::{Full, IpHold};
 use crate::shared::health::Checks;
@@ -92,6 +95,10 @@ pub struct ClusterBackends {
     load_balancing: LoadBalancing,
     proxy_protocol: ProxyProtocol,
     max_connections_per_ip: u32,
+    /// Who may use the cluster; `None`: everyone.
+    access: Option<Arc<AccessPolicy>>,
+    /// The prefix length an IPv6 source is counted under.
+    ipv6_prefix: u8,
     checks: Option<Checks>,
     /// Where least_connections' ties start: it moves on each pick, so
     /// equally loaded instances take turns instead of the first taking all.
@@ -116,6 +123,8 @@ impl ClusterBackends {
             load_balancing: LoadBalancing::RoundRobin,
             proxy_protocol: ProxyProtocol::None,
             max_connections_per_ip: 0,
+            access: None,
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
             checks: None,
             cursor: 0,
             candidates: Vec::new(),
@@ -132,6 +141,8 @@ impl ClusterBackends {
         self.load_balancing = cluster.load_balancing;
         self.proxy_protocol = cluster.proxy_protocol;
         self.max_connections_per_ip = cluster.max_connections_per_ip;
+        self.access = AccessPolicy::of(&cluster.access);
+        self.ipv6_prefix = cluster.access.ipv6_prefix;
         self.checks = cluster.health_check.map(|check| Checks {
             rise: check.rise.max(1),
             fall: check.fall.max(1),
@@ -284,8 +295,23 @@ impl ClusterBackends {
     /// already holds `max_connections_per_ip` in this cluster, counted over
     /// every worker (0: no limit). Counts are kept even without a limit, so
     /// that setting one later sees the connections already open.
+    /// An IPv6 source is counted per `ipv6_prefix` network.
     pub fn admit_ip(&self, ip: IpAddr) -> Result<IpHold<IpAddr>, Full> {
-        self.shared.per_ip.admit(ip, self.max_connections_per_ip)
+        let counted = source_key(ip, self.ipv6_prefix);
+        self.shared
+            .per_ip
+            .admit(counted, self.max_connections_per_ip)
+    }
+
+    /// Whether `source`, routed here, may use the cluster: its `allow`
+    /// and `deny`, then its `connection_rate_per_ip`, counted over every
+    /// worker.
+    pub fn check_access(&self, source: IpAddr, now: Instant) -> Result<(), Refused> {
+        let Some(policy) = &self.access else {
+            return Ok(());
+        };
+        let rates = (self.shared.rates(), |counted| counted);
+        access::check(policy, Scope::Cluster, source, rates, now)
     }
 
     /// Panics when an internal invariant does not hold; for tests and

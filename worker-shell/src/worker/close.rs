@@ -16,6 +16,7 @@ use std::time::{Instant, SystemTime};
 
 use log::trace;
 
+use super::access::AccessRule;
 use super::ctx::Ctx;
 use super::preread;
 use super::session::{Phase, Session};
@@ -139,6 +140,7 @@ fn log(ctx: &mut Ctx, session: &Session, outcome: Outcome, now: Instant) {
             .and_then(|r| r.proxy_source)
             .or_else(|| core.proxy_source()),
         hello: core.hello(),
+        rule: session.access_rule.map(AccessRule::as_str),
     };
     if ctx.access_log.submit(&entry).is_err() {
         ctx.metrics.incr(Series::of(Family::AccessLogDropped));

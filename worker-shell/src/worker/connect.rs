@@ -3,7 +3,8 @@
 //!
 //! Owns: the session's way out of the preread (`Gated` when the gate
 //! refuses, else `Connecting`, then `Piped` once connected: the only
-//! places those phases are made), the per-(cluster, source IP) admission,
+//! places those phases are made), the cluster's access policy (its
+//! `access_denied` farewell), the per-(cluster, source IP) admission,
 //! the non-blocking connect and
 //! its timer, what a failed connect counts and reports to passive health
 //! (the instance's, shared by every worker), what a backend socket this
@@ -30,10 +31,11 @@ use mio::Interest;
 use mio::net::TcpStream;
 use preread_core::Route;
 use preread_core::routes::ClusterId;
-use preread_core::step::{ProxyMode, handoff};
+use preread_core::step::{ProxyMode, RejectWith, access_denied, handoff};
 
 use super::backends::{ClusterBackends, NoBackend};
 use super::ctx::{Ctx, Drive, TimerKind};
+use super::farewell;
 use super::io::Peer;
 use super::keepalive;
 use super::pipe::Pipe;
@@ -96,8 +98,10 @@ fn backends<'a>(
     (runtime.clusters.get_mut(cluster)).ok_or(refused(RefuseReason::ClusterUnknown))
 }
 
-/// The connect gate, once a route exists: the per-(cluster, source IP)
-/// limit, then a backend. The session leaves the preread with `window`,
+/// The connect gate, once a route exists: the cluster's access policy
+/// (a refused client reads `access_denied`, or what the listener's
+/// `reject_with` says), the per-(cluster, source IP) limit, then a
+/// backend. The session leaves the preread with `window`,
 /// the bytes it read.
 pub(super) fn start(
     ctx: &mut Ctx,
@@ -109,17 +113,33 @@ pub(super) fn start(
     let source: IpAddr = route.proxy_source.map_or(session.client.ip(), |a| a.ip());
     let admitted = match backends(&mut ctx.runtime, &route.cluster) {
         Err(drive) => Err((drive, None, RefuseReason::ClusterUnknown)),
-        // Known before the limit check, so a refusal names whose limit it was.
-        Ok(backends) => (backends.admit_ip(source)).map_err(|_| {
-            let reason = RefuseReason::PerIpLimit;
-            (refused(reason), Some(route.cluster.clone()), reason)
-        }),
+        // Known before the checks, so a refusal names whose they were.
+        Ok(backends) => match backends.check_access(source, now) {
+            Err(denied) => {
+                session.access_rule = Some(denied.rule);
+                Err((
+                    refused(denied.reason),
+                    Some(route.cluster.clone()),
+                    denied.reason,
+                ))
+            }
+            Ok(()) => (backends.admit_ip(source)).map_err(|_| {
+                let reason = RefuseReason::PerIpLimit;
+                (refused(reason), Some(route.cluster.clone()), reason)
+            }),
+        },
     };
     let per_ip = match admitted {
         Ok(hold) => hold,
         Err((drive, cluster, reason)) => {
             if let Some(buf) = window {
                 ctx.pool.give_back(buf);
+            }
+            if session.access_rule.is_some() {
+                let with = (ctx.runtime.listeners.get(&session.listener))
+                    .map_or(RejectWith::default(), |l| l.preread.reject_with);
+                let goodbye = access_denied(with, session.step.core());
+                farewell::say(&mut session.front.stream, goodbye);
             }
             session.phase = Phase::Gated(Box::new(Gated {
                 route,

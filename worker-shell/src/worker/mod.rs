@@ -8,6 +8,7 @@
 
 mod accept;
 mod accept_retry;
+pub mod access;
 pub mod backends;
 mod close;
 pub mod configured;

@@ -8,23 +8,28 @@
 //! unrouted count it gives back, the counters of routes, fallbacks and
 //! rejects, the capture of a reject's or a fallback's window (`rejects.rs`),
 //! a reject's farewell (the
-//! alert or the reset, `farewell.rs`), and the hand-over to the connect
-//! gate. Must never: decide anything the step decides (budget,
+//! alert or the reset, `farewell.rs`), the listener's access policy on the
+//! PROXY header's client once the header is in (`expect_proxy`), and the
+//! hand-over to the connect gate. Must never: decide anything the step decides (budget,
 //! timers, exit, route), consume the window, or contact a backend itself.
 
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Instant, SystemTime};
 
 use log::debug;
 use preread_core::step::{Actions, Close, Event, Next, StepTimer};
 
+use super::access::{self, Refused, Scope};
 use super::connect;
 use super::ctx::{Ctx, Drive};
 use super::farewell;
 use super::io::read_some;
 use super::rejects::Captured;
+use super::runtime::ListenerRuntime;
 use super::session::{Phase, Session};
 use crate::metrics::families::Family;
 use crate::metrics::series::Series;
+use crate::shared::rates::SharedRates;
 use crate::vocabulary::{Outcome, RefuseReason};
 
 /// One drive of a session in the preread stage, after readiness.
@@ -76,8 +81,43 @@ pub(super) fn drive(ctx: &mut Ctx, key: usize, session: &mut Session, now: Insta
         added,
         eof,
     };
-    let actions = session.step.handle(&listener.preread, event, now);
+    let mut actions = session.step.handle(&listener.preread, event, now);
+    if let Err(refused) = header_access(listener, &ctx.shared.listener_rates, session, now) {
+        // The step's timers and its exit are still performed; what it
+        // would do next is not.
+        actions.next = Next::Ignore;
+        session.access_rule = Some(refused.rule);
+        let _ = perform(ctx, key, session, actions, now);
+        return Drive::End(Outcome::Refused(refused.reason));
+    }
     perform(ctx, key, session, actions, now)
+}
+
+/// Behind `expect_proxy`, the listener's access policy is checked once,
+/// as soon as the PROXY header is in, on the client it names (a `LOCAL`
+/// header, a balancer's own check, names none: the TCP peer then).
+fn header_access(
+    listener: &ListenerRuntime,
+    rates: &SharedRates<(SocketAddr, IpAddr)>,
+    session: &mut Session,
+    now: Instant,
+) -> Result<(), Refused> {
+    let Some(policy) = &listener.access else {
+        return Ok(());
+    };
+    let core = session.step.core();
+    if !listener.preread.config.expect_proxy
+        || session.header_checked
+        || core.content_offset() == 0
+        || !matches!(session.phase, Phase::Preread(_))
+    {
+        return Ok(());
+    }
+    session.header_checked = true;
+    let source = core.proxy_source().map_or(session.client.ip(), |a| a.ip());
+    let address = listener.address;
+    let rates = (rates, |source| (address, source));
+    access::check(policy, Scope::Listener, source, rates, now)
 }
 
 /// Performs the step's actions, in their order: timers, the gauge, then

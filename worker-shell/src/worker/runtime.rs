@@ -19,9 +19,11 @@ use command::change::{Change, FrontendSettings, ListenerSettings};
 use command::generation::{Generation, RouteTables};
 use command::proto;
 use preread_core::PrereadConfig;
+use preread_core::access::DEFAULT_IPV6_PREFIX;
 use preread_core::routes::{ClusterId, RouteTable};
 use preread_core::step::{PrereadListener, RejectWith};
 
+use super::access::AccessPolicy;
 use super::backends::ClusterBackends;
 use crate::shared::registry::Registry;
 
@@ -38,6 +40,11 @@ pub struct ListenerRuntime {
     pub connect_timeout: Duration,
     /// Connections one client IP may hold here before routing; 0 is none.
     pub max_unrouted_per_ip: u32,
+    /// Who may connect (`allow`, `deny`, `connection_rate_per_ip`);
+    /// `None`: everyone.
+    pub access: Option<Arc<AccessPolicy>>,
+    /// The prefix length an IPv6 source is counted under.
+    pub ipv6_prefix: u8,
 }
 
 /// Why a change could not be applied here; the main thread rolls back.
@@ -139,6 +146,8 @@ impl Runtime {
         listener.back_timeout = settings.back_timeout;
         listener.connect_timeout = settings.connect_timeout;
         listener.max_unrouted_per_ip = settings.max_unrouted_per_ip;
+        listener.access = AccessPolicy::of(&settings.access);
+        listener.ipv6_prefix = settings.access.ipv6_prefix;
         Ok(())
     }
 
@@ -234,6 +243,8 @@ impl Runtime {
                     back_timeout: Duration::ZERO,
                     connect_timeout: Duration::ZERO,
                     max_unrouted_per_ip: 0,
+                    access: None,
+                    ipv6_prefix: DEFAULT_IPV6_PREFIX,
                 };
                 self.configure(&mut listener, settings)?;
                 self.listeners.insert(settings.address, listener);

@@ -21,6 +21,7 @@ use preread_core::Route;
 use preread_core::routes::ClusterId;
 use preread_core::step::PrereadStep;
 
+use super::access::AccessRule;
 use super::io::Peer;
 use super::pipe::Pipe;
 use super::pool::Checkout;
@@ -50,6 +51,11 @@ pub struct Session {
     /// Drives in a row that moved nothing and changed nothing: a session
     /// woken again and again without progress is closed, not spun.
     pub idle_drives: u32,
+    /// The access rule that refused the session, for its log line.
+    pub access_rule: Option<AccessRule>,
+    /// The listener's access policy was checked on the PROXY header's
+    /// client (`expect_proxy`).
+    pub header_checked: bool,
 }
 
 /// Where a session is in its life, with what it holds there.
@@ -185,6 +191,8 @@ impl Session {
             front_idle: None,
             dirty: false,
             idle_drives: 0,
+            access_rule: None,
+            header_checked: false,
         }
     }
 

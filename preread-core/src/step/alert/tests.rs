@@ -93,6 +93,8 @@ fn every_reject_reason_has_its_alert_or_none() {
         (RejectReason::ProxyHeaderInvalid, &seen, None),
         (RejectReason::Fragmented, &seen, None),
         (RejectReason::FrontClosed, &seen, None),
+        (RejectReason::QuicUndecryptable, &seen, None),
+        (RejectReason::QuicVersion, &seen, None),
     ];
     for (reason, seen, code) in cases {
         let got = alert(reason, seen, &[], 16_384).map(|a| a.record(seen.version()));
@@ -264,5 +266,37 @@ fn a_silent_close_and_an_idle_client_get_no_alert() {
     assert_eq!(
         farewell(RejectWith::Alert, RejectReason::Fragmented, &core, &[], 100),
         Farewell::Fin
+    );
+}
+
+#[test]
+fn a_routed_client_refused_by_access_reads_access_denied() {
+    let alpha = listener(RejectWith::Alert);
+    let now = Instant::now();
+    let (mut step, _) = PrereadStep::accept(&alpha, now);
+    let routed = hello("a.example.com", "h2");
+    let event = Event::Read {
+        window: &routed,
+        added: routed.len(),
+        eof: false,
+    };
+    assert!(matches!(
+        step.handle(&alpha, event, now).next,
+        Next::Connect(_)
+    ));
+    let core = step.core();
+    assert_eq!(
+        super::access_denied(RejectWith::Alert, core),
+        Farewell::Alert([21, 3, 1, 0, 2, 2, 49])
+    );
+    assert_eq!(super::access_denied(RejectWith::Close, core), Farewell::Fin);
+    assert_eq!(
+        super::access_denied(RejectWith::Reset, core),
+        Farewell::Reset
+    );
+    assert_eq!(
+        super::access_denied(RejectWith::Alert, &SniPrereadCore::new()),
+        Farewell::Fin,
+        "a peer that sent no TLS record gets no alert"
     );
 }
