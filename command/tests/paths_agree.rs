@@ -109,6 +109,7 @@ fn cluster(id: String) -> impl Strategy<Value = proto::Cluster> {
                     proxy_protocol,
                     max_connections_per_ip,
                     health_check,
+                    protocol: None,
                 }
             },
         )
@@ -174,6 +175,11 @@ fn any_listener(cluster_ids: Vec<String>) -> impl Strategy<Value = proto::TcpLis
                 front_timeout_ms: None,
                 back_timeout_ms: None,
                 connect_timeout_ms: None,
+                protocol: None,
+                quic_preread_timeout_ms: None,
+                quic_idle_timeout_ms: None,
+                max_flows: None,
+                max_flows_per_ip: None,
             },
         )
 }
@@ -323,6 +329,7 @@ fn reject_with_name(value: i32) -> &'static str {
         proto::RejectWith::Alert => "alert",
         proto::RejectWith::Close => "close",
         proto::RejectWith::Reset => "reset",
+        proto::RejectWith::Drop => "drop",
     }
 }
 

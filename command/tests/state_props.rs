@@ -70,9 +70,21 @@ fn listener_config() -> impl Strategy<Value = proto::TcpListenerConfig> {
         prop_oneof![3 => Just(None), 1 => Just(Some(300))],
         prop_oneof![3 => Just(None), 1 => Just(Some(10))],
         prop_oneof![Just(None), any::<bool>().prop_map(Some)],
+        prop_oneof![3 => Just(None), 1 => Just(Some(proto::ListenerProtocol::Quic as i32))],
     )
         .prop_map(
-            |(address, expect_proxy, max, timeout, default, server_first, front, active)| {
+            |(
+                address,
+                expect_proxy,
+                max,
+                timeout,
+                default,
+                server_first,
+                front,
+                active,
+                protocol,
+            )| {
+                let quic = protocol.is_some();
                 proto::TcpListenerConfig {
                     address,
                     expect_proxy,
@@ -90,6 +102,11 @@ fn listener_config() -> impl Strategy<Value = proto::TcpListenerConfig> {
                     front_timeout_ms: None,
                     back_timeout_ms: None,
                     connect_timeout_ms: None,
+                    protocol,
+                    quic_preread_timeout_ms: None,
+                    quic_idle_timeout_ms: quic.then_some(5_000),
+                    max_flows: None,
+                    max_flows_per_ip: quic.then_some(3),
                 }
             },
         )
@@ -148,14 +165,17 @@ fn add_cluster() -> impl Strategy<Value = RequestType> {
             fall: Some(2),
         })),
     ];
-    (pick(CLUSTERS), 0..4_i32, 0..3_i32, health_check).prop_map(
-        |(cluster_id, lb, pp, health_check)| {
+    let protocol =
+        prop_oneof![3 => Just(None), 1 => Just(Some(proto::ListenerProtocol::Quic as i32))];
+    (pick(CLUSTERS), 0..4_i32, 0..3_i32, health_check, protocol).prop_map(
+        |(cluster_id, lb, pp, health_check, protocol)| {
             RequestType::AddCluster(proto::Cluster {
                 cluster_id,
                 load_balancing: lb,
                 proxy_protocol: pp,
                 max_connections_per_ip: 0,
                 health_check,
+                protocol,
             })
         },
     )

@@ -45,6 +45,11 @@ impl ListenerSettings {
             active,
             reject_with: Some(self.reject_with as i32),
             max_unrouted_per_ip: Some(self.max_unrouted_per_ip),
+            protocol: self.quic.map(|_| proto::ListenerProtocol::Quic as i32),
+            quic_preread_timeout_ms: self.quic.map(|q| millis_u64(q.preread_timeout)),
+            quic_idle_timeout_ms: self.quic.map(|q| millis_u64(q.idle_timeout)),
+            max_flows: self.quic.map(|q| q.max_flows),
+            max_flows_per_ip: self.quic.map(|q| q.max_flows_per_ip),
         }
     }
 }
@@ -69,6 +74,7 @@ impl ClusterSettings {
                 rise: Some(check.rise),
                 fall: Some(check.fall),
             }),
+            protocol: self.quic.then_some(proto::ListenerProtocol::Quic as i32),
         }
     }
 }

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use command::change::{Change, FrontendSettings, ListenerSettings};
+use command::change::{Change, FrontendSettings, ListenerSettings, QuicSettings};
 use command::generation::{Generation, RouteTables};
 use command::proto;
 use preread_core::PrereadConfig;
@@ -38,6 +38,9 @@ pub struct ListenerRuntime {
     pub connect_timeout: Duration,
     /// Connections one client IP may hold here before routing; 0 is none.
     pub max_unrouted_per_ip: u32,
+    /// A QUIC listener's settings (a UDP socket, `super::quic`); `None`
+    /// for a TCP listener.
+    pub quic: Option<QuicSettings>,
 }
 
 /// Why a change could not be applied here; the main thread rolls back.
@@ -97,6 +100,9 @@ pub fn reject_with(with: proto::RejectWith) -> RejectWith {
         proto::RejectWith::Alert => RejectWith::Alert,
         proto::RejectWith::Close => RejectWith::Close,
         proto::RejectWith::Reset => RejectWith::Reset,
+        // Refused on a TCP listener (E107): a QUIC listener's setting,
+        // which its flows read from the listener's QUIC settings.
+        proto::RejectWith::Drop => RejectWith::Close,
     }
 }
 
@@ -139,6 +145,7 @@ impl Runtime {
         listener.back_timeout = settings.back_timeout;
         listener.connect_timeout = settings.connect_timeout;
         listener.max_unrouted_per_ip = settings.max_unrouted_per_ip;
+        listener.quic = settings.quic;
         Ok(())
     }
 
@@ -206,16 +213,33 @@ impl Runtime {
         }
     }
 
-    /// Whether the listener at `address` should be open.
+    /// Whether the TCP listener at `address` should be open.
     pub fn listens(&self, address: &SocketAddr) -> bool {
-        self.listeners.get(address).is_some_and(|l| l.active)
+        self.listeners
+            .get(address)
+            .is_some_and(|l| l.active && l.quic.is_none())
     }
 
-    /// The addresses whose listeners should be open.
+    /// The addresses whose TCP listeners should be open.
     pub fn listening(&self) -> impl Iterator<Item = SocketAddr> + '_ {
         self.listeners
             .values()
-            .filter(|l| l.active)
+            .filter(|l| l.active && l.quic.is_none())
+            .map(|l| l.address)
+    }
+
+    /// Whether the QUIC listener at `address` should be open.
+    pub fn listens_quic(&self, address: &SocketAddr) -> bool {
+        self.listeners
+            .get(address)
+            .is_some_and(|l| l.active && l.quic.is_some())
+    }
+
+    /// The addresses whose QUIC listeners should be open.
+    pub fn listening_quic(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        self.listeners
+            .values()
+            .filter(|l| l.active && l.quic.is_some())
             .map(|l| l.address)
     }
 
@@ -234,6 +258,7 @@ impl Runtime {
                     back_timeout: Duration::ZERO,
                     connect_timeout: Duration::ZERO,
                     max_unrouted_per_ip: 0,
+                    quic: None,
                 };
                 self.configure(&mut listener, settings)?;
                 self.listeners.insert(settings.address, listener);
