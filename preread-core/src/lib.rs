@@ -4,7 +4,8 @@
 //! Owns: [`SniPrereadCore`] and its message contract ([`Input`], [`Output`],
 //! [`Route`]), the reject taxonomy ([`RejectReason`], [`FallbackReason`]),
 //! SNI normalization ([`sni`]), the SNI pattern validator ([`pattern`]),
-//! the per-listener route table ([`routes`]), what a ClientHello showed of
+//! the per-listener route table ([`routes`]), who may connect
+//! ([`access`]: address lists, the rate per source), what a ClientHello showed of
 //! itself ([`HelloSummary`]), and the preread step
 //! ([`step`]): the shell's whole policy around the core, which the worker,
 //! the simulation and `preread inspect` all run.
@@ -175,6 +176,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod access;
 mod alpn;
 mod config;
 mod output;

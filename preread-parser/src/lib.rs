@@ -1,14 +1,16 @@
-//! Wire parsers for the first bytes of a proxied TCP connection.
+//! Wire parsers for the first bytes of a proxied TCP connection, and for
+//! the first datagrams of a QUIC flow.
 //!
-//! Owns: TLS record framing and the ClientHello ([`tls`]), and PROXY
-//! protocol v1/v2 headers ([`proxy`]). Every parser takes the whole window of
+//! Owns: TLS record framing and the ClientHello ([`tls`]), PROXY
+//! protocol v1/v2 headers ([`proxy`]), and QUIC Initial packets ([`quic`]). Every parser takes the whole window of
 //! bytes received so far, borrows from it, and tells "need more bytes" apart
 //! from "this can never become valid".
 //!
 //! Must never: allocate on the common path, perform I/O, read a clock, or
 //! panic on any input. Only the multi-record ClientHello path writes into a
 //! caller-owned scratch buffer, because its body is not contiguous in the
-//! window.
+//! window; and the QUIC reader owns its buffers, because a datagram is
+//! decrypted in place and its CRYPTO frames come in any order.
 //!
 //! # Parsing a ClientHello
 //!
@@ -79,6 +81,7 @@
 #![warn(missing_docs)]
 
 pub mod proxy;
+pub mod quic;
 pub mod tls;
 
 /// The README's code blocks, compiled and run as doctests so that the first

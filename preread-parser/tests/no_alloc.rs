@@ -1,11 +1,12 @@
 //! Proves the parser allocates nothing: a counting global allocator watches
-//! every parse of every corpus file, whole and as every prefix, and of a
-//! multi-record hello once its scratch buffer has grown.
+//! every parse of every corpus file, whole and as every prefix, of a
+//! multi-record hello once its scratch buffer has grown, and the JA4 of
+//! every parsed corpus hello.
 
 mod common;
 
 use counting_alloc::allocations_during;
-use preread_parser::tls::{Parsed, parse_client_hello};
+use preread_parser::tls::{Ja4, Parsed, Transport, parse_client_hello};
 
 mod counting_alloc;
 
@@ -41,5 +42,26 @@ fn parsing_allocates_nothing() {
     assert_eq!(
         n, 0,
         "a multi-record parse with a grown scratch allocated {n} times"
+    );
+}
+
+#[test]
+fn fingerprinting_allocates_nothing() {
+    let mut scratch = Vec::new();
+    let mut fingerprinted = 0;
+    for entry in &common::corpus() {
+        let tls = &entry.bytes[entry.prefix_len()..];
+        let Ok(Parsed::Complete(hello)) = parse_client_hello(tls, &mut scratch) else {
+            continue;
+        };
+        let n = allocations_during(|| {
+            std::hint::black_box(Ja4::of(&hello, Transport::Tcp));
+        });
+        assert_eq!(n, 0, "the JA4 of {} allocated {n} times", entry.file);
+        fingerprinted += 1;
+    }
+    assert!(
+        fingerprinted > 30,
+        "only {fingerprinted} hellos fingerprinted"
     );
 }

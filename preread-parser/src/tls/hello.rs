@@ -29,6 +29,8 @@ const EXT_ENCRYPTED_CLIENT_HELLO: u16 = 0xfe0d;
 #[derive(Debug, Default)]
 pub(super) struct Body<'a> {
     pub(super) legacy_version: u16,
+    pub(super) cipher_suites: &'a [u8],
+    pub(super) extensions: &'a [u8],
     pub(super) server_name: Option<&'a [u8]>,
     pub(super) alpn: Option<AlpnProtocols<'a>>,
     pub(super) supported_versions: Option<SupportedVersions<'a>>,
@@ -58,7 +60,7 @@ fn fail<T>(fault: HandshakeFault) -> Result<T, nom::Err<Fault>> {
     Err(nom::Err::Failure(Fault(fault)))
 }
 
-fn fixed_fields(input: &[u8]) -> Res<'_, u16> {
+fn fixed_fields(input: &[u8]) -> Res<'_, (u16, &[u8])> {
     let (input, legacy_version) = be_u16(input)?;
     let (input, _random) = take(RANDOM_LEN).parse(input)?;
     let (input, session_id) = length_data(be_u8).parse(input)?;
@@ -73,7 +75,7 @@ fn fixed_fields(input: &[u8]) -> Res<'_, u16> {
     if compression_methods.is_empty() {
         return fail(HandshakeFault::NoCompressionMethod);
     }
-    Ok((input, legacy_version))
+    Ok((input, (legacy_version, cipher_suites)))
 }
 
 fn extension(input: &[u8]) -> Res<'_, (u16, &[u8])> {
@@ -88,9 +90,10 @@ pub(super) fn parse_body(body: &[u8]) -> Result<Body<'_>, HandshakeFault> {
         nom::Err::Error(Fault(fault)) | nom::Err::Failure(Fault(fault)) => fault,
         nom::Err::Incomplete(_) => HandshakeFault::Truncated,
     };
-    let (rest, legacy_version) = fixed_fields(body).map_err(flatten)?;
+    let (rest, (legacy_version, cipher_suites)) = fixed_fields(body).map_err(flatten)?;
     let mut hello = Body {
         legacy_version,
+        cipher_suites,
         ..Body::default()
     };
     // A ClientHello without an extensions block is legal (TLS 1.2 and older).
@@ -101,6 +104,7 @@ pub(super) fn parse_body(body: &[u8]) -> Result<Body<'_>, HandshakeFault> {
     if usize::from(declared) != block.len() {
         return Err(HandshakeFault::ExtensionsLengthMismatch);
     }
+    hello.extensions = block;
     let mut seen = ExtensionTypeSet::new();
     let mut forbidden = Forbidden::default();
     while !block.is_empty() {

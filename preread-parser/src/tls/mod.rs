@@ -3,7 +3,8 @@
 //! Owns: [`parse_client_hello`] (and [`parse_client_hello_within`], the same
 //! for a caller with a byte cap, and [`parse_client_hello_resuming`], the
 //! same again resuming past the records a [`FrameCursor`] already framed),
-//! the entry point, and the types it returns. The framing (`record`) is streaming: a window that stops early
+//! the entry point, [`parse_client_hello_message`] for a hello without a
+//! record layer (QUIC's CRYPTO stream), and the types they return. The framing (`record`) is streaming: a window that stops early
 //! is [`Parsed::Incomplete`], never an error, unless the bytes already seen
 //! can never become a ClientHello. The body (`hello`, `extensions`) is parsed
 //! only once framing proved it whole, so any shortfall inside it is a lying
@@ -19,6 +20,7 @@ mod error;
 mod extensions;
 mod forbidden;
 mod hello;
+mod ja4;
 mod record;
 
 use core::num::NonZeroUsize;
@@ -26,6 +28,7 @@ use core::num::NonZeroUsize;
 pub use alert::{AlertDescription, FIRST_FLIGHT_VERSION};
 pub use error::{HandshakeFault, RecordFault, TlsError};
 pub use extensions::{AlpnProtocols, EchKind, SupportedVersions};
+pub use ja4::{Ja4, Ja4FormatError, Ja4Raw, Transport};
 pub use record::FrameCursor;
 
 /// Largest TLS record payload a peer may send (RFC 8446 §5.1, 2^14).
@@ -85,6 +88,12 @@ impl Needed {
 pub struct ClientHello<'a> {
     /// `legacy_version` of the ClientHello body (0x0303 for TLS 1.2 and 1.3).
     pub legacy_version: u16,
+    /// The `cipher_suites` vector's body as on the wire (u16 values, GREASE
+    /// included): what [`Ja4`] hashes.
+    pub cipher_suites: &'a [u8],
+    /// The extensions block as on the wire (without its u16 length), every
+    /// extension in the client's order; empty when the hello has none.
+    pub extensions: &'a [u8],
     /// The `host_name` of `server_name`, exactly as sent (not normalized):
     /// 1 to 255 bytes of printable ASCII.
     pub server_name: Option<&'a [u8]>,
@@ -162,6 +171,8 @@ pub fn parse_client_hello_resuming<'a>(
     let body = hello::parse_body(&message[HANDSHAKE_HEADER_LEN..])?;
     Ok(Parsed::Complete(ClientHello {
         legacy_version: body.legacy_version,
+        cipher_suites: body.cipher_suites,
+        extensions: body.extensions,
         server_name: body.server_name,
         alpn: body.alpn,
         supported_versions: body.supported_versions,
@@ -169,5 +180,57 @@ pub fn parse_client_hello_resuming<'a>(
         end: framed.end,
         records: framed.records,
         handshake_len: framed.handshake_len,
+    }))
+}
+
+/// Parses a ClientHello handshake message carried without a record layer,
+/// as QUIC carries it in CRYPTO frames (RFC 9001 §4.1.3): `message` is the
+/// contiguous handshake stream from its first byte.
+///
+/// The answer is [`Parsed::Incomplete`] while `message` is shorter than
+/// its header announces; with [`Needed::AtLeast`]`(n)` and
+/// `message.len() + n > limit` as soon as the announced length cannot fit
+/// within `limit` bytes. A client's Initial CRYPTO stream carries the
+/// ClientHello alone, so bytes after it are
+/// [`HandshakeFault::TrailingHandshakeData`]. The hello's `end` is its
+/// length, header included, and `records` is 0.
+pub fn parse_client_hello_message(message: &[u8], limit: usize) -> Result<Parsed<'_>, TlsError> {
+    let Some(&msg_type) = message.first() else {
+        return Ok(Parsed::Incomplete(Needed::at_least(HANDSHAKE_HEADER_LEN)));
+    };
+    if msg_type != record::HANDSHAKE_TYPE_CLIENT_HELLO {
+        return Err(HandshakeFault::NotClientHello(msg_type).into());
+    }
+    let [_, a, b, c, ..] = *message else {
+        let needed = Needed::at_least(HANDSHAKE_HEADER_LEN - message.len());
+        return Ok(Parsed::Incomplete(needed.within(message.len(), limit)));
+    };
+    let handshake_len =
+        HANDSHAKE_HEADER_LEN + (usize::from(a) << 16 | usize::from(b) << 8 | usize::from(c));
+    if message.len() < handshake_len {
+        let needed = Needed::at_least(handshake_len - message.len());
+        // An announced length past the limit is answered at once, with
+        // the count that proves it; below it, the bound stays a lower one.
+        return Ok(Parsed::Incomplete(if handshake_len > limit {
+            needed
+        } else {
+            needed.within(message.len(), limit)
+        }));
+    }
+    if message.len() > handshake_len {
+        return Err(HandshakeFault::TrailingHandshakeData.into());
+    }
+    let body = hello::parse_body(&message[HANDSHAKE_HEADER_LEN..])?;
+    Ok(Parsed::Complete(ClientHello {
+        legacy_version: body.legacy_version,
+        cipher_suites: body.cipher_suites,
+        extensions: body.extensions,
+        server_name: body.server_name,
+        alpn: body.alpn,
+        supported_versions: body.supported_versions,
+        ech: body.ech,
+        end: handshake_len,
+        records: 0,
+        handshake_len,
     }))
 }

@@ -22,7 +22,7 @@ use super::{
 };
 
 const CONTENT_TYPE_HANDSHAKE: u8 = 22;
-const HANDSHAKE_TYPE_CLIENT_HELLO: u8 = 1;
+pub(super) const HANDSHAKE_TYPE_CLIENT_HELLO: u8 = 1;
 const TLS_MAJOR_VERSION: u8 = 3;
 
 /// Where the records carrying a whole ClientHello lie in the window.

@@ -1,0 +1,500 @@
+//! JA4, FoxIO's TLS client fingerprint (BSD-3-Clause; the algorithm is
+//! `technical_details/JA4.md` in github.com/FoxIO-LLC/ja4), of a
+//! [`ClientHello`] this crate already parsed and validated.
+//!
+//! Owns: the fingerprint ([`Ja4`], 36 bytes, `a_b_c`), its raw form
+//! ([`Ja4Raw`], `ja4_r`), and the syntax of a written fingerprint
+//! ([`Ja4::parse`]). GREASE values (RFC 8701) are skipped everywhere;
+//! ciphers and extensions are sorted; `server_name` and ALPN count in the
+//! `a` section but are left out of the extension hash; signature
+//! algorithms follow the extensions in the client's order.
+//!
+//! Must never: allocate for a hello of ordinary size (up to 128 ciphers
+//! and as many extensions: the lists are sorted on
+//! the stack and hashed through a fixed buffer; only a hostile hello with
+//! more spills to the heap, so its cost stays O(n log n)), or panic.
+//!
+//! Written here rather than taken from the `ja4` crates: they parse the
+//! packet again and build `String`s, where the router holds the parsed
+//! hello already and must decide without allocating. The SHA-256 is
+//! `ring`'s, already in the workspace (rustls depends on it) and fast on
+//! CPUs with SHA extensions; a second hash implementation would add a crate
+//! for nothing.
+
+use core::fmt;
+
+use ring::digest;
+
+use super::ClientHello;
+
+/// How many ciphers (and, separately, extensions) are sorted on the stack.
+/// Browsers offer 15 to 20 of each; a longer list is sorted on the heap.
+const SORT_ON_STACK: usize = 128;
+
+const EXT_SERVER_NAME: u16 = 0x0000;
+const EXT_SIGNATURE_ALGORITHMS: u16 = 0x000d;
+const EXT_ALPN: u16 = 0x0010;
+
+/// Length of a fingerprint: `a` (10) `_` `b` (12) `_` `c` (12).
+const JA4_LEN: usize = 36;
+const A_LEN: usize = 10;
+const HASH_HEX_LEN: usize = 12;
+const NO_VALUES: &[u8; HASH_HEX_LEN] = b"000000000000";
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// The transport a ClientHello came over: the fingerprint's first letter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// TLS over TCP: `t`.
+    Tcp,
+    /// QUIC (the ClientHello in CRYPTO frames): `q`.
+    Quic,
+}
+
+impl Transport {
+    fn letter(self) -> u8 {
+        match self {
+            Self::Tcp => b't',
+            Self::Quic => b'q',
+        }
+    }
+}
+
+/// A JA4 fingerprint, such as `t13d1516h2_8daaf6152771_e5627efa2ab1`.
+///
+/// Computed by [`Ja4::of`], or read from configuration by [`Ja4::parse`];
+/// two are equal when their 36 bytes are.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ja4 {
+    text: [u8; JA4_LEN],
+}
+
+impl Ja4 {
+    /// The fingerprint of `hello`, received over `transport`.
+    pub fn of(hello: &ClientHello<'_>, transport: Transport) -> Self {
+        let lists = Lists::of(hello);
+        let mut text = [b'_'; JA4_LEN];
+        text[..A_LEN].copy_from_slice(&section_a(hello, &lists, transport));
+        let b_at = A_LEN + 1;
+        let c_at = b_at + HASH_HEX_LEN + 1;
+        text[b_at..b_at + HASH_HEX_LEN].copy_from_slice(&hash12(|sink| lists.write_b(sink)));
+        text[c_at..].copy_from_slice(&hash12(|sink| lists.write_c(sink)));
+        Self { text }
+    }
+
+    /// The raw form (`ja4_r`): the `a` section, then the sorted ciphers and
+    /// extensions and the signature algorithms, unhashed. It is as long as
+    /// the hello's lists, so it is formatted on demand, never stored.
+    pub fn raw<'h>(hello: &ClientHello<'h>, transport: Transport) -> Ja4Raw<'h> {
+        Ja4Raw {
+            hello: *hello,
+            transport,
+        }
+    }
+
+    /// Reads a fingerprint as written in a configuration or a log:
+    /// `[tqd]` + version + `[di]` + two two-digit counts + two ALPN
+    /// characters, `_`, 12 lower-case hex digits, `_`, 12 more.
+    pub fn parse(text: &str) -> Result<Self, Ja4FormatError> {
+        let bytes = text.as_bytes();
+        let Ok(text) = <[u8; JA4_LEN]>::try_from(bytes) else {
+            return Err(Ja4FormatError::Length(bytes.len()));
+        };
+        let bad = |at: usize, expected: &'static str| Ja4FormatError::Character { at, expected };
+        if !matches!(text[0], b't' | b'q' | b'd') {
+            return Err(bad(0, "t, q or d (the transport)"));
+        }
+        if !is_version(&text[1..3]) {
+            return Err(bad(
+                1,
+                "a version: 13, 12, 11, 10, s3, s2, d1, d2, d3 or 00",
+            ));
+        }
+        if !matches!(text[3], b'd' | b'i') {
+            return Err(bad(3, "d or i (server name present or not)"));
+        }
+        if let Some(at) = (4..8).find(|&at| !text[at].is_ascii_digit()) {
+            return Err(bad(at, "a digit (the cipher and extension counts)"));
+        }
+        if let Some(at) = (8..10).find(|&at| !text[at].is_ascii_alphanumeric()) {
+            return Err(bad(
+                at,
+                "a letter or digit (the first ALPN's first and last)",
+            ));
+        }
+        for at in [A_LEN, A_LEN + 1 + HASH_HEX_LEN] {
+            if text[at] != b'_' {
+                return Err(bad(at, "_ (between sections)"));
+            }
+        }
+        let hashes = (A_LEN + 1..JA4_LEN).filter(|&at| text[at] != b'_');
+        if let Some(at) = hashes.clone().find(|&at| !is_lower_hex(text[at])) {
+            return Err(bad(at, "a lower-case hex digit (the truncated SHA-256)"));
+        }
+        Ok(Self { text })
+    }
+
+    /// The fingerprint as text.
+    pub fn as_str(&self) -> &str {
+        // Every byte comes from an ASCII table or passed `parse`.
+        core::str::from_utf8(&self.text).unwrap_or_default()
+    }
+}
+
+impl fmt::Display for Ja4 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for Ja4 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Ja4({})", self.as_str())
+    }
+}
+
+impl core::str::FromStr for Ja4 {
+    type Err = Ja4FormatError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Self::parse(text)
+    }
+}
+
+/// Why a written fingerprint is not one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ja4FormatError {
+    /// Not 36 characters long.
+    Length(usize),
+    /// The character at byte `at` is not what that place holds.
+    Character {
+        /// Byte offset of the first wrong character.
+        at: usize,
+        /// What belongs there.
+        expected: &'static str,
+    },
+}
+
+impl fmt::Display for Ja4FormatError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Length(len) => write!(
+                f,
+                "a JA4 fingerprint is 36 characters (like t13d1516h2_8daaf6152771_e5627efa2ab1), not {len}"
+            ),
+            Self::Character { at, expected } => {
+                write!(
+                    f,
+                    "character {} of a JA4 fingerprint must be {expected}",
+                    at + 1
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for Ja4FormatError {}
+
+/// The raw fingerprint (`ja4_r`) of one hello, formatted by [`fmt::Display`].
+#[derive(Debug, Clone, Copy)]
+pub struct Ja4Raw<'h> {
+    hello: ClientHello<'h>,
+    transport: Transport,
+}
+
+impl fmt::Display for Ja4Raw<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lists = Lists::of(&self.hello);
+        let mut sink = FmtSink { f, result: Ok(()) };
+        sink.put(&section_a(&self.hello, &lists, self.transport));
+        sink.put(b"_");
+        lists.write_b(&mut sink);
+        sink.put(b"_");
+        lists.write_c(&mut sink);
+        sink.result
+    }
+}
+
+fn is_grease(value: u16) -> bool {
+    value & 0x0f0f == 0x0a0a && value >> 8 == value & 0xff
+}
+
+fn is_lower_hex(byte: u8) -> bool {
+    byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte)
+}
+
+fn is_version(code: &[u8]) -> bool {
+    matches!(
+        code,
+        b"13" | b"12" | b"11" | b"10" | b"s3" | b"s2" | b"d1" | b"d2" | b"d3" | b"00"
+    )
+}
+
+fn version_code(version: u16) -> &'static [u8; 2] {
+    match version {
+        0x0304 => b"13",
+        0x0303 => b"12",
+        0x0302 => b"11",
+        0x0301 => b"10",
+        0x0300 => b"s3",
+        0x0002 => b"s2",
+        0xfeff => b"d1",
+        0xfefd => b"d2",
+        0xfefc => b"d3",
+        _ => b"00",
+    }
+}
+
+fn u16_pairs(list: &[u8]) -> impl Iterator<Item = u16> + '_ {
+    list.chunks_exact(2)
+        .map(|pair| u16::from_be_bytes([pair[0], pair[1]]))
+}
+
+/// The extensions of a block the parser already walked, in order.
+fn extensions(mut block: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    core::iter::from_fn(move || {
+        let (header, rest) = block.split_at_checked(4)?;
+        let len = usize::from(u16::from_be_bytes([header[2], header[3]]));
+        let (data, rest) = rest.split_at_checked(len)?;
+        block = rest;
+        Some((u16::from_be_bytes([header[0], header[1]]), data))
+    })
+}
+
+/// The `supported_signature_algorithms` list of a `signature_algorithms`
+/// extension; the router does not validate this extension, so a list
+/// that overruns it is cut to what is there.
+fn signature_algorithms(data: &[u8]) -> &[u8] {
+    let Some((declared, list)) = data.split_first_chunk::<2>() else {
+        return &[];
+    };
+    let declared = usize::from(u16::from_be_bytes(*declared));
+    &list[..declared.min(list.len())]
+}
+
+/// The GREASE-free lists of one hello, sorted where JA4 sorts them.
+struct Lists<'h> {
+    ciphers: SortedU16,
+    /// Extensions minus `server_name` and ALPN.
+    hashed_extensions: SortedU16,
+    /// Every extension, `server_name` and ALPN included.
+    extension_count: usize,
+    has_server_name: bool,
+    signature_algorithms: &'h [u8],
+}
+
+impl<'h> Lists<'h> {
+    fn of(hello: &ClientHello<'h>) -> Self {
+        let mut ciphers = SortedU16::new();
+        u16_pairs(hello.cipher_suites)
+            .filter(|&c| !is_grease(c))
+            .for_each(|c| ciphers.insert(c));
+        let mut lists = Self {
+            ciphers: ciphers.finish(),
+            hashed_extensions: SortedU16::new(),
+            extension_count: 0,
+            has_server_name: false,
+            signature_algorithms: &[],
+        };
+        for (ext_type, data) in extensions(hello.extensions) {
+            if is_grease(ext_type) {
+                continue;
+            }
+            lists.extension_count += 1;
+            match ext_type {
+                EXT_SERVER_NAME => lists.has_server_name = true,
+                EXT_ALPN => {}
+                _ => lists.hashed_extensions.insert(ext_type),
+            }
+            if ext_type == EXT_SIGNATURE_ALGORITHMS {
+                lists.signature_algorithms = signature_algorithms(data);
+            }
+        }
+        lists.hashed_extensions = lists.hashed_extensions.finish();
+        lists
+    }
+
+    fn write_b(&self, sink: &mut impl Sink) {
+        write_list(sink, self.ciphers.as_slice().iter().copied());
+    }
+
+    fn write_c(&self, sink: &mut impl Sink) {
+        write_list(sink, self.hashed_extensions.as_slice().iter().copied());
+        let mut signatures = u16_pairs(self.signature_algorithms)
+            .filter(|&s| !is_grease(s))
+            .peekable();
+        if signatures.peek().is_some() {
+            sink.put(b"_");
+            write_list(sink, signatures);
+        }
+    }
+}
+
+fn section_a(hello: &ClientHello<'_>, lists: &Lists<'_>, transport: Transport) -> [u8; A_LEN] {
+    let version = match hello.supported_versions {
+        Some(offer) => offer.iter().filter(|&v| !is_grease(v)).max().unwrap_or(0),
+        None => hello.legacy_version,
+    };
+    let mut a = [0; A_LEN];
+    a[0] = transport.letter();
+    a[1..3].copy_from_slice(version_code(version));
+    a[3] = if lists.has_server_name { b'd' } else { b'i' };
+    a[4..6].copy_from_slice(&two_digits(lists.ciphers.as_slice().len()));
+    a[6..8].copy_from_slice(&two_digits(lists.extension_count));
+    a[8..10].copy_from_slice(&alpn_chars(hello));
+    a
+}
+
+fn two_digits(count: usize) -> [u8; 2] {
+    let count = count.min(99) as u8;
+    [b'0' + count / 10, b'0' + count % 10]
+}
+
+/// First and last character of the first ALPN name; when either is not
+/// alphanumeric, the first and last hex digit of the name instead.
+fn alpn_chars(hello: &ClientHello<'_>) -> [u8; 2] {
+    let first_name = hello.alpn.and_then(|offer| offer.iter().next());
+    let Some((&first, &last)) = first_name.and_then(|name| Some((name.first()?, name.last()?)))
+    else {
+        return *b"00";
+    };
+    if first.is_ascii_alphanumeric() && last.is_ascii_alphanumeric() {
+        [first, last]
+    } else {
+        [HEX[usize::from(first >> 4)], HEX[usize::from(last & 0x0f)]]
+    }
+}
+
+/// Where a list's text goes: the hash or a formatter.
+trait Sink {
+    fn put(&mut self, bytes: &[u8]);
+}
+
+/// Writes `values` as comma-separated four-digit lower-case hex.
+fn write_list(sink: &mut impl Sink, values: impl Iterator<Item = u16>) {
+    for (i, value) in values.enumerate() {
+        let [hi, lo] = value.to_be_bytes();
+        let item = [
+            b',',
+            HEX[usize::from(hi >> 4)],
+            HEX[usize::from(hi & 0x0f)],
+            HEX[usize::from(lo >> 4)],
+            HEX[usize::from(lo & 0x0f)],
+        ];
+        sink.put(if i == 0 { &item[1..] } else { &item });
+    }
+}
+
+/// Feeds SHA-256 through a buffer, so that a list is a few `update` calls,
+/// not one per item.
+struct HashSink {
+    context: digest::Context,
+    buffer: [u8; 256],
+    len: usize,
+    total: usize,
+}
+
+impl Sink for HashSink {
+    fn put(&mut self, bytes: &[u8]) {
+        self.total += bytes.len();
+        if self.len + bytes.len() > self.buffer.len() {
+            self.context.update(&self.buffer[..self.len]);
+            self.len = 0;
+        }
+        match self.buffer.get_mut(self.len..self.len + bytes.len()) {
+            Some(room) => {
+                room.copy_from_slice(bytes);
+                self.len += bytes.len();
+            }
+            None => self.context.update(bytes),
+        }
+    }
+}
+
+/// The first 12 hex digits of the SHA-256 of what `write` puts, or
+/// `000000000000` when it puts nothing (the spec's mark for an empty list).
+fn hash12(write: impl FnOnce(&mut HashSink)) -> [u8; HASH_HEX_LEN] {
+    let mut sink = HashSink {
+        context: digest::Context::new(&digest::SHA256),
+        buffer: [0; 256],
+        len: 0,
+        total: 0,
+    };
+    write(&mut sink);
+    if sink.total == 0 {
+        return *NO_VALUES;
+    }
+    sink.context.update(&sink.buffer[..sink.len]);
+    let digest = sink.context.finish();
+    let mut hex = [0; HASH_HEX_LEN];
+    for (pair, byte) in hex.chunks_exact_mut(2).zip(digest.as_ref()) {
+        pair[0] = HEX[usize::from(byte >> 4)];
+        pair[1] = HEX[usize::from(byte & 0x0f)];
+    }
+    hex
+}
+
+struct FmtSink<'f, 'g> {
+    f: &'f mut fmt::Formatter<'g>,
+    result: fmt::Result,
+}
+
+impl Sink for FmtSink<'_, '_> {
+    fn put(&mut self, bytes: &[u8]) {
+        if self.result.is_ok() {
+            // Every byte written is ASCII from the tables above.
+            self.result = self
+                .f
+                .write_str(core::str::from_utf8(bytes).unwrap_or_default());
+        }
+    }
+}
+
+/// A list of u16 sorted as it is built: insertion into a stack array (the
+/// lists are short, so this beats a general sort). Past [`SORT_ON_STACK`]
+/// values it moves to the heap and is sorted once, by [`Self::finish`].
+struct SortedU16 {
+    stack: [u16; SORT_ON_STACK],
+    len: usize,
+    heap: Vec<u16>,
+}
+
+impl SortedU16 {
+    fn new() -> Self {
+        Self {
+            stack: [0; SORT_ON_STACK],
+            len: 0,
+            heap: Vec::new(),
+        }
+    }
+
+    fn insert(&mut self, value: u16) {
+        if self.len == SORT_ON_STACK {
+            if self.heap.is_empty() {
+                self.heap.extend_from_slice(&self.stack);
+            }
+            self.heap.push(value);
+            return;
+        }
+        let mut at = self.len;
+        while at > 0 && self.stack[at - 1] > value {
+            self.stack[at] = self.stack[at - 1];
+            at -= 1;
+        }
+        self.stack[at] = value;
+        self.len += 1;
+    }
+
+    fn finish(mut self) -> Self {
+        self.heap.sort_unstable();
+        self
+    }
+
+    fn as_slice(&self) -> &[u16] {
+        if self.heap.is_empty() {
+            &self.stack[..self.len]
+        } else {
+            &self.heap
+        }
+    }
+}
