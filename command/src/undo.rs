@@ -22,7 +22,7 @@ use crate::validate::{ValidationError, parse_address, resolve_backend, resolve_f
 pub enum Undoable {
     /// The state changed; dispatching `undo` on it restores the state as it
     /// was before.
-    Changed { undo: proto::Request },
+    Changed { undo: Box<proto::Request> },
     /// The state already held this: nothing to undo, nothing to forward.
     Unchanged,
 }
@@ -42,7 +42,9 @@ impl ConfigState {
         match self.dispatch(request)? {
             Applied::Unchanged => Ok(Undoable::Unchanged),
             Applied::Changed => match undo {
-                Some(undo) => Ok(Undoable::Changed { undo }),
+                Some(undo) => Ok(Undoable::Changed {
+                    undo: Box::new(undo),
+                }),
                 None => {
                     debug_assert!(false, "no inverse for an accepted change: {request:?}");
                     Err(ValidationError::new(

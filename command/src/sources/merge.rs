@@ -126,7 +126,7 @@ fn apply(state: &mut ConfigState, declared: &[Declared]) -> Result<(), Vec<Probl
         let outcome = resolve_any_ip(state, &d.request)
             .and_then(|request| state.dispatch_undoable(&request).map_err(Problem::from));
         match outcome {
-            Ok(Undoable::Changed { undo: inverse }) => undo.push(inverse),
+            Ok(Undoable::Changed { undo: inverse }) => undo.push(*inverse),
             Ok(Undoable::Unchanged) => {}
             Err(problem) => {
                 for inverse in undo.iter().rev() {
