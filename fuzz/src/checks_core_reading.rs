@@ -271,8 +271,12 @@ fn evidence(config: &PrereadConfig, reading: &Reading, reason: RejectReason) -> 
         RejectReason::AlpnUnmatched => {
             matches!(reading.lookup(config), Some(Lookup::AlpnUnmatched { .. }))
         }
-        // Never the answer to on-time bytes.
-        RejectReason::Fragmented | RejectReason::FrontClosed => false,
+        // Never the answer to on-time bytes; the QUIC reasons never a
+        // TCP listener's.
+        RejectReason::Fragmented
+        | RejectReason::FrontClosed
+        | RejectReason::QuicUndecryptable
+        | RejectReason::QuicVersion => false,
     }
 }
 

@@ -182,6 +182,7 @@ mod config;
 mod output;
 pub mod pattern;
 mod preread;
+pub mod quic;
 mod reject;
 pub mod rng;
 pub mod routes;

@@ -1,6 +1,7 @@
 //! Why a connection was refused, or why it went to the default cluster.
 //!
-//! Owns: [`RejectReason`] (the eleven reasons of the architecture) and
+//! Owns: [`RejectReason`] (the eleven reasons of the architecture and the
+//! two of QUIC listeners) and
 //! [`FallbackReason`], with their stable snake_case names, declared with
 //! [`crate::stable_names!`]: a new variant without a name does not compile
 //! (the shell's metric names build on them). Must never: share a name between two
@@ -37,6 +38,11 @@ crate::stable_names! {
         ProxyHeaderInvalid => "proxy_header_invalid",
         /// The client closed before a decision.
         FrontClosed => "front_closed",
+        /// QUIC: the client's first Initial packet does not open with the
+        /// keys its Destination Connection ID gives (RFC 9001 §5.2).
+        QuicUndecryptable => "quic_undecryptable",
+        /// QUIC: a version the proxy cannot read (neither v1 nor v2).
+        QuicVersion => "quic_version",
     }
     /// Every reason, for tests and metric registration.
     pub const ALL;
@@ -57,7 +63,9 @@ impl RejectReason {
             | Self::TooLarge
             | Self::AlpnUnmatched
             | Self::ProxyHeaderInvalid
-            | Self::FrontClosed => None,
+            | Self::FrontClosed
+            | Self::QuicUndecryptable
+            | Self::QuicVersion => None,
         }
     }
 }
@@ -92,7 +100,7 @@ mod tests {
     #[test]
     fn every_reason_has_a_distinct_name() {
         let rejects: HashSet<_> = RejectReason::ALL.map(RejectReason::as_str).into();
-        assert_eq!(rejects.len(), 11);
+        assert_eq!(rejects.len(), 13);
         let fallbacks: HashSet<_> = FallbackReason::ALL.map(FallbackReason::as_str).into();
         assert_eq!(fallbacks.len(), FallbackReason::ALL.len());
     }

@@ -129,13 +129,7 @@ pub(crate) fn decide(
     }
     let limit = config.max_bytes.saturating_sub(seen.content_offset);
     match parse_client_hello_resuming(tls, limit, cursor, scratch) {
-        Ok(Parsed::Complete(hello)) => {
-            learned.offers_tls13 = hello
-                .supported_versions
-                .is_some_and(|versions| versions.iter().any(|v| v == TLS13));
-            learned.hello = Some(HelloSummary::of(&hello));
-            Some(route(config, &hello, seen, &mut learned.sni))
-        }
+        Ok(Parsed::Complete(hello)) => Some(routed_hello(config, &hello, seen, learned)),
         Ok(Parsed::Incomplete(needed)) => incomplete(config, window, needed),
         Err(error) => {
             learned.fault = Some(error);
@@ -148,12 +142,46 @@ pub(crate) fn decide(
     }
 }
 
+/// The verdict on a whole ClientHello, `seen` what came before it.
+fn routed_hello<'a>(
+    config: &PrereadConfig,
+    hello: &ClientHello<'a>,
+    seen: Seen<'a>,
+    learned: &mut Learned,
+) -> Output {
+    learned.offers_tls13 = hello
+        .supported_versions
+        .is_some_and(|versions| versions.iter().any(|v| v == TLS13));
+    learned.hello = Some(HelloSummary::of(hello));
+    route(config, hello, seen, &mut learned.sni)
+}
+
+/// The verdict on a ClientHello that came without a record layer or a
+/// PROXY header (QUIC's CRYPTO stream): the same checks, in the same order,
+/// as a TCP window's from its ClientHello on. The route's `hello_end` is
+/// the hello's length in the stream.
+pub(crate) fn decide_hello(
+    config: &PrereadConfig,
+    hello: &ClientHello<'_>,
+    learned: &mut Learned,
+) -> Output {
+    learned.bytes_arrived = true;
+    learned.client_spoke = true;
+    routed_hello(config, hello, Seen::default(), learned)
+}
+
+/// A flow refused for `reason` before any ClientHello was read (QUIC:
+/// not a long header): the default cluster when the reason allows it.
+pub(crate) fn refuse_unread(config: &PrereadConfig, reason: RejectReason) -> Output {
+    refuse(config, reason, Seen::default())
+}
+
 /// A window that is still a valid prefix: wait, unless it cannot end within
 /// the cap. The parsers, given the cap, count `needed` so that it takes the
 /// window past the cap exactly then: at the cap, or as soon as a record,
 /// handshake or PROXY v2 length announces more than the cap holds (waiting
 /// for those bytes would only hold the buffer until the timeout).
-fn incomplete(config: &PrereadConfig, window: &[u8], needed: Needed) -> Option<Output> {
+pub(crate) fn incomplete(config: &PrereadConfig, window: &[u8], needed: Needed) -> Option<Output> {
     let fits = match needed {
         Needed::AtLeast(n) => window.len().saturating_add(n.get()) <= config.max_bytes,
         Needed::Unknown => window.len() < config.max_bytes,

@@ -7,7 +7,9 @@
 //! listener, a client byte stream and a timeline; directed scenarios that
 //! produce each reject and fallback reason by construction), the driver
 //! ([`driver`]: the worker model and the invariants checked at every step)
-//! and the run/report ([`report`]). Must never: use real time, threads or
+//! and the run/report ([`report`]); and the QUIC flows ([`quic`]: a first
+//! flight of Initials through a lossy network, the QUIC step judged by
+//! the TCP core). Must never: use real time, threads or
 //! sockets, read files at run time (the corpus is embedded), or copy the
 //! shell's cap arithmetic (it calls `preread_core::window`).
 //!
@@ -21,6 +23,7 @@ pub mod driver;
 pub mod hello;
 pub mod listener;
 pub mod prefix;
+pub mod quic;
 pub mod report;
 /// The route fixtures shared with the fuzz target and the core's tests,
 /// compiled in (never read at run time).

@@ -23,7 +23,7 @@ pub struct Tally {
     /// Routed by a frontend.
     pub routed: u64,
     /// Refused, per [`RejectReason::ALL`] position.
-    pub rejected: [u64; 11],
+    pub rejected: [u64; RejectReason::ALL.len()],
     /// Sent to the default cluster, per [`FallbackReason::ALL`] position.
     pub fallback: [u64; 5],
     /// Closed before the client spoke (not counted by the worker).

@@ -1058,6 +1058,9 @@ fn build_directed(target: Target, seed: u64) -> Scenario {
                 ..Payload::default()
             }
         }
+        Target::Reject(RejectReason::QuicUndecryptable | RejectReason::QuicVersion) => {
+            unreachable!("a TCP scenario never targets a QUIC reason: Target::ALL lists none")
+        }
         Target::SilentTimeout => {
             // Nothing, or a load balancer's header and then nothing; no
             // server-first route, except one that must wait for a header

@@ -79,6 +79,8 @@ pub fn rejected(reason: RejectReason) -> &'static str {
         RejectReason::AlpnUnmatched => "tcp.sni_preread.rejected.alpn_unmatched",
         RejectReason::ProxyHeaderInvalid => "tcp.sni_preread.rejected.proxy_header_invalid",
         RejectReason::FrontClosed => "tcp.sni_preread.rejected.front_closed",
+        RejectReason::QuicUndecryptable => "tcp.sni_preread.rejected.quic_undecryptable",
+        RejectReason::QuicVersion => "tcp.sni_preread.rejected.quic_version",
     }
 }
 
@@ -261,7 +263,7 @@ mod tests {
     #[test]
     fn every_reject_reason_has_a_distinct_metric_name() {
         let names: HashSet<_> = RejectReason::ALL.map(rejected).into();
-        assert_eq!(names.len(), 11);
+        assert_eq!(names.len(), 13);
         for reason in RejectReason::ALL {
             assert_eq!(
                 rejected(reason),

@@ -64,11 +64,11 @@ pub(super) fn farewell(
 
 /// What the core learned that decides the alert.
 #[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Seen {
-    pub(super) fault: Option<TlsError>,
-    pub(super) offers_tls13: bool,
-    pub(super) record_version: Option<u16>,
-    pub(super) content_offset: usize,
+pub(crate) struct Seen {
+    pub(crate) fault: Option<TlsError>,
+    pub(crate) offers_tls13: bool,
+    pub(crate) record_version: Option<u16>,
+    pub(crate) content_offset: usize,
 }
 
 impl Seen {
@@ -83,7 +83,7 @@ impl Seen {
 
 /// The alert a server would send for `reason`; `None` when the peer does
 /// not speak TLS or has gone.
-pub(super) fn alert(
+pub(crate) fn alert(
     reason: RejectReason,
     seen: &Seen,
     window: &[u8],
@@ -104,7 +104,9 @@ pub(super) fn alert(
         RejectReason::NotTls
         | RejectReason::ProxyHeaderInvalid
         | RejectReason::Fragmented
-        | RejectReason::FrontClosed => None,
+        | RejectReason::FrontClosed
+        | RejectReason::QuicUndecryptable
+        | RejectReason::QuicVersion => None,
     }
 }
 

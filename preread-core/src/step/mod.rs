@@ -27,7 +27,7 @@
 //! draw randomness, or act on an event after the stage ended.
 
 mod actions;
-mod alert;
+pub(crate) mod alert;
 mod handoff;
 mod listener;
 
@@ -369,6 +369,6 @@ impl PrereadStep {
 #[cfg(test)]
 mod catch_all_tests;
 #[cfg(test)]
-mod test_hello;
+pub(crate) mod test_hello;
 #[cfg(test)]
 mod tests;

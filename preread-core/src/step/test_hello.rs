@@ -2,7 +2,7 @@
 //! tests: a name, and an ALPN offer when given.
 
 /// A ClientHello record naming `sni`, offering `alpn` when given.
-pub(super) fn hello(sni: &str, alpn: Option<&str>) -> Vec<u8> {
+pub(crate) fn hello(sni: &str, alpn: Option<&str>) -> Vec<u8> {
     let mut extensions = Vec::new();
     let name = sni.as_bytes();
     extensions.extend_from_slice(&[0, 0]);

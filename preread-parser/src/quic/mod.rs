@@ -17,7 +17,8 @@
 //! - what the proxy sends: [`seal_initial`] (any Initial, either side's
 //!   keys), [`connection_close`] (a server Initial carrying
 //!   CONNECTION_CLOSE with CRYPTO_ERROR `0x100 + alert`) and
-//!   [`version_negotiation`].
+//!   [`version_negotiation`]; and [`client_first_flight`], what a client
+//!   sends, for tests and tools.
 //!
 //! Must never: panic on any datagram, write a cipher of its own (the
 //! primitives are `ring`'s), or read past a packet's Length.
@@ -79,12 +80,14 @@ mod test_vectors;
 #[cfg(test)]
 mod tests;
 
-pub use build::{CRYPTO_ERROR, connection_close, version_negotiation};
+pub use build::{
+    CRYPTO_ERROR, PROTOCOL_VIOLATION, client_first_flight, connection_close, version_negotiation,
+};
 pub use error::{CryptoFault, FrameFault, HeaderFault, QuicError};
 pub use flow::{ClientInitials, ConnectionId, Fed};
 pub use header::{LongHeader, MAX_CID_LEN, parse_long_header};
 pub use keys::{PacketKeys, Side};
-pub use protect::{InitialPacket, TAG_LEN, seal_initial};
+pub use protect::{InitialPacket, TAG_LEN, open_initial, seal_initial};
 pub use reassembly::{CryptoStream, MAX_PIECES};
 pub use version::{PacketType, SUPPORTED, VERSION_1, VERSION_2, Version};
 

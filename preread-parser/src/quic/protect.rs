@@ -2,8 +2,9 @@
 //! header protection and opening the AEAD, and the reverse for a packet
 //! the proxy sends.
 //!
-//! Owns: [`open`] (in place, on the caller's copy of the packet), the
-//! packet-number recovery (RFC 9000 §A.3), and [`seal_initial`]. Must
+//! Owns: [`open`] (in place, on the caller's copy of the packet; and
+//! [`open_initial`], its public form), the packet-number recovery (RFC
+//! 9000 §A.3), and [`seal_initial`]. Must
 //! never: hand out a byte of a payload whose tag did not verify.
 
 use ring::aead::{Aad, Tag};
@@ -72,6 +73,19 @@ pub(crate) fn open(
         payload,
         len,
     })
+}
+
+/// Opens one whole packet sealed with `keys` (`pn_offset` from its
+/// [`super::LongHeader`]), in place, as the first of its packet number
+/// space, and returns its plaintext payload: how a client, a test or a
+/// tool reads what the proxy sent it.
+pub fn open_initial<'p>(
+    keys: &PacketKeys,
+    packet: &'p mut [u8],
+    pn_offset: usize,
+) -> Result<&'p [u8], QuicError> {
+    let opened = open(keys, packet, pn_offset, None)?;
+    Ok(&packet[opened.payload..opened.payload + opened.len])
 }
 
 /// RFC 9000 §A.3: the packet number closest to the next one expected

@@ -125,7 +125,7 @@ fn server_initial_vectors() {
 fn connection_close_opens_with_the_server_keys() {
     let dcid = unhex(DCID);
     for version in [Version::V1, Version::V2] {
-        let reply = connection_close(version, &dcid, &[0xaa, 0xbb], 112, b"");
+        let reply = connection_close(version, &dcid, &[0xaa, 0xbb], 0x100 + 112, b"");
         let Ok(header) = super::parse_long_header(&reply) else {
             panic!("a long header");
         };
@@ -301,4 +301,30 @@ fn the_client_closing_is_reported() {
         flow.feed(&datagram(&dcid, 0, &close)).map(|fed| fed.closed),
         Ok(Some(0x0a))
     );
+}
+
+/// The helper flight: one Initial per 1200-byte datagram, read back whole.
+#[test]
+fn a_client_first_flight_reads_back() {
+    let hello = rfc_hello();
+    for version in [Version::V1, Version::V2] {
+        let flight =
+            super::client_first_flight(version, &[1, 2, 3, 4, 5, 6, 7, 8], &[9], &hello, 100);
+        assert_eq!(flight.len(), hello.len().div_ceil(100));
+        let mut flow = ClientInitials::new(4096);
+        for datagram in flight.iter().rev() {
+            assert_eq!(datagram.len(), super::MIN_INITIAL_DATAGRAM);
+            assert!(flow.feed(datagram).is_ok());
+        }
+        assert_eq!(flow.crypto_prefix(), hello);
+        assert_eq!(flow.client_scid().map(|id| id.as_bytes()), Some(&[9][..]));
+        // A trailing byte after the hello is refused.
+        let mut longer = hello.clone();
+        longer.push(0);
+        let mut flow = ClientInitials::new(4096);
+        for datagram in super::client_first_flight(version, &[1; 8], &[], &longer, 1100) {
+            assert!(flow.feed(&datagram).is_ok());
+        }
+        assert!(flow.client_hello().is_err());
+    }
 }

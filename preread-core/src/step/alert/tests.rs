@@ -93,6 +93,8 @@ fn every_reject_reason_has_its_alert_or_none() {
         (RejectReason::ProxyHeaderInvalid, &seen, None),
         (RejectReason::Fragmented, &seen, None),
         (RejectReason::FrontClosed, &seen, None),
+        (RejectReason::QuicUndecryptable, &seen, None),
+        (RejectReason::QuicVersion, &seen, None),
     ];
     for (reason, seen, code) in cases {
         let got = alert(reason, seen, &[], 16_384).map(|a| a.record(seen.version()));
