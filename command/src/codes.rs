@@ -55,6 +55,12 @@ preread_core::stable_names! {
         /// A setting of the other protocol's listeners (`expect_proxy` on a
         /// QUIC listener, `max_flows` on a TCP one...).
         ListenerProtocolSetting => "E107",
+        /// An `allow` or `deny` entry that is not a CIDR prefix.
+        InvalidAccessPrefix => "E120",
+        /// A `connection_rate_per_ip` that is not a rate.
+        InvalidConnectionRate => "E121",
+        /// An `ipv6_prefix` past 128.
+        InvalidIpv6Prefix => "E122",
         /// A frontend's `sni` is not a valid pattern.
         InvalidSniPattern => "E201",
         /// A frontend's `alpn` list is not valid.

@@ -14,6 +14,7 @@
 //! SNI and ALPN rules are `preread-core`'s own validators, called here,
 //! never copied.
 
+mod access;
 mod differences;
 mod listener;
 mod objects;
@@ -24,6 +25,7 @@ use crate::codes::ErrorCode;
 use crate::spelling;
 
 pub use crate::validation_error::ValidationError;
+pub(crate) use access::{AccessFields, resolve_access};
 pub(crate) use differences::{cluster_differences, listener_differences};
 pub(crate) use listener::resolve_listener;
 pub(crate) use listener::whole_seconds;

@@ -173,6 +173,8 @@ fn defaults_apply_to_an_empty_config() {
     assert_eq!(global.empty_saved_state, EmptySavedState::Refuse);
     assert_eq!(global.command_client_timeout, Duration::from_secs(10));
     assert_eq!(global.soft_stop_grace, Duration::from_secs(30));
+    assert!(global.defer_accept);
+    assert!(!global.backend_keepalive);
 }
 
 #[test]
@@ -194,6 +196,8 @@ fn global_settings_are_typed() {
         max_connection_attempts = 1
         empty_saved_state = "use_config"
         command_client_timeout = 2
+        defer_accept = false
+        backend_keepalive = true
         "#,
     )
     .unwrap_or_else(|p| panic!("{}", show(&p)));
@@ -220,6 +224,8 @@ fn global_settings_are_typed() {
     assert_eq!(g.max_connection_attempts, 1);
     assert_eq!(g.empty_saved_state, EmptySavedState::UseConfig);
     assert_eq!(g.command_client_timeout, Duration::from_secs(2));
+    assert!(!g.defer_accept);
+    assert!(g.backend_keepalive);
     assert_eq!(
         load_config(r#"empty_saved_state = "keep_empty""#)
             .unwrap()

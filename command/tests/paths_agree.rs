@@ -100,19 +100,96 @@ fn cluster(id: String) -> impl Strategy<Value = proto::Cluster> {
         proxy_protocol,
         prop::sample::select(&[0u32, 0, 10][..]),
         health_check,
+        access(),
     )
         .prop_map(
-            move |(load_balancing, proxy_protocol, max_connections_per_ip, health_check)| {
+            move |(
+                load_balancing,
+                proxy_protocol,
+                max_connections_per_ip,
+                health_check,
+                access,
+            )| {
+                let (allow, deny, connection_rate_per_ip, ipv6_prefix) = access;
                 proto::Cluster {
                     cluster_id: id.clone(),
                     load_balancing,
                     proxy_protocol,
                     max_connections_per_ip,
                     health_check,
+                    allow,
+                    deny,
+                    connection_rate_per_ip,
+                    ipv6_prefix,
                     protocol: None,
                 }
             },
         )
+}
+
+const GOOD_PREFIXES: &[&str] = &["10.0.0.0/8", "192.0.2.7", "2001:db8::/32", "::1"];
+const BAD_PREFIXES: &[&str] = &["10.1.2.3/8", "10.0.0.0/33", "office", "::/129"];
+
+type Access = (
+    Vec<String>,
+    Vec<String>,
+    Option<proto::ConnectionRate>,
+    Option<u32>,
+);
+
+/// Mostly no access settings; else lists of good and bad prefixes, rates
+/// with zeroes, and prefix lengths past 128.
+fn access() -> impl Strategy<Value = Access> {
+    let list = || {
+        prop::option::weighted(
+            0.1,
+            prop::collection::vec(mostly(GOOD_PREFIXES, BAD_PREFIXES), 0..3),
+        )
+        .prop_map(Option::unwrap_or_default)
+    };
+    let rate = prop::option::weighted(
+        0.1,
+        (
+            prop::sample::select(&[0u32, 1, 50][..]),
+            prop::sample::select(&[0u64, 1_000, 60_000][..]),
+            small_option(&[0u32, 100]),
+        )
+            .prop_map(|(rate, per_ms, burst)| proto::ConnectionRate {
+                rate,
+                per_ms,
+                burst,
+            }),
+    );
+    (list(), list(), rate, small_option(&[48u32, 64, 129]))
+}
+
+/// The access keys of a rendered listener or cluster.
+fn render_access(
+    text: &mut String,
+    (allow, deny): (&[String], &[String]),
+    rate: Option<&proto::ConnectionRate>,
+    ipv6_prefix: Option<u32>,
+) {
+    for (key, list) in [("allow", allow), ("deny", deny)] {
+        if !list.is_empty() {
+            let quoted: Vec<String> = list.iter().map(|p| toml_string(p)).collect();
+            let _ = writeln!(text, "{key} = [{}]", quoted.join(", "));
+        }
+    }
+    if let Some(rate) = rate {
+        let burst = rate
+            .burst
+            .map(|b| format!(", burst = {b}"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            text,
+            "connection_rate_per_ip = {{ rate = {}, per = \"{}ms\"{burst} }}",
+            rate.rate, rate.per_ms
+        );
+    }
+    if let Some(bits) = ipv6_prefix {
+        let _ = writeln!(text, "ipv6_prefix = {bits}");
+    }
 }
 
 /// Often a plain listener at a good address, else anything.
@@ -145,6 +222,7 @@ fn any_listener(cluster_ids: Vec<String>) -> impl Strategy<Value = proto::TcpLis
         small_option(&[0u32, 3]),
         prop::option::weighted(0.3, prop::sample::select(vec![0i32, 1, 2])),
         small_option(&[0u32, 2]),
+        access(),
     )
         .prop_map(
             |(
@@ -159,6 +237,7 @@ fn any_listener(cluster_ids: Vec<String>) -> impl Strategy<Value = proto::TcpLis
                 connect_timeout,
                 reject_with,
                 max_unrouted_per_ip,
+                (allow, deny, connection_rate_per_ip, ipv6_prefix),
             )| proto::TcpListenerConfig {
                 address,
                 expect_proxy,
@@ -175,6 +254,10 @@ fn any_listener(cluster_ids: Vec<String>) -> impl Strategy<Value = proto::TcpLis
                 front_timeout_ms: None,
                 back_timeout_ms: None,
                 connect_timeout_ms: None,
+                allow,
+                deny,
+                connection_rate_per_ip,
+                ipv6_prefix,
                 protocol: None,
                 quic_preread_timeout_ms: None,
                 quic_idle_timeout_ms: None,
@@ -370,6 +453,12 @@ fn render_config(requests: &[proto::Request]) -> (String, Vec<usize>) {
                         .unwrap_or_default();
                     let _ = writeln!(text, "health_check = {{ kind = \"{kind}\"{interval} }}");
                 }
+                render_access(
+                    &mut text,
+                    (&c.allow, &c.deny),
+                    c.connection_rate_per_ip.as_ref(),
+                    c.ipv6_prefix,
+                );
             }
             RequestType::AddTcpListener(l) => {
                 header(&mut text, "[[listeners]]".to_owned());
@@ -402,6 +491,12 @@ fn render_config(requests: &[proto::Request]) -> (String, Vec<usize>) {
                 if let Some(with) = l.reject_with {
                     let _ = writeln!(text, "reject_with = \"{}\"", reject_with_name(with));
                 }
+                render_access(
+                    &mut text,
+                    (&l.allow, &l.deny),
+                    l.connection_rate_per_ip.as_ref(),
+                    l.ipv6_prefix,
+                );
             }
             RequestType::AddTcpFrontend(f) => {
                 header(
@@ -594,6 +689,9 @@ fn generated_sequences_mix_accepted_and_refused() {
         ErrorCode::ServerFirstWithoutDefaultCluster,
         ErrorCode::InvalidTimeout,
         ErrorCode::RelayWithoutExpectProxy,
+        ErrorCode::InvalidAccessPrefix,
+        ErrorCode::InvalidConnectionRate,
+        ErrorCode::InvalidIpv6Prefix,
     ] {
         assert!(codes.contains(&code), "{code:?} never generated: {codes:?}");
     }

@@ -70,21 +70,10 @@ fn listener_config() -> impl Strategy<Value = proto::TcpListenerConfig> {
         prop_oneof![3 => Just(None), 1 => Just(Some(300))],
         prop_oneof![3 => Just(None), 1 => Just(Some(10))],
         prop_oneof![Just(None), any::<bool>().prop_map(Some)],
-        prop_oneof![3 => Just(None), 1 => Just(Some(proto::ListenerProtocol::Quic as i32))],
+        deny(),
     )
         .prop_map(
-            |(
-                address,
-                expect_proxy,
-                max,
-                timeout,
-                default,
-                server_first,
-                front,
-                active,
-                protocol,
-            )| {
-                let quic = protocol.is_some();
+            |(address, expect_proxy, max, timeout, default, server_first, front, active, deny)| {
                 proto::TcpListenerConfig {
                     address,
                     expect_proxy,
@@ -102,14 +91,21 @@ fn listener_config() -> impl Strategy<Value = proto::TcpListenerConfig> {
                     front_timeout_ms: None,
                     back_timeout_ms: None,
                     connect_timeout_ms: None,
-                    protocol,
-                    quic_preread_timeout_ms: None,
-                    quic_idle_timeout_ms: quic.then_some(5_000),
-                    max_flows: None,
-                    max_flows_per_ip: quic.then_some(3),
+                    deny,
+                    ..proto::TcpListenerConfig::default()
                 }
             },
         )
+}
+
+/// Mostly none; else prefixes in other than their canonical form (out
+/// of order, repeated, a bare address), which the state stores canonical.
+fn deny() -> impl Strategy<Value = Vec<String>> {
+    prop_oneof![
+        3 => Just(Vec::new()),
+        1 => Just(vec!["2001:db8::/32".to_owned(), "10.0.0.0/8".to_owned(), "10.0.0.0/8".to_owned()]),
+        1 => Just(vec!["192.0.2.7".to_owned()]),
+    ]
 }
 
 fn frontend() -> impl Strategy<Value = proto::TcpFrontend> {
@@ -165,20 +161,53 @@ fn add_cluster() -> impl Strategy<Value = RequestType> {
             fall: Some(2),
         })),
     ];
-    let protocol =
-        prop_oneof![3 => Just(None), 1 => Just(Some(proto::ListenerProtocol::Quic as i32))];
-    (pick(CLUSTERS), 0..4_i32, 0..3_i32, health_check, protocol).prop_map(
-        |(cluster_id, lb, pp, health_check, protocol)| {
-            RequestType::AddCluster(proto::Cluster {
-                cluster_id,
-                load_balancing: lb,
-                proxy_protocol: pp,
-                max_connections_per_ip: 0,
-                health_check,
-                protocol,
-            })
-        },
+    let rate = prop_oneof![
+        3 => Just(None),
+        1 => Just(Some(proto::ConnectionRate { rate: 50, per_ms: 1_000, burst: None })),
+    ];
+    (
+        pick(CLUSTERS),
+        0..4_i32,
+        0..3_i32,
+        health_check,
+        rate,
+        deny(),
     )
+        .prop_map(
+            |(cluster_id, lb, pp, health_check, connection_rate_per_ip, allow)| {
+                RequestType::AddCluster(proto::Cluster {
+                    cluster_id,
+                    load_balancing: lb,
+                    proxy_protocol: pp,
+                    max_connections_per_ip: 0,
+                    health_check,
+                    allow,
+                    connection_rate_per_ip,
+                    ..proto::Cluster::default()
+                })
+            },
+        )
+}
+
+/// A listener config made a QUIC listener's.
+fn quic_listener(config: proto::TcpListenerConfig) -> proto::TcpListenerConfig {
+    proto::TcpListenerConfig {
+        protocol: Some(proto::ListenerProtocol::Quic as i32),
+        quic_idle_timeout_ms: Some(5_000),
+        max_flows_per_ip: Some(3),
+        ..config
+    }
+}
+
+/// An add-cluster request made a QUIC cluster's.
+fn quic_cluster(request: RequestType) -> RequestType {
+    match request {
+        RequestType::AddCluster(cluster) => RequestType::AddCluster(proto::Cluster {
+            protocol: Some(proto::ListenerProtocol::Quic as i32),
+            ..cluster
+        }),
+        other => other,
+    }
 }
 
 /// One state-changing request over the universe.
@@ -188,6 +217,11 @@ fn request() -> impl Strategy<Value = proto::Request> {
         4 => add_cluster(),
         1 => pick(CLUSTERS).prop_map(|cluster_id| RequestType::RemoveCluster(proto::ClusterRef { cluster_id })),
         4 => listener_config().prop_map(RequestType::AddTcpListener),
+        // QUIC listeners and clusters, against the same universe: most of
+        // their TCP-only settings are refused (E107, E306), and the
+        // protocols must agree (E209).
+        1 => listener_config().prop_map(|config| RequestType::AddTcpListener(quic_listener(config))),
+        1 => add_cluster().prop_map(quic_cluster),
         2 => listener_config().prop_map(RequestType::UpdateTcpListener),
         1 => address().prop_map(RequestType::RemoveListener),
         1 => address().prop_map(RequestType::ActivateListener),

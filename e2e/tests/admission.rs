@@ -24,9 +24,10 @@ fn closed_without_answer(mut stream: TcpStream) -> bool {
     matches!(stream.read(&mut buf), Ok(0) | Err(_))
 }
 
-fn proxy(global: &str, backend: &PlainBackend) -> ProxyProcess {
-    let config = ConfigBuilder::new()
-        .global(global)
+fn proxy(globals: &[&str], backend: &PlainBackend) -> ProxyProcess {
+    let config = globals
+        .iter()
+        .fold(ConfigBuilder::new(), |config, line| config.global(line))
         .listener("main", &["sni_preread_timeout = 10000"])
         .frontend("alpha", "main", Some("a.example.com"), &[])
         .backend("alpha", "alpha-0", backend.addr())
@@ -45,7 +46,7 @@ fn hold(addr: std::net::SocketAddr) -> TcpStream {
 #[test]
 fn an_exhausted_buffer_pool_refuses_at_accept_and_recovers() {
     let backend = PlainBackend::start("alpha-0");
-    let proxy = proxy("max_buffers = 2", &backend);
+    let proxy = proxy(&["max_buffers = 2"], &backend);
     let addr = proxy.addr("main");
     proxy
         .wait_metric("tcp.active", |v| v == 0, T)
@@ -88,7 +89,9 @@ fn an_exhausted_buffer_pool_refuses_at_accept_and_recovers() {
 #[test]
 fn the_session_cap_refuses_at_accept_and_recovers() {
     let backend = PlainBackend::start("alpha-0");
-    let proxy = proxy("max_connections = 2", &backend);
+    // Silent connections are the point: the kernel must not hold them
+    // back (`defer_accept`).
+    let proxy = proxy(&["max_connections = 2", "defer_accept = false"], &backend);
     let addr = proxy.addr("main");
     // The harness's readiness probe is a session too: let it go first.
     proxy

@@ -33,11 +33,14 @@ const PLAIN_LINE: &[u8] = b"backend=plain-0\n";
 const PAUSED: &str = "paused: Too many open files";
 
 /// A proxy under `LIMIT` descriptors: `workers` workers, copying (no
-/// pipes), a listener whose `a.example.com` goes to `plain`.
+/// pipes), a listener whose `a.example.com` goes to `plain`. Silent
+/// clients fill its descriptors ([`fill`]), so the kernel must hand them
+/// over at once: `defer_accept = false`.
 fn start_limited(plain: &PlainBackend, workers: usize) -> ProxyProcess {
     let config = ConfigBuilder::new()
         .global(&format!("worker_count = {workers}"))
         .global("splice = false")
+        .global("defer_accept = false")
         .listener("main", &[])
         .frontend("plain", "main", Some("a.example.com"), &[])
         .backend("plain", "plain-0", plain.addr())
@@ -204,6 +207,7 @@ fn a_backend_socket_the_proxy_cannot_open_never_marks_the_backend_down() {
     let config = ConfigBuilder::new()
         .global("worker_count = 1")
         .global("splice = false")
+        .global("defer_accept = false")
         .listener("main", &["connect_timeout = 1"])
         .frontend("plain", "main", Some("a.example.com"), &[])
         .backend("plain", "plain-0", plain.addr())

@@ -769,6 +769,8 @@ fn a_front_timeout_in_milliseconds_is_kept_to_the_millisecond() {
     let backend = PlainBackend::start("alpha-0");
     let config = ConfigBuilder::new()
         .global("worker_count = 1")
+        // The idle clients must be sessions, not held by the kernel.
+        .global("defer_accept = false")
         .listener("main", &["front_timeout = \"1500ms\""])
         .frontend("alpha", "main", Some(SNI), &[])
         .backend("alpha", "alpha-0", backend.addr())
@@ -799,6 +801,8 @@ fn idle_clients_hold_no_buffer_and_a_shorter_front_timeout_refuses_them() {
     let backend = PlainBackend::start("alpha-0");
     let config = ConfigBuilder::new()
         .global("worker_count = 1")
+        // The idle clients must be sessions, not held by the kernel.
+        .global("defer_accept = false")
         .listener("main", &["front_timeout = 1"])
         .frontend("alpha", "main", Some(SNI), &[])
         .backend("alpha", "alpha-0", backend.addr())

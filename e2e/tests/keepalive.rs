@@ -1,7 +1,8 @@
 //! End-to-end checks of TCP keepalive against the real `preread` process:
-//! both sockets of a piped session carry the kernel's keepalive timer,
-//! armed for the configured idle time, and `tcp_keepalive = false` leaves
-//! both without it.
+//! with `backend_keepalive`, both sockets of a piped session carry the
+//! kernel's keepalive timer, armed for the configured idle time; by
+//! default only the client's does; `tcp_keepalive = false` leaves both
+//! without it.
 //!
 //! The timers are read where the kernel shows them, `/proc/net/tcp` (the
 //! `tr` field is 2 while a keepalive timer is pending, `tm->when` is in
@@ -130,7 +131,13 @@ fn session_timers(
 #[test]
 fn both_sockets_of_a_session_probe_after_the_configured_idle_time() {
     let backend = PlainBackend::start("plain-0");
-    let proxy = start(&backend, &[&format!("tcp_keepalive_idle = {IDLE_S}")]);
+    let proxy = start(
+        &backend,
+        &[
+            &format!("tcp_keepalive_idle = {IDLE_S}"),
+            "backend_keepalive = true",
+        ],
+    );
     let (client, began) = piped_session(&proxy);
     let mut seen = (Vec::new(), Vec::new());
     // A timer shows as retransmit (1) while data is unacknowledged; on
@@ -149,20 +156,22 @@ fn both_sockets_of_a_session_probe_after_the_configured_idle_time() {
 }
 
 #[test]
-fn the_default_is_on_and_false_turns_it_off() {
+fn the_default_probes_the_client_side_and_false_turns_it_off() {
     let backend = PlainBackend::start("plain-0");
     let on = start(&backend, &[]);
     let (client, began) = piped_session(&on);
     let mut seen = (Vec::new(), Vec::new());
+    // The client's side probes; the backend's has no timer once the
+    // exchange is acknowledged (`backend_keepalive` is off by default).
     let armed = eventually(T, || {
         seen = session_timers(&on, &client, &backend);
         let (front, back) = &seen;
-        [front, back].iter().all(|side| {
-            side.len() == 1
-                && side
-                    .iter()
-                    .all(|&timer| armed_for(DEFAULT_IDLE_S, began.elapsed(), timer))
-        })
+        front.len() == 1
+            && front
+                .iter()
+                .all(|&timer| armed_for(DEFAULT_IDLE_S, began.elapsed(), timer))
+            && back.len() == 1
+            && back.iter().all(|&(tr, _)| tr == 0)
     });
     assert!(armed, "default: client side, backend side: {seen:?}");
     drop(client);

@@ -4,7 +4,9 @@
 //! cap is `too_large` the moment its header arrives; and a listener's
 //! `max_unrouted_per_ip` bounds what one client address may hold before
 //! routing; a cut inbound PROXY header is `fragmented` at the deadline and
-//! `front_closed` on a close, logged, counted and captured.
+//! `front_closed` on a close, logged, counted and captured; a listener
+//! that defers its accepts (`defer_accept`) is not woken by a client that
+//! connects and waits, and routes it once its hello comes.
 //!
 //! Build the binary first: `cargo build -p proxy-shell`. Loopback only
 //! (127.0.0.1 and 127.0.0.2); every wait is bounded.
@@ -196,6 +198,42 @@ fn unrouted_from(source: &str, to: SocketAddr) -> TcpStream {
     let mut stream: TcpStream = socket.into();
     stream.write_all(&[0x16]).expect("first byte");
     stream
+}
+
+/// With `defer_accept` (on by default) and `sni_preread_timeout = 60s`, the
+/// kernel holds a connection without bytes for 31 s (`worker/defer.rs`):
+/// a client that waits a second before its hello is no session while it
+/// waits, and is routed once it speaks. The server-first listener of
+/// `control.rs` shows the other side: it does not defer and still greets.
+#[test]
+fn a_deferred_listener_routes_a_client_that_waits_before_its_hello() {
+    let backend = PlainBackend::start("alpha-0");
+    let config = ConfigBuilder::new()
+        .listener("main", &["sni_preread_timeout = \"60s\""])
+        .frontend("alpha", "main", Some("a.example.com"), &[])
+        .backend("alpha", "alpha-0", backend.addr())
+        .build();
+    let proxy = start(&config);
+    settle(&proxy);
+    let accepted = proxy.metric("tcp.accepted");
+
+    let mut stream = connect(proxy.addr("main"), T).expect("connect");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        proxy.metric("tcp.accepted"),
+        accepted,
+        "a client without bytes is not accepted while the kernel defers it"
+    );
+    stream
+        .write_all(&capture("curl_h2.bin"))
+        .expect("the hello");
+    let mut line = [0u8; 15];
+    stream.set_read_timeout(Some(T)).ok();
+    stream.read_exact(&mut line).expect("the backend's answer");
+    assert_eq!(&line, b"backend=alpha-0");
+    proxy
+        .wait_metric("tcp.accepted", |v| v == accepted + 1, T)
+        .expect("accepted once, with its hello");
 }
 
 /// Whether the proxy closed `stream` without a byte within `T`.

@@ -277,6 +277,8 @@ fn evidence(config: &PrereadConfig, reading: &Reading, reason: RejectReason) -> 
         | RejectReason::FrontClosed
         | RejectReason::QuicUndecryptable
         | RejectReason::QuicVersion => false,
+        // Only a `deny_ja4` list refuses a whole hello that would be routed.
+        RejectReason::AccessDenied => !config.deny_ja4.is_empty() && hello.is_some(),
     }
 }
 

@@ -8,6 +8,7 @@
 
 use core::time::Duration;
 
+use crate::fingerprint::DenyJa4;
 use crate::routes::{ClusterId, RouteTable};
 
 /// The smallest byte cap that can hold a TLS record header; a smaller cap
@@ -43,6 +44,10 @@ pub struct PrereadConfig {
     /// preread step connects at accept). `routes` and `default_cluster`
     /// are then unused.
     pub catch_all: Option<ClusterId>,
+    /// The `deny_ja4` lists of the listener and of its clusters: a routed
+    /// connection whose fingerprint one holds is refused
+    /// ([`crate::RejectReason::AccessDenied`]).
+    pub deny_ja4: DenyJa4,
 }
 
 impl PrereadConfig {
@@ -57,6 +62,7 @@ impl PrereadConfig {
             default_cluster: None,
             server_first_timeout: None,
             catch_all: None,
+            deny_ja4: DenyJa4::default(),
         }
     }
 }

@@ -179,6 +179,7 @@
 pub mod access;
 mod alpn;
 mod config;
+mod fingerprint;
 mod output;
 pub mod pattern;
 mod preread;
@@ -195,6 +196,7 @@ pub mod window;
 
 pub use alpn::AlpnOffer;
 pub use config::{MIN_PREREAD_MAX_BYTES, PrereadConfig};
+pub use fingerprint::{DenyJa4, DenyRule};
 pub use output::{Input, Output, Route};
 pub use preread::SniPrereadCore;
 pub use reject::{FallbackReason, RejectReason};

@@ -10,9 +10,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use preread_parser::tls::FrameCursor;
+use preread_parser::tls::{FrameCursor, Ja4, Ja4Input, Transport};
 
 use crate::config::PrereadConfig;
+use crate::fingerprint::DenyRule;
 use crate::output::{Input, Output, Route};
 use crate::reject::{FallbackReason, RejectReason};
 use crate::sni::HostName;
@@ -141,6 +142,27 @@ impl SniPrereadCore {
     /// never parses it.
     pub fn hello(&self) -> Option<HelloSummary> {
         self.learned.hello
+    }
+
+    /// The JA4 fingerprint of the complete ClientHello in `window` (the
+    /// window the decision was taken on, or a longer one: it only grows);
+    /// `None` until one was parsed whole. Computed here, after the
+    /// decision, from where the decision saw the hello's fields.
+    pub fn ja4(&self, window: &[u8]) -> Option<Ja4> {
+        Some(Ja4::of(self.ja4_input(window)?, Transport::Tcp))
+    }
+
+    /// What JA4 reads of the complete ClientHello in `window`, for its
+    /// raw form ([`Ja4::raw`]); `None` until one was parsed whole.
+    pub fn ja4_input<'w>(&'w self, window: &'w [u8]) -> Option<Ja4Input<'w>> {
+        let tls = window.get(self.content_offset()..)?;
+        self.learned.spans.as_ref()?.input(tls, &self.scratch)
+    }
+
+    /// The access rule that refused the connection, when one did
+    /// ([`RejectReason::AccessDenied`]).
+    pub fn denied_by(&self) -> Option<DenyRule> {
+        self.learned.denied_by
     }
 
     /// Whether a complete ClientHello offered TLS 1.3.

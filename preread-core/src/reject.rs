@@ -1,7 +1,7 @@
 //! Why a connection was refused, or why it went to the default cluster.
 //!
-//! Owns: [`RejectReason`] (the eleven reasons of the architecture and the
-//! two of QUIC listeners) and
+//! Owns: [`RejectReason`] (the eleven reasons of the architecture, the
+//! two of QUIC listeners, and `access_denied`) and
 //! [`FallbackReason`], with their stable snake_case names, declared with
 //! [`crate::stable_names!`]: a new variant without a name does not compile
 //! (the shell's metric names build on them). Must never: share a name between two
@@ -43,6 +43,9 @@ crate::stable_names! {
         QuicUndecryptable => "quic_undecryptable",
         /// QUIC: a version the proxy cannot read (neither v1 nor v2).
         QuicVersion => "quic_version",
+        /// An access rule of the listener or of the routed cluster refused
+        /// the client (a `deny_ja4` list holds its fingerprint).
+        AccessDenied => "access_denied",
     }
     /// Every reason, for tests and metric registration.
     pub const ALL;
@@ -65,7 +68,8 @@ impl RejectReason {
             | Self::ProxyHeaderInvalid
             | Self::FrontClosed
             | Self::QuicUndecryptable
-            | Self::QuicVersion => None,
+            | Self::QuicVersion
+            | Self::AccessDenied => None,
         }
     }
 }
@@ -100,7 +104,7 @@ mod tests {
     #[test]
     fn every_reason_has_a_distinct_name() {
         let rejects: HashSet<_> = RejectReason::ALL.map(RejectReason::as_str).into();
-        assert_eq!(rejects.len(), 13);
+        assert_eq!(rejects.len(), 14);
         let fallbacks: HashSet<_> = FallbackReason::ALL.map(FallbackReason::as_str).into();
         assert_eq!(fallbacks.len(), FallbackReason::ALL.len());
     }

@@ -12,11 +12,13 @@ use std::sync::Arc;
 
 use preread_parser::proxy::{ProxyParsed, parse_proxy_header_within};
 use preread_parser::tls::{
-    AlpnProtocols, ClientHello, FrameCursor, Needed, Parsed, TlsError, parse_client_hello_resuming,
+    AlpnProtocols, ClientHello, FrameCursor, Ja4, Needed, Parsed, TlsError, Transport,
+    parse_client_hello_resuming,
 };
 
 use crate::alpn::AlpnOffer;
 use crate::config::PrereadConfig;
+use crate::fingerprint::{Cut, DenyRule, HelloSpans};
 use crate::output::{Output, Route};
 use crate::reject::{FallbackReason, RejectReason};
 use crate::routes::Lookup;
@@ -51,6 +53,10 @@ pub(crate) struct Learned {
     pub hello: Option<HelloSummary>,
     /// The record version of the first record, once its header is in.
     pub record_version: Option<u16>,
+    /// Where a complete ClientHello's fingerprinted fields lie.
+    pub spans: Option<HelloSpans>,
+    /// The access rule that refused the connection.
+    pub denied_by: Option<DenyRule>,
 }
 
 /// A complete inbound PROXY header at the start of the window.
@@ -129,7 +135,12 @@ pub(crate) fn decide(
     }
     let limit = config.max_bytes.saturating_sub(seen.content_offset);
     match parse_client_hello_resuming(tls, limit, cursor, scratch) {
-        Ok(Parsed::Complete(hello)) => Some(routed_hello(config, &hello, seen, learned)),
+        Ok(Parsed::Complete(hello)) => {
+            let cut = Cut::of(&hello);
+            let output = routed_hello(config, &hello, seen, learned);
+            learned.spans = HelloSpans::locate(cut, tls, scratch);
+            Some(output)
+        }
         Ok(Parsed::Incomplete(needed)) => incomplete(config, window, needed),
         Err(error) => {
             learned.fault = Some(error);
@@ -153,7 +164,8 @@ fn routed_hello<'a>(
         .supported_versions
         .is_some_and(|versions| versions.iter().any(|v| v == TLS13));
     learned.hello = Some(HelloSummary::of(hello));
-    route(config, hello, seen, &mut learned.sni)
+    let output = route(config, hello, seen, &mut learned.sni);
+    deny_ja4(config, hello, output, learned)
 }
 
 /// The verdict on a ClientHello that came without a record layer or a
@@ -198,6 +210,30 @@ fn refuse(config: &PrereadConfig, reason: RejectReason, seen: Seen<'_>) -> Outpu
         }
         _ => Output::Reject(reason),
     }
+}
+
+/// A routed connection whose fingerprint a `deny_ja4` list of the
+/// listener or of the routed cluster holds is refused; the fingerprint is
+/// computed only when a list applies.
+fn deny_ja4(
+    config: &PrereadConfig,
+    hello: &ClientHello<'_>,
+    output: Output,
+    learned: &mut Learned,
+) -> Output {
+    let Output::Routed(route) = &output else {
+        return output;
+    };
+    if !config.deny_ja4.applies_to(&route.cluster) {
+        return output;
+    }
+    let ja4 = Ja4::of(hello, Transport::Tcp);
+    if !config.deny_ja4.denies(&route.cluster, &ja4) {
+        return output;
+    }
+    learned.denied_by = Some(DenyRule::DenyJa4);
+    learned.sni = route.sni.map(Box::new);
+    Output::Reject(RejectReason::AccessDenied)
 }
 
 fn route<'a>(

@@ -12,11 +12,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use preread_core::PrereadConfig;
 use preread_core::pattern::validate_sni_pattern;
 use preread_core::routes::{AlpnSet, RouteTable};
 use preread_core::step::PrereadListener;
 use preread_core::window::effective_max_bytes;
+use preread_core::{DenyJa4, PrereadConfig};
+use preread_parser::tls::Ja4;
 
 use crate::rng::Rng;
 
@@ -111,6 +112,8 @@ pub struct Listener {
     pub server_first: Option<Duration>,
     /// The handoff of every cluster it routes to.
     pub mode: ProxyMode,
+    /// Its `deny_ja4` list.
+    pub deny_ja4: Vec<Ja4>,
 }
 
 impl Listener {
@@ -141,6 +144,7 @@ impl Listener {
             default_cluster,
             server_first,
             mode: ProxyMode::None,
+            deny_ja4: Vec::new(),
         }
     }
 
@@ -207,6 +211,7 @@ impl Listener {
         config.expect_proxy = self.expect_proxy;
         config.default_cluster = self.default_cluster.then(|| Arc::from(DEFAULT_CLUSTER));
         config.server_first_timeout = self.server_first.filter(|_| self.default_cluster);
+        config.deny_ja4 = DenyJa4::new(self.deny_ja4.iter().copied());
         config
     }
 }

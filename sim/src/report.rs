@@ -25,7 +25,7 @@ pub struct Tally {
     /// Refused, per [`RejectReason::ALL`] position.
     pub rejected: [u64; RejectReason::ALL.len()],
     /// Sent to the default cluster, per [`FallbackReason::ALL`] position.
-    pub fallback: [u64; 5],
+    pub fallback: [u64; FallbackReason::ALL.len()],
     /// Closed before the client spoke (not counted by the worker).
     pub silent: u64,
     /// Refused by the step: the client did not speak in time.

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use preread_core::sni::HostName;
 use preread_core::{FallbackReason, RejectReason};
+use preread_parser::tls::{Ja4, Parsed, Transport, parse_client_hello};
 
 use crate::corpus::{self, Class, Entry};
 use crate::hello::{
@@ -42,9 +43,9 @@ pub enum Target {
 }
 
 impl Target {
-    /// Every target: the 11 reject reasons, the 5 fallback reasons, a
+    /// Every target: the 12 reject reasons, the 5 fallback reasons, a
     /// route, and a silent client refused.
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 19] = [
         Self::Reject(RejectReason::NotTls),
         Self::Reject(RejectReason::MalformedRecord),
         Self::Reject(RejectReason::MalformedHandshake),
@@ -56,6 +57,7 @@ impl Target {
         Self::Reject(RejectReason::AlpnUnmatched),
         Self::Reject(RejectReason::ProxyHeaderInvalid),
         Self::Reject(RejectReason::FrontClosed),
+        Self::Reject(RejectReason::AccessDenied),
         Self::Fallback(FallbackReason::NotTls),
         Self::Fallback(FallbackReason::NoSni),
         Self::Fallback(FallbackReason::SniUnmatched),
@@ -855,6 +857,19 @@ fn build_directed(target: Target, seed: u64) -> Scenario {
             listener.force_route(route);
             built(&mut rng, Some(name), offer, None, None)
         }
+        Target::Reject(RejectReason::AccessDenied) => {
+            // A routed hello whose fingerprint the listener denies, the
+            // fingerprint taken by the parser from the hello itself.
+            let &(name, offer, route) = rng.pick(ROUTED_NAMES);
+            listener.force_route(route);
+            let payload = built(&mut rng, Some(name), offer, None, None);
+            let single = payload.original.as_deref().unwrap_or(&payload.framed);
+            let mut scratch = Vec::new();
+            if let Ok(Parsed::Complete(hello)) = parse_client_hello(single, &mut scratch) {
+                listener.deny_ja4.push(Ja4::of(&hello, Transport::Tcp));
+            }
+            payload
+        }
         Target::Reject(RejectReason::NotTls) | Target::Fallback(FallbackReason::NotTls) => {
             not_tls(&mut rng)
         }
@@ -1318,8 +1333,8 @@ mod tests {
 
     #[test]
     fn timelines_are_well_formed() {
-        for seed in
-            (0..3000).chain((0..500).map(|n| directed_seed(Target::ALL[n as usize % 17], n)))
+        for seed in (0..3000)
+            .chain((0..500).map(|n| directed_seed(Target::ALL[n as usize % Target::ALL.len()], n)))
         {
             let sc = scenario(seed);
             let mut prev = None;

@@ -81,6 +81,7 @@ pub fn rejected(reason: RejectReason) -> &'static str {
         RejectReason::FrontClosed => "tcp.sni_preread.rejected.front_closed",
         RejectReason::QuicUndecryptable => "tcp.sni_preread.rejected.quic_undecryptable",
         RejectReason::QuicVersion => "tcp.sni_preread.rejected.quic_version",
+        RejectReason::AccessDenied => "tcp.sni_preread.rejected.access_denied",
     }
 }
 
@@ -263,7 +264,7 @@ mod tests {
     #[test]
     fn every_reject_reason_has_a_distinct_metric_name() {
         let names: HashSet<_> = RejectReason::ALL.map(rejected).into();
-        assert_eq!(names.len(), 13);
+        assert_eq!(names.len(), RejectReason::ALL.len());
         for reason in RejectReason::ALL {
             assert_eq!(
                 rejected(reason),

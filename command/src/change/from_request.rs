@@ -15,10 +15,11 @@ use crate::codes::ErrorCode;
 use crate::health_check::{DEFAULT_FALL, DEFAULT_INTERVAL_MS, DEFAULT_RISE, DEFAULT_TIMEOUT_MS};
 use crate::proto::{self, request::RequestType};
 use crate::validate::{
-    DEFAULT_MAX_FLOWS, DEFAULT_QUIC_IDLE_TIMEOUT_MS, DEFAULT_QUIC_PREREAD_TIMEOUT_MS,
+    AccessFields, DEFAULT_MAX_FLOWS, DEFAULT_QUIC_IDLE_TIMEOUT_MS, DEFAULT_QUIC_PREREAD_TIMEOUT_MS,
     DEFAULT_SNI_PREREAD_MAX_BYTES, DEFAULT_SNI_PREREAD_TIMEOUT_MS, DEFAULT_WEIGHT, ValidationError,
     back_timeout, connect_timeout, front_timeout, is_quic_cluster, is_quic_listener, parse_address,
-    resolve_backend, resolve_cluster, resolve_frontend, resolve_listener, validate_id,
+    resolve_access, resolve_backend, resolve_cluster, resolve_frontend, resolve_listener,
+    validate_id,
 };
 
 fn millis(value: u32) -> Duration {
@@ -59,12 +60,21 @@ fn listener(config: &proto::TcpListenerConfig) -> Result<ListenerSettings, Valid
             max_flows: resolved.max_flows.unwrap_or(DEFAULT_MAX_FLOWS),
             max_flows_per_ip: resolved.max_flows_per_ip.unwrap_or(0),
         }),
+        access: resolve_access(
+            &format!("listener {address}"),
+            AccessFields::of_listener(&resolved),
+        )?,
     })
 }
 
 fn cluster(cluster: &proto::Cluster) -> Result<ClusterSettings, ValidationError> {
     let resolved = resolve_cluster(cluster)?;
+    let access = resolve_access(
+        &format!("cluster `{}`", resolved.cluster_id),
+        AccessFields::of_cluster(&resolved),
+    )?;
     Ok(ClusterSettings {
+        access,
         load_balancing: resolved.load_balancing(),
         proxy_protocol: resolved.proxy_protocol(),
         max_connections_per_ip: resolved.max_connections_per_ip,

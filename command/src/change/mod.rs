@@ -20,6 +20,8 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use ipnet::IpNet;
+use preread_core::access::{DEFAULT_IPV6_PREFIX, Rate};
 use preread_core::pattern::SniPattern;
 
 use crate::backend_address::BackendAddress;
@@ -53,6 +55,32 @@ pub struct ListenerSettings {
     pub max_unrouted_per_ip: u32,
     /// A QUIC listener's own settings; `None` for a TCP listener.
     pub quic: Option<QuicSettings>,
+    /// Who may connect, checked at accept.
+    pub access: AccessSettings,
+}
+
+/// Who may connect to a listener or use a cluster, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessSettings {
+    /// When not empty, only these sources are admitted.
+    pub allow: Vec<IpNet>,
+    /// Sources refused, whatever `allow` says.
+    pub deny: Vec<IpNet>,
+    /// New connections per source, for the whole process.
+    pub connection_rate_per_ip: Option<Rate>,
+    /// The prefix length an IPv6 source is counted under.
+    pub ipv6_prefix: u8,
+}
+
+impl Default for AccessSettings {
+    fn default() -> Self {
+        Self {
+            allow: Vec::new(),
+            deny: Vec::new(),
+            connection_rate_per_ip: None,
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
+        }
+    }
 }
 
 /// A QUIC listener's settings, every default resolved.
@@ -100,6 +128,8 @@ pub struct ClusterSettings {
     pub health_check: Option<HealthCheckSettings>,
     /// Its backends are QUIC servers (UDP), reached from QUIC listeners.
     pub quic: bool,
+    /// Who may use it, checked once routed.
+    pub access: AccessSettings,
 }
 
 /// A frontend: its key (address, SNI pattern, ALPN list), its cluster and

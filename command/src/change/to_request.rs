@@ -29,7 +29,7 @@ impl ListenerSettings {
             millis_u64(self.back_timeout),
             millis_u64(self.connect_timeout),
         );
-        proto::TcpListenerConfig {
+        let mut config = proto::TcpListenerConfig {
             address: self.address.to_string(),
             expect_proxy: self.expect_proxy,
             sni_preread_timeout: Some(millis_u32(self.preread_timeout)),
@@ -50,7 +50,13 @@ impl ListenerSettings {
             quic_idle_timeout_ms: self.quic.map(|q| millis_u64(q.idle_timeout)),
             max_flows: self.quic.map(|q| q.max_flows),
             max_flows_per_ip: self.quic.map(|q| q.max_flows_per_ip),
-        }
+            allow: Vec::new(),
+            deny: Vec::new(),
+            connection_rate_per_ip: None,
+            ipv6_prefix: None,
+        };
+        self.access.write_listener(&mut config);
+        config
     }
 }
 
@@ -58,7 +64,7 @@ impl ClusterSettings {
     /// The resolved cluster.
     #[must_use]
     pub fn to_proto(&self) -> proto::Cluster {
-        proto::Cluster {
+        let mut cluster = proto::Cluster {
             cluster_id: self.id.clone(),
             load_balancing: self.load_balancing as i32,
             proxy_protocol: self.proxy_protocol as i32,
@@ -75,7 +81,13 @@ impl ClusterSettings {
                 fall: Some(check.fall),
             }),
             protocol: self.quic.then_some(proto::ListenerProtocol::Quic as i32),
-        }
+            allow: Vec::new(),
+            deny: Vec::new(),
+            connection_rate_per_ip: None,
+            ipv6_prefix: None,
+        };
+        self.access.write_cluster(&mut cluster);
+        cluster
     }
 }
 

@@ -242,6 +242,37 @@ impl ErrorCode {
                  frontend, or correct the frontend's address.",
                 "2.4",
             ),
+            Self::InvalidAccessPrefix => (
+                "an allow or deny entry is not a CIDR prefix",
+                "A listener's or a cluster's `allow` and `deny` lists hold IPv4 and IPv6 \
+                 prefixes, each an address/length (a bare address is its /32 or /128). An \
+                 entry with bits set past its length is refused rather than truncated: it is \
+                 usually a typo, and the message names the network it would have been.",
+                "10.0.0.0/8, 192.0.2.7/32, 192.0.2.7, 2001:db8::/32, ::1; lengths 0 to 32 \
+                 (IPv4) or 0 to 128 (IPv6).",
+                "Write the network the message suggests (10.1.2.3/8 is 10.0.0.0/8), a length \
+                 within the family's range, or an address instead of a name.",
+                "2.7",
+            ),
+            Self::InvalidConnectionRate => (
+                "connection_rate_per_ip is not a rate",
+                "`connection_rate_per_ip = { rate, per, burst }` is a token bucket per \
+                 source: a full bucket holds `burst` connections, and `rate` come back every \
+                 `per`. Each must be positive, and `per` at most a day.",
+                "rate and burst from 1 to 4294967295, per from 1ms to 24h, at least 1ns per \
+                 connection; burst unset is rate.",
+                "Set rate and burst to at least 1 and per to a duration such as \"1s\"; for a \
+                 limit over a longer span, scale rate with per.",
+                "2.7",
+            ),
+            Self::InvalidIpv6Prefix => (
+                "ipv6_prefix is past 128",
+                "IPv6 sources are counted (rates, per-IP limits) per network of \
+                 `ipv6_prefix` bits, since one host commonly holds a whole /64.",
+                "0 to 128; unset is 64.",
+                "Use a prefix length from 0 to 128, or leave ipv6_prefix unset.",
+                "2.7",
+            ),
             Self::InvalidSniPattern => (
                 "invalid SNI pattern",
                 "A frontend's sni is not a valid DNS name or wildcard. Patterns are \

@@ -18,7 +18,7 @@ use toml::Spanned;
 use super::LocatedRequest;
 use super::health_check::health_check;
 use super::lines::{Problems, duration_millis, ranged};
-use super::raw::{RawConfig, RawDuration};
+use super::raw::{RawConfig, RawDuration, RawRate};
 use crate::codes::ErrorCode;
 use crate::proto;
 use crate::proto::request::RequestType;
@@ -57,6 +57,31 @@ fn millis_u64<const SECONDS: bool>(
     problems: &mut Problems<'_>,
 ) -> Option<u64> {
     duration_millis(value?, key, (0, u64::MAX), problems)
+}
+
+/// `connection_rate_per_ip` as its request field (`per` unset is one
+/// second); whether it is a rate is the resolution's to judge (E121), for
+/// the config file and the command socket alike.
+fn connection_rate(raw: &RawRate, problems: &mut Problems<'_>) -> Option<proto::ConnectionRate> {
+    let rate = ranged::<u32>(&raw.rate, "connection_rate_per_ip rate", 0, problems)?;
+    let per_ms = match raw.per.as_ref() {
+        None => 1_000,
+        Some(per) => duration_millis(per, "connection_rate_per_ip per", (0, u64::MAX), problems)?,
+    };
+    let burst = match raw.burst.as_ref() {
+        None => None,
+        Some(burst) => Some(ranged::<u32>(
+            burst,
+            "connection_rate_per_ip burst",
+            0,
+            problems,
+        )?),
+    };
+    Some(proto::ConnectionRate {
+        rate,
+        per_ms,
+        burst,
+    })
 }
 
 pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> Vec<LocatedRequest> {
@@ -132,6 +157,13 @@ pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> V
                 "max_flows_per_ip",
                 problems,
             ),
+            allow: listener.allow,
+            deny: listener.deny,
+            connection_rate_per_ip: listener
+                .connection_rate_per_ip
+                .as_ref()
+                .and_then(|rate| connection_rate(rate.get_ref(), problems)),
+            ipv6_prefix: optional_u32(listener.ipv6_prefix.as_ref(), "ipv6_prefix", problems),
         };
         listeners.push((position, RequestType::AddTcpListener(config)));
     }
@@ -169,6 +201,13 @@ pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> V
                 max_connections_per_ip,
                 health_check,
                 protocol,
+                allow: cluster.allow,
+                deny: cluster.deny,
+                connection_rate_per_ip: cluster
+                    .connection_rate_per_ip
+                    .as_ref()
+                    .and_then(|rate| connection_rate(rate.get_ref(), problems)),
+                ipv6_prefix: optional_u32(cluster.ipv6_prefix.as_ref(), "ipv6_prefix", problems),
             }),
         ));
 

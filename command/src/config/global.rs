@@ -42,6 +42,11 @@ pub const DEFAULT_SPLICE: bool = true;
 /// 64 KiB (a short exchange never needs a kernel pipe) and splices from
 /// there on.
 pub const DEFAULT_SPLICE_THRESHOLD: u64 = 65_536;
+/// Default of `backend_keepalive`: the backend is usually near and alive,
+/// and the four `setsockopt` per connection it costs are for who asks.
+pub const DEFAULT_BACKEND_KEEPALIVE: bool = false;
+/// Default of `defer_accept`.
+pub const DEFAULT_DEFER_ACCEPT: bool = true;
 /// Default of `max_connection_attempts`.
 pub const DEFAULT_MAX_CONNECTION_ATTEMPTS: u32 = 3;
 /// Default of `soft_stop_grace`.
@@ -154,8 +159,14 @@ pub struct GlobalSettings {
     /// The route sources merged with the file's declarations
     /// (`[sources.*]`).
     pub sources: SourceSettings,
-    /// Keepalive probes on the client and backend sockets; `None` is off.
+    /// Keepalive probes on the client sockets (and the backend sockets
+    /// with `backend_keepalive`); `None` is off.
     pub tcp_keepalive: Option<TcpKeepalive>,
+    /// Whether the backend sockets get `tcp_keepalive` too.
+    pub backend_keepalive: bool,
+    /// Whether listeners that wait for the client's first bytes ask the
+    /// kernel to hand a connection over only once they are there.
+    pub defer_accept: bool,
     /// The time between two resolutions of each named backend, at least
     /// 1 ms.
     pub resolve_interval: Duration,
@@ -212,6 +223,8 @@ impl Default for GlobalSettings {
             command_client_timeout: DEFAULT_COMMAND_CLIENT_TIMEOUT,
             sources: SourceSettings::default(),
             tcp_keepalive: Some(TcpKeepalive::default()),
+            backend_keepalive: DEFAULT_BACKEND_KEEPALIVE,
+            defer_accept: DEFAULT_DEFER_ACCEPT,
             resolve_interval: DEFAULT_RESOLVE_INTERVAL,
         }
     }
@@ -383,6 +396,12 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
     }
     global.sources = source_settings(raw, problems);
     global.tcp_keepalive = tcp_keepalive(raw, problems);
+    if let Some(on) = &raw.backend_keepalive {
+        global.backend_keepalive = *on.get_ref();
+    }
+    if let Some(on) = &raw.defer_accept {
+        global.defer_accept = *on.get_ref();
+    }
     if let Some(interval) = &raw.resolve_interval {
         if let Some(interval) =
             duration_millis(interval, "resolve_interval", (1, u64::MAX), problems)

@@ -49,6 +49,8 @@ pub(super) struct RawConfig {
     pub(super) tcp_keepalive_idle: Option<Spanned<Seconds>>,
     pub(super) tcp_keepalive_interval: Option<Spanned<Seconds>>,
     pub(super) tcp_keepalive_count: Option<Spanned<i64>>,
+    pub(super) backend_keepalive: Option<Spanned<bool>>,
+    pub(super) defer_accept: Option<Spanned<bool>>,
     pub(super) resolve_interval: Option<Spanned<Seconds>>,
     #[serde(default)]
     pub(super) listeners: Vec<Spanned<RawListener>>,
@@ -96,6 +98,12 @@ pub(super) struct RawListener {
     pub(super) quic_idle_timeout: Option<Spanned<Seconds>>,
     pub(super) max_flows: Option<Spanned<i64>>,
     pub(super) max_flows_per_ip: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub(super) allow: Vec<String>,
+    #[serde(default)]
+    pub(super) deny: Vec<String>,
+    pub(super) connection_rate_per_ip: Option<Spanned<RawRate>>,
+    pub(super) ipv6_prefix: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -106,6 +114,12 @@ pub(super) struct RawCluster {
     pub(super) proxy_protocol: Option<Spanned<String>>,
     pub(super) max_connections_per_ip: Option<Spanned<i64>>,
     pub(super) health_check: Option<Spanned<RawHealthCheck>>,
+    #[serde(default)]
+    pub(super) allow: Vec<String>,
+    #[serde(default)]
+    pub(super) deny: Vec<String>,
+    pub(super) connection_rate_per_ip: Option<Spanned<RawRate>>,
+    pub(super) ipv6_prefix: Option<Spanned<i64>>,
     #[serde(default)]
     pub(super) frontends: Vec<Spanned<RawFrontend>>,
     #[serde(default)]
@@ -151,6 +165,18 @@ pub(super) struct RawHealthCheck {
     pub(super) timeout: Option<Spanned<Seconds>>,
     pub(super) rise: Option<Spanned<i64>>,
     pub(super) fall: Option<Spanned<i64>>,
+}
+
+/// `connection_rate_per_ip = { rate, per, burst }`.
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a rate table such as { rate = 50, per = \"1s\", burst = 100 }"
+)]
+pub(super) struct RawRate {
+    pub(super) rate: Spanned<i64>,
+    pub(super) per: Option<Spanned<Millis>>,
+    pub(super) burst: Option<Spanned<i64>>,
 }
 
 /// `[clusters.<id>]` tables, in the order the deserializer yields them

@@ -311,8 +311,7 @@ fn cluster(name: &str, members: &[Member<'_>]) -> Fragment {
             proxy_protocol: proxy_protocol as i32,
             max_connections_per_ip: 0,
             health_check: None,
-            // Docker labels declare TCP routes only.
-            protocol: None,
+            ..proto::Cluster::default()
         })),
         origin: format!(
             "labels {TCP_PREFIX}{name}.* of container(s) {}",

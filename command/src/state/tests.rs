@@ -140,7 +140,7 @@ fn a_cluster_is_updated_in_place_and_keeps_its_routes() {
             proxy_protocol: pp as i32,
             max_connections_per_ip: 7,
             health_check: None,
-            protocol: None,
+            ..proto::Cluster::default()
         })
     };
     use proto::{LoadBalancing as Lb, ProxyProtocol as Pp};
@@ -228,11 +228,7 @@ fn stores_canonical_resolved_values() {
             front_timeout_ms: Some(60_000),
             back_timeout_ms: Some(30_000),
             connect_timeout_ms: Some(3_000),
-            protocol: None,
-            quic_preread_timeout_ms: None,
-            quic_idle_timeout_ms: None,
-            max_flows: None,
-            max_flows_per_ip: None,
+            ..proto::TcpListenerConfig::default()
         })
     );
     let frontend = s.frontends().next();

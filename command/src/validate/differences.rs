@@ -39,6 +39,35 @@ impl<T: Shown> Shown for Option<T> {
     }
 }
 
+/// An `allow` or `deny` list: its length and first prefixes.
+impl Shown for Vec<String> {
+    fn shown(&self) -> String {
+        const SHOWN: usize = 3;
+        let head = self
+            .iter()
+            .take(SHOWN)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        match self.len() {
+            0 => "[]".to_owned(),
+            n if n <= SHOWN => format!("[{head}]"),
+            n => format!("[{head}, … {n} prefixes]"),
+        }
+    }
+}
+
+impl Shown for proto::ConnectionRate {
+    fn shown(&self) -> String {
+        format!(
+            "{{ rate = {}, per = \"{}\", burst = {} }}",
+            self.rate,
+            duration::shown(self.per_ms),
+            self.burst.unwrap_or(self.rate)
+        )
+    }
+}
+
 impl Shown for String {
     fn shown(&self) -> String {
         format!("`{self}`")
@@ -104,7 +133,11 @@ pub(crate) fn listener_differences(
         quic_preread_timeout_ms => quic_preread_timeout,
         quic_idle_timeout_ms => quic_idle_timeout,
         max_flows,
-        max_flows_per_ip
+        max_flows_per_ip,
+        allow,
+        deny,
+        connection_rate_per_ip,
+        ipv6_prefix
     ));
     changes.retain(|change| !change.is_empty());
     changes.join(", ")
@@ -153,7 +186,15 @@ pub(crate) fn cluster_differences(existing: &proto::Cluster, requested: &proto::
             proxy(requested.proxy_protocol)
         ));
     }
-    let per_ip = differences!(existing, requested, max_connections_per_ip);
+    let per_ip = differences!(
+        existing,
+        requested,
+        max_connections_per_ip,
+        allow,
+        deny,
+        connection_rate_per_ip,
+        ipv6_prefix
+    );
     if !per_ip.is_empty() {
         changes.push(per_ip);
     }

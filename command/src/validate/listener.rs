@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use preread_core::MIN_PREREAD_MAX_BYTES;
 
+use super::access::{AccessFields, resolve_access};
 use super::{
     DEFAULT_BACK_TIMEOUT_MS, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_FRONT_TIMEOUT_MS,
     DEFAULT_MAX_FLOWS, DEFAULT_QUIC_IDLE_TIMEOUT_MS, DEFAULT_QUIC_PREREAD_TIMEOUT_MS,
@@ -214,6 +215,10 @@ pub(crate) fn resolve_listener(
             None => Some(proto::RejectWith::Alert as i32),
         },
         max_unrouted_per_ip: Some(config.max_unrouted_per_ip.unwrap_or(0)),
+        allow: Vec::new(),
+        deny: Vec::new(),
+        connection_rate_per_ip: None,
+        ipv6_prefix: None,
         protocol: None,
         quic_preread_timeout_ms: None,
         quic_idle_timeout_ms: None,
@@ -226,6 +231,8 @@ pub(crate) fn resolve_listener(
         check_tcp(&what, config, &resolved)?;
         resolved
     };
+    let mut resolved = resolved;
+    resolve_access(&what, AccessFields::of_listener(config))?.write_listener(&mut resolved);
     if resolved.server_first_timeout.is_some() && resolved.default_cluster.is_none() {
         return Err(ValidationError::new(
             ErrorCode::ServerFirstWithoutDefaultCluster,

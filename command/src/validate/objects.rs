@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use preread_core::pattern::{SniPattern, validate_sni_pattern};
 use preread_core::routes::AlpnSet;
 
+use super::access::{AccessFields, resolve_access};
 use super::{DEFAULT_WEIGHT, parse_address_of, validate_id};
 use crate::backend_address::BackendAddress;
 use crate::codes::ErrorCode;
@@ -27,12 +28,16 @@ pub(crate) fn resolve_cluster(cluster: &proto::Cluster) -> Result<proto::Cluster
         Some(check) => Some(resolve_health_check(&cluster.cluster_id, check)?),
         None => None,
     };
-    Ok(proto::Cluster {
+    let what = format!("cluster `{}`", cluster.cluster_id);
+    let access = resolve_access(&what, AccessFields::of_cluster(cluster))?;
+    let mut resolved = proto::Cluster {
         health_check,
         // TCP is the default: stored unset, as before QUIC existed.
         protocol: is_quic_cluster(cluster).then_some(proto::ListenerProtocol::Quic as i32),
         ..cluster.clone()
-    })
+    };
+    access.write_cluster(&mut resolved);
+    Ok(resolved)
 }
 
 /// The cluster with its enum values checked.

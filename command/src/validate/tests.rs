@@ -908,6 +908,29 @@ fn e209_protocol_mismatch() {
 }
 
 #[test]
+fn e120_access_prefix_not_a_prefix() {
+    let mut s = base();
+    let message = refused(
+        &mut s,
+        &add_listener(proto::TcpListenerConfig {
+            deny: vec!["10.1.2.3/8".into()],
+            ..listener("127.0.0.1:9999")
+        }),
+        ErrorCode::InvalidAccessPrefix,
+    );
+    assert!(message.contains("write 10.0.0.0/8"), "{message}");
+    refused(
+        &mut s,
+        &req(RequestType::UpdateCluster(proto::Cluster {
+            cluster_id: "a".into(),
+            allow: vec!["10.0.0.0/40".into()],
+            ..Default::default()
+        })),
+        ErrorCode::InvalidAccessPrefix,
+    );
+}
+
+#[test]
 fn e306_quic_cluster_setting() {
     let mut s = base();
     let m = refused(
@@ -921,4 +944,35 @@ fn e306_quic_cluster_setting() {
         ErrorCode::QuicClusterSetting,
     );
     assert!(m.contains("proxy_protocol"), "{m}");
+}
+
+#[test]
+fn e121_connection_rate_not_a_rate() {
+    let mut s = base();
+    refused(
+        &mut s,
+        &req(RequestType::AddCluster(proto::Cluster {
+            cluster_id: "z".into(),
+            connection_rate_per_ip: Some(proto::ConnectionRate {
+                rate: 0,
+                per_ms: 1_000,
+                burst: None,
+            }),
+            ..Default::default()
+        })),
+        ErrorCode::InvalidConnectionRate,
+    );
+}
+
+#[test]
+fn e122_ipv6_prefix_past_128() {
+    let mut s = base();
+    refused(
+        &mut s,
+        &add_listener(proto::TcpListenerConfig {
+            ipv6_prefix: Some(129),
+            ..listener("127.0.0.1:9999")
+        }),
+        ErrorCode::InvalidIpv6Prefix,
+    );
 }

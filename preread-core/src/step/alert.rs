@@ -100,6 +100,7 @@ pub(crate) fn alert(
             AlertDescription::HandshakeFailure
         }),
         RejectReason::AlpnUnmatched => Some(AlertDescription::NoApplicationProtocol),
+        RejectReason::AccessDenied => Some(AlertDescription::AccessDenied),
         RejectReason::TooLarge => too_large(seen, window, cap),
         RejectReason::NotTls
         | RejectReason::ProxyHeaderInvalid

@@ -31,7 +31,7 @@ pub(crate) mod alert;
 mod handoff;
 mod listener;
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 pub use actions::{Actions, Close, CoreCall, Fed, Left, Next, StepTimer, TimerAction, TimerPlan};
@@ -88,7 +88,10 @@ struct Armed {
 /// One session's preread, from accept to its one exit.
 #[derive(Debug)]
 pub struct PrereadStep {
-    core: SniPrereadCore,
+    /// Built at the first input: a connection that has sent nothing holds
+    /// a pointer, not the core (a silent session stays small, and a
+    /// catch-all one never needs it).
+    core: Option<Box<SniPrereadCore>>,
     accepted_at: Instant,
     first_byte_at: Option<Instant>,
     armed: Armed,
@@ -107,7 +110,7 @@ impl PrereadStep {
     /// a silent client elsewhere first.
     pub fn accept(listener: &PrereadListener, now: Instant) -> (Self, Actions) {
         let mut step = Self {
-            core: SniPrereadCore::new(),
+            core: None,
             accepted_at: now,
             first_byte_at: None,
             armed: Armed::default(),
@@ -148,7 +151,7 @@ impl PrereadStep {
     /// no gauge.
     pub fn refused(now: Instant) -> Self {
         Self {
-            core: SniPrereadCore::new(),
+            core: None,
             accepted_at: now,
             first_byte_at: None,
             armed: Armed::default(),
@@ -212,7 +215,7 @@ impl PrereadStep {
                 (Fed::Timeout, self.feed(listener, Input::Timeout { now }))
             }
             Event::Idle => {
-                let close = if !self.core.said_nothing() {
+                let close = if !self.core().said_nothing() {
                     Close::Rejected(RejectReason::Fragmented)
                 } else {
                     Close::SilentTimeout
@@ -257,7 +260,7 @@ impl PrereadStep {
             actions.timers.silent = TimerAction::Cancel;
         }
         actions.left = Some(Left {
-            sample: self.core.client_spoke().then_some(preread_time),
+            sample: self.core().client_spoke().then_some(preread_time),
         });
         actions
     }
@@ -280,7 +283,8 @@ impl PrereadStep {
     /// The core, for what it learned (SNI, PROXY source, whether the client
     /// spoke) and its latched decision.
     pub fn core(&self) -> &SniPrereadCore {
-        &self.core
+        static UNFED: LazyLock<SniPrereadCore> = LazyLock::new(SniPrereadCore::new);
+        self.core.as_deref().unwrap_or(&UNFED)
     }
 
     /// A reject's farewell, by the listener's `reject_with`.
@@ -294,7 +298,7 @@ impl PrereadStep {
             actions.farewell = alert::farewell(
                 listener.reject_with,
                 reason,
-                &self.core,
+                self.core(),
                 window,
                 listener.cap(),
             );
@@ -323,7 +327,7 @@ impl PrereadStep {
     }
 
     fn feed(&mut self, listener: &PrereadListener, input: Input<'_>) -> Output {
-        self.core.handle_input(&listener.config, input)
+        (self.core.get_or_insert_default()).handle_input(&listener.config, input)
     }
 
     fn on_output(&mut self, output: &Output, now: Instant) -> Actions {
@@ -333,10 +337,10 @@ impl PrereadStep {
             // Nothing, or only a load balancer's whole header, came: a
             // health check's close, or an idle client's deadline. A cut
             // header is the client's reject like any cut hello.
-            Output::Reject(RejectReason::FrontClosed) if self.core.said_nothing() => {
+            Output::Reject(RejectReason::FrontClosed) if self.core().said_nothing() => {
                 Next::Close(Close::Silent)
             }
-            Output::Reject(RejectReason::Fragmented) if self.core.said_nothing() => {
+            Output::Reject(RejectReason::Fragmented) if self.core().said_nothing() => {
                 Next::Close(Close::SilentTimeout)
             }
             Output::Reject(reason) => Next::Close(Close::Rejected(*reason)),
@@ -359,7 +363,7 @@ impl PrereadStep {
         if self.first_byte_at.is_some() && self.armed.silent.take().is_some() {
             actions.timers.silent = TimerAction::Cancel;
         }
-        if self.core.client_spoke() && std::mem::take(&mut self.armed.server_first) {
+        if self.core().client_spoke() && std::mem::take(&mut self.armed.server_first) {
             actions.timers.server_first = TimerAction::Cancel;
         }
         actions

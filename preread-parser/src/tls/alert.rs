@@ -29,6 +29,8 @@ pub enum AlertDescription {
     HandshakeFailure,
     /// 47: a field with a forbidden value, or an extension twice.
     IllegalParameter,
+    /// 49: the client is not allowed in (an access rule refused it).
+    AccessDenied,
     /// 50: a message that cannot be decoded (a length that lies).
     DecodeError,
     /// 80: the server cannot go on for a reason of its own.
@@ -43,11 +45,12 @@ pub enum AlertDescription {
 
 impl AlertDescription {
     /// Every description, for tests.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::UnexpectedMessage,
         Self::RecordOverflow,
         Self::HandshakeFailure,
         Self::IllegalParameter,
+        Self::AccessDenied,
         Self::DecodeError,
         Self::InternalError,
         Self::MissingExtension,
@@ -62,6 +65,7 @@ impl AlertDescription {
             Self::RecordOverflow => 22,
             Self::HandshakeFailure => 40,
             Self::IllegalParameter => 47,
+            Self::AccessDenied => 49,
             Self::DecodeError => 50,
             Self::InternalError => 80,
             Self::MissingExtension => 109,
@@ -82,6 +86,7 @@ impl AlertDescription {
             Self::RecordOverflow => "record_overflow",
             Self::HandshakeFailure => "handshake_failure",
             Self::IllegalParameter => "illegal_parameter",
+            Self::AccessDenied => "access_denied",
             Self::DecodeError => "decode_error",
             Self::InternalError => "internal_error",
             Self::MissingExtension => "missing_extension",
@@ -166,7 +171,7 @@ mod tests {
     fn codes_and_names_are_distinct_and_the_record_is_exact() {
         let codes: HashSet<_> = AlertDescription::ALL.map(AlertDescription::code).into();
         let names: HashSet<_> = AlertDescription::ALL.map(AlertDescription::as_str).into();
-        assert_eq!(codes.len(), 9);
+        assert_eq!(codes.len(), AlertDescription::ALL.len());
         for description in AlertDescription::ALL {
             assert_eq!(
                 AlertDescription::from_code(description.code()),

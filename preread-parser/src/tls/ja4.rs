@@ -26,6 +26,7 @@ use core::fmt;
 use ring::digest;
 
 use super::ClientHello;
+use super::extensions::{AlpnProtocols, SupportedVersions};
 
 /// How many ciphers (and, separately, extensions) are sorted on the stack.
 /// Browsers offer 15 to 20 of each; a longer list is sorted on the heap.
@@ -34,6 +35,7 @@ const SORT_ON_STACK: usize = 128;
 const EXT_SERVER_NAME: u16 = 0x0000;
 const EXT_SIGNATURE_ALGORITHMS: u16 = 0x000d;
 const EXT_ALPN: u16 = 0x0010;
+const EXT_SUPPORTED_VERSIONS: u16 = 0x002b;
 
 /// Length of a fingerprint: `a` (10) `_` `b` (12) `_` `c` (12).
 const JA4_LEN: usize = 36;
@@ -60,6 +62,30 @@ impl Transport {
     }
 }
 
+/// What JA4 reads of a ClientHello the parser accepted: its
+/// `legacy_version` and, as on the wire, its cipher suites and extensions
+/// block. A caller that keeps where these lie in its window (not the
+/// borrowed hello) can fingerprint the hello after its decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ja4Input<'a> {
+    /// The hello's `legacy_version`.
+    pub legacy_version: u16,
+    /// [`ClientHello::cipher_suites`].
+    pub cipher_suites: &'a [u8],
+    /// [`ClientHello::extensions`].
+    pub extensions: &'a [u8],
+}
+
+impl<'a> From<&ClientHello<'a>> for Ja4Input<'a> {
+    fn from(hello: &ClientHello<'a>) -> Self {
+        Self {
+            legacy_version: hello.legacy_version,
+            cipher_suites: hello.cipher_suites,
+            extensions: hello.extensions,
+        }
+    }
+}
+
 /// A JA4 fingerprint, such as `t13d1516h2_8daaf6152771_e5627efa2ab1`.
 ///
 /// Computed by [`Ja4::of`], or read from configuration by [`Ja4::parse`];
@@ -70,11 +96,12 @@ pub struct Ja4 {
 }
 
 impl Ja4 {
-    /// The fingerprint of `hello`, received over `transport`.
-    pub fn of(hello: &ClientHello<'_>, transport: Transport) -> Self {
-        let lists = Lists::of(hello);
+    /// The fingerprint of `hello` (a [`ClientHello`] or its
+    /// [`Ja4Input`]), received over `transport`.
+    pub fn of<'a>(hello: impl Into<Ja4Input<'a>>, transport: Transport) -> Self {
+        let lists = Lists::of(hello.into());
         let mut text = [b'_'; JA4_LEN];
-        text[..A_LEN].copy_from_slice(&section_a(hello, &lists, transport));
+        text[..A_LEN].copy_from_slice(&lists.section_a(transport));
         let b_at = A_LEN + 1;
         let c_at = b_at + HASH_HEX_LEN + 1;
         text[b_at..b_at + HASH_HEX_LEN].copy_from_slice(&hash12(|sink| lists.write_b(sink)));
@@ -85,9 +112,9 @@ impl Ja4 {
     /// The raw form (`ja4_r`): the `a` section, then the sorted ciphers and
     /// extensions and the signature algorithms, unhashed. It is as long as
     /// the hello's lists, so it is formatted on demand, never stored.
-    pub fn raw<'h>(hello: &ClientHello<'h>, transport: Transport) -> Ja4Raw<'h> {
+    pub fn raw<'a>(hello: impl Into<Ja4Input<'a>>, transport: Transport) -> Ja4Raw<'a> {
         Ja4Raw {
-            hello: *hello,
+            hello: hello.into(),
             transport,
         }
     }
@@ -198,15 +225,15 @@ impl std::error::Error for Ja4FormatError {}
 /// The raw fingerprint (`ja4_r`) of one hello, formatted by [`fmt::Display`].
 #[derive(Debug, Clone, Copy)]
 pub struct Ja4Raw<'h> {
-    hello: ClientHello<'h>,
+    hello: Ja4Input<'h>,
     transport: Transport,
 }
 
 impl fmt::Display for Ja4Raw<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let lists = Lists::of(&self.hello);
+        let lists = Lists::of(self.hello);
         let mut sink = FmtSink { f, result: Ok(()) };
-        sink.put(&section_a(&self.hello, &lists, self.transport));
+        sink.put(&lists.section_a(self.transport));
         sink.put(b"_");
         lists.write_b(&mut sink);
         sink.put(b"_");
@@ -281,10 +308,13 @@ struct Lists<'h> {
     extension_count: usize,
     has_server_name: bool,
     signature_algorithms: &'h [u8],
+    legacy_version: u16,
+    supported_versions: Option<SupportedVersions<'h>>,
+    alpn: Option<AlpnProtocols<'h>>,
 }
 
 impl<'h> Lists<'h> {
-    fn of(hello: &ClientHello<'h>) -> Self {
+    fn of(hello: Ja4Input<'h>) -> Self {
         let mut ciphers = SortedU16::new();
         u16_pairs(hello.cipher_suites)
             .filter(|&c| !is_grease(c))
@@ -295,6 +325,9 @@ impl<'h> Lists<'h> {
             extension_count: 0,
             has_server_name: false,
             signature_algorithms: &[],
+            legacy_version: hello.legacy_version,
+            supported_versions: None,
+            alpn: None,
         };
         for (ext_type, data) in extensions(hello.extensions) {
             if is_grease(ext_type) {
@@ -303,15 +336,35 @@ impl<'h> Lists<'h> {
             lists.extension_count += 1;
             match ext_type {
                 EXT_SERVER_NAME => lists.has_server_name = true,
-                EXT_ALPN => {}
+                // The parser validated both lists before accepting the hello.
+                EXT_ALPN => lists.alpn = super::extensions::alpn(data).ok(),
                 _ => lists.hashed_extensions.insert(ext_type),
             }
-            if ext_type == EXT_SIGNATURE_ALGORITHMS {
-                lists.signature_algorithms = signature_algorithms(data);
+            match ext_type {
+                EXT_SIGNATURE_ALGORITHMS => lists.signature_algorithms = signature_algorithms(data),
+                EXT_SUPPORTED_VERSIONS => {
+                    lists.supported_versions = super::extensions::supported_versions(data).ok();
+                }
+                _ => {}
             }
         }
         lists.hashed_extensions = lists.hashed_extensions.finish();
         lists
+    }
+
+    fn section_a(&self, transport: Transport) -> [u8; A_LEN] {
+        let version = match self.supported_versions {
+            Some(offer) => offer.iter().filter(|&v| !is_grease(v)).max().unwrap_or(0),
+            None => self.legacy_version,
+        };
+        let mut a = [0; A_LEN];
+        a[0] = transport.letter();
+        a[1..3].copy_from_slice(version_code(version));
+        a[3] = if self.has_server_name { b'd' } else { b'i' };
+        a[4..6].copy_from_slice(&two_digits(self.ciphers.as_slice().len()));
+        a[6..8].copy_from_slice(&two_digits(self.extension_count));
+        a[8..10].copy_from_slice(&alpn_chars(self.alpn));
+        a
     }
 
     fn write_b(&self, sink: &mut impl Sink) {
@@ -330,21 +383,6 @@ impl<'h> Lists<'h> {
     }
 }
 
-fn section_a(hello: &ClientHello<'_>, lists: &Lists<'_>, transport: Transport) -> [u8; A_LEN] {
-    let version = match hello.supported_versions {
-        Some(offer) => offer.iter().filter(|&v| !is_grease(v)).max().unwrap_or(0),
-        None => hello.legacy_version,
-    };
-    let mut a = [0; A_LEN];
-    a[0] = transport.letter();
-    a[1..3].copy_from_slice(version_code(version));
-    a[3] = if lists.has_server_name { b'd' } else { b'i' };
-    a[4..6].copy_from_slice(&two_digits(lists.ciphers.as_slice().len()));
-    a[6..8].copy_from_slice(&two_digits(lists.extension_count));
-    a[8..10].copy_from_slice(&alpn_chars(hello));
-    a
-}
-
 fn two_digits(count: usize) -> [u8; 2] {
     let count = count.min(99) as u8;
     [b'0' + count / 10, b'0' + count % 10]
@@ -352,8 +390,8 @@ fn two_digits(count: usize) -> [u8; 2] {
 
 /// First and last character of the first ALPN name; when either is not
 /// alphanumeric, the first and last hex digit of the name instead.
-fn alpn_chars(hello: &ClientHello<'_>) -> [u8; 2] {
-    let first_name = hello.alpn.and_then(|offer| offer.iter().next());
+fn alpn_chars(alpn: Option<AlpnProtocols<'_>>) -> [u8; 2] {
+    let first_name = alpn.and_then(|offer| offer.iter().next());
     let Some((&first, &last)) = first_name.and_then(|name| Some((name.first()?, name.last()?)))
     else {
         return *b"00";

@@ -28,7 +28,7 @@ use core::num::NonZeroUsize;
 pub use alert::{AlertDescription, FIRST_FLIGHT_VERSION};
 pub use error::{HandshakeFault, RecordFault, TlsError};
 pub use extensions::{AlpnProtocols, EchKind, SupportedVersions};
-pub use ja4::{Ja4, Ja4FormatError, Ja4Raw, Transport};
+pub use ja4::{Ja4, Ja4FormatError, Ja4Input, Ja4Raw, Transport};
 pub use record::FrameCursor;
 
 /// Largest TLS record payload a peer may send (RFC 8446 §5.1, 2^14).

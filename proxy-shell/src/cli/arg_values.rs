@@ -35,6 +35,8 @@ pub(super) enum ArgValueError {
     NotAByteCount { text: String },
     /// A spelling the config's table does not hold.
     UnknownSpelling { text: String },
+    /// A `--rate` that is not `RATE/PER`.
+    NotARate { text: String },
 }
 
 impl fmt::Display for ArgValueError {
@@ -71,6 +73,10 @@ impl fmt::Display for ArgValueError {
             Self::UnknownSpelling { text } => {
                 write!(f, "{} is not one of the values", spelling::quoted(text))
             }
+            Self::NotARate { text } => write!(
+                f,
+                "{text:?} is not a rate: write connections/duration, such as 50/1s or 600/1m"
+            ),
         }
     }
 }
@@ -122,6 +128,20 @@ pub(super) fn millis_u32(
             text: text.to_owned(),
         })
     }
+}
+
+/// A `--rate`: `RATE/PER` (`50/1s`; a bare `PER` is milliseconds, as
+/// the config's `per`), as the connection count and the milliseconds.
+/// Whether it is a rate (zeroes, a `per` over a day) is the proxy's to
+/// judge (E121), as for the config file.
+pub(super) fn connection_rate(text: &str) -> Result<(u32, u64), ArgValueError> {
+    let not_a_rate = || ArgValueError::NotARate {
+        text: text.to_owned(),
+    };
+    let (rate, per) = text.split_once('/').ok_or_else(not_a_rate)?;
+    let rate = rate.trim().parse::<u32>().map_err(|_| not_a_rate())?;
+    let per = duration::parse_setting(per.trim(), Unit::Milliseconds)?;
+    Ok((rate, per))
 }
 
 /// A `--watch` interval, in milliseconds.

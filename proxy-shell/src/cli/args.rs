@@ -11,7 +11,9 @@ use command::duration::Unit;
 use command::proto;
 use command::spelling::{HEALTH_CHECK_KIND, LOAD_BALANCING, PROTOCOL, PROXY_PROTOCOL, REJECT_WITH};
 
-use super::arg_values::{millis, millis_u32, read_size, reject_reason, spelt, watch_interval};
+use super::arg_values::{
+    connection_rate, millis, millis_u32, read_size, reject_reason, spelt, watch_interval,
+};
 
 /// preread: routes TLS connections by SNI and ALPN without terminating TLS.
 #[derive(Debug, Parser)]
@@ -177,7 +179,8 @@ pub enum TcpListenerAction {
     /// Add and activate a TCP listener.
     Add(TcpListenerArgs),
     /// Change a listener's settings in place (timeouts, caps, default
-    /// cluster, reject_with, max_unrouted_per_ip); its frontends and
+    /// cluster, reject_with, max_unrouted_per_ip, allow, deny, rate); its
+    /// frontends and
     /// sessions stay. A flag left
     /// out takes its default, as with `add`.
     Update(TcpListenerArgs),
@@ -281,6 +284,33 @@ pub struct TcpListenerArgs {
     /// one more is refused at accept. 0 (the default) is no limit.
     #[arg(long)]
     pub max_unrouted_per_ip: Option<u32>,
+    #[command(flatten)]
+    pub access: Box<AccessArgs>,
+}
+
+/// Who may connect: the `allow`, `deny`, `connection_rate_per_ip` and
+/// `ipv6_prefix` keys of a listener or a cluster. Left out, each is unset
+/// (as with every flag of `update`, the settings are replaced).
+#[derive(Debug, Args)]
+pub struct AccessArgs {
+    /// Only sources in these prefixes may connect (repeat the flag, or
+    /// give a comma-separated list): 10.0.0.0/8, 2001:db8::/32, 192.0.2.7.
+    #[arg(long, value_delimiter = ',')]
+    pub allow: Vec<String>,
+    /// Sources in these prefixes are refused, whatever --allow says.
+    #[arg(long, value_delimiter = ',')]
+    pub deny: Vec<String>,
+    /// New connections per source, a token bucket for the whole process:
+    /// RATE/PER, such as 50/1s.
+    #[arg(long, value_parser = connection_rate)]
+    pub rate: Option<(u32, u64)>,
+    /// Connections a full bucket holds (default: the rate).
+    #[arg(long, requires = "rate")]
+    pub burst: Option<u32>,
+    /// IPv6 sources are counted per network of this prefix length
+    /// (default 64).
+    #[arg(long)]
+    pub ipv6_prefix: Option<u32>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -338,6 +368,8 @@ pub struct ClusterArgs {
     /// Checks failed in a row that take an up backend down; default 3.
     #[arg(long, requires = "health_check")]
     pub health_check_fall: Option<u32>,
+    #[command(flatten)]
+    pub access: Box<AccessArgs>,
 }
 
 #[derive(Debug, Subcommand)]

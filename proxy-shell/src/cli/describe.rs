@@ -73,17 +73,58 @@ fn listener(l: &proto::TcpListenerConfig) -> String {
             line.push_str(&format!(" {key}={value}"));
         }
     }
+    line.push_str(&access(
+        (&l.allow, &l.deny),
+        l.connection_rate_per_ip.as_ref(),
+        l.ipv6_prefix,
+    ));
+    line
+}
+
+/// The access settings that are set, each as ` key=value`: a list by its
+/// length when it is long.
+fn access(
+    (allow, deny): (&[String], &[String]),
+    rate: Option<&proto::ConnectionRate>,
+    ipv6_prefix: Option<u32>,
+) -> String {
+    let list = |list: &[String]| match list.len() {
+        0 => None,
+        1..=3 => Some(list.join(",")),
+        n => Some(format!("{},…({n} prefixes)", list[..3].join(","))),
+    };
+    let rate = rate.map(|r| {
+        let burst = r.burst.unwrap_or(r.rate);
+        format!("{}/{},burst={burst}", r.rate, duration::shown(r.per_ms))
+    });
+    let settings = [
+        ("allow", list(allow)),
+        ("deny", list(deny)),
+        ("connection_rate_per_ip", rate),
+        ("ipv6_prefix", ipv6_prefix.map(|v| v.to_string())),
+    ];
+    let mut line = String::new();
+    for (key, value) in settings {
+        if let Some(value) = value {
+            line.push_str(&format!(" {key}={value}"));
+        }
+    }
     line
 }
 
 fn cluster(c: &proto::Cluster) -> String {
     format!(
-        "{} load_balancing={} proxy_protocol={} max_connections_per_ip={} health_check={}",
+        "{} load_balancing={} proxy_protocol={} max_connections_per_ip={} health_check={}{}",
         c.cluster_id,
         lb_name(c.load_balancing),
         pp_name(c.proxy_protocol),
         c.max_connections_per_ip,
-        describe_health_check(c.health_check.as_ref())
+        describe_health_check(c.health_check.as_ref()),
+        access(
+            (&c.allow, &c.deny),
+            c.connection_rate_per_ip.as_ref(),
+            c.ipv6_prefix
+        )
     )
 }
 

@@ -7,8 +7,8 @@
 use command::proto::{self, request::RequestType};
 
 use super::args::{
-    BackendAction, BackendArgs, ClusterAction, ClusterArgs, Command, FrontendAction, FrontendArgs,
-    ListenerAction, MetricsAction, QuicListenerAction, QuicListenerArgs, StateAction,
+    AccessArgs, BackendAction, BackendArgs, ClusterAction, ClusterArgs, Command, FrontendAction,
+    FrontendArgs, ListenerAction, MetricsAction, QuicListenerAction, QuicListenerArgs, StateAction,
     TcpFrontendAction, TcpListenerAction, TcpListenerArgs,
 };
 
@@ -35,6 +35,10 @@ fn listener_config(args: &TcpListenerArgs) -> proto::TcpListenerConfig {
         front_timeout_ms: args.front_timeout,
         back_timeout_ms: args.back_timeout,
         connect_timeout_ms: args.connect_timeout,
+        allow: args.access.allow.clone(),
+        deny: args.access.deny.clone(),
+        connection_rate_per_ip: connection_rate(&args.access),
+        ipv6_prefix: args.access.ipv6_prefix,
         protocol: None,
         quic_preread_timeout_ms: None,
         quic_idle_timeout_ms: None,
@@ -57,6 +61,15 @@ fn quic_listener_config(args: &QuicListenerArgs) -> proto::TcpListenerConfig {
     }
 }
 
+/// `--rate RATE/PER` with `--burst`.
+fn connection_rate(access: &AccessArgs) -> Option<proto::ConnectionRate> {
+    access.rate.map(|(rate, per_ms)| proto::ConnectionRate {
+        rate,
+        per_ms,
+        burst: access.burst,
+    })
+}
+
 fn cluster(args: &ClusterArgs) -> proto::Cluster {
     proto::Cluster {
         cluster_id: args.id.clone(),
@@ -74,6 +87,10 @@ fn cluster(args: &ClusterArgs) -> proto::Cluster {
             Some(proto::ListenerProtocol::Quic) => Some(proto::ListenerProtocol::Quic as i32),
             Some(proto::ListenerProtocol::Tcp) | None => None,
         },
+        allow: args.access.allow.clone(),
+        deny: args.access.deny.clone(),
+        connection_rate_per_ip: connection_rate(&args.access),
+        ipv6_prefix: args.access.ipv6_prefix,
     }
 }
 
@@ -338,6 +355,34 @@ mod tests {
             (l.front_timeout_ms, l.back_timeout_ms, l.connect_timeout_ms),
             (Some(9_000), Some(8_000), Some(2_000))
         );
+    }
+
+    #[test]
+    fn access_flags_on_listeners_and_clusters() {
+        let Some(RequestType::UpdateTcpListener(l)) = build(
+            "preread listener tcp update -a 127.0.0.1:8443 --allow 10.0.0.0/8,192.0.2.7 \
+             --allow 2001:db8::/32 --deny 10.9.0.0/16 --rate 50/1s --burst 100 --ipv6-prefix 56",
+        ) else {
+            panic!("not a listener update")
+        };
+        assert_eq!(l.allow, ["10.0.0.0/8", "192.0.2.7", "2001:db8::/32"]);
+        assert_eq!(l.deny, ["10.9.0.0/16"]);
+        let rate = l
+            .connection_rate_per_ip
+            .map(|r| (r.rate, r.per_ms, r.burst));
+        assert_eq!(rate, Some((50, 1_000, Some(100))));
+        assert_eq!(l.ipv6_prefix, Some(56));
+        let Some(RequestType::UpdateCluster(c)) =
+            build("preread cluster update -i web --deny 192.0.2.0/24 --rate 600/1m")
+        else {
+            panic!("not a cluster update")
+        };
+        assert_eq!(c.deny, ["192.0.2.0/24"]);
+        let rate = c
+            .connection_rate_per_ip
+            .map(|r| (r.rate, r.per_ms, r.burst));
+        assert_eq!(rate, Some((600, 60_000, None)));
+        assert!(c.allow.is_empty() && c.ipv6_prefix.is_none());
     }
 
     #[test]

@@ -227,7 +227,7 @@ impl ClientBook {
             ));
         };
         let fits = match (expect, effect) {
-            (Expect::Serve(asked), Effect::Serve { request, .. }) => asked == request,
+            (Expect::Serve(asked), Effect::Serve { request, .. }) => **asked == *request,
             (Expect::Report(asked), Effect::Report { query, .. }) => asked == query,
             (Expect::Report(_), Effect::Answer { response, .. }) => !is_ok(response),
             (

@@ -46,7 +46,7 @@ pub(crate) struct WorkerPlan {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Expect {
     /// `Effect::Serve` of this very request.
-    Serve(proto::Request),
+    Serve(Box<proto::Request>),
     /// `Effect::Report` of this very query, or a failure.
     Report(Query),
     /// `Effect::Answer`: when OK, its message holds one of `ok`; a failure
@@ -327,7 +327,7 @@ fn ask(rng: &mut Rng, client: usize, seq: usize, stops: bool) -> Act {
             let local = request(RequestType::SaveState(proto::SaveState { path: token }));
             Act::Ask(Box::new((
                 Request::Local(local.clone()),
-                Expect::Serve(local),
+                Expect::Serve(Box::new(local)),
             )))
         }
         67..=76 => {

@@ -210,7 +210,7 @@ fn open_backend(
             OpenError::Backend(e)
         }
     })?;
-    keepalive::apply(&stream, ctx.settings.tcp_keepalive.as_ref(), "backend");
+    keepalive::apply(&stream, ctx.settings.backend_keepalive.as_ref(), "backend");
     ctx.registry
         .register(
             &mut stream,

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use command::generation::Generation;
-use log::{error, info};
+use log::{error, info, warn};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use preread_core::rng::Rng;
@@ -26,6 +26,7 @@ use super::accept_retry::AcceptRetry;
 use super::close::close;
 use super::configured::Configured;
 use super::ctx::{Ctx, Drive};
+use super::defer;
 use super::drive::drive;
 use super::io::Ready;
 use super::listen::{bind_reuseport, prepare};
@@ -327,7 +328,27 @@ impl Worker {
         for address in to_close {
             self.close_listener(address);
         }
+        self.defer_accepts();
         Answer::Done
+    }
+
+    /// Sets each listening socket's deferred accept from its listener's
+    /// settings as this generation left them (`worker/defer.rs`). A socket
+    /// that refuses it still accepts, at once: logged, not fatal.
+    fn defer_accepts(&self) {
+        for (_, (address, listener)) in &self.listeners {
+            let Some(runtime) = self.ctx.runtime.listeners.get(address) else {
+                continue;
+            };
+            let seconds = defer::seconds(&runtime.preread, self.ctx.settings.defer_accept);
+            if let Err(e) = defer::apply(listener, seconds) {
+                warn!(
+                    "worker {}: cannot set TCP_DEFER_ACCEPT on {address} ({e}): it accepts \
+                     silent clients at once",
+                    self.ctx.id
+                );
+            }
+        }
     }
 
     /// Listens at `address`: on the sockets an upgrade handed over for it,

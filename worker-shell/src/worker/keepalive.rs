@@ -1,9 +1,11 @@
-//! TCP keepalive on both sockets of a session.
+//! TCP keepalive on the sockets of a session.
 //!
 //! Owns: turning the config's `tcp_keepalive*` values into the socket
 //! options (`SO_KEEPALIVE`, `TCP_KEEPIDLE`, `TCP_KEEPINTVL`, `TCP_KEEPCNT`)
 //! and setting them on a listening socket (the client sockets it accepts
-//! inherit them, `listen::prepare`) and on a backend socket as it connects. Must never: fail a session over it (a socket that
+//! inherit them, `listen::prepare`) and, with `backend_keepalive` only, on
+//! a backend socket as it connects (four `setsockopt` per connection). Must
+//! never: fail a session over it (a socket that
 //! refuses the options still carries traffic; the refusal is logged at
 //! debug), or touch `TCP_NODELAY`.
 

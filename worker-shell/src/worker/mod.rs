@@ -13,6 +13,7 @@ mod close;
 pub mod configured;
 mod connect;
 mod ctx;
+mod defer;
 mod drive;
 mod event_loop;
 mod farewell;

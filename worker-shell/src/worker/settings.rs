@@ -17,8 +17,15 @@ pub struct WorkerSettings {
     pub max_connection_attempts: u32,
     /// Rejected and fallback windows kept for `preread rejects`; 0 is off.
     pub reject_capture: usize,
-    /// The keepalive options of both sockets of a session; `None` is off.
+    /// The keepalive options of the client sockets (inherited from the
+    /// listener); `None` is off.
     pub tcp_keepalive: Option<socket2::TcpKeepalive>,
+    /// The keepalive options of the backend sockets: `tcp_keepalive`'s
+    /// with `backend_keepalive`, else `None`.
+    pub backend_keepalive: Option<socket2::TcpKeepalive>,
+    /// `defer_accept`: listeners that wait for the client's first bytes
+    /// use `TCP_DEFER_ACCEPT` (`worker/defer.rs`).
+    pub defer_accept: bool,
 }
 
 impl WorkerSettings {
@@ -31,6 +38,10 @@ impl WorkerSettings {
             max_connection_attempts: global.max_connection_attempts.max(1),
             reject_capture: global.reject_capture,
             tcp_keepalive: global.tcp_keepalive.as_ref().map(super::keepalive::options),
+            backend_keepalive: (global.tcp_keepalive.as_ref())
+                .filter(|_| global.backend_keepalive)
+                .map(super::keepalive::options),
+            defer_accept: global.defer_accept,
         }
     }
 }

@@ -1,0 +1,173 @@
+//! The JA4 fingerprint of a connection's ClientHello, and the `deny_ja4`
+//! lists that refuse one.
+//!
+//! Owns: [`DenyJa4`] (a listener's list and its clusters' lists, sorted,
+//! searched by bisection), [`DenyRule`] (which rule refused: the access
+//! log's `rule`), and [`HelloSpans`], where a parsed hello's cipher suites
+//! and extensions lie in the window or the reassembly buffer, so that a
+//! fingerprint wanted after the decision (the access log, `inspect`) needs
+//! neither a second parse nor a copy. The fingerprint itself is the
+//! parser's ([`preread_parser::tls::Ja4`]).
+//!
+//! Must never: fingerprint on the decision path unless a `deny_ja4` list
+//! applies to the connection (the hashing costs more than the parse), or
+//! allocate there.
+
+use std::ops::Range;
+
+use hashbrown::HashMap;
+use preread_parser::tls::{ClientHello, Ja4, Ja4Input};
+
+use crate::routes::ClusterId;
+
+/// The JA4 fingerprints a listener refuses, and those each of its
+/// clusters refuses once a connection is routed to it. Empty by default.
+#[derive(Debug, Clone, Default)]
+pub struct DenyJa4 {
+    listener: Box<[Ja4]>,
+    clusters: HashMap<ClusterId, Box<[Ja4]>>,
+}
+
+impl DenyJa4 {
+    /// The listener's own list.
+    pub fn new(listener: impl IntoIterator<Item = Ja4>) -> Self {
+        Self {
+            listener: sorted(listener),
+            clusters: HashMap::new(),
+        }
+    }
+
+    /// Adds `cluster`'s list (an empty one is not kept).
+    pub fn with_cluster(mut self, cluster: ClusterId, list: impl IntoIterator<Item = Ja4>) -> Self {
+        let list = sorted(list);
+        if !list.is_empty() {
+            self.clusters.insert(cluster, list);
+        }
+        self
+    }
+
+    /// No list at all: nothing is ever fingerprinted to decide.
+    pub fn is_empty(&self) -> bool {
+        self.listener.is_empty() && self.clusters.is_empty()
+    }
+
+    /// A list applies to a connection routed to `cluster`.
+    pub(crate) fn applies_to(&self, cluster: &ClusterId) -> bool {
+        !self.listener.is_empty() || self.clusters.contains_key(cluster)
+    }
+
+    /// `ja4` is on the listener's list or `cluster`'s.
+    pub(crate) fn denies(&self, cluster: &ClusterId, ja4: &Ja4) -> bool {
+        self.listener.binary_search(ja4).is_ok()
+            || self
+                .clusters
+                .get(cluster)
+                .is_some_and(|list| list.binary_search(ja4).is_ok())
+    }
+}
+
+fn sorted(list: impl IntoIterator<Item = Ja4>) -> Box<[Ja4]> {
+    let mut list: Vec<Ja4> = list.into_iter().collect();
+    list.sort_unstable();
+    list.dedup();
+    list.into_boxed_slice()
+}
+
+/// The access rule that refused a connection the core decided on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DenyRule {
+    /// A `deny_ja4` list of the listener or of the routed cluster.
+    DenyJa4,
+}
+
+impl DenyRule {
+    /// The rule's name, as configured and as the access log's `rule`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::DenyJa4 => "deny_ja4",
+        }
+    }
+}
+
+/// Where a parsed hello's fingerprinted fields lie: offsets into the TLS
+/// bytes of the window (past a PROXY header) or, for a hello spread over
+/// records, into the core's reassembly buffer. 16 bytes: every session
+/// holds one (both lists are u16-length vectors; a window past 4 GiB
+/// has no spans).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HelloSpans {
+    cipher_suites_at: u32,
+    extensions_at: u32,
+    cipher_suites_len: u16,
+    extensions_len: u16,
+    legacy_version: u16,
+    in_scratch: bool,
+}
+
+/// A parsed hello's fingerprinted fields as addresses, taken while the
+/// hello still borrows the reassembly buffer; [`HelloSpans::locate`] turns
+/// them into offsets once it no longer does.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Cut {
+    legacy_version: u16,
+    in_scratch: bool,
+    cipher_suites: (usize, usize),
+    extensions: (usize, usize),
+}
+
+impl Cut {
+    pub(crate) fn of(hello: &ClientHello<'_>) -> Self {
+        let at = |slice: &[u8]| (slice.as_ptr().addr(), slice.len());
+        Self {
+            legacy_version: hello.legacy_version,
+            in_scratch: hello.records > 1,
+            cipher_suites: at(hello.cipher_suites),
+            extensions: at(hello.extensions),
+        }
+    }
+}
+
+/// Where a slice at `(address, len)` lies in `outer`, if it does.
+fn span(outer: &[u8], (address, len): (usize, usize)) -> Option<(u32, u16)> {
+    let start = address.checked_sub(outer.as_ptr().addr())?;
+    let end = start.checked_add(len)?;
+    if end > outer.len() {
+        return None;
+    }
+    Some((u32::try_from(start).ok()?, u16::try_from(len).ok()?))
+}
+
+fn range((at, len): (u32, u16)) -> Range<usize> {
+    let at = at as usize;
+    at..at + usize::from(len)
+}
+
+impl HelloSpans {
+    /// The spans of a hello cut from `tls` (one record) or from `scratch`
+    /// (several). `None` only if a slice is not where the parser cut it.
+    pub(crate) fn locate(cut: Cut, tls: &[u8], scratch: &[u8]) -> Option<Self> {
+        let from = if cut.in_scratch { scratch } else { tls };
+        let (cipher_suites_at, cipher_suites_len) = span(from, cut.cipher_suites)?;
+        let (extensions_at, extensions_len) = span(from, cut.extensions)?;
+        Some(Self {
+            cipher_suites_at,
+            extensions_at,
+            cipher_suites_len,
+            extensions_len,
+            legacy_version: cut.legacy_version,
+            in_scratch: cut.in_scratch,
+        })
+    }
+
+    /// The fields again, from the same TLS bytes (the window only grows)
+    /// and reassembly buffer.
+    pub(crate) fn input<'w>(&self, tls: &'w [u8], scratch: &'w [u8]) -> Option<Ja4Input<'w>> {
+        let from = if self.in_scratch { scratch } else { tls };
+        Some(Ja4Input {
+            legacy_version: self.legacy_version,
+            cipher_suites: from.get(range((self.cipher_suites_at, self.cipher_suites_len)))?,
+            extensions: from.get(range((self.extensions_at, self.extensions_len)))?,
+        })
+    }
+}
