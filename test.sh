@@ -21,6 +21,8 @@ busybox busybox-static
 unshare util-linux
 python3 python3
 promtool prometheus
+gtlsclient ngtcp2-client
+gtlsserver ngtcp2-server
 /usr/bin/python3 python3
 /usr/lib/python3/dist-packages/prometheus_client/parser.py python3-prometheus-client
 "

@@ -209,6 +209,7 @@ mod tests {
             preread_ms: None,
             proxy_client: None,
             hello: None,
+            quic: None,
         }
     }
 

@@ -39,6 +39,9 @@ pub struct Shared {
     pub unrouted: Arc<PerIp<(SocketAddr, IpAddr)>>,
     pub registry: Arc<Registry>,
     pub counters: Arc<Counters>,
+    /// QUIC flows per listener and per client address (`max_flows`,
+    /// `max_flows_per_ip`).
+    pub quic_flows: crate::worker::quic::FlowCounts,
 }
 
 impl Shared {
@@ -51,6 +54,7 @@ impl Shared {
             unrouted: PerIp::new(),
             registry: Arc::new(Registry::default()),
             counters: Arc::new(Counters::default()),
+            quic_flows: crate::worker::quic::FlowCounts::new(),
         })
     }
 }

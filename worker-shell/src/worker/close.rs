@@ -139,6 +139,7 @@ fn log(ctx: &mut Ctx, session: &Session, outcome: Outcome, now: Instant) {
             .and_then(|r| r.proxy_source)
             .or_else(|| core.proxy_source()),
         hello: core.hello(),
+        quic: None,
     };
     if ctx.access_log.submit(&entry).is_err() {
         ctx.metrics.incr(Series::of(Family::AccessLogDropped));

@@ -19,6 +19,7 @@ use command::change::{Change, FrontendSettings, ListenerSettings, QuicSettings};
 use command::generation::{Generation, RouteTables};
 use command::proto;
 use preread_core::PrereadConfig;
+use preread_core::quic::QuicRejectWith;
 use preread_core::routes::{ClusterId, RouteTable};
 use preread_core::step::{PrereadListener, RejectWith};
 
@@ -41,6 +42,8 @@ pub struct ListenerRuntime {
     /// A QUIC listener's settings (a UDP socket, `super::quic`); `None`
     /// for a TCP listener.
     pub quic: Option<QuicSettings>,
+    /// A QUIC listener's `reject_with`.
+    pub quic_reject_with: QuicRejectWith,
 }
 
 /// Why a change could not be applied here; the main thread rolls back.
@@ -146,6 +149,10 @@ impl Runtime {
         listener.connect_timeout = settings.connect_timeout;
         listener.max_unrouted_per_ip = settings.max_unrouted_per_ip;
         listener.quic = settings.quic;
+        listener.quic_reject_with = match settings.reject_with {
+            proto::RejectWith::Drop => QuicRejectWith::Drop,
+            _ => QuicRejectWith::Close,
+        };
         Ok(())
     }
 
@@ -259,6 +266,7 @@ impl Runtime {
                     connect_timeout: Duration::ZERO,
                     max_unrouted_per_ip: 0,
                     quic: None,
+                    quic_reject_with: QuicRejectWith::Close,
                 };
                 self.configure(&mut listener, settings)?;
                 self.listeners.insert(settings.address, listener);
