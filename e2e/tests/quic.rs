@@ -127,6 +127,9 @@ const TWO_NAMES: &str = r#"
 protocol = "quic"
 address = "${addr:quic}"
 quic_idle_timeout = "30s"
+# A lost Initial is sent again after the client's probe timeout (about a
+# second with quinn's initial RTT of 333 ms): the preread waits for it.
+quic_preread_timeout = "8s"
 
 [clusters.alpha]
 protocol = "quic"
@@ -416,8 +419,7 @@ fn ngtcp2_server(name: &str, marker: &str, retry: bool) -> Ngtcp2Server {
     let mut command = std::process::Command::new(require_tool("gtlsserver", "ngtcp2-server"));
     command
         .arg("-q")
-        .arg(format!("--htdocs={}", htdocs.display()))
-        .args(["--preferred-versions=0x6b3343cf,0x1"]);
+        .arg(format!("--htdocs={}", htdocs.display()));
     if retry {
         command.arg("--validate-addr");
     }
@@ -438,13 +440,12 @@ fn ngtcp2_server(name: &str, marker: &str, retry: bool) -> Ngtcp2Server {
 }
 
 /// `gtlsclient` (Debian's `ngtcp2-client`) fetches `hello.txt` from `name`
-/// through `proxy` with QUIC `version`: the body, or why not.
-fn ngtcp2_get(proxy: SocketAddr, name: &str, version: &str) -> Result<String, String> {
+/// through `proxy`: the body, or why not.
+fn ngtcp2_get(proxy: SocketAddr, name: &str) -> Result<String, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let mut child = std::process::Command::new(require_tool("gtlsclient", "ngtcp2-client"))
         .arg("-q")
         .arg(format!("--sni={name}"))
-        .arg(format!("--version={version}"))
         .arg("--exit-on-all-streams-close")
         .arg("--timeout=10s")
         .arg(format!("--download={}", dir.path().display()))
@@ -470,38 +471,117 @@ fn ngtcp2_get(proxy: SocketAddr, name: &str, version: &str) -> Result<String, St
     std::fs::read_to_string(dir.path().join("hello.txt")).map_err(|e| format!("no body: {e}"))
 }
 
+/// HTTP/3 with ngtcp2 on both sides, the server behind a Retry.
+/// (Debian's libngtcp2 refuses QUIC v2, "unsupported version", so v2 is
+/// covered by the parser's RFC 9369 vectors and the simulation only.)
 #[test]
-fn ngtcp2_over_v1_and_v2_and_through_a_retry() {
-    let alpha = ngtcp2_server("alpha.example.com", "from alpha", false);
-    let beta = ngtcp2_server("beta.example.com", "from beta", true);
+fn ngtcp2_http3_by_name_through_a_retry() {
+    // gtlsclient sends `localhost` as the SNI of a numeric host.
+    let alpha = ngtcp2_server("localhost", "from alpha", true);
     let template = fill(
-        TWO_NAMES,
+        ONE_BACKEND,
         &[
             ("alpha", &alpha.address.to_string()),
-            ("beta", &beta.address.to_string()),
+            ("idle", "30s"),
+            ("per_ip", "0"),
         ],
-    );
+    )
+    .replace("sni = \"alpha.example.com\"", "sni = \"localhost\"");
     let proxy = start(&template);
     let at = proxy.addr("quic");
     // The servers start while the proxy does; a first try may find one
     // not bound yet, so each fetch gets a few tries.
-    let fetch = |name: &str, version: &str| {
+    let fetch = |name: &str| {
         let mut last = String::new();
         for _ in 0..5 {
-            match ngtcp2_get(at, name, version) {
+            match ngtcp2_get(at, name) {
                 Ok(body) => return Ok(body),
                 Err(e) => last = e,
             }
         }
         Err(last)
     };
-    assert_eq!(
-        fetch("alpha.example.com", "0x1"),
-        Ok("from alpha".to_owned())
-    );
-    assert_eq!(fetch("beta.example.com", "0x1"), Ok("from beta".to_owned()));
-    assert_eq!(
-        fetch("alpha.example.com", "0x6b3343cf"),
-        Ok("from alpha".to_owned())
-    );
+    assert_eq!(fetch("localhost"), Ok("from alpha".to_owned()));
+}
+
+/// A relay in front of the proxy for one client: of the client's first
+/// datagrams it swaps the first two (the second Initial arrives first),
+/// drops the third and sends the fourth twice; the rest, and everything
+/// back, pass unchanged. Its address.
+async fn lossy_relay(proxy: SocketAddr) -> SocketAddr {
+    let front = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("the relay's front");
+    let back = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("the relay's back");
+    back.connect(proxy).await.expect("the relay's connect");
+    let address = front.local_addr().expect("the relay's address");
+    tokio::spawn(async move {
+        let (mut to_proxy, mut to_client) = (vec![0; 65_536], vec![0; 65_536]);
+        let mut client = None;
+        let mut held: Option<Vec<u8>> = None;
+        let mut seen = 0_u32;
+        loop {
+            tokio::select! {
+                received = front.recv_from(&mut to_proxy) => {
+                    let Ok((len, from)) = received else { return };
+                    client = Some(from);
+                    seen += 1;
+                    let datagram = &to_proxy[..len];
+                    match seen {
+                        1 => held = Some(datagram.to_vec()),
+                        2 => {
+                            let _ = back.send(datagram).await;
+                            if let Some(first) = held.take() {
+                                let _ = back.send(&first).await;
+                            }
+                        }
+                        3 => {}
+                        4 => {
+                            let _ = back.send(datagram).await;
+                            let _ = back.send(datagram).await;
+                        }
+                        _ => {
+                            let _ = back.send(datagram).await;
+                        }
+                    }
+                }
+                received = back.recv(&mut to_client) => {
+                    let Ok(len) = received else { return };
+                    if let Some(client) = client {
+                        let _ = front.send_to(&to_client[..len], client).await;
+                    }
+                }
+            }
+        }
+    });
+    address
+}
+
+#[test]
+fn a_hello_reordered_lost_and_duplicated_still_connects() {
+    let rt = runtime();
+    rt.block_on(async {
+        let big = big_alpn();
+        let (_alpha, alpha) = backend(
+            "alpha",
+            &["big.example.com", "alpha.example.com"],
+            &[big[0].as_str()],
+            false,
+        );
+        let (_beta, beta) = backend("beta", &["beta.example.com"], &["h3"], false);
+        let template = fill(
+            TWO_NAMES,
+            &[("alpha", &alpha.to_string()), ("beta", &beta.to_string())],
+        );
+        let proxy = start(&template);
+        let relay = lossy_relay(proxy.addr("quic")).await;
+        // The hello spans several Initials: the second arrives first, one
+        // is lost (the client sends it again), one comes twice.
+        assert_eq!(
+            exchange(relay, "big.example.com", &big).await,
+            Ok("alpha:hello".to_owned())
+        );
+    });
 }

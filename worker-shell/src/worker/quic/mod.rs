@@ -153,14 +153,14 @@ impl QuicShell {
     /// A readiness event for one of this shell's tokens.
     pub(super) fn ready(&mut self, ctx: &mut Ctx, token: Token, now: Instant) {
         if token.0 >= QUIC_LISTENER_BASE {
-            self.from_clients(ctx, token.0 - QUIC_LISTENER_BASE, now);
+            self.read_clients(ctx, token.0 - QUIC_LISTENER_BASE, now);
         } else {
-            self.from_backend(ctx, token.0 - QUIC_FLOW_BASE, now);
+            self.read_backend(ctx, token.0 - QUIC_FLOW_BASE, now);
         }
     }
 
     /// Reads a listener socket until it would block.
-    fn from_clients(&mut self, ctx: &mut Ctx, key: usize, now: Instant) {
+    fn read_clients(&mut self, ctx: &mut Ctx, key: usize, now: Instant) {
         loop {
             let Some((listener, socket)) = self.sockets.get(key) else {
                 return;
@@ -185,12 +185,12 @@ impl QuicShell {
                 socket,
                 listener,
             };
-            io.from_client(client, &datagram, now);
+            io.client_datagram(client, &datagram, now);
         }
     }
 
     /// Relays what the backend of flow `key` sent, until it would block.
-    fn from_backend(&mut self, ctx: &mut Ctx, key: usize, now: Instant) {
+    fn read_backend(&mut self, ctx: &mut Ctx, key: usize, now: Instant) {
         let Some(listener) = self.flows.get(key).map(|f| f.listener) else {
             return;
         };
@@ -207,7 +207,7 @@ impl QuicShell {
             socket,
             listener,
         };
-        io.from_backend(key, &mut self.buffer, now);
+        io.read_backend(key, &mut self.buffer, now);
     }
 
     /// Fires the QUIC timers due at `now`.

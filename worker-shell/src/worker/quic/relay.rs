@@ -115,7 +115,7 @@ impl Io<'_> {
     }
 
     /// A datagram from `client` on this listener.
-    pub(crate) fn from_client(&mut self, client: SocketAddr, datagram: &[u8], now: Instant) {
+    pub(crate) fn client_datagram(&mut self, client: SocketAddr, datagram: &[u8], now: Instant) {
         let key = match self.flows.lookup(self.listener, client, datagram) {
             Lookup::Known(key) | Lookup::Moved(key) => key,
             Lookup::Unknown => {
@@ -288,7 +288,7 @@ impl Io<'_> {
     }
 
     /// Relays what flow `key`'s backend sent, until it would block.
-    pub(crate) fn from_backend(&mut self, key: usize, buffer: &mut [u8], now: Instant) {
+    pub(crate) fn read_backend(&mut self, key: usize, buffer: &mut [u8], now: Instant) {
         loop {
             let Some(flow) = self.flows.get(key) else {
                 return;
