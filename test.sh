@@ -23,6 +23,8 @@ python3 python3
 promtool prometheus
 etcd etcd-server
 etcdctl etcd-client
+gtlsclient ngtcp2-client
+gtlsserver ngtcp2-server
 /usr/bin/python3 python3
 /usr/lib/python3/dist-packages/prometheus_client/parser.py python3-prometheus-client
 "

@@ -52,6 +52,9 @@ preread_core::stable_names! {
         ListenerConflict => "E105",
         /// A frontend on an address where no listener is declared.
         UnknownListener => "E106",
+        /// A setting of the other protocol's listeners (`expect_proxy` on a
+        /// QUIC listener, `max_flows` on a TCP one...).
+        ListenerProtocolSetting => "E107",
         /// An `allow` or `deny` entry that is not a CIDR prefix.
         InvalidAccessPrefix => "E120",
         /// A `connection_rate_per_ip` that is not a rate.
@@ -75,6 +78,9 @@ preread_core::stable_names! {
         AlpnWithoutSni => "E207",
         /// A `relay` cluster reached through a listener without `expect_proxy`.
         RelayWithoutExpectProxy => "E208",
+        /// A frontend or `default_cluster` that joins a listener and a cluster
+        /// of different protocols (TCP and QUIC).
+        ProtocolMismatch => "E209",
         /// An empty, over-long or non-printable cluster or backend id.
         InvalidId => "E301",
         /// A reference to a cluster that does not exist.
@@ -85,6 +91,9 @@ preread_core::stable_names! {
         DuplicateBackendId => "E304",
         /// A backend added again with another address, weight or backup flag.
         BackendConflict => "E305",
+        /// A QUIC cluster with a setting only TCP backends have
+        /// (`proxy_protocol`, `health_check`).
+        QuicClusterSetting => "E306",
         /// Removing, updating or (de)activating something that does not exist.
         NotFound => "E401",
         /// Removing something that other objects still reference.
@@ -186,6 +195,7 @@ mod tests {
             (ErrorCode::ServerFirstWithoutDefaultCluster, "E104"),
             (ErrorCode::ListenerConflict, "E105"),
             (ErrorCode::UnknownListener, "E106"),
+            (ErrorCode::ListenerProtocolSetting, "E107"),
             (ErrorCode::InvalidSniPattern, "E201"),
             (ErrorCode::InvalidAlpn, "E202"),
             (ErrorCode::AlpnProtocolTaken, "E203"),
@@ -194,11 +204,13 @@ mod tests {
             (ErrorCode::MultipleCatchAll, "E206"),
             (ErrorCode::AlpnWithoutSni, "E207"),
             (ErrorCode::RelayWithoutExpectProxy, "E208"),
+            (ErrorCode::ProtocolMismatch, "E209"),
             (ErrorCode::InvalidId, "E301"),
             (ErrorCode::UnknownCluster, "E302"),
             (ErrorCode::ClusterConflict, "E303"),
             (ErrorCode::DuplicateBackendId, "E304"),
             (ErrorCode::BackendConflict, "E305"),
+            (ErrorCode::QuicClusterSetting, "E306"),
             (ErrorCode::NotFound, "E401"),
             (ErrorCode::InUse, "E402"),
             (ErrorCode::UnsupportedRequest, "E403"),

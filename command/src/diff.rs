@@ -14,7 +14,7 @@ use crate::proto;
 use crate::proto::request::RequestType;
 use crate::state::{ConfigState, request};
 use crate::stored_frontend::StoredFrontend;
-use crate::validate::{FrontendKey, is_relay};
+use crate::validate::{FrontendKey, is_quic_cluster, is_relay};
 
 /// The state→requests generator lives beside the diff it is, so that the
 /// state does not import its own diff.
@@ -45,7 +45,8 @@ fn settings(config: &proto::TcpListenerConfig) -> proto::TcpListenerConfig {
 /// 2. remove the listeners that go; detach (update without
 ///    `default_cluster`) the listeners whose default cluster goes;
 /// 3. remove the clusters that go, add the new ones, and update in place
-///    the ones whose settings changed (except those that become `relay`);
+///    the ones whose settings changed (except those that become `relay`;
+///    one whose protocol changes goes and comes back, as in steps 1 to 5);
 /// 4. add the new listeners; update the changed ones (or just activate or
 ///    deactivate them); then update the clusters that become `relay`, once
 ///    their listeners expect a PROXY header;
@@ -58,17 +59,26 @@ fn settings(config: &proto::TcpListenerConfig) -> proto::TcpListenerConfig {
 /// frontends never go missing, so no connection is misrouted meanwhile.
 #[must_use]
 pub fn diff(current: &ConfigState, desired: &ConfigState) -> Vec<proto::Request> {
+    // A cluster whose protocol changes cannot keep its frontends or its
+    // listeners' default_cluster (E209): it goes and comes back, with them.
+    let reprotocoled = |id: &str| {
+        let (now, wanted) = (current.clusters.get(id), desired.clusters.get(id));
+        now.zip(wanted)
+            .is_some_and(|(now, wanted)| is_quic_cluster(now) != is_quic_cluster(wanted))
+    };
     let dirty: BTreeSet<&str> = current
         .clusters
         .keys()
-        .filter(|id| !desired.clusters.contains_key(*id))
+        .filter(|id| !desired.clusters.contains_key(*id) || reprotocoled(id))
         .map(|id| &**id)
         .collect();
     // Present in both with other settings: updated in place.
     let changed: Vec<&proto::Cluster> = desired
         .clusters
         .iter()
-        .filter(|&(id, cluster)| current.clusters.get(id).is_some_and(|c| c != cluster))
+        .filter(|&(id, cluster)| {
+            current.clusters.get(id).is_some_and(|c| c != cluster) && !reprotocoled(id)
+        })
         .map(|(_, cluster)| cluster)
         .collect();
     // Same backend (id, cluster, address), another weight or backup flag.
@@ -137,7 +147,7 @@ pub fn diff(current: &ConfigState, desired: &ConfigState) -> Vec<proto::Request>
         })));
     }
     for (id, cluster) in &desired.clusters {
-        if !current.clusters.contains_key(id) {
+        if !current.clusters.contains_key(id) || dirty.contains(&**id) {
             requests.push(request(RequestType::AddCluster(cluster.clone())));
         }
     }

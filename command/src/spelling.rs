@@ -81,6 +81,25 @@ pub const REJECT_WITH: &[Spelling<proto::RejectWith>] = &[
         name: "reset",
         aliases: &[],
     },
+    Spelling {
+        value: proto::RejectWith::Drop,
+        name: "drop",
+        aliases: &[],
+    },
+];
+
+/// A listener's or a cluster's `protocol` / `--protocol`.
+pub const PROTOCOL: &[Spelling<proto::ListenerProtocol>] = &[
+    Spelling {
+        value: proto::ListenerProtocol::Tcp,
+        name: "tcp",
+        aliases: &["TCP"],
+    },
+    Spelling {
+        value: proto::ListenerProtocol::Quic,
+        name: "quic",
+        aliases: &["QUIC"],
+    },
 ];
 
 /// `health_check = { kind }` / `--health-check`.
@@ -180,6 +199,7 @@ mod tests {
         check(LOAD_BALANCING);
         check(PROXY_PROTOCOL);
         check(REJECT_WITH);
+        check(PROTOCOL);
         check(HEALTH_CHECK_KIND);
     }
 
@@ -195,6 +215,9 @@ mod tests {
             }
             if let Ok(with) = proto::RejectWith::try_from(value) {
                 assert!(name_of(REJECT_WITH, with).is_some(), "{with:?}");
+            }
+            if let Ok(protocol) = proto::ListenerProtocol::try_from(value) {
+                assert!(name_of(PROTOCOL, protocol).is_some(), "{protocol:?}");
             }
             if let Ok(kind) = proto::HealthCheckKind::try_from(value) {
                 assert!(name_of(HEALTH_CHECK_KIND, kind).is_some(), "{kind:?}");
@@ -218,7 +241,10 @@ mod tests {
 
     #[test]
     fn accepted_lists_names_then_aliases() {
-        assert_eq!(accepted(REJECT_WITH), "\"alert\", \"close\" or \"reset\"");
+        assert_eq!(
+            accepted(REJECT_WITH),
+            "\"alert\", \"close\", \"reset\" or \"drop\""
+        );
         let lb = accepted(LOAD_BALANCING);
         assert!(
             lb.starts_with("\"round_robin\", \"random\", \"least_connections\" or \"power_of_two\" (also written round-robin, ROUND_ROBIN"),

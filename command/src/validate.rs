@@ -30,7 +30,8 @@ pub(crate) use access::{AccessFields, resolve_access};
 pub(crate) use differences::{cluster_differences, listener_differences};
 pub(crate) use listener::resolve_listener;
 pub(crate) use listener::whole_seconds;
-pub use listener::{back_timeout, connect_timeout, front_timeout};
+pub use listener::{back_timeout, connect_timeout, front_timeout, is_quic_listener};
+pub use objects::is_quic_cluster;
 pub(crate) use objects::{
     FrontendKey, frontend_key, is_relay, resolve_backend, resolve_cluster, resolve_frontend,
 };
@@ -45,6 +46,12 @@ pub const DEFAULT_FRONT_TIMEOUT_MS: u64 = 60_000;
 pub const DEFAULT_BACK_TIMEOUT_MS: u64 = 30_000;
 /// Default `connect_timeout`, in milliseconds (3 s).
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 3_000;
+/// Default `quic_preread_timeout`, in milliseconds.
+pub const DEFAULT_QUIC_PREREAD_TIMEOUT_MS: u64 = 1_000;
+/// Default `quic_idle_timeout`, in milliseconds (60 s).
+pub const DEFAULT_QUIC_IDLE_TIMEOUT_MS: u64 = 60_000;
+/// Default `max_flows` of a QUIC listener.
+pub const DEFAULT_MAX_FLOWS: u32 = 100_000;
 /// Default backend weight.
 pub const DEFAULT_WEIGHT: u32 = 100;
 /// The longest cluster or backend id, in bytes.

@@ -121,6 +121,7 @@ fn cluster(id: String) -> impl Strategy<Value = proto::Cluster> {
                     deny,
                     connection_rate_per_ip,
                     ipv6_prefix,
+                    protocol: None,
                 }
             },
         )
@@ -257,6 +258,11 @@ fn any_listener(cluster_ids: Vec<String>) -> impl Strategy<Value = proto::TcpLis
                 deny,
                 connection_rate_per_ip,
                 ipv6_prefix,
+                protocol: None,
+                quic_preread_timeout_ms: None,
+                quic_idle_timeout_ms: None,
+                max_flows: None,
+                max_flows_per_ip: None,
             },
         )
 }
@@ -406,6 +412,7 @@ fn reject_with_name(value: i32) -> &'static str {
         proto::RejectWith::Alert => "alert",
         proto::RejectWith::Close => "close",
         proto::RejectWith::Reset => "reset",
+        proto::RejectWith::Drop => "drop",
     }
 }
 

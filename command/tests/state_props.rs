@@ -189,6 +189,27 @@ fn add_cluster() -> impl Strategy<Value = RequestType> {
         )
 }
 
+/// A listener config made a QUIC listener's.
+fn quic_listener(config: proto::TcpListenerConfig) -> proto::TcpListenerConfig {
+    proto::TcpListenerConfig {
+        protocol: Some(proto::ListenerProtocol::Quic as i32),
+        quic_idle_timeout_ms: Some(5_000),
+        max_flows_per_ip: Some(3),
+        ..config
+    }
+}
+
+/// An add-cluster request made a QUIC cluster's.
+fn quic_cluster(request: RequestType) -> RequestType {
+    match request {
+        RequestType::AddCluster(cluster) => RequestType::AddCluster(proto::Cluster {
+            protocol: Some(proto::ListenerProtocol::Quic as i32),
+            ..cluster
+        }),
+        other => other,
+    }
+}
+
 /// One state-changing request over the universe.
 fn request() -> impl Strategy<Value = proto::Request> {
     let address = || pick(LISTENERS).prop_map(|address| proto::ListenerAddress { address });
@@ -196,6 +217,11 @@ fn request() -> impl Strategy<Value = proto::Request> {
         4 => add_cluster(),
         1 => pick(CLUSTERS).prop_map(|cluster_id| RequestType::RemoveCluster(proto::ClusterRef { cluster_id })),
         4 => listener_config().prop_map(RequestType::AddTcpListener),
+        // QUIC listeners and clusters, against the same universe: most of
+        // their TCP-only settings are refused (E107, E306), and the
+        // protocols must agree (E209).
+        1 => listener_config().prop_map(|config| RequestType::AddTcpListener(quic_listener(config))),
+        1 => add_cluster().prop_map(quic_cluster),
         2 => listener_config().prop_map(RequestType::UpdateTcpListener),
         1 => address().prop_map(RequestType::RemoveListener),
         1 => address().prop_map(RequestType::ActivateListener),

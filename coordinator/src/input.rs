@@ -124,6 +124,10 @@ pub type UpgradeFailure = Box<dyn std::error::Error + Send + Sync>;
 
 /// What the shell tells the coordinator.
 #[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "an input is handled at once and never stored: boxing the request would add an allocation per request and save nothing"
+)]
 pub enum Input {
     /// A client's request, in the order the client sent it.
     Request { client: ClientId, request: Request },

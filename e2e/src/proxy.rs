@@ -682,7 +682,10 @@ impl ProxyProcess {
         let listeners: Vec<SocketAddr> = loaded
             .requests()
             .filter_map(|request| match &request.request_type {
-                Some(RequestType::AddTcpListener(listener)) => listener.address.parse().ok(),
+                // A QUIC listener is UDP: nothing to connect to.
+                Some(RequestType::AddTcpListener(listener)) if listener.protocol.is_none() => {
+                    listener.address.parse().ok()
+                }
                 _ => None,
             })
             .collect();

@@ -8,16 +8,18 @@ use std::time::Duration;
 
 use super::{
     BackendRef, BackendSettings, Change, ClusterSettings, FrontendSettings, HealthCheckSettings,
-    ListenerSettings,
+    ListenerSettings, QuicSettings,
 };
 use crate::backend_address::BackendAddress;
 use crate::codes::ErrorCode;
 use crate::health_check::{DEFAULT_FALL, DEFAULT_INTERVAL_MS, DEFAULT_RISE, DEFAULT_TIMEOUT_MS};
 use crate::proto::{self, request::RequestType};
 use crate::validate::{
-    AccessFields, DEFAULT_SNI_PREREAD_MAX_BYTES, DEFAULT_SNI_PREREAD_TIMEOUT_MS, DEFAULT_WEIGHT,
-    ValidationError, back_timeout, connect_timeout, front_timeout, parse_address, resolve_access,
-    resolve_backend, resolve_cluster, resolve_frontend, resolve_listener, validate_id,
+    AccessFields, DEFAULT_MAX_FLOWS, DEFAULT_QUIC_IDLE_TIMEOUT_MS, DEFAULT_QUIC_PREREAD_TIMEOUT_MS,
+    DEFAULT_SNI_PREREAD_MAX_BYTES, DEFAULT_SNI_PREREAD_TIMEOUT_MS, DEFAULT_WEIGHT, ValidationError,
+    back_timeout, connect_timeout, front_timeout, is_quic_cluster, is_quic_listener, parse_address,
+    resolve_access, resolve_backend, resolve_cluster, resolve_frontend, resolve_listener,
+    validate_id,
 };
 
 fn millis(value: u32) -> Duration {
@@ -44,6 +46,20 @@ fn listener(config: &proto::TcpListenerConfig) -> Result<ListenerSettings, Valid
         connect_timeout: connect_timeout(&resolved),
         reject_with: resolved.reject_with(),
         max_unrouted_per_ip: resolved.max_unrouted_per_ip.unwrap_or(0),
+        quic: is_quic_listener(&resolved).then(|| QuicSettings {
+            preread_timeout: Duration::from_millis(
+                resolved
+                    .quic_preread_timeout_ms
+                    .unwrap_or(DEFAULT_QUIC_PREREAD_TIMEOUT_MS),
+            ),
+            idle_timeout: Duration::from_millis(
+                resolved
+                    .quic_idle_timeout_ms
+                    .unwrap_or(DEFAULT_QUIC_IDLE_TIMEOUT_MS),
+            ),
+            max_flows: resolved.max_flows.unwrap_or(DEFAULT_MAX_FLOWS),
+            max_flows_per_ip: resolved.max_flows_per_ip.unwrap_or(0),
+        }),
         access: resolve_access(
             &format!("listener {address}"),
             AccessFields::of_listener(&resolved),
@@ -72,6 +88,7 @@ fn cluster(cluster: &proto::Cluster) -> Result<ClusterSettings, ValidationError>
                 rise: check.rise.unwrap_or(DEFAULT_RISE),
                 fall: check.fall.unwrap_or(DEFAULT_FALL),
             }),
+        quic: is_quic_cluster(&resolved),
         id: resolved.cluster_id,
     })
 }

@@ -52,8 +52,25 @@ pub struct ListenerSettings {
     pub reject_with: RejectWith,
     /// Connections one client IP may hold before routing; 0 is none.
     pub max_unrouted_per_ip: u32,
+    /// A QUIC listener's own settings; `None` for a TCP listener.
+    pub quic: Option<QuicSettings>,
     /// Who may connect, checked at accept.
     pub access: AccessSettings,
+}
+
+/// A QUIC listener's settings, every default resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuicSettings {
+    /// From a flow's first datagram to the decision.
+    pub preread_timeout: Duration,
+    /// A flow with no datagram either way for this long is forgotten.
+    pub idle_timeout: Duration,
+    /// Flows open at once on the listener, for the whole process; 0 is
+    /// no limit.
+    pub max_flows: u32,
+    /// Flows one client IP may hold on the listener, for the whole
+    /// process; 0 is no limit.
+    pub max_flows_per_ip: u32,
 }
 
 /// An active health check's resolved settings.
@@ -84,6 +101,8 @@ pub struct ClusterSettings {
     pub max_connections_per_ip: u32,
     /// The active health check, if any.
     pub health_check: Option<HealthCheckSettings>,
+    /// Its backends are QUIC servers (UDP), reached from QUIC listeners.
+    pub quic: bool,
     /// Who may use it, checked once routed.
     pub access: AccessSettings,
 }

@@ -221,6 +221,18 @@ impl ErrorCode {
                 "Send update_tcp_listener to change its settings, or remove it first.",
                 "2.2",
             ),
+            Self::ListenerProtocolSetting => (
+                "a setting of the other protocol's listeners",
+                "A TCP listener carries a QUIC-only setting (quic_preread_timeout, \
+                 quic_idle_timeout, max_flows, max_flows_per_ip, reject_with = \"drop\"), or \
+                 a QUIC listener a TCP-only one (expect_proxy, server_first_timeout, \
+                 max_unrouted_per_ip, reject_with = \"alert\" or \"reset\"). A datagram \
+                 has no PROXY header and no stream to reset.",
+                "On protocol = \"quic\": quic_preread_timeout, quic_idle_timeout, max_flows, \
+                 max_flows_per_ip, default_cluster, reject_with = \"close\" | \"drop\".",
+                "Remove the setting, or set the listener's protocol to the one it belongs to.",
+                "8",
+            ),
             Self::UnknownListener => (
                 "no listener at the frontend's address",
                 "A frontend names an address where no listener is declared. Frontends attach \
@@ -341,6 +353,19 @@ impl ErrorCode {
                  (preread writes its own header) or \"none\" on the cluster.",
                 "2.3",
             ),
+            Self::ProtocolMismatch => (
+                "a listener and a cluster of different protocols",
+                "A frontend, or a listener's default_cluster, joins a listener and a cluster \
+                 that speak different protocols: a QUIC cluster behind a TCP listener, or a \
+                 TCP cluster behind a QUIC listener. A TCP backend cannot take a QUIC flow \
+                 (UDP datagrams), nor a QUIC backend a TCP stream.",
+                "protocol = \"quic\" on the cluster of every frontend (and the \
+                 default_cluster) of a QUIC listener, and no protocol (or \"tcp\") on those \
+                 of a TCP listener.",
+                "Point the frontend at a cluster of the listener's protocol, or declare a \
+                 second cluster (one per protocol) for the same servers.",
+                "8",
+            ),
             Self::InvalidId => (
                 "invalid cluster or backend id",
                 "A cluster or backend id is empty, longer than 128 bytes, or holds something \
@@ -387,6 +412,16 @@ impl ErrorCode {
                 "Remove the backend and add it again with the new settings, or use another \
                  backend_id.",
                 "2.5",
+            ),
+            Self::QuicClusterSetting => (
+                "a QUIC cluster with a TCP-only setting",
+                "A cluster with protocol = \"quic\" sets proxy_protocol or health_check. A \
+                 PROXY header cannot precede a QUIC datagram, and the health checks connect \
+                 over TCP.",
+                "A QUIC cluster with load_balancing, max_connections_per_ip, frontends and \
+                 backends (UDP addresses of QUIC servers).",
+                "Remove proxy_protocol and health_check from the QUIC cluster.",
+                "8",
             ),
             Self::NotFound => (
                 "no such object",

@@ -3,7 +3,7 @@
 //!
 //! Owns: the mapping of each table to the request the command socket would
 //! carry, the spellings of enumerations (`protocol`, `load_balancing`,
-//! `proxy_protocol`; a `health_check`'s are in `health_check.rs`),
+//! `proxy_protocol`, `reject_with`; a `health_check`'s are in `health_check.rs`),
 //! generated backend ids, the order of the requests
 //! (clusters, listeners, frontends, backends; document order within each
 //! group), and the check that a listener's preread cap fits in a buffer.
@@ -22,7 +22,9 @@ use super::raw::{RawConfig, RawDuration, RawRate};
 use crate::codes::ErrorCode;
 use crate::proto;
 use crate::proto::request::RequestType;
-use crate::spelling::{self, LOAD_BALANCING, PROXY_PROTOCOL, REJECT_WITH, Spelling, quoted};
+use crate::spelling::{
+    self, LOAD_BALANCING, PROTOCOL, PROXY_PROTOCOL, REJECT_WITH, Spelling, quoted,
+};
 
 /// An optional request field: `None` when absent or out of range (the
 /// problem is recorded and the request goes on with the default, so one bad
@@ -93,7 +95,7 @@ pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> V
     for listener in raw.listeners {
         let position = listener.span().start;
         let listener = listener.into_inner();
-        check_protocol(listener.protocol.as_ref(), "listener", problems);
+        let protocol = protocol(listener.protocol.as_ref(), problems);
         let config = proto::TcpListenerConfig {
             address: listener.address,
             expect_proxy: listener.expect_proxy.unwrap_or(false),
@@ -138,6 +140,23 @@ pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> V
                 "max_unrouted_per_ip",
                 problems,
             ),
+            protocol,
+            quic_preread_timeout_ms: millis_u64(
+                listener.quic_preread_timeout.as_ref(),
+                "quic_preread_timeout",
+                problems,
+            ),
+            quic_idle_timeout_ms: millis_u64(
+                listener.quic_idle_timeout.as_ref(),
+                "quic_idle_timeout",
+                problems,
+            ),
+            max_flows: optional_u32(listener.max_flows.as_ref(), "max_flows", problems),
+            max_flows_per_ip: optional_u32(
+                listener.max_flows_per_ip.as_ref(),
+                "max_flows_per_ip",
+                problems,
+            ),
             allow: listener.allow,
             deny: listener.deny,
             connection_rate_per_ip: listener
@@ -153,7 +172,7 @@ pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> V
         let cluster_id = id.into_inner();
         let position = cluster.span().start;
         let cluster = cluster.into_inner();
-        check_protocol(cluster.protocol.as_ref(), "cluster", problems);
+        let protocol = protocol(cluster.protocol.as_ref(), problems);
         let load_balancing = cluster
             .load_balancing
             .as_ref()
@@ -181,6 +200,7 @@ pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> V
                 proxy_protocol: proxy_protocol as i32,
                 max_connections_per_ip,
                 health_check,
+                protocol,
                 allow: cluster.allow,
                 deny: cluster.deny,
                 connection_rate_per_ip: cluster
@@ -246,19 +266,12 @@ pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> V
     requests
 }
 
-fn check_protocol(protocol: Option<&Spanned<String>>, what: &str, problems: &mut Problems<'_>) {
-    if let Some(protocol) = protocol {
-        if protocol.get_ref() != "tcp" {
-            problems.push(
-                protocol.span().start,
-                ErrorCode::InvalidValue,
-                format!(
-                    "{what} protocol {} is not supported: preread routes TLS without \
-                     terminating it, use protocol = \"tcp\"",
-                    quoted(protocol.get_ref())
-                ),
-            );
-        }
+/// A listener's or cluster's `protocol`: unset for TCP (the default, and
+/// how the state stores it), set for QUIC.
+fn protocol(protocol: Option<&Spanned<String>>, problems: &mut Problems<'_>) -> Option<i32> {
+    match spelt(protocol?, "protocol", PROTOCOL, problems)? {
+        proto::ListenerProtocol::Tcp => None,
+        proto::ListenerProtocol::Quic => Some(proto::ListenerProtocol::Quic as i32),
     }
 }
 

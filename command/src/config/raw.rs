@@ -108,6 +108,10 @@ pub(super) struct RawListener {
     pub(super) connect_timeout: Option<Spanned<Seconds>>,
     pub(super) reject_with: Option<Spanned<String>>,
     pub(super) max_unrouted_per_ip: Option<Spanned<i64>>,
+    pub(super) quic_preread_timeout: Option<Spanned<Millis>>,
+    pub(super) quic_idle_timeout: Option<Spanned<Seconds>>,
+    pub(super) max_flows: Option<Spanned<i64>>,
+    pub(super) max_flows_per_ip: Option<Spanned<i64>>,
     #[serde(default)]
     pub(super) allow: Vec<String>,
     #[serde(default)]

@@ -49,6 +49,28 @@ impl ConfigState {
         if existing == cluster {
             return Ok(Applied::Unchanged);
         }
+        if is_quic_cluster(existing) != is_quic_cluster(cluster) {
+            let by_frontend = self
+                .frontends
+                .iter()
+                .find(|(_, f)| *f.cluster == **id)
+                .map(|(key, _)| key.to_string());
+            let by_default = self
+                .listeners
+                .iter()
+                .find(|(_, l)| l.config.default_cluster.as_deref() == Some(id.as_str()))
+                .map(|(address, _)| format!("the default_cluster of listener {address}"));
+            if let Some(user) = by_frontend.or(by_default) {
+                return Err(ValidationError::new(
+                    ErrorCode::ProtocolMismatch,
+                    format!(
+                        "cluster `{id}`: its protocol cannot change while {user} routes to it: \
+                         remove its frontends (and default_cluster uses) first, or declare \
+                         another cluster for the other protocol"
+                    ),
+                ));
+            }
+        }
         if is_relay(cluster) {
             let by_frontend = self
                 .frontends

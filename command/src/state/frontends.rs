@@ -5,6 +5,7 @@
 //! and cluster exist, its route does not clash). Must never: change
 //! anything when it refuses.
 
+use super::listeners::protocol_mismatch;
 use super::*;
 
 impl ConfigState {
@@ -100,6 +101,14 @@ impl ConfigState {
                      proxy_protocol send or none on the cluster",
                     key.address
                 ),
+            ));
+        }
+        if is_quic_cluster(cluster) != is_quic_listener(&listener.config) {
+            return Err(protocol_mismatch(
+                &key.to_string(),
+                key.address,
+                &listener.config,
+                id,
             ));
         }
         let interned = interned.clone();

@@ -48,6 +48,14 @@ impl ConfigState {
                     ),
                 ));
             };
+            if is_quic_cluster(cluster) != is_quic_listener(config) {
+                return Err(protocol_mismatch(
+                    &format!("default_cluster `{id}`"),
+                    address,
+                    config,
+                    id,
+                ));
+            }
             if is_relay(cluster) && !config.expect_proxy {
                 return Err(ValidationError::new(
                     ErrorCode::RelayWithoutExpectProxy,
@@ -58,6 +66,19 @@ impl ConfigState {
                     ),
                 ));
             }
+        }
+        let mismatched = self.frontends_of(address).find(|(_, f)| {
+            self.clusters
+                .get(&*f.cluster)
+                .is_some_and(|c| is_quic_cluster(c) != is_quic_listener(config))
+        });
+        if let Some((key, frontend)) = mismatched {
+            return Err(protocol_mismatch(
+                &key.to_string(),
+                address,
+                config,
+                &frontend.cluster,
+            ));
         }
         if !config.expect_proxy {
             let relayed = self
@@ -161,4 +182,28 @@ impl ConfigState {
         listener.config.active = Some(active);
         Ok(unchanged_if(same))
     }
+}
+
+/// The refusal of a frontend or default cluster (`what`) that would join
+/// the listener at `address` to cluster `id` of the other protocol.
+pub(super) fn protocol_mismatch(
+    what: &str,
+    address: SocketAddr,
+    listener: &proto::TcpListenerConfig,
+    id: &str,
+) -> ValidationError {
+    let (listener_protocol, cluster_protocol) = if is_quic_listener(listener) {
+        ("quic", "tcp")
+    } else {
+        ("tcp", "quic")
+    };
+    ValidationError::new(
+        ErrorCode::ProtocolMismatch,
+        format!(
+            "{what}: listener {address} is a {listener_protocol} listener, but cluster `{id}` \
+             is a {cluster_protocol} cluster: route a {listener_protocol} listener to clusters \
+             with protocol = \"{listener_protocol}\" (one cluster per protocol for the same \
+             servers)"
+        ),
+    )
 }

@@ -30,9 +30,9 @@ use crate::proto::request::RequestType;
 use crate::spelling::quoted;
 use crate::stored_frontend::StoredFrontend;
 use crate::validate::{
-    DEFAULT_WEIGHT, FrontendKey, ValidationError, cluster_differences, frontend_key, is_relay,
-    listener_differences, parse_address, resolve_backend, resolve_cluster, resolve_frontend,
-    resolve_listener,
+    DEFAULT_WEIGHT, FrontendKey, ValidationError, cluster_differences, frontend_key,
+    is_quic_cluster, is_quic_listener, is_relay, listener_differences, parse_address,
+    resolve_backend, resolve_cluster, resolve_frontend, resolve_listener,
 };
 
 /// What an accepted request did.

@@ -102,7 +102,22 @@ pub(crate) fn listener_differences(
     existing: &proto::TcpListenerConfig,
     requested: &proto::TcpListenerConfig,
 ) -> String {
-    differences!(
+    let protocol = |config: &proto::TcpListenerConfig| {
+        if crate::validate::is_quic_listener(config) {
+            "quic"
+        } else {
+            "tcp"
+        }
+    };
+    let mut changes = Vec::new();
+    if protocol(existing) != protocol(requested) {
+        changes.push(format!(
+            "protocol {} → {}",
+            protocol(existing),
+            protocol(requested)
+        ));
+    }
+    changes.push(differences!(
         existing,
         requested,
         expect_proxy,
@@ -115,11 +130,17 @@ pub(crate) fn listener_differences(
         connect_timeout_ms => connect_timeout,
         active,
         max_unrouted_per_ip,
+        quic_preread_timeout_ms => quic_preread_timeout,
+        quic_idle_timeout_ms => quic_idle_timeout,
+        max_flows,
+        max_flows_per_ip,
         allow,
         deny,
         connection_rate_per_ip,
         ipv6_prefix
-    )
+    ));
+    changes.retain(|change| !change.is_empty());
+    changes.join(", ")
 }
 
 /// The settings in which two clusters of one id differ.
@@ -137,6 +158,20 @@ pub(crate) fn cluster_differences(existing: &proto::Cluster, requested: &proto::
             .map_or_else(|| pp.to_string(), str::to_owned)
     };
     let mut changes = Vec::new();
+    if existing.protocol != requested.protocol {
+        let protocol = |cluster: &proto::Cluster| {
+            if crate::validate::is_quic_cluster(cluster) {
+                "quic"
+            } else {
+                "tcp"
+            }
+        };
+        changes.push(format!(
+            "protocol {} → {}",
+            protocol(existing),
+            protocol(requested)
+        ));
+    }
     if existing.load_balancing != requested.load_balancing {
         changes.push(format!(
             "load_balancing {} → {}",

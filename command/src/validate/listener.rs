@@ -1,6 +1,7 @@
 //! A listener's settings resolved: the address canonical, the byte cap
-//! checked, every timeout in milliseconds with its default, and the
-//! timeouts a worker reads from a stored config.
+//! checked, every timeout in milliseconds with its default, the timeouts a
+//! worker reads from a stored config, and a QUIC listener's own settings
+//! (its TCP-only ones refused, and a TCP listener's QUIC-only ones).
 //!
 //! Must never: look at the state (a listener's `default_cluster` must
 //! exist: [`crate::state`] checks that).
@@ -13,6 +14,7 @@ use preread_core::MIN_PREREAD_MAX_BYTES;
 use super::access::{AccessFields, resolve_access};
 use super::{
     DEFAULT_BACK_TIMEOUT_MS, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_FRONT_TIMEOUT_MS,
+    DEFAULT_MAX_FLOWS, DEFAULT_QUIC_IDLE_TIMEOUT_MS, DEFAULT_QUIC_PREREAD_TIMEOUT_MS,
     DEFAULT_SNI_PREREAD_MAX_BYTES, DEFAULT_SNI_PREREAD_TIMEOUT_MS, parse_address,
 };
 use crate::codes::ErrorCode;
@@ -135,6 +137,7 @@ pub(crate) fn resolve_listener(
     config: &proto::TcpListenerConfig,
 ) -> Result<(SocketAddr, proto::TcpListenerConfig), ValidationError> {
     let address = parse_address("listener", &config.address)?;
+    let quic = is_quic_listener(config);
     let what = format!("listener {address}");
     let max_bytes = config
         .sni_preread_max_bytes
@@ -202,12 +205,13 @@ pub(crate) fn resolve_listener(
                 return Err(ValidationError::new(
                     ErrorCode::InvalidValue,
                     format!(
-                        "{what}: reject_with {with} is unknown: use alert (0), close (1) or \
-                         reset (2)"
+                        "{what}: reject_with {with} is unknown: use alert (0), close (1), \
+                         reset (2) or, on a QUIC listener, drop (3)"
                     ),
                 ));
             }
             Some(with) => Some(with),
+            None if quic => Some(proto::RejectWith::Close as i32),
             None => Some(proto::RejectWith::Alert as i32),
         },
         max_unrouted_per_ip: Some(config.max_unrouted_per_ip.unwrap_or(0)),
@@ -215,6 +219,17 @@ pub(crate) fn resolve_listener(
         deny: Vec::new(),
         connection_rate_per_ip: None,
         ipv6_prefix: None,
+        protocol: None,
+        quic_preread_timeout_ms: None,
+        quic_idle_timeout_ms: None,
+        max_flows: None,
+        max_flows_per_ip: None,
+    };
+    let resolved = if quic {
+        resolve_quic(&what, config, resolved)?
+    } else {
+        check_tcp(&what, config, &resolved)?;
+        resolved
     };
     let mut resolved = resolved;
     resolve_access(&what, AccessFields::of_listener(config))?.write_listener(&mut resolved);
@@ -228,4 +243,112 @@ pub(crate) fn resolve_listener(
         ));
     }
     Ok((address, resolved))
+}
+
+/// Whether a listener config is a QUIC listener's.
+#[must_use]
+pub fn is_quic_listener(config: &proto::TcpListenerConfig) -> bool {
+    config.protocol == Some(proto::ListenerProtocol::Quic as i32)
+}
+
+/// A setting of the other protocol's listeners, refused with its name.
+fn other_protocol(what: &str, key: &str, protocol: &str) -> ValidationError {
+    ValidationError::new(
+        ErrorCode::ListenerProtocolSetting,
+        format!(
+            "{what}: {key} applies to {protocol} listeners only: remove it, or set the \
+             listener's protocol to {protocol}"
+        ),
+    )
+}
+
+/// A TCP listener's checks of the QUIC-only fields: none set, no `drop`.
+fn check_tcp(
+    what: &str,
+    config: &proto::TcpListenerConfig,
+    resolved: &proto::TcpListenerConfig,
+) -> Result<(), ValidationError> {
+    if let Some(protocol) = config.protocol {
+        if proto::ListenerProtocol::try_from(protocol).is_err() {
+            return Err(ValidationError::new(
+                ErrorCode::InvalidValue,
+                format!("{what}: protocol {protocol} is unknown: use tcp (0) or quic (1)"),
+            ));
+        }
+    }
+    let quic_only = [
+        (
+            "quic_preread_timeout",
+            config.quic_preread_timeout_ms.is_some(),
+        ),
+        ("quic_idle_timeout", config.quic_idle_timeout_ms.is_some()),
+        ("max_flows", config.max_flows.is_some()),
+        ("max_flows_per_ip", config.max_flows_per_ip.is_some()),
+        (
+            "reject_with = \"drop\"",
+            resolved.reject_with == Some(proto::RejectWith::Drop as i32),
+        ),
+    ];
+    match quic_only.iter().find(|(_, set)| *set) {
+        Some((key, _)) => Err(other_protocol(what, key, "quic")),
+        None => Ok(()),
+    }
+}
+
+/// A QUIC listener's own fields resolved, and the TCP-only ones refused
+/// (a PROXY header cannot precede a datagram; a client that sends nothing
+/// has no flow to route).
+fn resolve_quic(
+    what: &str,
+    config: &proto::TcpListenerConfig,
+    resolved: proto::TcpListenerConfig,
+) -> Result<proto::TcpListenerConfig, ValidationError> {
+    let tcp_only = [
+        ("expect_proxy", config.expect_proxy),
+        (
+            "server_first_timeout",
+            config.server_first_timeout.is_some(),
+        ),
+        (
+            "max_unrouted_per_ip",
+            config.max_unrouted_per_ip.unwrap_or(0) > 0,
+        ),
+        (
+            "reject_with = \"alert\" or \"reset\"",
+            matches!(
+                resolved.reject_with.map(proto::RejectWith::try_from),
+                Some(Ok(proto::RejectWith::Alert | proto::RejectWith::Reset))
+            ),
+        ),
+    ];
+    if let Some((key, _)) = tcp_only.iter().find(|(_, set)| *set) {
+        return Err(other_protocol(what, key, "tcp"));
+    }
+    let positive = |key: &str, value: Option<u64>, default: u64| match value {
+        Some(0) => Err(ValidationError::new(
+            ErrorCode::InvalidTimeout,
+            format!(
+                "{what}: {key} is 0: set a positive duration, or leave it unset for {}",
+                duration::shown(default)
+            ),
+        )),
+        Some(value) => Ok(value),
+        None => Ok(default),
+    };
+    Ok(proto::TcpListenerConfig {
+        protocol: Some(proto::ListenerProtocol::Quic as i32),
+        quic_preread_timeout_ms: Some(positive(
+            "quic_preread_timeout",
+            config.quic_preread_timeout_ms,
+            DEFAULT_QUIC_PREREAD_TIMEOUT_MS,
+        )?),
+        quic_idle_timeout_ms: Some(positive(
+            "quic_idle_timeout",
+            config.quic_idle_timeout_ms,
+            DEFAULT_QUIC_IDLE_TIMEOUT_MS,
+        )?),
+        max_flows: Some(config.max_flows.unwrap_or(DEFAULT_MAX_FLOWS)),
+        max_flows_per_ip: Some(config.max_flows_per_ip.unwrap_or(0)),
+        ..resolved
+    })
 }

@@ -32,6 +32,8 @@ pub(crate) fn resolve_cluster(cluster: &proto::Cluster) -> Result<proto::Cluster
     let access = resolve_access(&what, AccessFields::of_cluster(cluster))?;
     let mut resolved = proto::Cluster {
         health_check,
+        // TCP is the default: stored unset, as before QUIC existed.
+        protocol: is_quic_cluster(cluster).then_some(proto::ListenerProtocol::Quic as i32),
         ..cluster.clone()
     };
     access.write_cluster(&mut resolved);
@@ -52,6 +54,29 @@ fn check_cluster(cluster: &proto::Cluster) -> Result<(), ValidationError> {
             ),
         ));
     }
+    if let Some(protocol) = cluster.protocol {
+        if proto::ListenerProtocol::try_from(protocol).is_err() {
+            return Err(ValidationError::new(
+                ErrorCode::InvalidValue,
+                format!("cluster `{id}`: protocol {protocol} is unknown: use tcp (0) or quic (1)"),
+            ));
+        }
+    }
+    if is_quic_cluster(cluster) {
+        let tcp_only = [
+            ("proxy_protocol", cluster.proxy_protocol != 0),
+            ("health_check", cluster.health_check.is_some()),
+        ];
+        if let Some((key, _)) = tcp_only.iter().find(|(_, set)| *set) {
+            return Err(ValidationError::new(
+                ErrorCode::QuicClusterSetting,
+                format!(
+                    "cluster `{id}`: {key} applies to TCP clusters only: remove it from this \
+                     QUIC cluster"
+                ),
+            ));
+        }
+    }
     if proto::ProxyProtocol::try_from(cluster.proxy_protocol).is_err() {
         return Err(ValidationError::new(
             ErrorCode::InvalidValue,
@@ -62,6 +87,12 @@ fn check_cluster(cluster: &proto::Cluster) -> Result<(), ValidationError> {
         ));
     }
     Ok(())
+}
+
+/// Whether the cluster's backends are QUIC servers.
+#[must_use]
+pub fn is_quic_cluster(cluster: &proto::Cluster) -> bool {
+    cluster.protocol == Some(proto::ListenerProtocol::Quic as i32)
 }
 
 /// Whether the cluster relays the client's PROXY header (and so needs

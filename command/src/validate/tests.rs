@@ -816,6 +816,97 @@ fn dispatch_codes_are_all_tested() {
     }
 }
 
+fn quic_listener(address: &str) -> proto::TcpListenerConfig {
+    proto::TcpListenerConfig {
+        protocol: Some(proto::ListenerProtocol::Quic as i32),
+        ..listener(address)
+    }
+}
+
+fn quic_cluster(id: &str) -> proto::Request {
+    req(RequestType::AddCluster(proto::Cluster {
+        cluster_id: id.into(),
+        protocol: Some(proto::ListenerProtocol::Quic as i32),
+        ..Default::default()
+    }))
+}
+
+#[test]
+fn e107_listener_protocol_setting() {
+    let mut s = base();
+    let m = refused(
+        &mut s,
+        &add_listener(proto::TcpListenerConfig {
+            max_flows: Some(10),
+            ..listener("127.0.0.1:1")
+        }),
+        ErrorCode::ListenerProtocolSetting,
+    );
+    assert!(m.contains("max_flows") && m.contains("quic"), "{m}");
+    let m = refused(
+        &mut s,
+        &add_listener(proto::TcpListenerConfig {
+            expect_proxy: true,
+            ..quic_listener("127.0.0.1:1")
+        }),
+        ErrorCode::ListenerProtocolSetting,
+    );
+    assert!(m.contains("expect_proxy") && m.contains("tcp"), "{m}");
+    refused(
+        &mut s,
+        &add_listener(proto::TcpListenerConfig {
+            reject_with: Some(proto::RejectWith::Drop as i32),
+            ..listener("127.0.0.1:1")
+        }),
+        ErrorCode::ListenerProtocolSetting,
+    );
+}
+
+#[test]
+fn e209_protocol_mismatch() {
+    let mut s = base();
+    ok(&mut s, &quic_cluster("q"));
+    ok(&mut s, &add_listener(quic_listener("127.0.0.1:2")));
+    // A QUIC cluster behind a TCP listener, and the reverse.
+    let m = refused(
+        &mut s,
+        &add_frontend("q", L, Some("q.example.com"), &[]),
+        ErrorCode::ProtocolMismatch,
+    );
+    assert!(m.contains("tcp listener") && m.contains("`q`"), "{m}");
+    refused(
+        &mut s,
+        &add_frontend("a", "127.0.0.1:2", Some("a.example.com"), &[]),
+        ErrorCode::ProtocolMismatch,
+    );
+    refused(
+        &mut s,
+        &add_listener(proto::TcpListenerConfig {
+            default_cluster: Some("a".into()),
+            ..quic_listener("127.0.0.1:3")
+        }),
+        ErrorCode::ProtocolMismatch,
+    );
+    // A frontend pins its listener's and its cluster's protocol.
+    ok(
+        &mut s,
+        &add_frontend("q", "127.0.0.1:2", Some("q.example.com"), &["h3"]),
+    );
+    refused(
+        &mut s,
+        &req(RequestType::UpdateTcpListener(listener("127.0.0.1:2"))),
+        ErrorCode::ProtocolMismatch,
+    );
+    refused(
+        &mut s,
+        &req(RequestType::UpdateCluster(proto::Cluster {
+            cluster_id: "q".into(),
+            ..Default::default()
+        })),
+        ErrorCode::ProtocolMismatch,
+    );
+}
+
 #[test]
 fn e120_access_prefix_not_a_prefix() {
     let mut s = base();
@@ -837,6 +928,22 @@ fn e120_access_prefix_not_a_prefix() {
         })),
         ErrorCode::InvalidAccessPrefix,
     );
+}
+
+#[test]
+fn e306_quic_cluster_setting() {
+    let mut s = base();
+    let m = refused(
+        &mut s,
+        &req(RequestType::AddCluster(proto::Cluster {
+            cluster_id: "q".into(),
+            protocol: Some(proto::ListenerProtocol::Quic as i32),
+            proxy_protocol: proto::ProxyProtocol::Send as i32,
+            ..Default::default()
+        })),
+        ErrorCode::QuicClusterSetting,
+    );
+    assert!(m.contains("proxy_protocol"), "{m}");
 }
 
 #[test]

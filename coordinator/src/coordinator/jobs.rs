@@ -33,6 +33,10 @@ use crate::turns::Ticket;
 
 /// A state-changing job.
 #[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "a job lives once per client request, queued a few at a time: boxing would add an allocation per request and save no memory worth it"
+)]
 pub(crate) enum Job {
     /// One add/update/remove/activate/deactivate request.
     Change(proto::Request),

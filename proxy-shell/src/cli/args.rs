@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use command::duration::Unit;
 use command::proto;
-use command::spelling::{HEALTH_CHECK_KIND, LOAD_BALANCING, PROXY_PROTOCOL, REJECT_WITH};
+use command::spelling::{HEALTH_CHECK_KIND, LOAD_BALANCING, PROTOCOL, PROXY_PROTOCOL, REJECT_WITH};
 
 use super::arg_values::{
     connection_rate, millis, millis_u32, read_size, reject_reason, spelt, watch_interval,
@@ -212,6 +212,11 @@ pub enum ListenerAction {
         #[command(subcommand)]
         action: TcpListenerAction,
     },
+    /// QUIC listeners (UDP; doc/configure.md §8).
+    Quic {
+        #[command(subcommand)]
+        action: QuicListenerAction,
+    },
     /// List the listeners.
     List,
 }
@@ -232,6 +237,51 @@ pub enum TcpListenerAction {
     Activate(AddressArg),
     /// Stop accepting on a listener, keeping its routes.
     Deactivate(AddressArg),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum QuicListenerAction {
+    /// Adds and activates a QUIC listener.
+    Add(QuicListenerArgs),
+    /// Changes a QUIC listener's settings in place (unset flags take their
+    /// defaults).
+    Update(QuicListenerArgs),
+    /// Removes a QUIC listener (it must have no frontend left).
+    Remove(AddressArg),
+    /// Starts listening again.
+    Activate(AddressArg),
+    /// Stops listening, keeping the settings and routes.
+    Deactivate(AddressArg),
+}
+
+#[derive(Debug, Args)]
+pub struct QuicListenerArgs {
+    /// The UDP address, `ip:port`.
+    #[arg(short = 'a', long)]
+    pub address: String,
+    /// Where flows no frontend takes go (a quic cluster).
+    #[arg(long)]
+    pub default_cluster: Option<String>,
+    /// From a flow's first datagram to the decision (bare number:
+    /// milliseconds; default 1s).
+    #[arg(long, value_parser = millis(Unit::Milliseconds))]
+    pub quic_preread_timeout: Option<u64>,
+    /// A flow silent both ways this long is forgotten (bare number:
+    /// seconds; default 60s).
+    #[arg(long, value_parser = millis(Unit::Seconds))]
+    pub quic_idle_timeout: Option<u64>,
+    /// Flows open at once on this listener, for the whole process (0: no
+    /// limit; default 100000).
+    #[arg(long)]
+    pub max_flows: Option<u32>,
+    /// Flows one client address may hold here, for the whole process (0,
+    /// the default: no limit).
+    #[arg(long)]
+    pub max_flows_per_ip: Option<u32>,
+    /// How a refused client is told: close (a CONNECTION_CLOSE it can
+    /// read, the default) or drop (silence).
+    #[arg(long, value_parser = spelt(REJECT_WITH))]
+    pub reject_with: Option<proto::RejectWith>,
 }
 
 #[derive(Debug, Args)]
@@ -344,6 +394,10 @@ pub struct ClusterArgs {
     /// 0 = unlimited.
     #[arg(long, default_value_t = 0)]
     pub max_connections_per_ip: u32,
+    /// What its backends speak: tcp (the default) or quic (UDP QUIC
+    /// servers, reached from QUIC listeners).
+    #[arg(long, value_parser = spelt(PROTOCOL))]
+    pub protocol: Option<proto::ListenerProtocol>,
     /// Check every backend actively: a connect (tcp), or a ClientHello
     /// answered by a TLS record (tls).
     #[arg(long, value_parser = spelt(HEALTH_CHECK_KIND))]
@@ -369,6 +423,12 @@ pub struct ClusterArgs {
 pub enum FrontendAction {
     /// TCP frontends.
     Tcp {
+        #[command(subcommand)]
+        action: TcpFrontendAction,
+    },
+    /// Frontends of QUIC listeners (same flags; the key is `(address, sni,
+    /// alpn)` too).
+    Quic {
         #[command(subcommand)]
         action: TcpFrontendAction,
     },

@@ -8,8 +8,8 @@ use command::proto::{self, request::RequestType};
 
 use super::args::{
     AccessArgs, BackendAction, BackendArgs, ClusterAction, ClusterArgs, Command, FrontendAction,
-    FrontendArgs, ListenerAction, MetricsAction, StateAction, TcpFrontendAction, TcpListenerAction,
-    TcpListenerArgs,
+    FrontendArgs, ListenerAction, MetricsAction, QuicListenerAction, QuicListenerArgs, StateAction,
+    TcpFrontendAction, TcpListenerAction, TcpListenerArgs,
 };
 
 fn request(request_type: RequestType) -> proto::Request {
@@ -39,6 +39,25 @@ fn listener_config(args: &TcpListenerArgs) -> proto::TcpListenerConfig {
         deny: args.access.deny.clone(),
         connection_rate_per_ip: connection_rate(&args.access),
         ipv6_prefix: args.access.ipv6_prefix,
+        protocol: None,
+        quic_preread_timeout_ms: None,
+        quic_idle_timeout_ms: None,
+        max_flows: None,
+        max_flows_per_ip: None,
+    }
+}
+
+fn quic_listener_config(args: &QuicListenerArgs) -> proto::TcpListenerConfig {
+    proto::TcpListenerConfig {
+        address: args.address.clone(),
+        default_cluster: args.default_cluster.clone(),
+        reject_with: args.reject_with.map(|with| with as i32),
+        protocol: Some(proto::ListenerProtocol::Quic as i32),
+        quic_preread_timeout_ms: args.quic_preread_timeout,
+        quic_idle_timeout_ms: args.quic_idle_timeout,
+        max_flows: args.max_flows,
+        max_flows_per_ip: args.max_flows_per_ip,
+        ..Default::default()
     }
 }
 
@@ -64,6 +83,10 @@ fn cluster(args: &ClusterArgs) -> proto::Cluster {
             rise: args.health_check_rise,
             fall: args.health_check_fall,
         }),
+        protocol: match args.protocol {
+            Some(proto::ListenerProtocol::Quic) => Some(proto::ListenerProtocol::Quic as i32),
+            Some(proto::ListenerProtocol::Tcp) | None => None,
+        },
         allow: args.access.allow.clone(),
         deny: args.access.deny.clone(),
         connection_rate_per_ip: connection_rate(&args.access),
@@ -140,6 +163,21 @@ pub fn for_command(command: &Command) -> Option<proto::Request> {
                     RequestType::DeactivateListener(address(&a.address))
                 }
             },
+            ListenerAction::Quic { action } => match action {
+                QuicListenerAction::Add(args) => {
+                    RequestType::AddTcpListener(quic_listener_config(args))
+                }
+                QuicListenerAction::Update(args) => {
+                    RequestType::UpdateTcpListener(quic_listener_config(args))
+                }
+                QuicListenerAction::Remove(a) => RequestType::RemoveListener(address(&a.address)),
+                QuicListenerAction::Activate(a) => {
+                    RequestType::ActivateListener(address(&a.address))
+                }
+                QuicListenerAction::Deactivate(a) => {
+                    RequestType::DeactivateListener(address(&a.address))
+                }
+            },
         },
         Command::Cluster { action } => match action {
             ClusterAction::Add(args) => RequestType::AddCluster(cluster(args)),
@@ -151,7 +189,7 @@ pub fn for_command(command: &Command) -> Option<proto::Request> {
         },
         Command::Frontend { action } => match action {
             FrontendAction::List => RequestType::ListFrontends(proto::ListFrontends::default()),
-            FrontendAction::Tcp { action } => match action {
+            FrontendAction::Tcp { action } | FrontendAction::Quic { action } => match action {
                 TcpFrontendAction::Add(args) => RequestType::AddTcpFrontend(frontend(args)),
                 TcpFrontendAction::Remove(args) => RequestType::RemoveTcpFrontend(frontend(args)),
             },
@@ -231,6 +269,27 @@ mod tests {
             ("preread cluster list", |r| {
                 matches!(r, RequestType::ListClusters(_))
             }),
+            (
+                "preread listener quic add -a 127.0.0.1:1 --max-flows 7 --quic-idle-timeout 5 --reject-with drop",
+                |r| {
+                    matches!(r, RequestType::AddTcpListener(l)
+                        if l.protocol == Some(command::proto::ListenerProtocol::Quic as i32)
+                            && l.max_flows == Some(7)
+                            && l.quic_idle_timeout_ms == Some(5_000)
+                            && l.reject_with == Some(command::proto::RejectWith::Drop as i32))
+                },
+            ),
+            ("preread listener quic remove -a 127.0.0.1:1", |r| {
+                matches!(r, RequestType::RemoveListener(_))
+            }),
+            (
+                "preread cluster add -i q --protocol quic",
+                |r| matches!(r, RequestType::AddCluster(c) if c.protocol == Some(command::proto::ListenerProtocol::Quic as i32)),
+            ),
+            (
+                "preread frontend quic add -i q -a 127.0.0.1:1 --sni a.example.com --alpn h3",
+                |r| matches!(r, RequestType::AddTcpFrontend(f) if f.alpn == ["h3"]),
+            ),
             (
                 "preread cluster remove -i a",
                 |r| matches!(r, RequestType::RemoveCluster(c) if c.cluster_id == "a"),

@@ -58,6 +58,10 @@ impl AddressCheck for Taken {
 }
 
 #[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "the simulation's events are few and short-lived; a box per answer would only slow the runs"
+)]
 enum Event {
     Client {
         client: usize,

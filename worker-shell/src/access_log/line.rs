@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use command::config::AccessLogFormat;
 use preread_core::HelloSummary;
+use preread_parser::quic::Version;
 use preread_parser::tls::{EchKind, Ja4};
 use serde_json::{Map, Value};
 use time::macros::format_description;
@@ -45,6 +46,33 @@ pub struct AccessLogEntry<'a> {
     /// The access rule that refused the connection (`listener_deny`,
     /// `cluster_rate`…); the key is written only when one did.
     pub rule: Option<&'a str>,
+    /// A QUIC flow's own fields; `None` for a TCP session.
+    pub quic: Option<QuicLog>,
+}
+
+/// What a QUIC flow's line adds: `protocol=quic`, its version and its
+/// datagrams both ways.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuicLog {
+    /// The version its Initials were read with, once one opened.
+    pub version: Option<Version>,
+    pub datagrams_in: u64,
+    pub datagrams_out: u64,
+}
+
+impl QuicLog {
+    fn fields(&self) -> [(&'static str, Option<String>); 4] {
+        let version = self.version.map(|v| match v {
+            Version::V1 => "v1",
+            Version::V2 => "v2",
+        });
+        [
+            ("protocol", Some("quic".to_owned())),
+            ("quic_version", version.map(str::to_owned)),
+            ("datagrams_in", Some(self.datagrams_in.to_string())),
+            ("datagrams_out", Some(self.datagrams_out.to_string())),
+        ]
+    }
 }
 
 impl AccessLogEntry<'_> {
@@ -98,6 +126,9 @@ impl AccessLogEntry<'_> {
                 if let Some(rule) = self.rule {
                     logfmt_pair(&mut line, "rule", Some(rule));
                 }
+                for (key, value) in self.quic.iter().flat_map(QuicLog::fields) {
+                    logfmt_pair(&mut line, key, value.as_deref());
+                }
                 line
             }
             AccessLogFormat::Json => {
@@ -119,6 +150,16 @@ impl AccessLogEntry<'_> {
                 object.insert("ja4".into(), ja4.map_or(Value::Null, Value::from));
                 if let Some(rule) = self.rule {
                     object.insert("rule".into(), Value::String(rule.to_owned()));
+                }
+                if let Some(quic) = &self.quic {
+                    object.insert("protocol".into(), Value::from("quic"));
+                    let version = quic.fields()[1].1.clone();
+                    object.insert(
+                        "quic_version".into(),
+                        version.map_or(Value::Null, Value::String),
+                    );
+                    object.insert("datagrams_in".into(), Value::from(quic.datagrams_in));
+                    object.insert("datagrams_out".into(), Value::from(quic.datagrams_out));
                 }
                 Value::Object(object).to_string()
             }
@@ -242,6 +283,7 @@ mod tests {
             hello: chromium().0,
             ja4: chromium().1,
             rule: None,
+            quic: None,
         }
     }
 

@@ -23,7 +23,7 @@ use std::time::SystemTime;
 use command::config::AccessLogFormat;
 use crossbeam_channel::{Sender, TrySendError};
 
-pub use line::{AccessLogEntry, rfc3339_millis};
+pub use line::{AccessLogEntry, QuicLog, rfc3339_millis};
 pub use writer::{AccessLogWriter, Reopener, start};
 
 /// A finished line on its way to the writer: its text, without the

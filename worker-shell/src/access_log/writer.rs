@@ -211,6 +211,7 @@ mod tests {
             hello: None,
             ja4: None,
             rule: None,
+            quic: None,
         }
     }
 

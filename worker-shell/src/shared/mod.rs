@@ -44,6 +44,9 @@ pub struct Shared {
     pub listener_rates: Arc<SharedRates<(SocketAddr, IpAddr)>>,
     pub registry: Arc<Registry>,
     pub counters: Arc<Counters>,
+    /// QUIC flows per listener and per client address (`max_flows`,
+    /// `max_flows_per_ip`).
+    pub quic_flows: crate::worker::quic::FlowCounts,
 }
 
 impl Shared {
@@ -57,6 +60,7 @@ impl Shared {
             listener_rates: SharedRates::new(),
             registry: Arc::new(Registry::default()),
             counters: Arc::new(Counters::default()),
+            quic_flows: crate::worker::quic::FlowCounts::new(),
         })
     }
 }

@@ -150,6 +150,7 @@ fn refuse_for_access(ctx: &mut Ctx, address: SocketAddr, client: SocketAddr, ref
         hello: None,
         ja4: None,
         rule: Some(refused.rule.as_str()),
+        quic: None,
     };
     if ctx.access_log.submit(&entry).is_err() {
         ctx.metrics.incr(Series::of(Family::AccessLogDropped));

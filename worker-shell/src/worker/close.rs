@@ -151,6 +151,7 @@ fn log(ctx: &mut Ctx, session: &Session, (outcome, ja4): (Outcome, Option<Ja4>),
         ja4,
         rule: (session.access_rule.map(AccessRule::as_str))
             .or_else(|| core.denied_by().map(|rule| rule.as_str())),
+        quic: None,
     };
     if ctx.access_log.submit(&entry).is_err() {
         ctx.metrics.incr(Series::of(Family::AccessLogDropped));

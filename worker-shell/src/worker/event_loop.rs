@@ -34,6 +34,7 @@ use super::metrics::Metrics;
 use super::orders::{Answer, Order, OrderId, WorkerInbox};
 use super::pipe_pool::{MAX_IDLE_PIPES, PipePool};
 use super::pool::BufferPool;
+use super::quic::QuicShell;
 use super::rejects::RejectRing;
 use super::runtime::Runtime;
 use super::session::Session;
@@ -79,6 +80,8 @@ pub(super) struct Worker {
     /// lets the process exit.
     stop_order: Option<OrderId>,
     exit: bool,
+    /// The QUIC listeners and their flows.
+    quic: QuicShell,
 }
 
 impl Worker {
@@ -126,6 +129,7 @@ impl Worker {
             stopping: None,
             stop_order: None,
             exit: false,
+            quic: QuicShell::new(),
         })
     }
 
@@ -139,6 +143,9 @@ impl Worker {
             }
             if let Some(retry) = self.accept_retry.next_wake() {
                 wake_at = Some(wake_at.map_or(retry, |t| t.min(retry)));
+            }
+            if let Some(quic) = self.quic.next_deadline() {
+                wake_at = Some(wake_at.map_or(quic, |t| t.min(quic)));
             }
             // Sessions re-queued during the last turn (a busy pipe that
             // yielded, a connect that just completed) must run now: no
@@ -159,6 +166,9 @@ impl Worker {
                 match event.token() {
                     WAKER_TOKEN => self.take_orders(),
                     Token(t) if t >= LISTENER_BASE => self.accept(t - LISTENER_BASE),
+                    token if QuicShell::owns(token) => {
+                        self.quic.ready(&mut self.ctx, token, Instant::now());
+                    }
                     Token(t) => {
                         let (key, side) = session_of(t);
                         self.mark(key, side, Ready::of_event(event));
@@ -167,6 +177,7 @@ impl Worker {
             }
             self.drive_dirty();
             self.fire_timers(Instant::now());
+            self.quic.fire(&mut self.ctx, Instant::now());
             self.retry_accepts(Instant::now());
             self.check_stop(Instant::now());
         }
@@ -265,11 +276,13 @@ impl Worker {
             Order::Rejects(query) => Answer::Rejects(self.ctx.rejects.list(self.ctx.id, &query)),
             Order::ExportListeners => self.export_listeners(),
             Order::Status => Answer::Status {
-                sessions: self.sessions.len() as u64,
+                // A QUIC flow is a session of its listener.
+                sessions: (self.sessions.len() + self.quic.flows()) as u64,
                 listeners: self.listener_keys.len() as u32,
             },
             Order::SoftStop { grace_ms } => {
                 self.close_listeners();
+                self.quic.close_listeners(&mut self.ctx);
                 self.stopping = Some(Stopping {
                     deadline: Instant::now() + Duration::from_millis(grace_ms),
                 });
@@ -327,6 +340,21 @@ impl Worker {
             .collect();
         for address in to_close {
             self.close_listener(address);
+        }
+        if self.stopping.is_none()
+            && let Err(e) = self.quic.sync(&mut self.ctx)
+        {
+            self.ctx.runtime.undo_generation(generation);
+            if let Err(again) = self.quic.sync(&mut self.ctx) {
+                error!(
+                    "worker {}: QUIC listeners after a refused generation: {again}",
+                    self.ctx.id
+                );
+            }
+            return refused(format!(
+                "worker {}: cannot open a QUIC listener: {e}; the generation was taken back",
+                self.ctx.id
+            ));
         }
         self.defer_accepts();
         Answer::Done
@@ -449,6 +477,8 @@ impl Worker {
 
     fn close_everything(&mut self) {
         self.close_listeners();
+        self.quic.close_listeners(&mut self.ctx);
+        self.quic.end_all(&mut self.ctx);
         let keys: Vec<usize> = self.sessions.iter().map(|(key, _)| key).collect();
         for key in keys {
             self.settle(key, Drive::End(Outcome::Refused(RefuseReason::Shutdown)));

@@ -29,6 +29,7 @@ pub mod pipe;
 pub mod pipe_pool;
 pub mod pool;
 mod preread;
+pub mod quic;
 pub mod rejects;
 pub mod runtime;
 pub mod session;

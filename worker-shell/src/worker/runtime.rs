@@ -15,11 +15,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use command::change::{Change, FrontendSettings, ListenerSettings};
+use command::change::{Change, FrontendSettings, ListenerSettings, QuicSettings};
 use command::generation::{Generation, RouteTables};
 use command::proto;
 use preread_core::PrereadConfig;
 use preread_core::access::DEFAULT_IPV6_PREFIX;
+use preread_core::quic::QuicRejectWith;
 use preread_core::routes::{ClusterId, RouteTable};
 use preread_core::step::{PrereadListener, RejectWith};
 
@@ -45,6 +46,11 @@ pub struct ListenerRuntime {
     pub access: Option<Arc<AccessPolicy>>,
     /// The prefix length an IPv6 source is counted under.
     pub ipv6_prefix: u8,
+    /// A QUIC listener's settings (a UDP socket, `super::quic`); `None`
+    /// for a TCP listener.
+    pub quic: Option<QuicSettings>,
+    /// A QUIC listener's `reject_with`.
+    pub quic_reject_with: QuicRejectWith,
 }
 
 /// Why a change could not be applied here; the main thread rolls back.
@@ -104,6 +110,9 @@ pub fn reject_with(with: proto::RejectWith) -> RejectWith {
         proto::RejectWith::Alert => RejectWith::Alert,
         proto::RejectWith::Close => RejectWith::Close,
         proto::RejectWith::Reset => RejectWith::Reset,
+        // Refused on a TCP listener (E107): a QUIC listener's setting,
+        // which its flows read from the listener's QUIC settings.
+        proto::RejectWith::Drop => RejectWith::Close,
     }
 }
 
@@ -148,6 +157,11 @@ impl Runtime {
         listener.max_unrouted_per_ip = settings.max_unrouted_per_ip;
         listener.access = AccessPolicy::of(&settings.access);
         listener.ipv6_prefix = settings.access.ipv6_prefix;
+        listener.quic = settings.quic;
+        listener.quic_reject_with = match settings.reject_with {
+            proto::RejectWith::Drop => QuicRejectWith::Drop,
+            _ => QuicRejectWith::Close,
+        };
         Ok(())
     }
 
@@ -215,16 +229,33 @@ impl Runtime {
         }
     }
 
-    /// Whether the listener at `address` should be open.
+    /// Whether the TCP listener at `address` should be open.
     pub fn listens(&self, address: &SocketAddr) -> bool {
-        self.listeners.get(address).is_some_and(|l| l.active)
+        self.listeners
+            .get(address)
+            .is_some_and(|l| l.active && l.quic.is_none())
     }
 
-    /// The addresses whose listeners should be open.
+    /// The addresses whose TCP listeners should be open.
     pub fn listening(&self) -> impl Iterator<Item = SocketAddr> + '_ {
         self.listeners
             .values()
-            .filter(|l| l.active)
+            .filter(|l| l.active && l.quic.is_none())
+            .map(|l| l.address)
+    }
+
+    /// Whether the QUIC listener at `address` should be open.
+    pub fn listens_quic(&self, address: &SocketAddr) -> bool {
+        self.listeners
+            .get(address)
+            .is_some_and(|l| l.active && l.quic.is_some())
+    }
+
+    /// The addresses whose QUIC listeners should be open.
+    pub fn listening_quic(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        self.listeners
+            .values()
+            .filter(|l| l.active && l.quic.is_some())
             .map(|l| l.address)
     }
 
@@ -245,6 +276,8 @@ impl Runtime {
                     max_unrouted_per_ip: 0,
                     access: None,
                     ipv6_prefix: DEFAULT_IPV6_PREFIX,
+                    quic: None,
+                    quic_reject_with: QuicRejectWith::Close,
                 };
                 self.configure(&mut listener, settings)?;
                 self.listeners.insert(settings.address, listener);

@@ -1,8 +1,10 @@
 //! The worker's poll tokens.
 //!
 //! Owns: the token layout: a session's front socket is `2k`, its backend
-//! `2k+1`, a listener `LISTENER_BASE + i`, and the waker `usize::MAX`. Must
-//! never: let two kinds of token overlap.
+//! `2k+1`, a listener `LISTENER_BASE + i`, and the waker `usize::MAX`;
+//! QUIC sockets sit between the sessions and the TCP listeners
+//! (`QUIC_FLOW_BASE`, `QUIC_LISTENER_BASE`). Must never: let two kinds of
+//! token overlap.
 
 use mio::Token;
 
@@ -11,6 +13,14 @@ pub(super) const WAKER_TOKEN: Token = Token(usize::MAX);
 
 /// Listener tokens start here; session tokens (`2k`, `2k+1`) stay below.
 pub(super) const LISTENER_BASE: usize = 1 << 48;
+
+/// QUIC listener sockets are `QUIC_LISTENER_BASE + i`, below the TCP
+/// listeners.
+pub(super) const QUIC_LISTENER_BASE: usize = 1 << 47;
+
+/// A QUIC flow's backend socket is `QUIC_FLOW_BASE + flow`, below the
+/// QUIC listeners and above every session token.
+pub(super) const QUIC_FLOW_BASE: usize = 1 << 46;
 
 const _: () = assert!(WAKER_TOKEN.0 > LISTENER_BASE, "the waker is no listener");
 

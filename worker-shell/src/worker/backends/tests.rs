@@ -29,6 +29,7 @@ fn cluster(lb: LoadBalancing, max_connections_per_ip: u32) -> ClusterSettings {
         proxy_protocol: ProxyProtocol::None,
         max_connections_per_ip,
         health_check: None,
+        quic: false,
         access: command::change::AccessSettings::default(),
     }
 }

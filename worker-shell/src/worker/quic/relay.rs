@@ -1,0 +1,382 @@
+//! One QUIC flow's I/O: its datagrams fed to the preread step, held, then
+//! replayed to a backend and relayed both ways; its end and access-log
+//! line.
+//!
+//! Owns: performing the step's actions (the timer, the hold, the connect,
+//! the reject's reply) and the relay's sends and receives. Must never:
+//! decide anything the step or the flow table decides, or read a socket
+//! past `WouldBlock`.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use mio::net::UdpSocket;
+use mio::{Interest, Token};
+use preread_core::RejectReason;
+use preread_core::Route;
+use preread_core::quic::{QuicActions, QuicListener, QuicNext, QuicPrereadStep};
+use preread_core::step::TimerAction;
+use socket2::{Domain, Protocol, Socket, Type};
+
+use super::QuicTimer;
+use super::admit::{FlowHolds, admit};
+use super::flows::{FlowTable, Lookup, Overflow};
+use crate::access_log::AccessLogEntry;
+use crate::shared::instance::Lease;
+use crate::vocabulary::{Outcome, RefuseReason};
+use crate::worker::ctx::Ctx;
+use crate::worker::timers::{TimerId, Timers};
+use crate::worker::tokens::QUIC_FLOW_BASE;
+
+/// What the shell keeps of a flow.
+#[derive(Debug)]
+pub(crate) struct FlowState {
+    /// The flow's preread: it reads the client's Initials until it
+    /// decides, then keeps what it learned for the access log.
+    step: Box<QuicPrereadStep>,
+    /// The preread deadline's timer, while armed.
+    timer: Option<TimerId>,
+    /// Once routed: the socket connected to the backend.
+    relay: Option<Relay>,
+    /// The process-wide counts the flow holds.
+    _holds: FlowHolds,
+}
+
+/// A routed flow's way to its backend.
+#[derive(Debug)]
+struct Relay {
+    socket: UdpSocket,
+    route: Arc<Route>,
+    /// Counts the flow on its backend instance while it lives.
+    lease: Lease,
+}
+
+/// How a flow ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
+    /// Silent both ways for `quic_idle_timeout`.
+    Idle,
+    /// Its listener closed, or the worker stopped.
+    Closed,
+    /// Refused by the step.
+    Rejected(RejectReason),
+    /// Decided, but no backend could take it.
+    Refused(RefuseReason),
+}
+
+/// A `SO_REUSEPORT` UDP socket bound to `address`, non-blocking.
+pub(crate) fn bind_reuseport(address: SocketAddr) -> io::Result<UdpSocket> {
+    let socket = Socket::new(
+        Domain::for_address(address),
+        Type::DGRAM,
+        Some(Protocol::UDP),
+    )?;
+    socket.set_reuse_port(true)?;
+    if address.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&address.into())?;
+    Ok(UdpSocket::from_std(socket.into()))
+}
+
+/// A non-blocking UDP socket on an ephemeral port, connected to `backend`.
+fn connect_to(backend: SocketAddr) -> io::Result<UdpSocket> {
+    let local: SocketAddr = if backend.is_ipv6() {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    };
+    let socket = UdpSocket::bind(local)?;
+    socket.connect(backend)?;
+    Ok(socket)
+}
+
+/// What one flow's I/O runs against.
+pub(crate) struct Io<'a> {
+    pub(crate) ctx: &'a mut Ctx,
+    pub(crate) flows: &'a mut FlowTable<FlowState>,
+    pub(crate) timers: &'a mut Timers<(usize, QuicTimer)>,
+    /// The listener's socket: the return path to the client.
+    pub(crate) socket: &'a UdpSocket,
+    pub(crate) listener: SocketAddr,
+}
+
+impl Io<'_> {
+    /// The step's view of the listener, with the routes of now.
+    fn quic_listener(&self) -> Option<QuicListener> {
+        let runtime = self.ctx.runtime.listeners.get(&self.listener)?;
+        let quic = runtime.quic?;
+        let mut config = runtime.preread.config.clone();
+        config.timeout = quic.preread_timeout;
+        Some(QuicListener::new(config, runtime.quic_reject_with))
+    }
+
+    /// A datagram from `client` on this listener.
+    pub(crate) fn client_datagram(&mut self, client: SocketAddr, datagram: &[u8], now: Instant) {
+        let key = match self.flows.lookup(self.listener, client, datagram) {
+            Lookup::Known(key) | Lookup::Moved(key) => key,
+            Lookup::Unknown => {
+                self.new_flow(client, datagram, now);
+                return;
+            }
+        };
+        self.flows.touch(key, datagram.len(), true, now);
+        let Some(listener) = self.quic_listener() else {
+            return;
+        };
+        let Some(flow) = self.flows.get_mut(key) else {
+            return;
+        };
+        if let Some(relay) = &flow.state.relay {
+            let _ = relay.socket.send(datagram);
+            return;
+        }
+        let actions = flow.state.step.datagram(&listener, datagram, now);
+        self.act(key, datagram, actions, now);
+    }
+
+    fn new_flow(&mut self, client: SocketAddr, datagram: &[u8], now: Instant) {
+        // Only a long header can start a flow: a short header of a flow
+        // this worker does not know has nobody to go to.
+        if datagram.first().is_none_or(|b| b & 0x80 == 0) {
+            return;
+        }
+        let Some(runtime) = self.ctx.runtime.listeners.get(&self.listener) else {
+            return;
+        };
+        let Some(quic) = runtime.quic else {
+            return;
+        };
+        let limits = (quic.max_flows, quic.max_flows_per_ip);
+        let Ok(holds) = admit(
+            &self.ctx.shared.quic_flows,
+            self.listener,
+            client.ip(),
+            limits,
+        ) else {
+            return;
+        };
+        let Some(listener) = self.quic_listener() else {
+            return;
+        };
+        let (step, actions) = QuicPrereadStep::first(&listener, datagram, now);
+        let state = FlowState {
+            step: Box::new(step),
+            timer: None,
+            relay: None,
+            _holds: holds,
+        };
+        let key = self
+            .flows
+            .insert(self.listener, client, datagram, state, now);
+        self.flows.touch(key, datagram.len(), true, now);
+        self.timers
+            .schedule(now + quic.idle_timeout, (key, QuicTimer::Idle));
+        self.act(key, datagram, actions, now);
+    }
+
+    /// Performs the step's actions for the datagram it just read.
+    fn act(&mut self, key: usize, datagram: &[u8], actions: QuicActions, now: Instant) {
+        if let Some(timer) = self.flows.get_mut(key).map(|f| &mut f.state.timer) {
+            match actions.timer {
+                TimerAction::Arm(at) => {
+                    *timer = Some(self.timers.schedule(at, (key, QuicTimer::Preread)));
+                }
+                TimerAction::Cancel => {
+                    if let Some(id) = timer.take() {
+                        self.timers.cancel(id);
+                    }
+                }
+                TimerAction::Keep => {}
+            }
+        }
+        match actions.next {
+            QuicNext::Wait => {
+                if let Err(overflow) = self.flows.hold(key, datagram) {
+                    let reason = match overflow {
+                        Overflow::Flow | Overflow::Table => RejectReason::TooLarge,
+                    };
+                    let Some(flow) = self.flows.get_mut(key) else {
+                        return;
+                    };
+                    let abandoned = flow.state.step.abandon(reason, now);
+                    self.act(key, &[], abandoned, now);
+                }
+            }
+            QuicNext::Connect(route) => {
+                if !datagram.is_empty() {
+                    let _ = self.flows.hold(key, datagram);
+                }
+                self.connect(key, route);
+            }
+            QuicNext::Reject(reject) => {
+                if let (Some(reply), Some(flow)) = (&reject.reply, self.flows.get(key)) {
+                    let _ = self.socket.send_to(reply, flow.client);
+                }
+                end(self.ctx, self.flows, key, End::Rejected(reject.reason));
+            }
+            QuicNext::Ignore => {}
+        }
+    }
+
+    /// Picks a backend of the route's cluster, replays the held datagrams
+    /// to it, and relays from now on.
+    fn connect(&mut self, key: usize, route: Arc<Route>) {
+        let now = Instant::now();
+        let lease = match self.ctx.runtime.clusters.get_mut(&*route.cluster) {
+            Some(backends) => backends.pick(now, &mut self.ctx.rng, &[]),
+            None => {
+                end(
+                    self.ctx,
+                    self.flows,
+                    key,
+                    End::Refused(RefuseReason::ClusterUnknown),
+                );
+                return;
+            }
+        };
+        let Ok(lease) = lease else {
+            end(
+                self.ctx,
+                self.flows,
+                key,
+                End::Refused(RefuseReason::BackendUnavailable),
+            );
+            return;
+        };
+        let backend = lease.instance().address();
+        let mut socket = match connect_to(backend) {
+            Ok(socket) => socket,
+            Err(e) => {
+                log::warn!("QUIC flow to {backend}: cannot open its socket: {e}");
+                end(
+                    self.ctx,
+                    self.flows,
+                    key,
+                    End::Refused(RefuseReason::LocalResources),
+                );
+                return;
+            }
+        };
+        if self
+            .ctx
+            .registry
+            .register(&mut socket, Token(QUIC_FLOW_BASE + key), Interest::READABLE)
+            .is_err()
+        {
+            end(
+                self.ctx,
+                self.flows,
+                key,
+                End::Refused(RefuseReason::LocalResources),
+            );
+            return;
+        }
+        for held in self.flows.take_held(key) {
+            let _ = socket.send(&held);
+        }
+        if let Some(flow) = self.flows.get_mut(key) {
+            flow.state.relay = Some(Relay {
+                socket,
+                route,
+                lease,
+            });
+        }
+    }
+
+    /// Relays what flow `key`'s backend sent, until it would block.
+    pub(crate) fn read_backend(&mut self, key: usize, buffer: &mut [u8], now: Instant) {
+        loop {
+            let Some(flow) = self.flows.get(key) else {
+                return;
+            };
+            let Some(relay) = &flow.state.relay else {
+                return;
+            };
+            let client = flow.client;
+            let len = match relay.socket.recv(buffer) {
+                Ok(len) => len,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // A port unreachable from the backend: the next read goes
+                // on, and the flow idles out if the backend is gone.
+                Err(_) => continue,
+            };
+            let datagram = &buffer[..len];
+            self.flows.learn_from_backend(key, datagram);
+            self.flows.touch(key, len, false, now);
+            let _ = self.socket.send_to(datagram, client);
+        }
+    }
+
+    /// The preread deadline of flow `key` fell.
+    pub(crate) fn preread_deadline(&mut self, key: usize, now: Instant) {
+        let Some(listener) = self.quic_listener() else {
+            return;
+        };
+        let Some(flow) = self.flows.get_mut(key) else {
+            return;
+        };
+        flow.state.timer = None;
+        let actions = flow.state.step.timeout(&listener, now);
+        self.act(key, &[], actions, now);
+    }
+}
+
+/// Forgets flow `key`: its socket closes, its counts are given back, and
+/// its access-log line is written.
+pub(crate) fn end(ctx: &mut Ctx, flows: &mut FlowTable<FlowState>, key: usize, how: End) {
+    let Some(mut flow) = flows.remove(key) else {
+        return;
+    };
+    let step = &flow.state.step;
+    let (route, backend) = match &mut flow.state.relay {
+        None => (None, None),
+        Some(relay) => {
+            let _ = ctx.registry.deregister(&mut relay.socket);
+            let backend = relay.lease.instance().backend_id().clone();
+            (Some(relay.route.clone()), Some(backend))
+        }
+    };
+    let outcome = match how {
+        End::Rejected(reason) => Outcome::Rejected(reason),
+        End::Refused(reason) => Outcome::Refused(reason),
+        End::Idle | End::Closed => Outcome::of_route(route.as_deref()),
+    };
+    let sni = step.sni().map(|s| s.as_str().to_owned());
+    let alpn = route
+        .as_ref()
+        .and_then(|r| r.matched_alpn.as_ref())
+        .map(|a| String::from_utf8_lossy(a).into_owned());
+    let counts = flow.counts;
+    let entry = AccessLogEntry {
+        ts: SystemTime::now(),
+        listener: flow.listener,
+        client: flow.client,
+        sni: sni.as_deref(),
+        alpn: alpn.as_deref(),
+        cluster: route.as_ref().map(|r| &*r.cluster),
+        backend: backend.as_deref(),
+        outcome,
+        bytes_in: counts.bytes_in,
+        bytes_out: counts.bytes_out,
+        duration_ms: u64::try_from(flow.last_seen.duration_since(flow.first_seen).as_millis())
+            .unwrap_or(u64::MAX),
+        preread_ms: step
+            .preread_time()
+            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        proxy_client: None,
+        hello: step.hello(),
+        ja4: None,
+        rule: None,
+        quic: Some(crate::access_log::QuicLog {
+            version: step.version(),
+            datagrams_in: counts.datagrams_in,
+            datagrams_out: counts.datagrams_out,
+        }),
+    };
+    let _ = ctx.access_log.submit(&entry);
+}
