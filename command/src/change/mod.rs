@@ -23,6 +23,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 use preread_core::access::{DEFAULT_IPV6_PREFIX, Rate};
 use preread_core::pattern::SniPattern;
+use preread_parser::tls::Ja4;
 
 use crate::backend_address::BackendAddress;
 use crate::proto::{LoadBalancing, ProxyProtocol, RejectWith};
@@ -68,6 +69,8 @@ pub struct AccessSettings {
     pub connection_rate_per_ip: Option<Rate>,
     /// The prefix length an IPv6 source is counted under.
     pub ipv6_prefix: u8,
+    /// JA4 fingerprints refused, sorted, without duplicates.
+    pub deny_ja4: Vec<Ja4>,
 }
 
 impl Default for AccessSettings {
@@ -77,6 +80,7 @@ impl Default for AccessSettings {
             deny: Vec::new(),
             connection_rate_per_ip: None,
             ipv6_prefix: DEFAULT_IPV6_PREFIX,
+            deny_ja4: Vec::new(),
         }
     }
 }

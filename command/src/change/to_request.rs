@@ -49,6 +49,7 @@ impl ListenerSettings {
             deny: Vec::new(),
             connection_rate_per_ip: None,
             ipv6_prefix: None,
+            deny_ja4: Vec::new(),
         };
         self.access.write_listener(&mut config);
         config
@@ -79,6 +80,7 @@ impl ClusterSettings {
             deny: Vec::new(),
             connection_rate_per_ip: None,
             ipv6_prefix: None,
+            deny_ja4: Vec::new(),
         };
         self.access.write_cluster(&mut cluster);
         cluster

@@ -215,6 +215,7 @@ pub(crate) fn resolve_listener(
         deny: Vec::new(),
         connection_rate_per_ip: None,
         ipv6_prefix: None,
+        deny_ja4: Vec::new(),
     };
     let mut resolved = resolved;
     resolve_access(&what, AccessFields::of_listener(config))?.write_listener(&mut resolved);

@@ -18,10 +18,11 @@ use std::time::{Duration, Instant};
 use command::change::{Change, FrontendSettings, ListenerSettings};
 use command::generation::{Generation, RouteTables};
 use command::proto;
-use preread_core::PrereadConfig;
 use preread_core::access::DEFAULT_IPV6_PREFIX;
 use preread_core::routes::{ClusterId, RouteTable};
 use preread_core::step::{PrereadListener, RejectWith};
+use preread_core::{DenyJa4, PrereadConfig};
+use preread_parser::tls::Ja4;
 
 use super::access::AccessPolicy;
 use super::backends::ClusterBackends;
@@ -45,6 +46,9 @@ pub struct ListenerRuntime {
     pub access: Option<Arc<AccessPolicy>>,
     /// The prefix length an IPv6 source is counted under.
     pub ipv6_prefix: u8,
+    /// Its own `deny_ja4` (the preread config holds it with the
+    /// clusters' lists).
+    pub deny_ja4: Vec<Ja4>,
 }
 
 /// Why a change could not be applied here; the main thread rolls back.
@@ -148,6 +152,7 @@ impl Runtime {
         listener.max_unrouted_per_ip = settings.max_unrouted_per_ip;
         listener.access = AccessPolicy::of(&settings.access);
         listener.ipv6_prefix = settings.access.ipv6_prefix;
+        listener.deny_ja4.clone_from(&settings.access.deny_ja4);
         Ok(())
     }
 
@@ -199,6 +204,23 @@ impl Runtime {
                 listener.preread.config.routes = table.clone();
             }
         }
+        self.install_deny_ja4();
+    }
+
+    /// Hands every listener's decisions its own `deny_ja4` and every
+    /// cluster's, as the generation left them.
+    fn install_deny_ja4(&mut self) {
+        let clusters: Vec<(ClusterId, &[Ja4])> = (self.clusters.iter())
+            .filter(|(_, backends)| !backends.deny_ja4().is_empty())
+            .map(|(id, backends)| (id.clone(), backends.deny_ja4()))
+            .collect();
+        for listener in self.listeners.values_mut() {
+            let lists = (clusters.iter()).fold(
+                DenyJa4::new(listener.deny_ja4.iter().copied()),
+                |lists, (id, list)| lists.with_cluster(id.clone(), list.iter().copied()),
+            );
+            listener.preread.config.deny_ja4 = lists;
+        }
     }
 
     /// Undoes the first `applied` changes of `generation`, last first.
@@ -245,6 +267,7 @@ impl Runtime {
                     max_unrouted_per_ip: 0,
                     access: None,
                     ipv6_prefix: DEFAULT_IPV6_PREFIX,
+                    deny_ja4: Vec::new(),
                 };
                 self.configure(&mut listener, settings)?;
                 self.listeners.insert(settings.address, listener);
