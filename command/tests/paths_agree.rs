@@ -121,6 +121,7 @@ fn cluster(id: String) -> impl Strategy<Value = proto::Cluster> {
                     deny,
                     connection_rate_per_ip,
                     ipv6_prefix,
+                    deny_ja4: Vec::new(),
                 }
             },
         )
@@ -257,6 +258,7 @@ fn any_listener(cluster_ids: Vec<String>) -> impl Strategy<Value = proto::TcpLis
                 deny,
                 connection_rate_per_ip,
                 ipv6_prefix,
+                deny_ja4: Vec::new(),
             },
         )
 }

@@ -78,7 +78,7 @@ enum Event {
         worker: usize,
     },
     Shell(usize),
-    Reply(Input),
+    Reply(Box<Input>),
     Tick,
 }
 
@@ -256,7 +256,7 @@ impl<'s> World<'s> {
                 self.feed(Input::WorkerGone { worker })
             }
             Event::Shell(index) => self.shell(index),
-            Event::Reply(input) => self.feed(input),
+            Event::Reply(input) => self.feed(*input),
             Event::Tick => {
                 self.ticks.remove(&self.now);
                 self.feed(Input::Tick)
@@ -394,7 +394,10 @@ impl<'s> World<'s> {
                     ))),
                 };
                 let when = self.later(60);
-                self.at(when, Event::Reply(Input::ConfigRead { job, read }));
+                self.at(
+                    when,
+                    Event::Reply(Box::new(Input::ConfigRead { job, read })),
+                );
                 Ok(())
             }
             Effect::ReadStateFile { job, path } => {
@@ -415,13 +418,19 @@ impl<'s> World<'s> {
                     None => Err(StateFileError::NotFound { path: path.into() }),
                 };
                 let when = self.later(60);
-                self.at(when, Event::Reply(Input::StateFileRead { job, read }));
+                self.at(
+                    when,
+                    Event::Reply(Box::new(Input::StateFileRead { job, read })),
+                );
                 Ok(())
             }
             Effect::AppendJournal { job, changes } => {
                 self.journal.appends.push((job, changes));
                 let when = self.later(30);
-                self.at(when, Event::Reply(Input::Journaled { job, saved: Ok(()) }));
+                self.at(
+                    when,
+                    Event::Reply(Box::new(Input::Journaled { job, saved: Ok(()) })),
+                );
                 Ok(())
             }
             Effect::Settled {
@@ -443,7 +452,10 @@ impl<'s> World<'s> {
                     Err("the successor exited before it served (simulated)".into())
                 };
                 let when = self.later(200);
-                self.at(when, Event::Reply(Input::UpgradeFinished { job, outcome }));
+                self.at(
+                    when,
+                    Event::Reply(Box::new(Input::UpgradeFinished { job, outcome })),
+                );
                 Ok(())
             }
             Effect::Booted { .. }
