@@ -61,6 +61,8 @@ preread_core::stable_names! {
         InvalidConnectionRate => "E121",
         /// An `ipv6_prefix` past 128.
         InvalidIpv6Prefix => "E122",
+        /// A `deny_ja4` entry that is not a JA4 fingerprint.
+        InvalidJa4 => "E125",
         /// A frontend's `sni` is not a valid pattern.
         InvalidSniPattern => "E201",
         /// A frontend's `alpn` list is not valid.

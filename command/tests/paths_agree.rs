@@ -122,6 +122,7 @@ fn cluster(id: String) -> impl Strategy<Value = proto::Cluster> {
                     connection_rate_per_ip,
                     ipv6_prefix,
                     protocol: None,
+                    deny_ja4: Vec::new(),
                 }
             },
         )
@@ -263,6 +264,7 @@ fn any_listener(cluster_ids: Vec<String>) -> impl Strategy<Value = proto::TcpLis
                 quic_idle_timeout_ms: None,
                 max_flows: None,
                 max_flows_per_ip: None,
+                deny_ja4: Vec::new(),
             },
         )
 }

@@ -54,6 +54,7 @@ impl ListenerSettings {
             deny: Vec::new(),
             connection_rate_per_ip: None,
             ipv6_prefix: None,
+            deny_ja4: Vec::new(),
         };
         self.access.write_listener(&mut config);
         config
@@ -85,6 +86,7 @@ impl ClusterSettings {
             deny: Vec::new(),
             connection_rate_per_ip: None,
             ipv6_prefix: None,
+            deny_ja4: Vec::new(),
         };
         self.access.write_cluster(&mut cluster);
         cluster

@@ -273,6 +273,13 @@ impl ErrorCode {
                 "Use a prefix length from 0 to 128, or leave ipv6_prefix unset.",
                 "2.7",
             ),
+            Self::InvalidJa4 => (
+                "invalid deny_ja4 fingerprint",
+                "deny_ja4 on a listener or a cluster refuses the clients whose JA4 TLS                  fingerprint it lists, with an access_denied alert. Each entry is a whole                  fingerprint as the access log's ja4= and `preread inspect` print it.",
+                "36 characters: t, q or d; a version (13, 12, 11, 10, s3, s2, d1, d2, d3, 00);                  d or i; two two-digit counts; two letters or digits; `_`; 12 lower-case hex                  digits; `_`; 12 more. For example t13d1516h2_8daaf6152771_e5627efa2ab1.",
+                "Copy the fingerprint whole from the access log or `preread inspect`; the                  message says which character is wrong.",
+                "5.8",
+            ),
             Self::InvalidSniPattern => (
                 "invalid SNI pattern",
                 "A frontend's sni is not a valid DNS name or wildcard. Patterns are \

@@ -164,6 +164,7 @@ pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> V
                 .as_ref()
                 .and_then(|rate| connection_rate(rate.get_ref(), problems)),
             ipv6_prefix: optional_u32(listener.ipv6_prefix.as_ref(), "ipv6_prefix", problems),
+            deny_ja4: listener.deny_ja4,
         };
         listeners.push((position, RequestType::AddTcpListener(config)));
     }
@@ -208,6 +209,7 @@ pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> V
                     .as_ref()
                     .and_then(|rate| connection_rate(rate.get_ref(), problems)),
                 ipv6_prefix: optional_u32(cluster.ipv6_prefix.as_ref(), "ipv6_prefix", problems),
+                deny_ja4: cluster.deny_ja4,
             }),
         ));
 

@@ -118,6 +118,8 @@ pub(super) struct RawListener {
     pub(super) deny: Vec<String>,
     pub(super) connection_rate_per_ip: Option<Spanned<RawRate>>,
     pub(super) ipv6_prefix: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub(super) deny_ja4: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -134,6 +136,8 @@ pub(super) struct RawCluster {
     pub(super) deny: Vec<String>,
     pub(super) connection_rate_per_ip: Option<Spanned<RawRate>>,
     pub(super) ipv6_prefix: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub(super) deny_ja4: Vec<String>,
     #[serde(default)]
     pub(super) frontends: Vec<Spanned<RawFrontend>>,
     #[serde(default)]

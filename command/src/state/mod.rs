@@ -19,9 +19,10 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
 
-use preread_core::PrereadConfig;
 use preread_core::pattern::SniPattern;
 use preread_core::routes::{AlpnSet, ClusterId, RouteConflict, RouteTable};
+use preread_core::{DenyJa4, PrereadConfig};
+use preread_parser::tls::Ja4;
 
 use crate::backend_address::BackendAddress;
 use crate::codes::ErrorCode;
@@ -284,6 +285,21 @@ impl ConfigState {
     /// listener with a [`catch_all`](Self::catch_all) frontend has empty
     /// routes here: check `catch_all` first, it takes every connection.
     #[must_use]
+    /// The `deny_ja4` lists a listener's decisions check: its own
+    /// (`listener`) and every cluster's. The state holds them validated;
+    /// an entry that does not read is left out.
+    fn deny_ja4(&self, listener: &[String]) -> DenyJa4 {
+        let parsed = |list: &[String]| -> Vec<Ja4> {
+            list.iter()
+                .filter_map(|text| Ja4::parse(text).ok())
+                .collect()
+        };
+        let clusters = self.clusters.iter().filter(|(_, c)| !c.deny_ja4.is_empty());
+        clusters.fold(DenyJa4::new(parsed(listener)), |lists, (id, cluster)| {
+            lists.with_cluster(id.clone(), parsed(&cluster.deny_ja4))
+        })
+    }
+
     pub fn preread_config(&self, address: &SocketAddr) -> Option<PrereadConfig> {
         let listener = self.listeners.get(address)?;
         let config = &listener.config;
@@ -298,6 +314,7 @@ impl ConfigState {
         preread.expect_proxy = config.expect_proxy;
         preread.default_cluster = config.default_cluster.as_deref().map(Arc::from);
         preread.server_first_timeout = ms(config.server_first_timeout);
+        preread.deny_ja4 = self.deny_ja4(&config.deny_ja4);
         Some(preread)
     }
 }

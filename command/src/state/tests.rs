@@ -413,3 +413,24 @@ fn generate_requests_rebuilds_the_state() {
     }
     assert_eq!(rebuilt, s);
 }
+
+#[test]
+fn deny_ja4_is_stored_sorted_once_and_reaches_the_decisions() {
+    let mut s = sample();
+    let address: SocketAddr = "127.0.0.1:443".parse().unwrap();
+    let no_lists = s.preread_config(&address).expect("the listener");
+    assert!(no_lists.deny_ja4.is_empty());
+    let curl = "t13d3112h2_e8f1e7e78f70_b26ce05bbdd6";
+    let tls12 = "t12d2808h1_d943125447b4_e7e480e5a997";
+    changed(
+        &mut s,
+        RequestType::UpdateCluster(proto::Cluster {
+            cluster_id: "a".into(),
+            deny_ja4: vec![curl.into(), tls12.into(), curl.into()],
+            ..Default::default()
+        }),
+    );
+    assert_eq!(s.clusters["a"].deny_ja4, [tls12, curl]);
+    let config = s.preread_config(&address).expect("the listener");
+    assert!(!config.deny_ja4.is_empty());
+}

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use preread_core::access::{DEFAULT_IPV6_PREFIX, PrefixError, Rate, RateError, parse_prefix};
+use preread_parser::tls::Ja4;
 
 use crate::codes::ErrorCode;
 use crate::duration;
@@ -30,6 +31,8 @@ pub struct AccessSettings {
     pub connection_rate_per_ip: Option<Rate>,
     /// The prefix length an IPv6 source is counted under.
     pub ipv6_prefix: u8,
+    /// JA4 fingerprints refused, sorted, without duplicates.
+    pub deny_ja4: Vec<Ja4>,
 }
 
 impl Default for AccessSettings {
@@ -39,6 +42,7 @@ impl Default for AccessSettings {
             deny: Vec::new(),
             connection_rate_per_ip: None,
             ipv6_prefix: DEFAULT_IPV6_PREFIX,
+            deny_ja4: Vec::new(),
         }
     }
 }
@@ -50,6 +54,7 @@ pub(crate) struct AccessFields<'a> {
     pub(crate) deny: &'a [String],
     pub(crate) rate: Option<&'a proto::ConnectionRate>,
     pub(crate) ipv6_prefix: Option<u32>,
+    pub(crate) deny_ja4: &'a [String],
 }
 
 impl<'a> AccessFields<'a> {
@@ -59,6 +64,7 @@ impl<'a> AccessFields<'a> {
             deny: &config.deny,
             rate: config.connection_rate_per_ip.as_ref(),
             ipv6_prefix: config.ipv6_prefix,
+            deny_ja4: &config.deny_ja4,
         }
     }
 
@@ -68,6 +74,7 @@ impl<'a> AccessFields<'a> {
             deny: &cluster.deny,
             rate: cluster.connection_rate_per_ip.as_ref(),
             ipv6_prefix: cluster.ipv6_prefix,
+            deny_ja4: &cluster.deny_ja4,
         }
     }
 }
@@ -94,6 +101,25 @@ fn prefixes(what: &str, key: &str, list: &[String]) -> Result<Vec<IpNet>, Valida
             )
         })?;
         parsed.push(net);
+    }
+    parsed.sort_unstable();
+    parsed.dedup();
+    Ok(parsed)
+}
+
+/// Every fingerprint of `deny_ja4`, sorted, without duplicates.
+fn fingerprints(what: &str, list: &[String]) -> Result<Vec<Ja4>, ValidationError> {
+    let mut parsed = Vec::with_capacity(list.len());
+    for text in list {
+        let ja4 = Ja4::parse(text).map_err(|error| {
+            ValidationError::new(
+                ErrorCode::InvalidJa4,
+                format!(
+                    "{what}: deny_ja4 entry `{text}`: {error}: copy the fingerprint whole from                      the access log's ja4= or from `preread inspect`, such as                      t13d1516h2_8daaf6152771_e5627efa2ab1"
+                ),
+            )
+        })?;
+        parsed.push(ja4);
     }
     parsed.sort_unstable();
     parsed.dedup();
@@ -152,6 +178,7 @@ pub(crate) fn resolve_access(
         deny: prefixes(what, "deny", fields.deny)?,
         connection_rate_per_ip: fields.rate.map(|r| rate(what, r)).transpose()?,
         ipv6_prefix,
+        deny_ja4: fingerprints(what, fields.deny_ja4)?,
     })
 }
 
@@ -189,6 +216,12 @@ impl AccessSettings {
         config.deny = deny;
         config.connection_rate_per_ip = rate;
         config.ipv6_prefix = ipv6_prefix;
+        config.deny_ja4 = self.deny_ja4_text();
+    }
+
+    /// `deny_ja4` as the state stores it.
+    fn deny_ja4_text(&self) -> Vec<String> {
+        self.deny_ja4.iter().map(ToString::to_string).collect()
     }
 
     /// The cluster with these settings in canonical form.
@@ -198,6 +231,7 @@ impl AccessSettings {
         cluster.deny = deny;
         cluster.connection_rate_per_ip = rate;
         cluster.ipv6_prefix = ipv6_prefix;
+        cluster.deny_ja4 = self.deny_ja4_text();
     }
 }
 
@@ -217,6 +251,7 @@ mod tests {
             deny,
             rate,
             ipv6_prefix: None,
+            deny_ja4: &[],
         }
     }
 

@@ -39,7 +39,7 @@ impl<T: Shown> Shown for Option<T> {
     }
 }
 
-/// An `allow` or `deny` list: its length and first prefixes.
+/// An `allow`, `deny` or `deny_ja4` list: its length and first entries.
 impl Shown for Vec<String> {
     fn shown(&self) -> String {
         const SHOWN: usize = 3;
@@ -52,7 +52,7 @@ impl Shown for Vec<String> {
         match self.len() {
             0 => "[]".to_owned(),
             n if n <= SHOWN => format!("[{head}]"),
-            n => format!("[{head}, … {n} prefixes]"),
+            n => format!("[{head}, … {n} entries]"),
         }
     }
 }
@@ -137,7 +137,8 @@ pub(crate) fn listener_differences(
         allow,
         deny,
         connection_rate_per_ip,
-        ipv6_prefix
+        ipv6_prefix,
+        deny_ja4
     ));
     changes.retain(|change| !change.is_empty());
     changes.join(", ")
@@ -193,7 +194,8 @@ pub(crate) fn cluster_differences(existing: &proto::Cluster, requested: &proto::
         allow,
         deny,
         connection_rate_per_ip,
-        ipv6_prefix
+        ipv6_prefix,
+        deny_ja4
     );
     if !per_ip.is_empty() {
         changes.push(per_ip);

@@ -224,6 +224,7 @@ pub(crate) fn resolve_listener(
         quic_idle_timeout_ms: None,
         max_flows: None,
         max_flows_per_ip: None,
+        deny_ja4: Vec::new(),
     };
     let resolved = if quic {
         resolve_quic(&what, config, resolved)?

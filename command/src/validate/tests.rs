@@ -947,6 +947,30 @@ fn e306_quic_cluster_setting() {
 }
 
 #[test]
+fn e125_deny_ja4_not_a_fingerprint() {
+    let mut s = base();
+    let message = refused(
+        &mut s,
+        &add_listener(proto::TcpListenerConfig {
+            deny_ja4: vec!["t13d1516h2_8DAAF6152771_e5627efa2ab1".into()],
+            ..listener("127.0.0.1:9999")
+        }),
+        ErrorCode::InvalidJa4,
+    );
+    assert!(message.contains("character 13"), "{message}");
+    assert!(message.contains("copy the fingerprint whole"), "{message}");
+    refused(
+        &mut s,
+        &req(RequestType::UpdateCluster(proto::Cluster {
+            cluster_id: "a".into(),
+            deny_ja4: vec!["t13d1516h2".into()],
+            ..Default::default()
+        })),
+        ErrorCode::InvalidJa4,
+    );
+}
+
+#[test]
 fn e121_connection_rate_not_a_rate() {
     let mut s = base();
     refused(

@@ -39,7 +39,7 @@ use crate::turns::Ticket;
 )]
 pub(crate) enum Job {
     /// One add/update/remove/activate/deactivate request.
-    Change(proto::Request),
+    Change(Box<proto::Request>),
     /// A batch of changes: the refused ones are skipped, the others
     /// applied together.
     Batch(Vec<proto::Request>),
@@ -232,7 +232,7 @@ impl Coordinator {
     fn begin(&mut self, queued: Queued, now: Instant, out: &mut Vec<Effect>) {
         let Queued { id, client, job } = queued;
         let requests = match job {
-            Job::Change(request) => (Origin::Change, vec![request]),
+            Job::Change(request) => (Origin::Change, vec![*request]),
             Job::Batch(requests) => (Origin::Batch, requests),
             Job::Declarations(requests) => match self.declared(&requests) {
                 Ok(desired) => (Origin::Batch, diff(&self.state, &desired)),

@@ -234,7 +234,9 @@ impl Coordinator {
     fn request(&mut self, client: ClientId, request: Request, now: Instant, out: &mut Vec<Effect>) {
         let ticket = self.turns.take(client);
         match request {
-            Request::Change(change) => self.enqueue(Some(ticket), Job::Change(change), out),
+            Request::Change(change) => {
+                self.enqueue(Some(ticket), Job::Change(Box::new(change)), out)
+            }
             Request::BatchPart(batch) => self.batch_part(ticket, batch, out),
             Request::ReloadFile(seen) => {
                 let job = Job::Reload {

@@ -347,6 +347,10 @@ pub struct AccessArgs {
     /// Sources in these prefixes are refused, whatever --allow says.
     #[arg(long, value_delimiter = ',')]
     pub deny: Vec<String>,
+    /// Clients with these JA4 fingerprints are refused with an
+    /// access_denied alert (repeat the flag, or a comma-separated list).
+    #[arg(long = "deny-ja4", value_delimiter = ',')]
+    pub deny_ja4: Vec<String>,
     /// New connections per source, a token bucket for the whole process:
     /// RATE/PER, such as 50/1s.
     #[arg(long, value_parser = connection_rate)]

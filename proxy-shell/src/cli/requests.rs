@@ -44,6 +44,7 @@ fn listener_config(args: &TcpListenerArgs) -> proto::TcpListenerConfig {
         quic_idle_timeout_ms: None,
         max_flows: None,
         max_flows_per_ip: None,
+        deny_ja4: args.access.deny_ja4.clone(),
     }
 }
 
@@ -91,6 +92,7 @@ fn cluster(args: &ClusterArgs) -> proto::Cluster {
         deny: args.access.deny.clone(),
         connection_rate_per_ip: connection_rate(&args.access),
         ipv6_prefix: args.access.ipv6_prefix,
+        deny_ja4: args.access.deny_ja4.clone(),
     }
 }
 
@@ -356,6 +358,24 @@ mod tests {
             (l.front_timeout_ms, l.back_timeout_ms, l.connect_timeout_ms),
             (Some(9_000), Some(8_000), Some(2_000))
         );
+    }
+
+    #[test]
+    fn deny_ja4_flags_on_listeners_and_clusters() {
+        let one = "t13d3112h2_e8f1e7e78f70_b26ce05bbdd6";
+        let two = "t12d2808h1_d943125447b4_e7e480e5a997";
+        let Some(RequestType::AddTcpListener(l)) = build(&format!(
+            "preread listener tcp add -a 127.0.0.1:8443 --deny-ja4 {one},{two} --deny-ja4 {one}"
+        )) else {
+            panic!("not a listener add")
+        };
+        assert_eq!(l.deny_ja4, [one, two, one]);
+        let Some(RequestType::UpdateCluster(c)) =
+            build(&format!("preread cluster update -i web --deny-ja4 {two}"))
+        else {
+            panic!("not a cluster update")
+        };
+        assert_eq!(c.deny_ja4, [two]);
     }
 
     #[test]

@@ -82,7 +82,7 @@ enum Event {
         worker: usize,
     },
     Shell(usize),
-    Reply(Input),
+    Reply(Box<Input>),
     Tick,
 }
 
@@ -260,7 +260,7 @@ impl<'s> World<'s> {
                 self.feed(Input::WorkerGone { worker })
             }
             Event::Shell(index) => self.shell(index),
-            Event::Reply(input) => self.feed(input),
+            Event::Reply(input) => self.feed(*input),
             Event::Tick => {
                 self.ticks.remove(&self.now);
                 self.feed(Input::Tick)
@@ -398,7 +398,10 @@ impl<'s> World<'s> {
                     ))),
                 };
                 let when = self.later(60);
-                self.at(when, Event::Reply(Input::ConfigRead { job, read }));
+                self.at(
+                    when,
+                    Event::Reply(Box::new(Input::ConfigRead { job, read })),
+                );
                 Ok(())
             }
             Effect::ReadStateFile { job, path } => {
@@ -419,13 +422,19 @@ impl<'s> World<'s> {
                     None => Err(StateFileError::NotFound { path: path.into() }),
                 };
                 let when = self.later(60);
-                self.at(when, Event::Reply(Input::StateFileRead { job, read }));
+                self.at(
+                    when,
+                    Event::Reply(Box::new(Input::StateFileRead { job, read })),
+                );
                 Ok(())
             }
             Effect::AppendJournal { job, changes } => {
                 self.journal.appends.push((job, changes));
                 let when = self.later(30);
-                self.at(when, Event::Reply(Input::Journaled { job, saved: Ok(()) }));
+                self.at(
+                    when,
+                    Event::Reply(Box::new(Input::Journaled { job, saved: Ok(()) })),
+                );
                 Ok(())
             }
             Effect::Settled {
@@ -447,7 +456,10 @@ impl<'s> World<'s> {
                     Err("the successor exited before it served (simulated)".into())
                 };
                 let when = self.later(200);
-                self.at(when, Event::Reply(Input::UpgradeFinished { job, outcome }));
+                self.at(
+                    when,
+                    Event::Reply(Box::new(Input::UpgradeFinished { job, outcome })),
+                );
                 Ok(())
             }
             Effect::Booted { .. }

@@ -28,6 +28,7 @@ use command::change::{BackendSettings, ClusterSettings};
 use command::proto::{LoadBalancing, ProxyProtocol};
 use preread_core::access::{DEFAULT_IPV6_PREFIX, source_key};
 use preread_core::rng::Rng;
+use preread_parser::tls::Ja4;
 
 use super::access::{self, AccessPolicy, Refused, Scope};
 
@@ -99,6 +100,8 @@ pub struct ClusterBackends {
     access: Option<Arc<AccessPolicy>>,
     /// The prefix length an IPv6 source is counted under.
     ipv6_prefix: u8,
+    /// The cluster's `deny_ja4`, which the listeners' decisions check.
+    deny_ja4: Vec<Ja4>,
     checks: Option<Checks>,
     /// Where least_connections' ties start: it moves on each pick, so
     /// equally loaded instances take turns instead of the first taking all.
@@ -125,6 +128,7 @@ impl ClusterBackends {
             max_connections_per_ip: 0,
             access: None,
             ipv6_prefix: DEFAULT_IPV6_PREFIX,
+            deny_ja4: Vec::new(),
             checks: None,
             cursor: 0,
             candidates: Vec::new(),
@@ -143,6 +147,7 @@ impl ClusterBackends {
         self.max_connections_per_ip = cluster.max_connections_per_ip;
         self.access = AccessPolicy::of(&cluster.access);
         self.ipv6_prefix = cluster.access.ipv6_prefix;
+        self.deny_ja4.clone_from(&cluster.access.deny_ja4);
         self.checks = cluster.health_check.map(|check| Checks {
             rise: check.rise.max(1),
             fall: check.fall.max(1),
@@ -289,6 +294,11 @@ impl ClusterBackends {
     /// No backend at all (not: none usable).
     pub fn is_empty(&self) -> bool {
         self.backends.is_empty()
+    }
+
+    /// The cluster's `deny_ja4`.
+    pub fn deny_ja4(&self) -> &[Ja4] {
+        &self.deny_ja4
     }
 
     /// Admits one more connection from `ip`, or refuses it when `ip`

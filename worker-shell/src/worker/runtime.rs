@@ -18,11 +18,12 @@ use std::time::{Duration, Instant};
 use command::change::{Change, FrontendSettings, ListenerSettings, QuicSettings};
 use command::generation::{Generation, RouteTables};
 use command::proto;
-use preread_core::PrereadConfig;
 use preread_core::access::DEFAULT_IPV6_PREFIX;
 use preread_core::quic::QuicRejectWith;
 use preread_core::routes::{ClusterId, RouteTable};
 use preread_core::step::{PrereadListener, RejectWith};
+use preread_core::{DenyJa4, PrereadConfig};
+use preread_parser::tls::Ja4;
 
 use super::access::AccessPolicy;
 use super::backends::ClusterBackends;
@@ -51,6 +52,9 @@ pub struct ListenerRuntime {
     pub quic: Option<QuicSettings>,
     /// A QUIC listener's `reject_with`.
     pub quic_reject_with: QuicRejectWith,
+    /// Its own `deny_ja4` (the preread config holds it with the
+    /// clusters' lists).
+    pub deny_ja4: Vec<Ja4>,
 }
 
 /// Why a change could not be applied here; the main thread rolls back.
@@ -162,6 +166,7 @@ impl Runtime {
             proto::RejectWith::Drop => QuicRejectWith::Drop,
             _ => QuicRejectWith::Close,
         };
+        listener.deny_ja4.clone_from(&settings.access.deny_ja4);
         Ok(())
     }
 
@@ -212,6 +217,23 @@ impl Runtime {
             if let Some(listener) = self.listeners.get_mut(address) {
                 listener.preread.config.routes = table.clone();
             }
+        }
+        self.install_deny_ja4();
+    }
+
+    /// Hands every listener's decisions its own `deny_ja4` and every
+    /// cluster's, as the generation left them.
+    fn install_deny_ja4(&mut self) {
+        let clusters: Vec<(ClusterId, &[Ja4])> = (self.clusters.iter())
+            .filter(|(_, backends)| !backends.deny_ja4().is_empty())
+            .map(|(id, backends)| (id.clone(), backends.deny_ja4()))
+            .collect();
+        for listener in self.listeners.values_mut() {
+            let lists = (clusters.iter()).fold(
+                DenyJa4::new(listener.deny_ja4.iter().copied()),
+                |lists, (id, list)| lists.with_cluster(id.clone(), list.iter().copied()),
+            );
+            listener.preread.config.deny_ja4 = lists;
         }
     }
 
@@ -278,6 +300,7 @@ impl Runtime {
                     ipv6_prefix: DEFAULT_IPV6_PREFIX,
                     quic: None,
                     quic_reject_with: QuicRejectWith::Close,
+                    deny_ja4: Vec::new(),
                 };
                 self.configure(&mut listener, settings)?;
                 self.listeners.insert(settings.address, listener);
