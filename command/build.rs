@@ -33,6 +33,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .field_attribute(".preread.command.Cluster.deny", SKIP_EMPTY)
         .field_attribute(".preread.command.Cluster.connection_rate_per_ip", SKIP_NONE)
         .field_attribute(".preread.command.Cluster.ipv6_prefix", SKIP_NONE)
+        .field_attribute(".preread.command.TcpListenerConfig.deny_ja4", SKIP_EMPTY)
+        .field_attribute(".preread.command.Cluster.deny_ja4", SKIP_EMPTY)
+        // So are the QUIC fields: a TCP listener's or cluster's line is
+        // the one it was before QUIC listeners existed.
+        .field_attribute(".preread.command.TcpListenerConfig.protocol", SKIP_NONE)
+        .field_attribute(
+            ".preread.command.TcpListenerConfig.quic_preread_timeout_ms",
+            SKIP_NONE,
+        )
+        .field_attribute(
+            ".preread.command.TcpListenerConfig.quic_idle_timeout_ms",
+            SKIP_NONE,
+        )
+        .field_attribute(".preread.command.TcpListenerConfig.max_flows", SKIP_NONE)
+        .field_attribute(
+            ".preread.command.TcpListenerConfig.max_flows_per_ip",
+            SKIP_NONE,
+        )
+        .field_attribute(".preread.command.Cluster.protocol", SKIP_NONE)
         .compile_fds(descriptors)?;
     Ok(())
 }

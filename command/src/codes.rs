@@ -8,9 +8,10 @@
 //! reuse a code: scripts, documents and controllers match on them. A
 //! retired rule keeps its number, unused.
 
+mod explanation;
 mod explanations;
 
-pub use explanations::Explanation;
+pub use explanation::Explanation;
 
 preread_core::stable_names! {
     /// One validation rule, with a stable code (see [`ErrorCode::as_str`]):

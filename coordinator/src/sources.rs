@@ -36,6 +36,9 @@ use command::state::ConfigState;
 use crate::effect::{Effect, log};
 use crate::input::SourceReport;
 use log::Level;
+use touched::Touched;
+
+mod touched;
 
 /// The most exclusions `preread sources` lists per source: with messages
 /// of a few hundred bytes, the answer stays far below the frame limit.
@@ -70,34 +73,6 @@ struct Slot {
     /// The last committed merge's view of it.
     applied: Vec<AppliedFragment>,
     excluded: Vec<Exclusion>,
-}
-
-/// The fragments changed since the running state's merge, for the next
-/// incremental merge.
-#[derive(Debug, Default)]
-struct Touched {
-    /// Their ids.
-    ids: BTreeSet<FragmentId>,
-    /// Each one's version before its first change since then: what the
-    /// running state holds, when it holds it.
-    before: BTreeMap<FragmentId, Fragment>,
-}
-
-impl Touched {
-    /// Records that `id`, which was `before`, changes.
-    fn touch(&mut self, id: &FragmentId, before: Option<Fragment>) {
-        if self.ids.insert(id.clone())
-            && let Some(before) = before
-        {
-            self.before.insert(id.clone(), before);
-        }
-    }
-
-    /// Puts back what a refused merge took: its versions are the older.
-    fn restore(&mut self, older: Touched) {
-        self.ids.extend(older.ids);
-        self.before.extend(older.before);
-    }
 }
 
 /// What a merge decided: all the applied and excluded fragments (a full

@@ -5,35 +5,7 @@
 //! Must never: say something `doc/configure.md` does not (the
 //! `explain_doc` test holds the two together).
 
-use core::fmt;
-
-use super::ErrorCode;
-
-/// What `preread explain CODE` prints about a code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Explanation {
-    /// One line naming the problem.
-    pub title: &'static str,
-    /// What the rule is and why it exists.
-    pub meaning: &'static str,
-    /// The shapes that are accepted.
-    pub accepted: &'static str,
-    /// How to fix a refused config or request.
-    pub fix: &'static str,
-    /// The section of `doc/configure.md` that documents the rule, such as
-    /// `"2.2"`.
-    pub section: &'static str,
-}
-
-impl fmt::Display for Explanation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}\n\n{}\n\nAccepted: {}\n\nFix: {}\n\nSee: doc/configure.md §{}",
-            self.title, self.meaning, self.accepted, self.fix, self.section
-        )
-    }
-}
+use super::{ErrorCode, Explanation};
 
 impl ErrorCode {
     /// The operator-facing description of the rule.

@@ -93,10 +93,26 @@ pub struct ReplicaLine {
     /// Its `replica_id`.
     pub replica: String,
     /// Its status, or why its key does not read.
-    pub status: Result<ReplicaStatus, String>,
+    pub status: Result<ReplicaStatus, UnreadableStatus>,
     /// It serves an older revision of the route keys than the store holds.
     pub lagging: bool,
 }
+
+/// A status key whose value is not a replica's status (written by
+/// another tool, or by a version that writes another shape).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnreadableStatus {
+    /// What the JSON reader said.
+    pub reason: String,
+}
+
+impl std::fmt::Display for UnreadableStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the status key does not read: {}", self.reason)
+    }
+}
+
+impl std::error::Error for UnreadableStatus {}
 
 /// What `preread fleet status` found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,8 +147,10 @@ pub fn judge(
     let mut replicas: Vec<ReplicaLine> = statuses
         .iter()
         .map(|(replica, value)| {
-            let status = serde_json::from_slice::<ReplicaStatus>(value)
-                .map_err(|e| format!("the status key does not read: {e}"));
+            let status =
+                serde_json::from_slice::<ReplicaStatus>(value).map_err(|e| UnreadableStatus {
+                    reason: e.to_string(),
+                });
             let lagging = status.as_ref().is_ok_and(|s| s.revision < routes_revision);
             ReplicaLine {
                 replica: replica.clone(),

@@ -104,7 +104,7 @@ fn status_json(report: &FleetReport) -> Vec<serde_json::Value> {
             Ok(s) => json!({ "replica": r.replica, "revision": s.revision,
                 "generation": s.generation, "excluded": s.excluded, "version": s.version,
                 "at": s.at, "lagging": r.lagging }),
-            Err(why) => json!({ "replica": r.replica, "error": why }),
+            Err(why) => json!({ "replica": r.replica, "error": why.to_string() }),
         })
         .collect();
     lines.push(json!({ "routes_revision": report.routes_revision,

@@ -14,6 +14,7 @@ pub mod checker;
 pub mod events;
 pub mod health;
 pub mod instance;
+pub mod quic_flows;
 pub mod rates;
 pub mod registry;
 pub mod resolve;
@@ -46,7 +47,7 @@ pub struct Shared {
     pub counters: Arc<Counters>,
     /// QUIC flows per listener and per client address (`max_flows`,
     /// `max_flows_per_ip`).
-    pub quic_flows: crate::worker::quic::FlowCounts,
+    pub quic_flows: quic_flows::FlowCounts,
 }
 
 impl Shared {
@@ -60,7 +61,7 @@ impl Shared {
             listener_rates: SharedRates::new(),
             registry: Arc::new(Registry::default()),
             counters: Arc::new(Counters::default()),
-            quic_flows: crate::worker::quic::FlowCounts::new(),
+            quic_flows: quic_flows::FlowCounts::new(),
         })
     }
 }

@@ -19,7 +19,6 @@
 //! until `WouldBlock`; `recvmmsg`/`sendmmsg` were not adopted (not
 //! measured yet, doc/performance.md).
 
-mod admit;
 pub mod flows;
 mod relay;
 
@@ -33,7 +32,7 @@ use mio::net::UdpSocket;
 use mio::{Interest, Registry, Token};
 use slab::Slab;
 
-pub use admit::{FlowCounts, FlowHolds, Refused, admit};
+pub use crate::shared::quic_flows::{FlowCounts, FlowHolds, Refused, admit};
 use flows::{FlowTable, HoldCaps};
 use relay::FlowState;
 

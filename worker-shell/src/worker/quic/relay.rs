@@ -21,10 +21,10 @@ use preread_core::step::TimerAction;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::QuicTimer;
-use super::admit::{FlowHolds, admit};
 use super::flows::{FlowTable, Lookup, Overflow};
 use crate::access_log::AccessLogEntry;
 use crate::shared::instance::Lease;
+use crate::shared::quic_flows::{FlowHolds, admit};
 use crate::vocabulary::{Outcome, RefuseReason};
 use crate::worker::ctx::Ctx;
 use crate::worker::timers::{TimerId, Timers};
