@@ -263,7 +263,15 @@ fn mtls_handshake_passes_through() {
     assert_eq!(outcome.backend(), Some("mtls-0"));
 
     let err = tls_request(addr, "m.example.com", &[], None).expect_err("no client cert");
-    assert!(err.to_lowercase().contains("certificate"), "{err}");
+    // TLS 1.3 refuses a missing client certificate after the client's
+    // Finished: the backend's alert can be lost in the reset its close
+    // sends over unread bytes (seen on a loaded machine), so the client
+    // reads either; the backend's own errors below say it refused.
+    let err = err.to_lowercase();
+    assert!(
+        err.contains("certificate") || err.contains("connection reset"),
+        "{err}"
+    );
     let stranger = TestCa::new("stranger CA").client_cert("client.example.com");
     assert!(tls_request(addr, "m.example.com", &[], Some(&stranger)).is_err());
 
