@@ -10,6 +10,7 @@
 
 use std::time::Instant;
 
+use preread_core::Route;
 use preread_core::sni::HostName;
 use preread_core::step::{Close, Event, Farewell, Next, PrereadListener, PrereadStep};
 use preread_parser::proxy::{Command, ProxyHeader, ProxyParsed, parse_proxy_header};
@@ -221,15 +222,7 @@ fn decision(listener: &PrereadListener, bytes: &[u8], reads: &[usize]) -> Value 
             "verdict": "rejected", "cluster": null, "reason": reason.as_str(), "fallback": null,
             "content_offset": null, "matched_sni": null, "matched_alpn": null,
         }),
-        Next::Connect(route) => json!({
-            "verdict": "routed",
-            "cluster": &*route.cluster,
-            "reason": null,
-            "fallback": route.fallback.map(|f| f.as_str()),
-            "content_offset": route.content_offset,
-            "matched_sni": route.matched_sni.as_ref().map(ToString::to_string),
-            "matched_alpn": route.matched_alpn.as_deref().map(|p| String::from_utf8_lossy(p).into_owned()),
-        }),
+        Next::Connect(route) => routed_decision(&route),
     };
     decision["read"] = json!(read);
     decision["alert"] = match farewell {
@@ -313,6 +306,19 @@ pub(crate) fn insert_needed(out: &mut Map<String, Value>, needed: Needed) {
         Needed::Unknown => Value::Null,
     };
     out.insert("needed".into(), at_least);
+}
+
+/// The `decision` object of a routed hello, TCP's or QUIC's alike.
+pub(crate) fn routed_decision(route: &Route) -> Value {
+    json!({
+        "verdict": "routed",
+        "cluster": &*route.cluster,
+        "reason": null,
+        "fallback": route.fallback.map(|f| f.as_str()),
+        "content_offset": route.content_offset,
+        "matched_sni": route.matched_sni.as_ref().map(ToString::to_string),
+        "matched_alpn": route.matched_alpn.as_deref().map(|p| String::from_utf8_lossy(p).into_owned()),
+    })
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use preread_parser::quic::{ClientInitials, parse_long_header};
 use preread_parser::tls::Parsed;
 use serde_json::{Map, Value, json};
 
-use crate::inspect::{hello_fields, hex, insert_needed};
+use crate::inspect::{hello_fields, hex, insert_needed, routed_decision};
 
 /// The CRYPTO stream cap of a description without a listener: the TCP
 /// default `sni_preread_max_bytes`.
@@ -173,15 +173,7 @@ fn decision(listener: &QuicListener, datagrams: &[&[u8]]) -> Value {
             "verdict": "rejected", "cluster": null, "reason": reject.reason.as_str(),
             "fallback": null, "content_offset": null, "matched_sni": null, "matched_alpn": null,
         }),
-        QuicNext::Connect(route) => json!({
-            "verdict": "routed",
-            "cluster": &*route.cluster,
-            "reason": null,
-            "fallback": route.fallback.map(|f| f.as_str()),
-            "content_offset": route.content_offset,
-            "matched_sni": route.matched_sni.as_ref().map(ToString::to_string),
-            "matched_alpn": route.matched_alpn.as_deref().map(|p| String::from_utf8_lossy(p).into_owned()),
-        }),
+        QuicNext::Connect(route) => routed_decision(route),
     };
     decision["read"] = json!(read);
     decision["reply"] = match &next {
