@@ -24,6 +24,8 @@ use crate::procfs;
 const SNI: &str = "a.example.com";
 /// How long a flow waits for the echo of its Initial, per try.
 const OPEN_WAIT: Duration = Duration::from_secs(1);
+/// How many times a flow sends its Initial before giving up.
+const OPEN_TRIES: usize = 20;
 
 /// A UDP echo server on loopback, stopped on drop.
 struct Echo {
@@ -231,9 +233,15 @@ impl Flows {
             let dcid = (n as u64).to_be_bytes();
             let flight = client_first_flight(Version::V1, &dcid, &[1, 2, 3, 4], &hello, 1100);
             let mut buffer = [0; 2048];
-            let echoed = (0..5).any(|_| {
-                flight.iter().all(|datagram| socket.send(datagram).is_ok())
-                    && socket.recv(&mut buffer).is_ok()
+            // A peer still starting refuses (ICMP port unreachable): the
+            // next try waits a little.
+            let echoed = (0..OPEN_TRIES).any(|_| {
+                let echo = flight.iter().all(|datagram| socket.send(datagram).is_ok())
+                    && socket.recv(&mut buffer).is_ok();
+                if !echo {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                echo
             });
             if !echoed {
                 return Err(format!("flow {n}: no echo of its Initial through {target}"));
