@@ -16,6 +16,9 @@ use e2e::tools::require_tool;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{ClientConfig, ConnectionError, Endpoint, ServerConfig, TransportConfig};
 
+#[path = "quic/observability.rs"]
+mod observability;
+
 /// How long a test client waits on a silent peer.
 const CLIENT_IDLE: Duration = Duration::from_secs(10);
 /// How long a test waits for what should happen.

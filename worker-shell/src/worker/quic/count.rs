@@ -39,7 +39,8 @@ pub(super) fn dropped(ctx: &mut Ctx, listener: SocketAddr, reason: QuicDrop, n: 
         return;
     }
     let series = Series::on(Family::QuicDroppedDatagrams, listener).reason(reason.as_str());
-    ctx.metrics.add(series, u64::try_from(n).unwrap_or(u64::MAX));
+    ctx.metrics
+        .add(series, u64::try_from(n).unwrap_or(u64::MAX));
 }
 
 /// A flow opened on `listener`: it is open, and in preread.
