@@ -17,7 +17,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use e2e::proxy::{ProxyProcess, fill};
+use e2e::testkit::capture;
 use e2e::tools::{require_tool, run};
+use preread_parser::quic::{Version, client_first_flight};
 use serde_json::Value;
 
 use super::{WAIT, alpn, ask, backend, client, exchange, runtime};
@@ -48,6 +50,20 @@ backends = [ { address = "${alpha}", backend_id = "alpha-0" } ]
 
 /// Raw short-header datagrams sent from a socket with no flow.
 const STRAYS: usize = 5;
+
+/// The datagrams an undecided flow holds (doc/configure.md §8.1).
+const FLOW_CAP: usize = 32;
+
+/// The first Initial of a real client's flight whose ClientHello needs
+/// more, [`FLOW_CAP`] + 1 times: the flow holds the first 32, and the
+/// last overflows it.
+fn one_initial_too_often() -> Vec<Vec<u8>> {
+    let record = capture("curl_http11.bin");
+    let hello = record.get(5..).expect("a TLS record");
+    let flight = client_first_flight(Version::V1, &[0x77; 8], &[], hello, 100);
+    assert!(flight.len() > 1, "the hello spans several Initials");
+    vec![flight[0].clone(); FLOW_CAP + 1]
+}
 
 /// `GET /metrics`: the body of a 200, or why there is none yet.
 fn scrape(address: SocketAddr) -> Result<String, String> {
@@ -265,6 +281,9 @@ fn routed_rejected_and_dropped_datagrams_are_counted_and_a_reject_is_dumped() {
         let negotiation = negotiation.expect("a Version Negotiation packet");
         assert_eq!(negotiation.get(1..5), Some(&[0u8; 4][..]), "version 0");
         send_raw(at, &[forged_initial(1)]);
+        // Dropped: one datagram past an undecided flow's cap, and the
+        // flow's held ones with its rejection (`too_large`, no reply).
+        send_raw(at, &one_initial_too_often());
         // Dropped: a second flow on a listener holding its one.
         let holder = client(&h3);
         let held = tokio::time::timeout(
@@ -303,7 +322,8 @@ fn routed_rejected_and_dropped_datagrams_are_counted_and_a_reject_is_dumped() {
         assert!(unmatched >= 1, "{lines:?}");
         assert_eq!(count("rejected:quic_version"), 1, "{lines:?}");
         assert_eq!(count("rejected:quic_undecryptable"), 1, "{lines:?}");
-        assert_eq!(lines.len() as u64, 4 + unmatched, "{lines:?}");
+        assert_eq!(count("rejected:too_large"), 1, "{lines:?}");
+        assert_eq!(lines.len() as u64, 5 + unmatched, "{lines:?}");
 
         let l = ("listener", main.as_str());
         let with = |label: (&'static str, &'static str)| [l, label];
@@ -316,12 +336,13 @@ fn routed_rejected_and_dropped_datagrams_are_counted_and_a_reject_is_dumped() {
             ("sni_unmatched", unmatched),
             ("quic_version", 1),
             ("quic_undecryptable", 1),
+            ("too_large", 1),
             ("no_sni", 0),
         ] {
             let labels = [l, ("reason", reason)];
             assert_eq!(metric("preread_preread_rejected_total", &labels), n);
         }
-        let decided = 2 + unmatched + 2;
+        let decided = 2 + unmatched + 3;
         assert_eq!(
             metric("preread_preread_duration_seconds_count", &[l]),
             decided
@@ -329,7 +350,7 @@ fn routed_rejected_and_dropped_datagrams_are_counted_and_a_reject_is_dumped() {
         assert_eq!(
             metric("preread_client_hello_bytes_count", &[l]),
             2 + unmatched,
-            "the forged Initials carry no hello"
+            "the forged Initials carry no hello, the cut one no whole hello"
         );
         assert_eq!(metric("preread_preread_active", &[l]), 0);
 
@@ -357,14 +378,16 @@ fn routed_rejected_and_dropped_datagrams_are_counted_and_a_reject_is_dumped() {
             (unmatched + 1..=unmatched + 2).contains(&replies),
             "{replies} replies for {unmatched} unknown names and two forged Initials"
         );
-        // The rejected flows' datagrams are dropped, each of them.
+        // The rejected flows' datagrams are dropped, each of them: the
+        // one past the cap as such, the others with their flow.
         let rejected_in: u64 = lines
             .iter()
             .filter(|line| outcome(line).starts_with("rejected:"))
             .map(|line| field(line, "datagrams_in"))
             .sum();
-        assert_eq!(dropped("rejected"), rejected_in);
-        for reason in ["max_flows", "flow_buffer_full", "buffer_full", "refused"] {
+        assert_eq!(dropped("flow_buffer_full"), 1);
+        assert_eq!(dropped("rejected") + 1, rejected_in);
+        for reason in ["max_flows", "buffer_full", "refused", "closed"] {
             assert_eq!(dropped(reason), 0, "{reason}");
         }
 
@@ -386,7 +409,7 @@ fn routed_rejected_and_dropped_datagrams_are_counted_and_a_reject_is_dumped() {
         let dir = tempfile::tempdir().expect("a temp dir");
         let dump = dir.path().join("windows").display().to_string();
         let listed = json_lines(&proxy, &["rejects", "--listener", &main, "--dump", &dump]);
-        assert_eq!(listed.len() as u64, 2 + unmatched, "{listed:?}");
+        assert_eq!(listed.len() as u64, 3 + unmatched, "{listed:?}");
         let config = proxy.config_path().display().to_string();
         for entry in &listed {
             assert_eq!(entry["protocol"], "quic", "{entry}");
@@ -410,6 +433,13 @@ fn routed_rejected_and_dropped_datagrams_are_counted_and_a_reject_is_dumped() {
             );
             assert_eq!(read.len(), 1, "{read:?}");
             let decision = &read[0]["decision"];
+            if reason == "too_large" {
+                // A decision of the shell's (its buffer), not of the
+                // datagrams: they still need more.
+                assert_eq!(read[0]["quic"]["datagrams"], FLOW_CAP, "{}", read[0]);
+                assert_eq!(decision["verdict"], "need_more", "{}", read[0]);
+                continue;
+            }
             assert_eq!(decision["verdict"], "rejected", "{file}: {}", read[0]);
             assert_eq!(decision["reason"], reason, "{file}: {}", read[0]);
             if reason == "sni_unmatched" {
