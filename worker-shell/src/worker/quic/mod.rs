@@ -19,6 +19,8 @@
 //! until `WouldBlock`; `recvmmsg`/`sendmmsg` were not adopted (not
 //! measured yet, doc/performance.md).
 
+mod capture;
+mod count;
 pub mod flows;
 mod relay;
 
