@@ -144,3 +144,184 @@ fn flow_json(file: &str, flow: &Flow<'_>, end: Duration, options: &PcapOptions) 
     }
     report
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use preread_core::PrereadConfig;
+    use preread_core::pattern::validate_sni_pattern;
+    use preread_core::quic::{QuicListener, QuicRejectWith};
+    use preread_core::routes::{AlpnSet, RouteTable};
+    use preread_core::step::PrereadListener;
+    use serde_json::Value;
+
+    use super::{ConfiguredListener, PcapOptions, inspect_pcap};
+    use crate::inspect::{InspectOptions, Timeline, inspect};
+    use crate::pcap::{Arrival, read_capture};
+
+    const LO: &[u8] = include_bytes!("../../testdata/pcap/lo.pcap");
+    const SPLIT: &[u8] = include_bytes!("../../testdata/pcap/split.pcap");
+
+    fn config(routes: &[(&str, &str)]) -> PrereadConfig {
+        let mut table = RouteTable::new();
+        for (sni, cluster) in routes {
+            let pattern = validate_sni_pattern(sni).expect("a pattern");
+            table
+                .insert(pattern, AlpnSet::Any, Arc::from(*cluster))
+                .expect("a route");
+        }
+        PrereadConfig::new(table)
+    }
+
+    fn listener(address: SocketAddr, quic: bool, routes: &[(&str, &str)]) -> ConfiguredListener {
+        ConfiguredListener {
+            address,
+            quic,
+            tcp: PrereadListener::new(config(routes), None),
+            quic_view: QuicListener::new(config(routes), QuicRejectWith::Close),
+            expect_proxy: false,
+        }
+    }
+
+    const ROUTES: &[(&str, &str)] = &[
+        ("a.example.com", "alpha"),
+        ("e.example.com", "echo"),
+        ("localhost", "local"),
+    ];
+
+    fn report(capture: &[u8], options: &PcapOptions) -> Vec<Value> {
+        inspect_pcap("c.pcap", capture, options)
+            .expect("a capture")
+            .0
+    }
+
+    #[test]
+    fn each_flow_is_decided_by_the_listener_of_its_protocol_at_its_server_address() {
+        let read = read_capture(LO, 65_536).expect("a capture");
+        let tcp_port = read.flows[0].server.port();
+        let options = PcapOptions {
+            listeners: vec![
+                listener(([127, 0, 0, 1], 1).into(), true, &[]),
+                listener(([0, 0, 0, 0], tcp_port).into(), false, ROUTES),
+                listener(([127, 0, 0, 1], 2).into(), true, ROUTES),
+            ],
+            ..PcapOptions::default()
+        };
+        let flows = report(LO, &options);
+        assert_eq!(flows.len(), 3);
+        let tcp = &flows[0];
+        assert_eq!(tcp["protocol"], "tcp");
+        assert_eq!(tcp["sni"], "a.example.com");
+        assert_eq!(tcp["decision"]["cluster"], "alpha");
+        assert_eq!(tcp["decision"]["listener"], format!("0.0.0.0:{tcp_port}"));
+        assert_eq!(tcp["flow"]["server"], read.flows[0].server.to_string());
+        assert_eq!(tcp["flow"]["first_packet"], 1);
+        assert_eq!(tcp["notes"], serde_json::json!([]));
+        for quic in &flows[1..] {
+            assert_eq!(quic["protocol"], "quic");
+            assert_eq!(quic["sni"], "localhost");
+            assert_eq!(quic["quic"]["version"], "v1");
+            assert_eq!(quic["decision"]["listener"], "127.0.0.1:1");
+            assert_eq!(quic["decision"]["reason"], "sni_unmatched");
+            assert_eq!(quic["decision"]["reply"], "connection_close");
+        }
+        assert_ne!(flows[1]["quic"]["dcid"], flows[2]["quic"]["dcid"]);
+        // --listener: the one given decides every flow.
+        let pinned = PcapOptions {
+            listeners: vec![listener(([127, 0, 0, 1], 2).into(), true, ROUTES)],
+            pinned: true,
+            ..PcapOptions::default()
+        };
+        let flows = report(LO, &pinned);
+        assert!(flows.iter().all(|f| f["decision"]["verdict"] == "routed"));
+        assert_eq!(flows[2]["decision"]["cluster"], "local");
+        // Without a config: the description alone.
+        let flows = report(LO, &PcapOptions::default());
+        assert!(flows.iter().all(|f| f.get("decision").is_none()));
+        assert!(flows.iter().all(|f| f["parse"] == "complete"));
+    }
+
+    /// split.pcap with every record after the client's first data segment
+    /// `delay` later.
+    fn stalled(delay: Duration) -> Vec<u8> {
+        let mut file = SPLIT.to_vec();
+        let read = read_capture(SPLIT, 65_536).expect("a capture");
+        let first_data = read.flows[0].first_packet + 3;
+        let mut at = 24;
+        let mut number = 1;
+        while at < file.len() {
+            let caplen = u32::from_le_bytes(file[at + 8..at + 12].try_into().expect("4 bytes"));
+            if number > first_data {
+                let seconds = u32::from_le_bytes(file[at..at + 4].try_into().expect("4 bytes"));
+                let later = seconds + delay.as_secs() as u32;
+                file[at..at + 4].copy_from_slice(&later.to_le_bytes());
+            }
+            at += 16 + caplen as usize;
+            number += 1;
+        }
+        file
+    }
+
+    #[test]
+    fn a_hello_that_stalls_past_the_deadline_is_fragmented_as_the_proxy_said() {
+        let options = PcapOptions {
+            listeners: vec![listener(([0, 0, 0, 0], 443).into(), false, ROUTES)],
+            ..PcapOptions::default()
+        };
+        let on_time = report(SPLIT, &options);
+        assert_eq!(on_time[0]["decision"]["cluster"], "echo");
+        let late = stalled(Duration::from_secs(30));
+        let late = report(&late, &options);
+        // The description reads the whole stream; the step did not wait.
+        assert_eq!(late[0]["parse"], "complete");
+        assert_eq!(late[0]["decision"]["verdict"], "rejected");
+        assert_eq!(late[0]["decision"]["reason"], "fragmented");
+        let read = late[0]["decision"]["read"].as_u64().expect("a count");
+        assert!(read > 0 && read < late[0]["hello_len"].as_u64().expect("a length"));
+    }
+
+    #[test]
+    fn a_client_that_closes_mid_hello_is_front_closed_and_one_cut_by_the_capture_waits() {
+        let hello = include_bytes!("../../testdata/clienthellos/curl_h2.bin");
+        let part = &hello[..200];
+        let options = |closed, end| InspectOptions {
+            listener: Some(PrereadListener::new(config(ROUTES), None)),
+            timeline: Some(Timeline {
+                accepted: Duration::from_secs(100),
+                arrivals: vec![Arrival {
+                    len: 200,
+                    at: Duration::from_secs(100),
+                }],
+                closed,
+                end,
+            }),
+            ..InspectOptions::default()
+        };
+        let closed = inspect(
+            "f",
+            part,
+            &options(Some(Duration::from_secs(101)), Duration::from_secs(101)),
+        );
+        assert_eq!(closed["decision"]["reason"], "front_closed");
+        let cut = inspect("f", part, &options(None, Duration::from_secs(101)));
+        assert_eq!(cut["decision"]["verdict"], "need_more");
+        let timed_out = inspect("f", part, &options(None, Duration::from_secs(106)));
+        assert_eq!(timed_out["decision"]["reason"], "fragmented");
+        let whole = InspectOptions {
+            timeline: Some(Timeline {
+                arrivals: vec![Arrival {
+                    len: hello.len(),
+                    at: Duration::from_secs(104),
+                }],
+                ..options(None, Duration::from_secs(200))
+                    .timeline
+                    .expect("set")
+            }),
+            ..options(None, Duration::ZERO)
+        };
+        assert_eq!(inspect("f", hello, &whole)["decision"]["cluster"], "alpha");
+    }
+}

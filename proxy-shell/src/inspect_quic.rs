@@ -231,7 +231,9 @@ mod tests {
     use preread_core::routes::{AlpnSet, RouteTable};
     use preread_parser::quic::{Version, client_first_flight};
 
-    use super::{CutDatagram, inspect_quic, split_datagrams};
+    use std::time::Duration;
+
+    use super::{CutDatagram, DatagramTimes, inspect_quic, split_datagrams};
 
     /// curl's ClientHello for a.example.com, without its record header.
     fn hello() -> Vec<u8> {
@@ -322,5 +324,31 @@ mod tests {
         let report = inspect_quic("f", tampered.len(), &[&tampered], None, None);
         assert_eq!(report["parse"], "quic_undecryptable");
         assert!(report.get("decision").is_none());
+    }
+
+    #[test]
+    fn a_second_datagram_after_the_deadline_comes_too_late() {
+        let flight = client_first_flight(Version::V1, &[1; 8], &[2; 4], &hello(), 300);
+        let datagrams: Vec<&[u8]> = flight.iter().map(Vec::as_slice).collect();
+        assert!(datagrams.len() >= 2);
+        let times = |late: u64| DatagramTimes {
+            at: (0..datagrams.len() as u64)
+                .map(|i| Duration::from_secs(50 + i * late))
+                .collect(),
+            end: Duration::from_secs(100),
+        };
+        let report = inspect_quic("f", 0, &datagrams, Some(&listener()), Some(&times(10)));
+        assert_eq!(report["decision"]["reason"], "fragmented");
+        assert_eq!(report["decision"]["read"], 1);
+        let report = inspect_quic("f", 0, &datagrams, Some(&listener()), Some(&times(0)));
+        assert_eq!(report["decision"]["cluster"], "alpha");
+        // The capture ends before the deadline: undecided.
+        let first = &datagrams[..1];
+        let early = DatagramTimes {
+            at: vec![Duration::from_secs(50)],
+            end: Duration::from_secs(51),
+        };
+        let report = inspect_quic("f", 0, first, Some(&listener()), Some(&early));
+        assert_eq!(report["decision"]["verdict"], "need_more");
     }
 }

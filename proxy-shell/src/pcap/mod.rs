@@ -12,6 +12,8 @@
 
 mod error;
 mod stream;
+#[cfg(test)]
+mod tests;
 mod walk;
 
 use std::collections::HashMap;
@@ -250,16 +252,22 @@ impl<'a> Flows<'a> {
             }
             return;
         }
-        let in_flight = header.is_some_and(|h| {
-            matches!(
-                h.packet_type,
-                Some(PacketType::Initial | PacketType::ZeroRtt)
-            )
-        });
-        let starts = header.is_some_and(|h| match h.packet_type {
-            Some(kind) => kind == PacketType::Initial,
-            None => h.version != 0 && payload.len() >= MIN_CLIENT_INITIAL,
-        });
+        // A long header the snap length cut does not read: it is kept,
+        // for the reader to say what it makes of it, under the flow's note.
+        let cut_long =
+            packet.cut && header.is_none() && payload.first().is_some_and(|b| b & 0x80 != 0);
+        let in_flight = cut_long
+            || header.is_some_and(|h| {
+                matches!(
+                    h.packet_type,
+                    Some(PacketType::Initial | PacketType::ZeroRtt)
+                )
+            });
+        let starts = cut_long
+            || header.is_some_and(|h| match h.packet_type {
+                Some(kind) => kind == PacketType::Initial,
+                None => h.version != 0 && payload.len() >= MIN_CLIENT_INITIAL,
+            });
         let flow = match self.quic.get_mut(&forward) {
             Some(known) => {
                 let new_dcid = header.is_some_and(|h| h.dcid != known.dcid);

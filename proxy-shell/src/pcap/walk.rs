@@ -20,6 +20,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use etherparse::err::packet::SliceError;
 use etherparse::{LaxNetSlice, LaxSlicedPacket, TransportSlice};
 use pcap_parser::data::{PacketData, get_packetdata_linux_sll, get_packetdata_linux_sll2};
 use pcap_parser::nom;
@@ -352,7 +353,13 @@ fn transport(link: Linktype, data: &[u8]) -> Result<Read<'_>, Unread> {
             ip.header().destination_addr().into(),
             ip.payload(),
         ),
-        Some(LaxNetSlice::Arp(_)) | None => return Err(Unread::Other),
+        Some(LaxNetSlice::Arp(_)) => return Err(Unread::Other),
+        None => {
+            return Err(match sliced.stop_err {
+                Some((SliceError::Len(_), _)) => Unread::Cut,
+                _ => Unread::Other,
+            });
+        }
     };
     if payload.fragmented {
         return Err(Unread::Fragment);
