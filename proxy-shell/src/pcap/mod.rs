@@ -11,6 +11,7 @@
 //! steps the worker runs), or panic on any byte of the capture.
 
 mod error;
+mod notes;
 mod stream;
 #[cfg(test)]
 mod tests;
@@ -22,7 +23,8 @@ use std::time::Duration;
 
 use preread_parser::quic::{PacketType, parse_long_header};
 
-pub use error::{CaptureError, CaptureNote, FlowNote, capture_notes};
+pub use error::{CaptureError, FlowNote};
+pub use notes::{CaptureNote, capture_notes};
 pub use stream::Arrival;
 pub use walk::{Skipped, Stop, Walked};
 
@@ -71,8 +73,9 @@ pub enum Flight<'a> {
         closed: Option<Duration>,
     },
     Quic {
-        /// The client's datagrams up to its first Handshake or 1-RTT
-        /// packet, each with its timestamp.
+        /// The client's datagrams up to the server's first answer (or
+        /// the client's first Handshake or 1-RTT packet), each with its
+        /// timestamp.
         datagrams: Vec<(Duration, &'a [u8])>,
     },
 }
@@ -111,10 +114,11 @@ struct TcpFlow {
 struct QuicFlow<'a> {
     flow: usize,
     dcid: &'a [u8],
-    /// Still in the first flight: no Handshake or 1-RTT packet yet.
+    /// Still in the first flight: no answer from the server, no
+    /// Handshake or 1-RTT packet from the client yet.
     open: bool,
-    /// The server sent a Retry: the next Initial with another DCID is a
-    /// new flight.
+    /// The server sent a Retry or a Version Negotiation: the next Initial
+    /// with another DCID is a new flight.
     retried: bool,
 }
 
@@ -247,8 +251,14 @@ impl<'a> Flows<'a> {
         let forward = (packet.source, packet.destination);
         let backward = (packet.destination, packet.source);
         if let Some(server_side) = self.quic.get_mut(&backward) {
-            if header.is_some_and(|h| h.packet_type == Some(PacketType::Retry)) {
+            // A Retry or a Version Negotiation asks for a new first
+            // flight; any other answer means the proxy had decided.
+            let restart =
+                header.is_some_and(|h| h.version == 0 || h.packet_type == Some(PacketType::Retry));
+            if restart {
                 server_side.retried = true;
+            } else {
+                server_side.open = false;
             }
             return;
         }

@@ -30,7 +30,7 @@ use pcap_parser::{
     parse_pcap_header,
 };
 
-use super::CaptureError;
+use super::error::CaptureError;
 
 /// One TCP segment or UDP datagram of the capture.
 #[derive(Debug, Clone, Copy)]
