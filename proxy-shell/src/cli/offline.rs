@@ -279,7 +279,9 @@ pub(super) fn inspect(
     }
     match mode {
         InputMode::Quic => {
-            let listener = listeners.first().map(|l| &l.quic_view);
+            // Without --listener, the config's first QUIC listener.
+            let first_quic = listeners.iter().find(|l| l.quic);
+            let listener = first_quic.or(listeners.first()).map(|l| &l.quic_view);
             return inspect_quic_files(listener, hex, files);
         }
         InputMode::Pcap => {
