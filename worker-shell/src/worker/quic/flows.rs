@@ -310,16 +310,16 @@ impl<S> FlowTable<S> {
         key
     }
 
-    /// Takes a flow an upgrade handed over, with its keys; the flow comes
-    /// back as the error when the table already holds a flow of that
-    /// client on that listener. A connection ID another flow holds stays
-    /// with it, as when one is learned.
-    pub fn adopt(&mut self, handed: Handed<S>) -> Result<usize, Handed<S>> {
+    /// Takes a flow an upgrade handed over, with its keys; `None` (the
+    /// flow dropped) when the table already holds a flow of that client on
+    /// that listener. A connection ID another flow holds stays with it, as
+    /// when one is learned.
+    pub fn adopt(&mut self, handed: Handed<S>) -> Option<usize> {
         if self
             .by_client
             .contains_key(&(handed.listener, handed.client))
         {
-            return Err(handed);
+            return None;
         }
         let Handed {
             listener,
@@ -351,7 +351,7 @@ impl<S> FlowTable<S> {
         for cid in &cids {
             self.learn_cid(key, cid);
         }
-        Ok(key)
+        Some(key)
     }
 
     /// Keeps a datagram of an undecided flow for the replay, within the

@@ -8,8 +8,10 @@
 //! decision, its deadline and the reply of a reject); the datagrams an
 //! undecided flow received are held (capped by the table), then replayed
 //! in order to a backend of the chosen cluster, and the flow relays both
-//! ways until it idles out. Must never: decide a route, hold a datagram
-//! outside the table's caps, or block.
+//! ways until it idles out. An upgrade hands the sockets and the decided
+//! flows to the successor ([`upgrade`], in the form of [`handover`]).
+//! Must never: decide a route, hold a datagram outside the table's caps,
+//! or block.
 //!
 //! One socket per flow towards the backend, connected to it: the backend
 //! tells clients apart by the 4-tuple, so every flow needs its own source

@@ -3,7 +3,7 @@
 //!
 //! The cut-over, so that every datagram is read by exactly one process:
 //!
-//! 1. **Old worker, `ExportListeners`** ([`QuicShell::export`]). It stops
+//! 1. **Old worker, `ExportListeners`** (`QuicShell::export`). It stops
 //!    reading first: every listening UDP socket and every flow's backend
 //!    socket leaves its poll, and readiness already polled is ignored
 //!    (`paused`). Every datagram it read before was relayed (decided
@@ -12,7 +12,7 @@
 //!    ([`FlowSnapshot`] and a duplicate of the backend socket). From here
 //!    on, datagrams wait in the kernel's socket buffers: the old worker
 //!    fires no QUIC timer, so no flow of its idles out or is logged.
-//! 2. **Successor** ([`QuicShell::take_inherited`], when its boot state
+//! 2. **Successor** (`QuicShell::take_inherited`, when its boot state
 //!    opens the address). It adopts the same sockets (the kernel's
 //!    `SO_REUSEPORT` group is unchanged, so a client's 4-tuple still
 //!    lands on the same socket, and its flow goes to the worker the socket
@@ -21,7 +21,7 @@
 //!    the handed flows without a line (the successor writes it, with the
 //!    counts carried over) and ends the undecided ones (their clients
 //!    send their Initial again and the successor decides). It failed:
-//!    `Resume` ([`QuicShell::resume`]) registers everything again, and
+//!    `Resume` (`QuicShell::resume`) registers everything again, and
 //!    the old worker reads what waited, as if nothing happened.
 //!
 //! Owns: that pause, the export, the resume and the adoption. Must never:
@@ -226,7 +226,7 @@ impl QuicShell {
             last_seen,
             counts: snapshot.counts,
         };
-        let Ok(key) = self.flows.adopt(handed) else {
+        let Some(key) = self.flows.adopt(handed) else {
             warn!("QUIC flow of {client} on {listener} handed over twice: the first is kept");
             return false;
         };
