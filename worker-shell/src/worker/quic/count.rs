@@ -18,6 +18,7 @@ use preread_core::step::Left;
 use super::flows::FlowCounts;
 use crate::metrics::families::Family;
 use crate::metrics::series::{IN, OUT, Series};
+use crate::shared::quic_flows::Refused;
 use crate::vocabulary::{Outcome, QuicDrop};
 use crate::worker::ctx::Ctx;
 
@@ -41,6 +42,15 @@ pub(super) fn dropped(ctx: &mut Ctx, listener: SocketAddr, reason: QuicDrop, n: 
     let series = Series::on(Family::QuicDroppedDatagrams, listener).reason(reason.as_str());
     ctx.metrics
         .add(series, u64::try_from(n).unwrap_or(u64::MAX));
+}
+
+/// A new flow's first datagram dropped: the flow was `refused` a place.
+pub(super) fn not_admitted(ctx: &mut Ctx, listener: SocketAddr, refused: Refused) {
+    let reason = match refused {
+        Refused::MaxFlows => QuicDrop::MaxFlows,
+        Refused::PerIpLimit => QuicDrop::MaxFlowsPerIp,
+    };
+    dropped(ctx, listener, reason, 1);
 }
 
 /// A flow opened on `listener`: it is open, and in preread.

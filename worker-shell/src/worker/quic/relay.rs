@@ -25,7 +25,7 @@ use super::flows::{FlowTable, Lookup, Overflow};
 use super::{QuicTimer, capture, count};
 use crate::access_log::AccessLogEntry;
 use crate::shared::instance::Lease;
-use crate::shared::quic_flows::{FlowHolds, Refused, admit};
+use crate::shared::quic_flows::{FlowHolds, admit};
 use crate::vocabulary::{Outcome, QuicDrop, RefuseReason};
 use crate::worker::ctx::Ctx;
 use crate::worker::timers::{TimerId, Timers};
@@ -198,11 +198,7 @@ impl Io<'_> {
         ) {
             Ok(holds) => holds,
             Err(refused) => {
-                let reason = match refused {
-                    Refused::MaxFlows => QuicDrop::MaxFlows,
-                    Refused::PerIpLimit => QuicDrop::MaxFlowsPerIp,
-                };
-                count::dropped(self.ctx, self.listener, reason, 1);
+                count::not_admitted(self.ctx, self.listener, refused);
                 return;
             }
         };
