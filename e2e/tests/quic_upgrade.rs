@@ -12,7 +12,9 @@
 //!
 //! Without the handover the new process would not know the flow: the
 //! client's short-header packets would be dropped and its requests would
-//! time out. Loopback only; every wait is bounded.
+//! time out. An upgrade that fails leaves the connection with the old
+//! process, which reads its sockets again. Loopback only; every wait is
+//! bounded.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -262,4 +264,45 @@ fn an_open_quic_connection_keeps_exchanging_across_an_upgrade() {
     // 3 + 20 + 5 requests, each at least one datagram each way.
     let datagrams_in = field("datagrams_in").parse::<u64>().unwrap_or(0);
     assert!(datagrams_in >= 28, "{lines:?}");
+}
+
+/// An upgrade that fails (the new binary exits at once) leaves the old
+/// process relaying: its workers, which stopped reading their QUIC sockets
+/// for the export, read them again, so the open connection goes on.
+#[test]
+fn a_failed_upgrade_leaves_the_open_connection_with_the_old_process() {
+    let rt = runtime();
+    let (_backend, alpha) = rt.block_on(async { backend() });
+    let template = fill(CONFIG, &[("alpha", &alpha.to_string())]);
+    let mut proxy = ProxyProcess::start(&template).unwrap_or_else(|e| panic!("{e}"));
+    let at = proxy.addr("quic");
+    proxy
+        .wait_stderr(&format!("listening on {at} (QUIC"), WAIT)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let endpoint = rt.block_on(async { client() });
+    let connection = rt.block_on(connect(&endpoint, at));
+    assert_eq!(
+        rt.block_on(ask(&connection, "before")),
+        Ok("alpha:before".to_owned())
+    );
+    let out = proxy
+        .upgrade(&["--binary", "/bin/false"], Duration::from_secs(30))
+        .expect("upgrade ran");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("keeps serving"), "{stderr}");
+    assert_eq!(proxy.serving_pid().expect("status"), proxy.pid());
+    for round in 0..3 {
+        let what = format!("after-{round}");
+        assert_eq!(
+            rt.block_on(ask(&connection, &what)),
+            Ok(format!("alpha:{what}")),
+            "{}",
+            stderr_tail(&proxy)
+        );
+    }
+    let fresh = rt.block_on(async { client() });
+    let second = rt.block_on(connect(&fresh, at));
+    assert_eq!(rt.block_on(ask(&second, "new")), Ok("alpha:new".to_owned()));
+    assert!(proxy.exit_status().is_none());
 }
