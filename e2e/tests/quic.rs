@@ -15,6 +15,9 @@ use e2e::quic::{ask, client_at, client_config};
 use e2e::tools::require_tool;
 use quinn::{ConnectionError, Endpoint};
 
+#[path = "quic/observability.rs"]
+mod observability;
+
 /// How long a test client waits on a silent peer.
 const CLIENT_IDLE: Duration = Duration::from_secs(10);
 /// How long a test waits for what should happen.
