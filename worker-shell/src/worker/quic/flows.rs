@@ -374,6 +374,11 @@ impl<S> FlowTable<S> {
         Ok(())
     }
 
+    /// The datagrams an undecided flow holds, oldest first.
+    pub fn held_datagrams(&self, key: usize) -> &[Vec<u8>] {
+        self.flows.get(key).map_or(&[], |flow| flow.held.as_slice())
+    }
+
     /// The datagrams a decided flow held, oldest first; it holds none
     /// after.
     pub fn take_held(&mut self, key: usize) -> Vec<Vec<u8>> {

@@ -21,6 +21,8 @@
 //! until `WouldBlock`; `recvmmsg`/`sendmmsg` were not adopted (not
 //! measured yet, doc/performance.md).
 
+mod capture;
+mod count;
 pub mod flows;
 pub mod handover;
 mod relay;

@@ -21,12 +21,12 @@ use preread_core::step::TimerAction;
 use preread_parser::quic::Version;
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::QuicTimer;
 use super::flows::{FlowTable, Lookup, Overflow};
+use super::{QuicTimer, capture, count};
 use crate::access_log::AccessLogEntry;
 use crate::shared::instance::Lease;
-use crate::shared::quic_flows::{FlowHolds, admit};
-use crate::vocabulary::{Outcome, RefuseReason};
+use crate::shared::quic_flows::{FlowHolds, Refused, admit};
+use crate::vocabulary::{Outcome, QuicDrop, RefuseReason};
 use crate::worker::ctx::Ctx;
 use crate::worker::timers::{TimerId, Timers};
 use crate::worker::tokens::QUIC_FLOW_BASE;
@@ -143,6 +143,7 @@ impl Io<'_> {
 
     /// A datagram from `client` on this listener.
     pub(crate) fn client_datagram(&mut self, client: SocketAddr, datagram: &[u8], now: Instant) {
+        count::datagram_in(self.ctx, self.listener);
         let key = match self.flows.lookup(self.listener, client, datagram) {
             Lookup::Known(key) | Lookup::Moved(key) => key,
             Lookup::Unknown => {
@@ -152,13 +153,16 @@ impl Io<'_> {
         };
         self.flows.touch(key, datagram.len(), true, now);
         let Some(listener) = self.quic_listener() else {
+            count::dropped(self.ctx, self.listener, QuicDrop::Closed, 1);
             return;
         };
         let Some(flow) = self.flows.get_mut(key) else {
             return;
         };
         if let Some(relay) = &flow.state.relay {
-            let _ = relay.socket.send(datagram);
+            if relay.socket.send(datagram).is_err() {
+                count::dropped(self.ctx, self.listener, QuicDrop::SendFailed, 1);
+            }
             return;
         }
         let Some(step) = flow.state.step.as_mut() else {
@@ -172,24 +176,38 @@ impl Io<'_> {
         // Only a long header can start a flow: a short header of a flow
         // this worker does not know has nobody to go to.
         if datagram.first().is_none_or(|b| b & 0x80 == 0) {
+            count::dropped(self.ctx, self.listener, QuicDrop::UnknownFlow, 1);
             return;
         }
-        let Some(runtime) = self.ctx.runtime.listeners.get(&self.listener) else {
-            return;
-        };
-        let Some(quic) = runtime.quic else {
+        let Some(quic) = self
+            .ctx
+            .runtime
+            .listeners
+            .get(&self.listener)
+            .and_then(|runtime| runtime.quic)
+        else {
+            count::dropped(self.ctx, self.listener, QuicDrop::Closed, 1);
             return;
         };
         let limits = (quic.max_flows, quic.max_flows_per_ip);
-        let Ok(holds) = admit(
+        let holds = match admit(
             &self.ctx.shared.quic_flows,
             self.listener,
             client.ip(),
             limits,
-        ) else {
-            return;
+        ) {
+            Ok(holds) => holds,
+            Err(refused) => {
+                let reason = match refused {
+                    Refused::MaxFlows => QuicDrop::MaxFlows,
+                    Refused::PerIpLimit => QuicDrop::MaxFlowsPerIp,
+                };
+                count::dropped(self.ctx, self.listener, reason, 1);
+                return;
+            }
         };
         let Some(listener) = self.quic_listener() else {
+            count::dropped(self.ctx, self.listener, QuicDrop::Closed, 1);
             return;
         };
         let (step, actions) = QuicPrereadStep::first(&listener, datagram, now);
@@ -203,6 +221,7 @@ impl Io<'_> {
         let key = self
             .flows
             .insert(self.listener, client, datagram, state, now);
+        count::opened(self.ctx, self.listener);
         self.flows.touch(key, datagram.len(), true, now);
         self.timers
             .schedule(now + quic.idle_timeout, (key, QuicTimer::Idle));
@@ -224,33 +243,69 @@ impl Io<'_> {
                 TimerAction::Keep => {}
             }
         }
+        if let (Some(left), Some(flow)) = (actions.left, self.flows.get(key)) {
+            count::left(self.ctx, self.listener, flow.state.step.as_deref(), left);
+        }
         match actions.next {
             QuicNext::Wait => {
                 if let Err(overflow) = self.flows.hold(key, datagram) {
-                    let reason = match overflow {
-                        Overflow::Flow | Overflow::Table => RejectReason::TooLarge,
-                    };
+                    self.overflow(overflow);
                     let Some(step) = self.flows.get_mut(key).and_then(|f| f.state.step.as_mut())
                     else {
                         return;
                     };
-                    let abandoned = step.abandon(reason, now);
+                    let abandoned = step.abandon(RejectReason::TooLarge, now);
                     self.act(key, &[], abandoned, now);
                 }
             }
             QuicNext::Connect(route) => {
-                if !datagram.is_empty() {
-                    let _ = self.flows.hold(key, datagram);
+                count::routed(self.ctx, self.listener, &route);
+                if let (Some(reason), Some(flow)) = (route.fallback, self.flows.get(key)) {
+                    let addresses = (flow.listener, flow.client);
+                    let outcome = Outcome::Fallback(reason);
+                    let window = (self.flows.held_datagrams(key), datagram);
+                    capture::keep(self.ctx, addresses, outcome, window);
+                }
+                if !datagram.is_empty()
+                    && let Err(overflow) = self.flows.hold(key, datagram)
+                {
+                    self.overflow(overflow);
                 }
                 self.connect(key, route);
             }
             QuicNext::Reject(reject) => {
-                if let (Some(reply), Some(flow)) = (&reject.reply, self.flows.get(key)) {
-                    let _ = self.socket.send_to(reply, flow.client);
+                if let Some(flow) = self.flows.get(key) {
+                    let addresses = (flow.listener, flow.client);
+                    let outcome = Outcome::Rejected(reject.reason);
+                    let window = (self.flows.held_datagrams(key), datagram);
+                    capture::keep(self.ctx, addresses, outcome, window);
+                    if let Some(reply) = &reject.reply {
+                        self.send_to_client(reply, addresses.1);
+                    }
+                }
+                if !datagram.is_empty() {
+                    count::dropped(self.ctx, self.listener, QuicDrop::Rejected, 1);
                 }
                 end(self.ctx, self.flows, key, End::Rejected(reject.reason));
             }
             QuicNext::Ignore => {}
+        }
+    }
+
+    /// Counts a datagram an undecided flow could not hold.
+    fn overflow(&mut self, overflow: Overflow) {
+        let reason = match overflow {
+            Overflow::Flow => QuicDrop::FlowBufferFull,
+            Overflow::Table => QuicDrop::BufferFull,
+        };
+        count::dropped(self.ctx, self.listener, reason, 1);
+    }
+
+    /// Sends `datagram` to `client` from the listener's socket.
+    fn send_to_client(&mut self, datagram: &[u8], client: SocketAddr) {
+        match self.socket.send_to(datagram, client) {
+            Ok(_) => count::datagram_out(self.ctx, self.listener),
+            Err(_) => count::dropped(self.ctx, self.listener, QuicDrop::SendFailed, 1),
         }
     }
 
@@ -307,9 +362,14 @@ impl Io<'_> {
             );
             return;
         }
-        for held in self.flows.take_held(key) {
-            let _ = socket.send(&held);
-        }
+        let unsent = self
+            .flows
+            .take_held(key)
+            .iter()
+            .filter(|held| socket.send(held).is_err())
+            .count();
+        count::dropped(self.ctx, self.listener, QuicDrop::SendFailed, unsent);
+        count::piped(self.ctx, &route.cluster, lease.instance().backend_id());
         if let Some(flow) = self.flows.get_mut(key) {
             flow.state.relay = Some(Relay {
                 socket,
@@ -340,7 +400,7 @@ impl Io<'_> {
             let datagram = &buffer[..len];
             self.flows.learn_from_backend(key, datagram);
             self.flows.touch(key, len, false, now);
-            let _ = self.socket.send_to(datagram, client);
+            self.send_to_client(datagram, client);
         }
     }
 
@@ -364,6 +424,7 @@ impl Io<'_> {
 /// Forgets flow `key`: its socket closes, its counts are given back, and
 /// its access-log line is written.
 pub(crate) fn end(ctx: &mut Ctx, flows: &mut FlowTable<FlowState>, key: usize, how: End) {
+    let held = flows.get(key).map_or(0, |flow| flow.held());
     let Some(mut flow) = flows.remove(key) else {
         return;
     };
@@ -402,6 +463,18 @@ pub(crate) fn end(ctx: &mut Ctx, flows: &mut FlowTable<FlowState>, key: usize, h
         .and_then(|r| r.matched_alpn.as_ref())
         .map(|a| String::from_utf8_lossy(a).into_owned());
     let counts = flow.counts;
+    count::ended(
+        ctx,
+        &count::Ended {
+            listener: flow.listener,
+            outcome,
+            reading: step.is_some_and(QuicPrereadStep::is_reading),
+            held,
+            counts,
+            cluster: route.as_ref().map(|r| &r.cluster),
+            backend: backend.as_ref(),
+        },
+    );
     let entry = AccessLogEntry {
         ts: SystemTime::now(),
         listener: flow.listener,
