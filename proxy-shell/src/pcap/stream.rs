@@ -4,13 +4,14 @@
 //! Owns: placing each segment's payload at its offset from the initial
 //! sequence number (out of order, retransmitted, overlapping), keeping
 //! the first copy of every byte, under a cap; and when the contiguous
-//! prefix grew. Must never: keep a byte at or past the cap, or panic on
-//! any sequence number. Written here rather than taken from a crate: the
+//! prefix grew. Must never: keep a byte at or past the cap, hold more
+//! than the bytes that came, or panic on any sequence number. Written here rather than taken from a crate: the
 //! TCP reassemblers on crates.io drive a whole capture's connection state
 //! and copy every stream whole, where this needs one direction's first
 //! bytes under the listener's cap, and the first-copy rule the operator
 //! is told about when two copies disagree.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// How far past the expected sequence number a segment may start and
@@ -33,14 +34,13 @@ pub(crate) struct Stream {
     /// The sequence number of the stream's first byte.
     start: u32,
     cap: usize,
-    bytes: Vec<u8>,
-    /// The ranges of `bytes` filled, sorted and disjoint.
-    filled: Vec<(usize, usize)>,
+    /// The bytes received, by offset: disjoint runs, none touching the
+    /// next. Only bytes that came are held, so a capture of scattered
+    /// segments costs what it carries, not the cap per connection.
+    runs: BTreeMap<usize, Vec<u8>>,
     arrivals: Vec<Arrival>,
     /// Two copies of a byte differed (the first was kept).
     pub conflicting: bool,
-    /// Bytes that fell at or past the cap.
-    pub beyond_cap: bool,
 }
 
 impl Stream {
@@ -49,113 +49,90 @@ impl Stream {
         Self {
             start,
             cap,
-            bytes: Vec::new(),
-            filled: Vec::new(),
+            runs: BTreeMap::new(),
             arrivals: Vec::new(),
             conflicting: false,
-            beyond_cap: false,
         }
     }
 
     /// Places a segment's payload whose first byte has sequence number `seq`.
     pub(crate) fn segment(&mut self, seq: u32, payload: &[u8], at: Duration) {
         let offset = seq.wrapping_sub(self.start);
-        let (mut payload, offset) = if offset >= HALF_SPACE {
+        let (payload, offset) = if offset >= HALF_SPACE {
             // Starts before the stream: keep what lies past its start.
             let before = self.start.wrapping_sub(seq) as usize;
             match payload.get(before..) {
-                Some(rest) if !rest.is_empty() => (rest, 0),
-                _ => return,
+                Some(rest) => (rest, 0),
+                None => return,
             }
         } else {
             (payload, offset as usize)
         };
-        if offset >= self.cap {
-            self.beyond_cap |= !payload.is_empty();
-            return;
-        }
-        if payload.len() > self.cap - offset {
-            payload = &payload[..self.cap - offset];
-            self.beyond_cap = true;
-        }
+        let room = self.cap.saturating_sub(offset);
+        let payload = &payload[..payload.len().min(room)];
         if payload.is_empty() {
             return;
         }
         let end = offset + payload.len();
-        if self.bytes.len() < end {
-            self.bytes.resize(end, 0);
-        }
         let before = self.prefix();
-        let mut at_byte = offset;
-        for (from, to) in self.gaps(offset, end) {
-            if self.bytes[at_byte..from] != payload[at_byte - offset..from - offset] {
-                self.conflicting = true;
-            }
-            self.bytes[from..to].copy_from_slice(&payload[from - offset..to - offset]);
-            at_byte = to;
+        self.conflicting |= self.differs(offset, payload);
+        // The runs that overlap or touch the segment, merged with it into
+        // one run; where they overlap, their bytes (the first copy) stay.
+        let touching: Vec<usize> = self
+            .runs
+            .range(..=end)
+            .rev()
+            .take_while(|&(&from, run)| from + run.len() >= offset)
+            .map(|(&from, _)| from)
+            .collect();
+        let mut touching = touching.into_iter().rev().peekable();
+        let (start, mut merged) = match touching.next_if(|&from| from <= offset) {
+            Some(from) => (from, self.runs.remove(&from).unwrap_or_default()),
+            None => (offset, Vec::new()),
+        };
+        for from in touching {
+            let run = self.runs.remove(&from).unwrap_or_default();
+            let filled = start + merged.len();
+            merged.extend_from_slice(&payload[filled - offset..from - offset]);
+            merged.extend_from_slice(&run);
         }
-        if self.bytes[at_byte..end] != payload[at_byte - offset..] {
-            self.conflicting = true;
+        let filled = start + merged.len();
+        if filled < end {
+            merged.extend_from_slice(&payload[filled - offset..]);
         }
-        self.fill(offset, end);
+        self.runs.insert(start, merged);
         let after = self.prefix();
         if after > before {
             self.arrivals.push(Arrival { len: after, at });
         }
     }
 
-    /// The ranges within `start..end` not filled yet, in order.
-    fn gaps(&self, start: usize, end: usize) -> Vec<(usize, usize)> {
-        let mut gaps = Vec::new();
-        let mut at = start;
-        for &(from, to) in &self.filled {
-            if to <= at {
-                continue;
-            }
-            if from >= end {
-                break;
-            }
-            if from > at {
-                gaps.push((at, from));
-            }
-            at = at.max(to);
-        }
-        if at < end {
-            gaps.push((at, end));
-        }
-        gaps
-    }
-
-    fn fill(&mut self, start: usize, end: usize) {
-        let mut merged = (start, end);
-        self.filled.retain(|&(from, to)| {
-            let touches = from <= merged.1 && to >= merged.0;
-            if touches {
-                merged = (merged.0.min(from), merged.1.max(to));
-            }
-            !touches
-        });
-        let at = self.filled.partition_point(|&(from, _)| from < merged.0);
-        self.filled.insert(at, merged);
+    /// Whether bytes already held differ from `payload` at `offset`.
+    fn differs(&self, offset: usize, payload: &[u8]) -> bool {
+        let end = offset + payload.len();
+        self.runs
+            .range(..end)
+            .rev()
+            .take_while(|&(&from, run)| from + run.len() > offset)
+            .any(|(&from, run)| {
+                let (low, high) = (from.max(offset), (from + run.len()).min(end));
+                run[low - from..high - from] != payload[low - offset..high - offset]
+            })
     }
 
     /// The length of the contiguous bytes from the stream's first.
     pub(crate) fn prefix(&self) -> usize {
-        match self.filled.first() {
-            Some(&(0, end)) => end,
-            _ => 0,
-        }
+        self.runs.get(&0).map_or(0, Vec::len)
     }
 
     /// Whether bytes arrived past a hole the capture never filled.
     pub(crate) fn has_gap(&self) -> bool {
-        self.filled.iter().any(|&(from, _)| from > 0)
+        self.runs.keys().any(|&from| from > 0)
     }
 
     /// The contiguous bytes, and when each stretch of them arrived.
     pub(crate) fn into_parts(mut self) -> (Vec<u8>, Vec<Arrival>) {
-        self.bytes.truncate(self.prefix());
-        (self.bytes, self.arrivals)
+        (self.runs.remove(&0).unwrap_or_default(), self.arrivals)
     }
 }
 
@@ -202,7 +179,6 @@ mod tests {
         stream.segment(1001, b"XYZ", at(2));
         assert!(stream.conflicting);
         stream.segment(1004, b"efgh", at(3));
-        assert!(stream.beyond_cap);
         stream.segment(2000, b"far", at(4));
         let (bytes, _) = stream.into_parts();
         assert_eq!(bytes, b"abcZef");
@@ -216,6 +192,25 @@ mod tests {
         stream.segment(u32::MAX, b"x", at(3));
         assert_eq!(stream.prefix(), 0);
         assert!(!stream.has_gap());
-        assert!(!stream.beyond_cap);
+    }
+
+    #[test]
+    fn scattered_segments_hold_only_their_bytes() {
+        let mut stream = Stream::new(0, 1 << 20);
+        for i in 0..1000_u32 {
+            stream.segment(1 + i * 1000, b"x", at(1));
+        }
+        let held: usize = stream.runs.values().map(Vec::len).sum();
+        assert_eq!(held, 1000);
+        assert_eq!(stream.prefix(), 0);
+        // The hole before them filled at once: one run, every byte once.
+        let mut filler = vec![b'-'; 999_002];
+        for i in 0..1000 {
+            filler[1 + i * 1000] = b'x';
+        }
+        stream.segment(0, &filler, at(2));
+        assert_eq!(stream.runs.len(), 1);
+        assert_eq!(stream.prefix(), 999_002);
+        assert!(!stream.conflicting);
     }
 }
