@@ -63,7 +63,12 @@ pub(super) fn opened(ctx: &mut Ctx, listener: SocketAddr) {
 
 /// The flow's preread ended (`left`, from the step's actions): out of the
 /// preread gauge, its duration and its ClientHello's size observed.
-pub(super) fn left(ctx: &mut Ctx, listener: SocketAddr, step: &QuicPrereadStep, left: Left) {
+pub(super) fn left(
+    ctx: &mut Ctx,
+    listener: SocketAddr,
+    step: Option<&QuicPrereadStep>,
+    left: Left,
+) {
     ctx.metrics
         .gauge_add(Series::on(Family::PrereadActive, listener), -1);
     if let Some(sample) = left.sample {
@@ -71,7 +76,7 @@ pub(super) fn left(ctx: &mut Ctx, listener: SocketAddr, step: &QuicPrereadStep, 
         ctx.metrics
             .observe(Series::on(Family::PrereadDuration, listener), micros);
     }
-    if let Some(hello) = step.hello() {
+    if let Some(hello) = step.and_then(QuicPrereadStep::hello) {
         let size = u64::try_from(hello.len).unwrap_or(u64::MAX);
         ctx.metrics
             .observe(Series::on(Family::ClientHelloBytes, listener), size);

@@ -10,7 +10,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use mio::net::UdpSocket;
 use mio::{Interest, Token};
@@ -18,6 +18,7 @@ use preread_core::RejectReason;
 use preread_core::Route;
 use preread_core::quic::{QuicActions, QuicListener, QuicNext, QuicPrereadStep};
 use preread_core::step::TimerAction;
+use preread_parser::quic::Version;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::flows::{FlowTable, Lookup, Overflow};
@@ -34,23 +35,46 @@ use crate::worker::tokens::QUIC_FLOW_BASE;
 #[derive(Debug)]
 pub(crate) struct FlowState {
     /// The flow's preread: it reads the client's Initials until it
-    /// decides, then keeps what it learned for the access log.
-    step: Box<QuicPrereadStep>,
+    /// decides, then keeps what it learned for the access log. `None` for
+    /// a flow an upgrade handed over, decided in the old process.
+    pub(super) step: Option<Box<QuicPrereadStep>>,
+    /// What the old process's step learned, for a handed-over flow.
+    pub(super) carried: Option<Carried>,
     /// The preread deadline's timer, while armed.
     timer: Option<TimerId>,
     /// Once routed: the socket connected to the backend.
-    relay: Option<Relay>,
+    pub(super) relay: Option<Relay>,
     /// The process-wide counts the flow holds.
-    _holds: FlowHolds,
+    pub(super) _holds: FlowHolds,
+}
+
+/// What a handed-over flow's access-log line reports of its preread.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Carried {
+    pub(super) version: Option<Version>,
+    pub(super) preread: Option<Duration>,
+}
+
+impl FlowState {
+    /// A flow an upgrade handed over, relaying to its backend already.
+    pub(super) fn handed(relay: Relay, carried: Carried, holds: FlowHolds) -> Self {
+        Self {
+            step: None,
+            carried: Some(carried),
+            timer: None,
+            relay: Some(relay),
+            _holds: holds,
+        }
+    }
 }
 
 /// A routed flow's way to its backend.
 #[derive(Debug)]
-struct Relay {
-    socket: UdpSocket,
-    route: Arc<Route>,
+pub(super) struct Relay {
+    pub(super) socket: UdpSocket,
+    pub(super) route: Arc<Route>,
     /// Counts the flow on its backend instance while it lives.
-    lease: Lease,
+    pub(super) lease: Lease,
 }
 
 /// How a flow ended.
@@ -64,6 +88,9 @@ pub(crate) enum End {
     Rejected(RejectReason),
     /// Decided, but no backend could take it.
     Refused(RefuseReason),
+    /// Handed over to an upgrade's successor, which relays it and writes
+    /// its line.
+    HandedOver,
 }
 
 /// A `SO_REUSEPORT` UDP socket bound to `address`, non-blocking.
@@ -138,7 +165,10 @@ impl Io<'_> {
             }
             return;
         }
-        let actions = flow.state.step.datagram(&listener, datagram, now);
+        let Some(step) = flow.state.step.as_mut() else {
+            return;
+        };
+        let actions = step.datagram(&listener, datagram, now);
         self.act(key, datagram, actions, now);
     }
 
@@ -178,7 +208,8 @@ impl Io<'_> {
         };
         let (step, actions) = QuicPrereadStep::first(&listener, datagram, now);
         let state = FlowState {
-            step: Box::new(step),
+            step: Some(Box::new(step)),
+            carried: None,
             timer: None,
             relay: None,
             _holds: holds,
@@ -209,16 +240,17 @@ impl Io<'_> {
             }
         }
         if let (Some(left), Some(flow)) = (actions.left, self.flows.get(key)) {
-            count::left(self.ctx, self.listener, &flow.state.step, left);
+            count::left(self.ctx, self.listener, flow.state.step.as_deref(), left);
         }
         match actions.next {
             QuicNext::Wait => {
                 if let Err(overflow) = self.flows.hold(key, datagram) {
                     self.overflow(overflow);
-                    let Some(flow) = self.flows.get_mut(key) else {
+                    let Some(step) = self.flows.get_mut(key).and_then(|f| f.state.step.as_mut())
+                    else {
                         return;
                     };
-                    let abandoned = flow.state.step.abandon(RejectReason::TooLarge, now);
+                    let abandoned = step.abandon(RejectReason::TooLarge, now);
                     self.act(key, &[], abandoned, now);
                 }
             }
@@ -377,7 +409,10 @@ impl Io<'_> {
             return;
         };
         flow.state.timer = None;
-        let actions = flow.state.step.timeout(&listener, now);
+        let Some(step) = flow.state.step.as_mut() else {
+            return;
+        };
+        let actions = step.timeout(&listener, now);
         self.act(key, &[], actions, now);
     }
 }
@@ -389,7 +424,12 @@ pub(crate) fn end(ctx: &mut Ctx, flows: &mut FlowTable<FlowState>, key: usize, h
     let Some(mut flow) = flows.remove(key) else {
         return;
     };
-    let step = &flow.state.step;
+    if how == End::HandedOver {
+        // Its sockets are the successor's now: this process only forgets
+        // its copies (deregistered when the flows were exported).
+        return;
+    }
+    let step = flow.state.step.as_deref();
     let (route, backend) = match &mut flow.state.relay {
         None => (None, None),
         Some(relay) => {
@@ -401,9 +441,19 @@ pub(crate) fn end(ctx: &mut Ctx, flows: &mut FlowTable<FlowState>, key: usize, h
     let outcome = match how {
         End::Rejected(reason) => Outcome::Rejected(reason),
         End::Refused(reason) => Outcome::Refused(reason),
-        End::Idle | End::Closed => Outcome::of_route(route.as_deref()),
+        End::Idle | End::Closed | End::HandedOver => Outcome::of_route(route.as_deref()),
     };
-    let sni = step.sni().map(|s| s.as_str().to_owned());
+    let sni = step
+        .and_then(QuicPrereadStep::sni)
+        .or_else(|| route.as_ref().and_then(|r| r.sni.as_ref()))
+        .map(|s| s.as_str().to_owned());
+    let carried = flow.state.carried;
+    let preread = step
+        .and_then(QuicPrereadStep::preread_time)
+        .or_else(|| carried.and_then(|c| c.preread));
+    let version = step
+        .and_then(QuicPrereadStep::version)
+        .or_else(|| carried.and_then(|c| c.version));
     let alpn = route
         .as_ref()
         .and_then(|r| r.matched_alpn.as_ref())
@@ -414,7 +464,7 @@ pub(crate) fn end(ctx: &mut Ctx, flows: &mut FlowTable<FlowState>, key: usize, h
         &count::Ended {
             listener: flow.listener,
             outcome,
-            reading: step.is_reading(),
+            reading: step.is_some_and(QuicPrereadStep::is_reading),
             held,
             counts,
             cluster: route.as_ref().map(|r| &r.cluster),
@@ -434,15 +484,13 @@ pub(crate) fn end(ctx: &mut Ctx, flows: &mut FlowTable<FlowState>, key: usize, h
         bytes_out: counts.bytes_out,
         duration_ms: u64::try_from(flow.last_seen.duration_since(flow.first_seen).as_millis())
             .unwrap_or(u64::MAX),
-        preread_ms: step
-            .preread_time()
-            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        preread_ms: preread.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         proxy_client: None,
-        hello: step.hello(),
+        hello: step.and_then(QuicPrereadStep::hello),
         ja4: None,
         rule: None,
         quic: Some(crate::access_log::QuicLog {
-            version: step.version(),
+            version,
             datagrams_in: counts.datagrams_in,
             datagrams_out: counts.datagrams_out,
         }),
