@@ -105,6 +105,15 @@ pub(super) fn piped(ctx: &mut Ctx, cluster: &Arc<str>, backend: &Arc<str>) {
     ctx.metrics.gauge_add(connections, 1);
 }
 
+/// A relaying flow handed over by the process this one upgraded: open,
+/// and piped to backend `backend` of `cluster`, as it was there (its end
+/// counts it out like any flow's).
+pub(super) fn adopted(ctx: &mut Ctx, listener: SocketAddr, cluster: &Arc<str>, backend: &Arc<str>) {
+    ctx.metrics
+        .gauge_add(Series::on(Family::QuicFlowsActive, listener), 1);
+    piped(ctx, cluster, backend);
+}
+
 /// What a flow that ends leaves behind.
 pub(super) struct Ended<'a> {
     pub(super) listener: SocketAddr,

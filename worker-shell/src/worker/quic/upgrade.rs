@@ -44,7 +44,7 @@ use preread_core::Route;
 use super::flows::{Flow, Handed};
 use super::handover::FlowSnapshot;
 use super::relay::{self, Carried, FlowState, Relay};
-use super::{QuicShell, QuicTimer, admit};
+use super::{QuicShell, QuicTimer, admit, count};
 use crate::worker::ctx::Ctx;
 use crate::worker::tokens::{QUIC_FLOW_BASE, QUIC_LISTENER_BASE};
 
@@ -230,6 +230,7 @@ impl QuicShell {
             warn!("QUIC flow of {client} on {listener} handed over twice: the first is kept");
             return false;
         };
+        count::adopted(ctx, listener, &snapshot.cluster, &snapshot.backend);
         let registered = self
             .flows
             .get_mut(key)
