@@ -14,8 +14,10 @@ use preread_core::step::PrereadListener;
 
 use command::codes::ErrorCode;
 use command::config::{check_config_file, load_config_file};
+use command::listener_key::ListenerKey;
 use command::proto::request::RequestType;
 use command::state_file::seal_state_file;
+use command::validate::is_quic_listener;
 use serde_json::json;
 
 use super::client::config_path;
@@ -154,11 +156,13 @@ fn read_input(path: &Path, hex: bool) -> Result<Vec<u8>, InspectInputError> {
 }
 
 /// The listener `inspect --config` decides for (`--listener`, else the
-/// first one the config declares), built as a worker builds it: its
-/// `sni_preread_max_bytes` cap, the catch-all frontend included.
+/// first one the config declares), of the protocol inspected (`quic`),
+/// built as a worker builds it: its `sni_preread_max_bytes` cap, the
+/// catch-all frontend included.
 fn listener_routes(
     config: &Path,
     wanted: Option<&str>,
+    quic: bool,
 ) -> Result<(PrereadListener, bool), ListenerChoiceError> {
     let loaded = load_config_file(config).map_err(|problems| ListenerChoiceError::Config {
         config: config.to_owned(),
@@ -174,7 +178,9 @@ fn listener_routes(
         None => loaded
             .requests()
             .find_map(|r| match &r.request_type {
-                Some(RequestType::AddTcpListener(l)) => l.address.parse().ok(),
+                Some(RequestType::AddTcpListener(l)) if is_quic_listener(l) == quic => {
+                    l.address.parse().ok()
+                }
                 _ => None,
             })
             .ok_or_else(|| ListenerChoiceError::NoListener {
@@ -185,6 +191,7 @@ fn listener_routes(
         config: config.to_owned(),
         address,
     };
+    let address = ListenerKey { address, quic };
     let listener = state.listener(&address).ok_or_else(unknown)?;
     let expect_proxy = listener.expect_proxy;
     let config_listener = listener;
@@ -210,7 +217,7 @@ pub(super) fn inspect(
         reads: reads.to_vec(),
     };
     if let Some(config) = &globals.config {
-        match listener_routes(config, listener) {
+        match listener_routes(config, listener, quic) {
             Ok((routes, listener_expects_proxy)) => {
                 options.expect_proxy |= listener_expects_proxy;
                 options.listener = Some(routes);

@@ -57,7 +57,8 @@ impl Configured {
             let ids = cluster.backend_ids().map(Arc::clone).collect();
             (Arc::clone(id), ids)
         });
-        Self::new(runtime.listeners.keys().copied(), routed, backends)
+        let listeners = runtime.listeners.keys().map(|key| key.address);
+        Self::new(listeners, routed, backends)
     }
 
     /// Whether every object `series` is labelled by is still here.

@@ -107,7 +107,7 @@ pub(crate) struct Io<'a> {
 impl Io<'_> {
     /// The step's view of the listener, with the routes of now.
     fn quic_listener(&self) -> Option<QuicListener> {
-        let runtime = self.ctx.runtime.listeners.get(&self.listener)?;
+        let runtime = self.ctx.runtime.quic_listener(self.listener)?;
         let quic = runtime.quic?;
         let mut config = runtime.preread.config.clone();
         config.timeout = quic.preread_timeout;
@@ -144,7 +144,7 @@ impl Io<'_> {
         if datagram.first().is_none_or(|b| b & 0x80 == 0) {
             return;
         }
-        let Some(runtime) = self.ctx.runtime.listeners.get(&self.listener) else {
+        let Some(runtime) = self.ctx.runtime.quic_listener(self.listener) else {
             return;
         };
         let Some(quic) = runtime.quic else {
