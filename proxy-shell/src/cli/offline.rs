@@ -156,9 +156,11 @@ fn read_input(path: &Path, hex: bool) -> Result<Vec<u8>, InspectInputError> {
 }
 
 /// The listener `inspect --config` decides for (`--listener`, else the
-/// first one the config declares), of the protocol inspected (`quic`),
-/// built as a worker builds it: its `sni_preread_max_bytes` cap, the
-/// catch-all frontend included.
+/// first one the config declares), built as a worker builds it: its
+/// `sni_preread_max_bytes` cap, the catch-all frontend included. Where a
+/// TCP and a QUIC listener share the address, the one of the protocol
+/// inspected (`quic`) decides; a config without a listener of that
+/// protocol lends its other one's routes (what they would do).
 fn listener_routes(
     config: &Path,
     wanted: Option<&str>,
@@ -169,29 +171,36 @@ fn listener_routes(
         problems,
     })?;
     let state = &loaded.state;
+    let declared = |quic_wanted: bool| {
+        loaded.requests().find_map(|r| match &r.request_type {
+            Some(RequestType::AddTcpListener(l)) if is_quic_listener(l) == quic_wanted => {
+                l.address.parse::<SocketAddr>().ok()
+            }
+            _ => None,
+        })
+    };
     let address: SocketAddr = match wanted {
         Some(text) => text
             .parse()
             .map_err(|_| ListenerChoiceError::NotAnAddress {
                 text: text.to_owned(),
             })?,
-        None => loaded
-            .requests()
-            .find_map(|r| match &r.request_type {
-                Some(RequestType::AddTcpListener(l)) if is_quic_listener(l) == quic => {
-                    l.address.parse().ok()
-                }
-                _ => None,
-            })
-            .ok_or_else(|| ListenerChoiceError::NoListener {
+        None => declared(quic).or_else(|| declared(!quic)).ok_or_else(|| {
+            ListenerChoiceError::NoListener {
                 config: config.to_owned(),
-            })?,
+            }
+        })?,
     };
     let unknown = || ListenerChoiceError::Unknown {
         config: config.to_owned(),
         address,
     };
-    let address = ListenerKey { address, quic };
+    let own = ListenerKey { address, quic };
+    let address = if state.listener(&own).is_some() {
+        own
+    } else {
+        own.other()
+    };
     let listener = state.listener(&address).ok_or_else(unknown)?;
     let expect_proxy = listener.expect_proxy;
     let config_listener = listener;
