@@ -138,6 +138,10 @@ impl ConfigState {
         frontend: &proto::TcpFrontend,
     ) -> Result<Applied, ValidationError> {
         let key = frontend_key(frontend)?;
+        let cluster = self.clusters.get(frontend.cluster_id.as_str());
+        if cluster.is_some_and(|cluster| is_quic_cluster(cluster) != key.quic) {
+            return Err(frontend_protocol(&key, &frontend.cluster_id));
+        }
         match self.frontends.get(&key) {
             Some(existing) if *existing.cluster == frontend.cluster_id => {}
             Some(existing) => {
@@ -148,13 +152,6 @@ impl ConfigState {
                         existing.cluster, frontend.cluster_id
                     ),
                 ));
-            }
-            None if self
-                .clusters
-                .get(frontend.cluster_id.as_str())
-                .is_some_and(|cluster| is_quic_cluster(cluster) != key.quic) =>
-            {
-                return Err(frontend_protocol(&key, &frontend.cluster_id));
             }
             None => {
                 return Err(ValidationError::new(
