@@ -52,6 +52,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             SKIP_NONE,
         )
         .field_attribute(".preread.command.Cluster.protocol", SKIP_NONE)
+        .field_attribute(".preread.command.ListenerAddress.protocol", SKIP_NONE)
+        .field_attribute(".preread.command.TcpFrontend.protocol", SKIP_NONE)
         .compile_fds(descriptors)?;
     Ok(())
 }

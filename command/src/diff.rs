@@ -7,8 +7,8 @@
 //! valid; leave an old route in place while its replacement is added (every
 //! removal comes before every addition).
 
+use crate::listener_key::ListenerKey;
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 
 use crate::proto;
 use crate::proto::request::RequestType;
@@ -118,14 +118,10 @@ pub fn diff(current: &ConfigState, desired: &ConfigState) -> Vec<proto::Request>
     }
 
     // The settings of each kept listener as the requests so far leave them.
-    let mut kept: BTreeMap<SocketAddr, proto::TcpListenerConfig> = BTreeMap::new();
+    let mut kept: BTreeMap<ListenerKey, proto::TcpListenerConfig> = BTreeMap::new();
     for (address, listener) in &current.listeners {
         if !desired.listeners.contains_key(address) {
-            requests.push(request(RequestType::RemoveListener(
-                proto::ListenerAddress {
-                    address: listener.config.address.clone(),
-                },
-            )));
+            requests.push(request(RequestType::RemoveListener(address.to_proto())));
             continue;
         }
         let mut config = listener.config.clone();
@@ -164,9 +160,7 @@ pub fn diff(current: &ConfigState, desired: &ConfigState) -> Vec<proto::Request>
         if settings(now) != settings(wanted) {
             requests.push(request(RequestType::UpdateTcpListener(wanted.clone())));
         } else if now.active != wanted.active {
-            let at = proto::ListenerAddress {
-                address: wanted.address.clone(),
-            };
+            let at = address.to_proto();
             requests.push(request(if listener.is_active() {
                 RequestType::ActivateListener(at)
             } else {
@@ -285,6 +279,7 @@ mod tests {
             sni: sni.map(Into::into),
             alpn: alpn.iter().map(|p| (*p).to_owned()).collect(),
             tags: Default::default(),
+            protocol: None,
         })
     }
 
@@ -435,7 +430,10 @@ mod tests {
             listener(L, false, None),
         ]);
         let mut inactive = old.clone();
-        let off = RequestType::DeactivateListener(proto::ListenerAddress { address: L.into() });
+        let off = RequestType::DeactivateListener(proto::ListenerAddress {
+            address: L.into(),
+            protocol: None,
+        });
         assert_eq!(inactive.dispatch(&request(off)), Ok(Applied::Changed));
         assert_eq!(kinds(&converge(&old, &inactive)), ["deactivate"]);
         assert_eq!(kinds(&converge(&inactive, &old)), ["activate"]);

@@ -13,19 +13,19 @@
 //! its own copy).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 
 use preread_core::routes::RouteTable;
 
 use crate::change::Change;
+use crate::listener_key::ListenerKey;
 use crate::proto;
 use crate::proto::request::RequestType;
 use crate::state::{Applied, ConfigState};
 use crate::undo::{Undoable, undo_of_addition};
 use crate::validate::ValidationError;
 
-/// Route tables by listener address.
-pub type RouteTables = Vec<(SocketAddr, RouteTable)>;
+/// Route tables by listener.
+pub type RouteTables = Vec<(ListenerKey, RouteTable)>;
 
 /// The changes a worker applies in one step, between two events of its
 /// loop, so that no connection sees part of them.
@@ -52,7 +52,7 @@ pub struct Generation {
 /// Snapshots of the route tables of `state`'s listeners at `addresses`.
 fn snapshot<'a>(
     state: &ConfigState,
-    addresses: impl IntoIterator<Item = &'a SocketAddr>,
+    addresses: impl IntoIterator<Item = &'a ListenerKey>,
 ) -> RouteTables {
     addresses
         .into_iter()
@@ -191,7 +191,7 @@ pub fn plan<E: From<ValidationError>>(
     // Each listener's table as the workers hold it, as it was before the
     // first change to it: the undo below builds an equal table, and
     // restoring this one keeps one copy of it, not two.
-    let mut held: BTreeMap<SocketAddr, RouteTable> = BTreeMap::new();
+    let mut held: BTreeMap<ListenerKey, RouteTable> = BTreeMap::new();
     for request in requests {
         if let Some(address) = holds_table_of(&request)
             && !held.contains_key(&address)
@@ -221,7 +221,7 @@ pub fn plan<E: From<ValidationError>>(
             Err(error) => planned.skipped.push((request, error)),
         }
     }
-    let routed: BTreeSet<SocketAddr> = planned
+    let routed: BTreeSet<ListenerKey> = planned
         .generation
         .changes
         .iter()
@@ -257,14 +257,18 @@ fn typed(
 /// change): the listener a frontend with an SNI routes at, and a listener
 /// removed (its inverse adds it back with a table of its own, which
 /// planning replaces with the one held).
-fn holds_table_of(request: &proto::Request) -> Option<SocketAddr> {
+fn holds_table_of(request: &proto::Request) -> Option<ListenerKey> {
     match request.request_type.as_ref()? {
         RequestType::AddTcpFrontend(frontend) | RequestType::RemoveTcpFrontend(frontend)
             if frontend.sni.is_some() =>
         {
-            frontend.address.parse().ok()
+            let at = proto::ListenerAddress {
+                address: frontend.address.clone(),
+                protocol: frontend.protocol,
+            };
+            ListenerKey::of_request(&at).ok()
         }
-        RequestType::RemoveListener(at) => at.address.parse().ok(),
+        RequestType::RemoveListener(at) => ListenerKey::of_request(at).ok(),
         _ => None,
     }
 }

@@ -15,6 +15,7 @@ pub mod diff;
 pub mod duration;
 pub mod generation;
 pub mod health_check;
+pub mod listener_key;
 pub mod listing;
 mod part;
 pub mod proto;

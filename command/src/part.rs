@@ -51,7 +51,8 @@ impl ConfigState {
             if !interned.iter().any(|id| Arc::ptr_eq(id, &stored.cluster)) {
                 continue;
             }
-            if let (Some(sni), Some(listener)) = (&key.sni, part.listeners.get_mut(&key.address)) {
+            if let (Some(sni), Some(listener)) = (&key.sni, part.listeners.get_mut(&key.listener()))
+            {
                 let inserted =
                     listener
                         .routes

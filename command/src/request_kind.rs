@@ -79,6 +79,7 @@ mod tests {
     fn a_listener_removal_is_a_change_and_a_status_is_not() {
         let removal = RequestType::RemoveListener(ListenerAddress {
             address: "127.0.0.1:8443".to_owned(),
+            protocol: None,
         });
         assert!(removal.is_change());
         assert!(!RequestType::Status(Status {}).is_change());

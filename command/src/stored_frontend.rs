@@ -65,6 +65,7 @@ impl StoredFrontend {
             sni: key.sni.as_ref().map(ToString::to_string),
             alpn,
             tags: self.tags().clone(),
+            protocol: key.listener().protocol_field(),
         }
     }
 }
@@ -92,6 +93,7 @@ mod tests {
             sni: Some("*.Example.COM.".into()),
             alpn: vec!["http/1.1".into(), "h2".into(), "ñ".into()],
             tags: [("team".to_owned(), "edge".to_owned())].into(),
+            protocol: None,
         });
         assert_eq!(canonical.address, "127.0.0.1:443");
         assert_eq!(canonical.sni.as_deref(), Some("*.example.com"));

@@ -10,10 +10,11 @@
 //! `tests/state_props.rs` check both).
 
 use crate::codes::ErrorCode;
+use crate::listener_key::ListenerKey;
 use crate::proto::request::RequestType;
 use crate::proto::{self, BackendRef, ClusterRef, ListenerAddress};
 use crate::state::{self, Applied, ConfigState};
-use crate::validate::{ValidationError, parse_address, resolve_backend, resolve_frontend};
+use crate::validate::{ValidationError, resolve_backend, resolve_frontend};
 
 /// What an accepted request did, with the way back when it changed the
 /// state.
@@ -62,22 +63,22 @@ impl ConfigState {
         if let Some(undo) = undo_of_addition(request) {
             return Some(undo);
         }
-        let address_of = |text: &str| parse_address("listener", text).ok();
+        let key_of = |at: &ListenerAddress| ListenerKey::of_request(at).ok();
         let inverse = match request.request_type.as_ref()? {
             RequestType::UpdateTcpListener(config) => {
-                let old = self.listeners.get(&address_of(&config.address)?)?;
+                let old = self.listeners.get(&ListenerKey::of_config(config).ok()?)?;
                 RequestType::UpdateTcpListener(old.config.clone())
             }
             RequestType::RemoveListener(at) => {
-                let old = self.listeners.get(&address_of(&at.address)?)?;
+                let old = self.listeners.get(&key_of(at)?)?;
                 RequestType::AddTcpListener(old.config.clone())
             }
-            RequestType::ActivateListener(at) => RequestType::DeactivateListener(ListenerAddress {
-                address: address_of(&at.address)?.to_string(),
-            }),
-            RequestType::DeactivateListener(at) => RequestType::ActivateListener(ListenerAddress {
-                address: address_of(&at.address)?.to_string(),
-            }),
+            RequestType::ActivateListener(at) => {
+                RequestType::DeactivateListener(key_of(at)?.to_proto())
+            }
+            RequestType::DeactivateListener(at) => {
+                RequestType::ActivateListener(key_of(at)?.to_proto())
+            }
             RequestType::UpdateCluster(cluster) => {
                 RequestType::UpdateCluster(self.clusters.get(cluster.cluster_id.as_str())?.clone())
             }
@@ -109,9 +110,9 @@ impl ConfigState {
 /// pattern or backend, which `dispatch` refuses anyway).
 pub(crate) fn undo_of_addition(request: &proto::Request) -> Option<proto::Request> {
     let inverse = match request.request_type.as_ref()? {
-        RequestType::AddTcpListener(config) => RequestType::RemoveListener(ListenerAddress {
-            address: parse_address("listener", &config.address).ok()?.to_string(),
-        }),
+        RequestType::AddTcpListener(config) => {
+            RequestType::RemoveListener(ListenerKey::of_config(config).ok()?.to_proto())
+        }
         RequestType::AddCluster(cluster) => RequestType::RemoveCluster(ClusterRef {
             cluster_id: cluster.cluster_id.clone(),
         }),

@@ -706,6 +706,7 @@ fn refused_request_in_a_state_file_names_its_line() {
         sni: Some("a.example.com".into()),
         alpn: vec![],
         tags: Default::default(),
+        protocol: None,
     }));
     let listener = request(RequestType::AddTcpListener(proto::TcpListenerConfig {
         address: "127.0.0.1:8443".into(),

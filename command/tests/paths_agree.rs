@@ -296,6 +296,7 @@ fn frontend(cluster_ids: Vec<String>) -> impl Strategy<Value = proto::TcpFronten
                 sni,
                 alpn,
                 tags,
+                protocol: None,
             }
         })
 }

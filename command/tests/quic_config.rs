@@ -7,8 +7,13 @@ use std::time::Duration;
 use command::change::{Change, QuicSettings};
 use command::codes::ErrorCode;
 use command::config::{ConfigProblem, check_config, load_config};
+use command::diff::diff;
+use command::generation::plan;
+use command::listener_key::ListenerKey;
 use command::proto::request::RequestType;
 use command::state::ConfigState;
+use command::validate::ValidationError;
+use preread_core::routes::Lookup;
 
 fn codes(problems: &[ConfigProblem]) -> Vec<ErrorCode> {
     problems.iter().map(|p| p.code).collect()
@@ -201,4 +206,88 @@ fn the_new_codes_explain_themselves() {
         assert_eq!(explanation.section, "8", "{code}");
         assert!(explanation.fix.len() > 20, "{code}");
     }
+}
+
+/// HTTP/3 beside TCP: a TCP and a QUIC listener on one address, each with
+/// its own cluster for the same name (doc/configure.md §8).
+const SAME_PORT: &str = r#"
+[[listeners]]
+address = "127.0.0.1:8443"
+[[listeners]]
+protocol = "quic"
+address = "127.0.0.1:8443"
+[clusters.web]
+frontends = [ { address = "127.0.0.1:8443", sni = "a.example.com" } ]
+backends = [ { address = "127.0.0.1:9001" } ]
+[clusters.webq]
+protocol = "quic"
+frontends = [ { address = "127.0.0.1:8443", sni = "a.example.com" } ]
+backends = [ { address = "127.0.0.1:9001" } ]
+"#;
+
+fn routed(state: &ConfigState, listener: ListenerKey, name: &str) -> Option<String> {
+    match state.route_table(&listener)?.lookup(name.as_bytes(), []) {
+        Lookup::Matched { cluster, .. } => Some(cluster.to_string()),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_tcp_and_a_quic_listener_share_an_address() {
+    assert_eq!(codes(&check_config(SAME_PORT)), vec![]);
+    let loaded = load_config(SAME_PORT).unwrap_or_else(|p| panic!("{p:?}"));
+    let address = "127.0.0.1:8443".parse().expect("address");
+    let (tcp, quic) = (ListenerKey::tcp(address), ListenerKey::quic(address));
+    assert_eq!(loaded.state.listeners().len(), 2);
+    let name = "a.example.com";
+    assert_eq!(routed(&loaded.state, tcp, name).as_deref(), Some("web"));
+    assert_eq!(routed(&loaded.state, quic, name).as_deref(), Some("webq"));
+    // Only a listener's own protocol clashes: a second QUIC listener there does.
+    let twice = format!(
+        "{SAME_PORT}[[listeners]]\nprotocol = \"quic\"\naddress = \"127.0.0.1:8443\"\nmax_flows = 5\n"
+    );
+    assert_eq!(
+        codes(&check_config(&twice)),
+        vec![ErrorCode::ListenerConflict]
+    );
+}
+
+/// A reload that edits the QUIC side alone asks nothing of the TCP
+/// listener or its frontend, and builds the state the new file declares.
+#[test]
+fn a_reload_of_one_protocol_leaves_the_other_alone() {
+    let before = load_config(SAME_PORT).unwrap_or_else(|p| panic!("{p:?}"));
+    let edited = SAME_PORT
+        .replace(
+            "protocol = \"quic\"\naddress = \"127.0.0.1:8443\"\n",
+            "protocol = \"quic\"\naddress = \"127.0.0.1:8443\"\nquic_idle_timeout = \"5s\"\n",
+        )
+        .replace(
+            "protocol = \"quic\"\nfrontends = [ { address = \"127.0.0.1:8443\", sni = \"a.example.com\" } ]",
+            "protocol = \"quic\"\nfrontends = [ { address = \"127.0.0.1:8443\", sni = \"b.example.com\" } ]",
+        );
+    let after = load_config(&edited).unwrap_or_else(|p| panic!("{p:?}"));
+    let steps = diff(&before.state, &after.state);
+    assert_eq!(steps.len(), 3, "{steps:?}");
+    for step in &steps {
+        let change = Change::from_request(step).unwrap_or_else(|e| panic!("{e}"));
+        let quic = match &change {
+            Change::UpdateListener { settings, .. } => settings.quic.is_some(),
+            Change::AddFrontend(frontend) | Change::RemoveFrontend(frontend) => frontend.quic,
+            other => panic!("not a step of this reload: {other:?}"),
+        };
+        assert!(quic, "the reload touches the TCP side: {change:?}");
+    }
+    let mut state = before.state.clone();
+    let planned = plan::<ValidationError>(&mut state, steps, |_, _| Ok(()));
+    assert!(planned.skipped.is_empty(), "{:?}", planned.skipped);
+    let tcp = ListenerKey::tcp("127.0.0.1:8443".parse().expect("address"));
+    assert_eq!(planned.generation.routes.len(), 1, "only the QUIC table");
+    assert!(planned.generation.routes.iter().all(|(key, _)| key.quic));
+    planned
+        .generation
+        .apply_to(&mut state)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(state, after.state);
+    assert_eq!(routed(&state, tcp, "a.example.com").as_deref(), Some("web"));
 }

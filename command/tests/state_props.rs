@@ -9,12 +9,12 @@
 //! unchanged, and `check_invariants` runs after every step.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 
 use command::change::Change;
 use command::codes::ErrorCode;
 use command::diff::diff;
 use command::generation::{Planned, plan};
+use command::listener_key::ListenerKey;
 use command::proto;
 use command::proto::request::RequestType;
 use command::state::{Applied, ConfigState};
@@ -115,8 +115,9 @@ fn frontend() -> impl Strategy<Value = proto::TcpFrontend> {
         prop_oneof![1 => Just(None), 4 => pick(SNIS).prop_map(Some)],
         alpn(),
         prop_oneof![4 => Just(BTreeMap::new()), 1 => Just(BTreeMap::from([("team".to_owned(), "x".to_owned())]))],
+        protocol(),
     )
-        .prop_map(|(cluster_id, address, sni, alpn, tags)| {
+        .prop_map(|(cluster_id, address, sni, alpn, tags, protocol)| {
             // A catch-all with ALPN is refused; keep most catch-alls valid.
             let alpn = if sni.is_none() { Vec::new() } else { alpn };
             proto::TcpFrontend {
@@ -125,8 +126,16 @@ fn frontend() -> impl Strategy<Value = proto::TcpFrontend> {
                 sni,
                 alpn,
                 tags,
+                protocol,
             }
         })
+}
+
+/// The `protocol` of a request naming a listener or a frontend: mostly
+/// TCP (unset), sometimes QUIC, so that a TCP and a QUIC listener share
+/// the universe's addresses.
+fn protocol() -> impl Strategy<Value = Option<i32>> {
+    prop_oneof![3 => Just(None), 1 => Just(Some(proto::ListenerProtocol::Quic as i32))]
 }
 
 fn backend() -> impl Strategy<Value = proto::Backend> {
@@ -212,7 +221,10 @@ fn quic_cluster(request: RequestType) -> RequestType {
 
 /// One state-changing request over the universe.
 fn request() -> impl Strategy<Value = proto::Request> {
-    let address = || pick(LISTENERS).prop_map(|address| proto::ListenerAddress { address });
+    let address = || {
+        (pick(LISTENERS), protocol())
+            .prop_map(|(address, protocol)| proto::ListenerAddress { address, protocol })
+    };
     let kind = prop_oneof![
         4 => add_cluster(),
         1 => pick(CLUSTERS).prop_map(|cluster_id| RequestType::RemoveCluster(proto::ClusterRef { cluster_id })),
@@ -223,6 +235,7 @@ fn request() -> impl Strategy<Value = proto::Request> {
         1 => listener_config().prop_map(|config| RequestType::AddTcpListener(quic_listener(config))),
         1 => add_cluster().prop_map(quic_cluster),
         2 => listener_config().prop_map(RequestType::UpdateTcpListener),
+        1 => listener_config().prop_map(|config| RequestType::UpdateTcpListener(quic_listener(config))),
         1 => address().prop_map(RequestType::RemoveListener),
         1 => address().prop_map(RequestType::ActivateListener),
         1 => address().prop_map(RequestType::DeactivateListener),
@@ -313,6 +326,7 @@ fn tcp_frontend(cluster: &str, address: &str, sni: &str, alpn: &[&str]) -> proto
         sni: Some(sni.into()),
         alpn: alpn.iter().map(|p| (*p).to_owned()).collect(),
         tags: BTreeMap::new(),
+        protocol: None,
     }
 }
 
@@ -379,7 +393,7 @@ fn assert_routes_of(
     b: &ConfigState,
 ) {
     let empty = preread_core::routes::RouteTable::new();
-    let tables = |state: &ConfigState| -> BTreeMap<SocketAddr, preread_core::routes::RouteTable> {
+    let tables = |state: &ConfigState| -> BTreeMap<ListenerKey, preread_core::routes::RouteTable> {
         state
             .route_tables()
             .map(|(address, table)| (address, table.clone()))
@@ -417,8 +431,8 @@ fn assert_routes_of(
     }
 }
 
-fn addr(text: &str) -> SocketAddr {
-    text.parse().expect("a test address")
+fn addr(text: &str) -> ListenerKey {
+    ListenerKey::tcp(text.parse().expect("a test address"))
 }
 
 proptest! {

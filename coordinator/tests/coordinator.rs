@@ -842,6 +842,7 @@ fn declarations_apply_their_diff_or_are_refused_whole() {
         sni: None,
         alpn: Vec::new(),
         tags: Default::default(),
+        protocol: None,
     });
     let refused = rig.ask(1, declarations(vec![cluster("x"), stray]));
     assert!(applies(&refused).is_empty());
@@ -926,6 +927,7 @@ fn only_an_address_a_change_starts_listening_on_is_checked_free() {
     // Deactivated, then activated: it starts listening again, checked.
     let at = |address: &str| proto::ListenerAddress {
         address: address.into(),
+        protocol: None,
     };
     let off = Request::Change(proto::Request {
         request_type: Some(RequestType::DeactivateListener(at("127.0.0.1:9443"))),

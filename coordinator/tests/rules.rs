@@ -425,6 +425,7 @@ fn a_listener_is_checked_free_only_when_the_change_opens_it() {
     c.handle(Input::Journaled { job, saved: Ok(()) }, now);
     let off = change(RequestType::DeactivateListener(proto::ListenerAddress {
         address: LISTENER.into(),
+        protocol: None,
     }));
     let sent = ask(&mut c, 1, off, now);
     assert!(

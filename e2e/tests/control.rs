@@ -194,6 +194,7 @@ fn frontend(cluster: &str, addr: SocketAddr, sni: &str) -> proto::TcpFrontend {
         sni: Some(sni.to_owned()),
         alpn: Vec::new(),
         tags: BTreeMap::new(),
+        protocol: None,
     }
 }
 

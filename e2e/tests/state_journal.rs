@@ -65,6 +65,7 @@ fn add(addr: SocketAddr, sni: &str) -> Request {
             sni: Some(sni.to_owned()),
             alpn: Vec::new(),
             tags: Default::default(),
+            protocol: None,
         })),
     }
 }

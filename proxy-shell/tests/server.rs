@@ -18,6 +18,7 @@ use command::channel::{
     BlockingChannel, DEFAULT_MAX_FRAME_LEN, E_CHANNEL_FRAME, FrameDecoder, encode_frame,
 };
 use command::codes::ErrorCode;
+use command::listener_key::ListenerKey;
 use command::proto::{self, request::RequestType, response_content::ContentType};
 use command::state::ConfigState;
 use command::state_file::{journal_path, load_state, seal};
@@ -597,7 +598,7 @@ fn the_workers_are_given_the_state_s_own_route_tables() -> Result<(), String> {
     let [(at, table)] = routed.routes.as_slice() else {
         return Err(format!("not one table: {:?}", routed.routes));
     };
-    assert_eq!((*at, table.len()), (address, 1));
+    assert_eq!((*at, table.len()), (ListenerKey::tcp(address), 1));
     assert!(routed.routes_before.iter().all(|(_, t)| t.is_empty()));
     // Only frontends bring tables.
     for other in [&zero[0], &zero[1], &zero[3]] {
@@ -620,7 +621,9 @@ fn the_workers_are_given_the_state_s_own_route_tables() -> Result<(), String> {
     };
     assert!(before.same_storage(table), "the very table worker 0 had");
     let state = h.stop();
-    let kept = state.route_table(&address).ok_or("no listener")?;
+    let kept = state
+        .route_table(&ListenerKey::tcp(address))
+        .ok_or("no listener")?;
     assert!(
         kept.same_storage(table),
         "the state shares the workers' table"

@@ -13,11 +13,12 @@ use super::{
 use crate::backend_address::BackendAddress;
 use crate::codes::ErrorCode;
 use crate::health_check::{DEFAULT_FALL, DEFAULT_INTERVAL_MS, DEFAULT_RISE, DEFAULT_TIMEOUT_MS};
+use crate::listener_key::ListenerKey;
 use crate::proto::{self, request::RequestType};
 use crate::validate::{
     AccessFields, DEFAULT_MAX_FLOWS, DEFAULT_QUIC_IDLE_TIMEOUT_MS, DEFAULT_QUIC_PREREAD_TIMEOUT_MS,
     DEFAULT_SNI_PREREAD_MAX_BYTES, DEFAULT_SNI_PREREAD_TIMEOUT_MS, DEFAULT_WEIGHT, ValidationError,
-    back_timeout, connect_timeout, front_timeout, is_quic_cluster, is_quic_listener, parse_address,
+    back_timeout, connect_timeout, front_timeout, is_quic_cluster, is_quic_listener,
     resolve_access, resolve_backend, resolve_cluster, resolve_frontend, resolve_listener,
     validate_id,
 };
@@ -27,7 +28,8 @@ fn millis(value: u32) -> Duration {
 }
 
 fn listener(config: &proto::TcpListenerConfig) -> Result<ListenerSettings, ValidationError> {
-    let (address, resolved) = resolve_listener(config)?;
+    let (key, resolved) = resolve_listener(config)?;
+    let address = key.address;
     Ok(ListenerSettings {
         address,
         expect_proxy: resolved.expect_proxy,
@@ -61,7 +63,7 @@ fn listener(config: &proto::TcpListenerConfig) -> Result<ListenerSettings, Valid
             max_flows_per_ip: resolved.max_flows_per_ip.unwrap_or(0),
         }),
         access: resolve_access(
-            &format!("listener {address}"),
+            &format!("listener {key}"),
             AccessFields::of_listener(&resolved),
         )?,
     })
@@ -97,6 +99,7 @@ fn frontend(frontend: &proto::TcpFrontend) -> Result<FrontendSettings, Validatio
     let (key, canonical) = resolve_frontend(frontend)?;
     Ok(FrontendSettings {
         address: key.address,
+        quic: key.quic,
         sni: key.sni,
         alpn: canonical.alpn,
         cluster_id: canonical.cluster_id,
@@ -153,7 +156,7 @@ impl Change {
                  requests",
             ));
         };
-        let listener_at = |address: &str| parse_address("listener", address);
+        let listener_at = ListenerKey::of_request;
         Ok(match kind {
             RequestType::AddTcpListener(config) => Self::AddListener {
                 settings: listener(config)?,
@@ -163,11 +166,9 @@ impl Change {
                 settings: listener(config)?,
                 active: config.active,
             },
-            RequestType::RemoveListener(at) => Self::RemoveListener(listener_at(&at.address)?),
-            RequestType::ActivateListener(at) => Self::ActivateListener(listener_at(&at.address)?),
-            RequestType::DeactivateListener(at) => {
-                Self::DeactivateListener(listener_at(&at.address)?)
-            }
+            RequestType::RemoveListener(at) => Self::RemoveListener(listener_at(at)?),
+            RequestType::ActivateListener(at) => Self::ActivateListener(listener_at(at)?),
+            RequestType::DeactivateListener(at) => Self::DeactivateListener(listener_at(at)?),
             RequestType::AddCluster(settings) => Self::AddCluster(cluster(settings)?),
             RequestType::UpdateCluster(settings) => Self::UpdateCluster(cluster(settings)?),
             RequestType::RemoveCluster(at) => {

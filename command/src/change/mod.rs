@@ -23,6 +23,7 @@ use std::time::Duration;
 use preread_core::pattern::SniPattern;
 
 use crate::backend_address::BackendAddress;
+use crate::listener_key::ListenerKey;
 use crate::proto::{LoadBalancing, ProxyProtocol, RejectWith};
 pub use crate::validate::AccessSettings;
 
@@ -107,12 +108,15 @@ pub struct ClusterSettings {
     pub access: AccessSettings,
 }
 
-/// A frontend: its key (address, SNI pattern, ALPN list), its cluster and
-/// its tags.
+/// A frontend: its key (address, protocol, SNI pattern, ALPN list), its
+/// cluster and its tags.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FrontendSettings {
-    /// The listener it routes on.
+    /// The address of the listener it routes on.
     pub address: SocketAddr,
+    /// Its cluster is a QUIC one, so it routes on the QUIC listener at
+    /// `address`.
+    pub quic: bool,
     /// The names it takes; none for the listener's catch-all.
     pub sni: Option<SniPattern>,
     /// The protocols it serves, sorted; empty for any.
@@ -169,11 +173,11 @@ pub enum Change {
         active: Option<bool>,
     },
     /// A listener goes (it has no frontend left).
-    RemoveListener(SocketAddr),
+    RemoveListener(ListenerKey),
     /// A listener starts listening.
-    ActivateListener(SocketAddr),
+    ActivateListener(ListenerKey),
     /// A listener stops listening, keeping its settings and routes.
-    DeactivateListener(SocketAddr),
+    DeactivateListener(ListenerKey),
     /// A new cluster.
     AddCluster(ClusterSettings),
     /// A cluster's settings, its backends and routes kept.
@@ -196,23 +200,23 @@ impl Change {
     /// The listener whose route table the change alters: that of a
     /// frontend with an SNI pattern.
     #[must_use]
-    pub fn routed_at(&self) -> Option<SocketAddr> {
+    pub fn routed_at(&self) -> Option<ListenerKey> {
         match self {
             Self::AddFrontend(frontend) | Self::RemoveFrontend(frontend)
                 if frontend.sni.is_some() =>
             {
-                Some(frontend.address)
+                Some(frontend.listener())
             }
             _ => None,
         }
     }
 
-    /// The address at which the change may start listening.
+    /// The listener the change may start.
     #[must_use]
-    pub fn opened_at(&self) -> Option<SocketAddr> {
+    pub fn opened_at(&self) -> Option<ListenerKey> {
         match self {
             Self::AddListener { settings, .. } | Self::UpdateListener { settings, .. } => {
-                Some(settings.address)
+                Some(settings.key())
             }
             Self::ActivateListener(address) => Some(*address),
             _ => None,
@@ -235,6 +239,28 @@ impl Change {
             | Self::RemoveListener(_)
             | Self::ActivateListener(_)
             | Self::DeactivateListener(_) => None,
+        }
+    }
+}
+
+impl ListenerSettings {
+    /// What names the listener: its address and protocol.
+    #[must_use]
+    pub fn key(&self) -> ListenerKey {
+        ListenerKey {
+            address: self.address,
+            quic: self.quic.is_some(),
+        }
+    }
+}
+
+impl FrontendSettings {
+    /// The listener it routes on.
+    #[must_use]
+    pub fn listener(&self) -> ListenerKey {
+        ListenerKey {
+            address: self.address,
+            quic: self.quic,
         }
     }
 }

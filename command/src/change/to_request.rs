@@ -9,6 +9,7 @@
 use super::{
     BackendRef, BackendSettings, Change, ClusterSettings, FrontendSettings, ListenerSettings,
 };
+use crate::listener_key::ListenerKey;
 use crate::proto::{self, request::RequestType};
 use crate::validate::whole_seconds;
 
@@ -103,6 +104,7 @@ impl FrontendSettings {
             sni: self.sni.as_ref().map(ToString::to_string),
             alpn: self.alpn.clone(),
             tags: self.tags.clone(),
+            protocol: self.listener().protocol_field(),
         }
     }
 }
@@ -138,9 +140,7 @@ impl Change {
     /// The request that asks for this change.
     #[must_use]
     pub fn to_request(&self) -> proto::Request {
-        let at = |address: &std::net::SocketAddr| proto::ListenerAddress {
-            address: address.to_string(),
-        };
+        let at = |key: &ListenerKey| key.to_proto();
         let kind = match self {
             Self::AddListener { settings, active } => {
                 RequestType::AddTcpListener(settings.to_proto(Some(*active)))

@@ -451,6 +451,7 @@ mod tests {
                                 sni,
                                 alpn,
                                 tags,
+                                protocol: None,
                             })),
                         }
                     }

@@ -186,10 +186,11 @@ impl ErrorCode {
             ),
             Self::ListenerConflict => (
                 "the listener already exists with other settings",
-                "A listener was added at an address that already has a listener with \
-                 different settings (or a different active flag). Adding an identical \
-                 listener again is accepted and changes nothing.",
-                "One listener per socket address.",
+                "A listener was added at an address that already has a listener of the \
+                 same protocol with different settings (or a different active flag). Adding \
+                 an identical listener again is accepted and changes nothing.",
+                "One listener per protocol and socket address: a TCP and a QUIC listener \
+                 may share an address.",
                 "Send update_tcp_listener to change its settings, or remove it first.",
                 "2.2",
             ),
@@ -335,14 +336,17 @@ impl ErrorCode {
             Self::ProtocolMismatch => (
                 "a listener and a cluster of different protocols",
                 "A frontend, or a listener's default_cluster, joins a listener and a cluster \
-                 that speak different protocols: a QUIC cluster behind a TCP listener, or a \
-                 TCP cluster behind a QUIC listener. A TCP backend cannot take a QUIC flow \
+                 that speak different protocols: a QUIC cluster's frontend at an address \
+                 that has only a TCP listener, or the reverse, or a frontend request whose \
+                 protocol is not its cluster's. A TCP backend cannot take a QUIC flow \
                  (UDP datagrams), nor a QUIC backend a TCP stream.",
                 "protocol = \"quic\" on the cluster of every frontend (and the \
                  default_cluster) of a QUIC listener, and no protocol (or \"tcp\") on those \
                  of a TCP listener.",
-                "Point the frontend at a cluster of the listener's protocol, or declare a \
-                 second cluster (one per protocol) for the same servers.",
+                "Add the listener of the cluster's protocol at that address (a TCP and a \
+                 QUIC listener may share one), point the frontend at a cluster of the \
+                 listener's protocol, or name the frontend with its cluster's protocol \
+                 (preread frontend quic or tcp).",
                 "8",
             ),
             Self::InvalidId => (

@@ -224,6 +224,9 @@ pub(super) fn routing_requests(raw: RawConfig, problems: &mut Problems<'_>) -> V
                     sni: frontend.sni,
                     alpn: frontend.alpn,
                     tags: frontend.tags,
+                    // A frontend routes on the listener of its cluster's
+                    // protocol at its address.
+                    protocol,
                 }),
             ));
         }

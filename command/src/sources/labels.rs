@@ -332,6 +332,7 @@ fn cluster(name: &str, members: &[Member<'_>]) -> Fragment {
                     sni: sni.clone(),
                     alpn: alpn.clone(),
                     tags: BTreeMap::new(),
+                    protocol: None,
                 })),
                 origin: format!(
                     "label {TCP_PREFIX}{name}.{key} of container {}",

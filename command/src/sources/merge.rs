@@ -285,11 +285,13 @@ fn resolve_any_ip(
             ),
         });
     };
+    // Among the listeners of the frontend's protocol (its cluster's).
+    let quic = frontend.protocol == Some(proto::ListenerProtocol::Quic as i32);
     let on_port: Vec<SocketAddr> = state
         .listeners
         .keys()
-        .filter(|address| address.port() == port)
-        .copied()
+        .filter(|key| key.address.port() == port && key.quic == quic)
+        .map(|key| key.address)
         .collect();
     let address = match on_port.as_slice() {
         [one] => *one,

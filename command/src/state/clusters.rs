@@ -79,7 +79,7 @@ impl ConfigState {
                     *f.cluster == **id
                         && self
                             .listeners
-                            .get(&key.address)
+                            .get(&key.listener())
                             .is_some_and(|l| !l.config.expect_proxy)
                 })
                 .map(|(key, _)| key.to_string());

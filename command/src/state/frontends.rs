@@ -15,12 +15,24 @@ impl ConfigState {
     ) -> Result<Applied, ValidationError> {
         let key = frontend_key(frontend)?;
         let id = &frontend.cluster_id;
-        let Some(listener) = self.listeners.get(&key.address) else {
+        let cluster_quic = self.clusters.get(id.as_str()).map(is_quic_cluster);
+        if cluster_quic.is_some_and(|quic| quic != key.quic) {
+            return Err(frontend_protocol(&key, id));
+        }
+        let Some(listener) = self.listeners.get(&key.listener()) else {
+            if self.listeners.contains_key(&key.listener().other()) {
+                return Err(protocol_mismatch(
+                    &key.to_string(),
+                    key.listener().other(),
+                    id,
+                ));
+            }
             return Err(ValidationError::new(
                 ErrorCode::UnknownListener,
                 format!(
-                    "{key} of cluster `{id}`: there is no listener at {}: add the listener \
+                    "{key} of cluster `{id}`: there is no {} listener at {}: add the listener \
                      first, or correct the address",
+                    key.listener().protocol_name(),
                     key.address
                 ),
             ));
@@ -45,7 +57,7 @@ impl ConfigState {
             } else {
                 (
                     ErrorCode::FrontendConflict,
-                    "one frontend per (address, sni, alpn)",
+                    "one frontend per (protocol, address, sni, alpn)",
                 )
             };
             let detail = if *existing.cluster == *id {
@@ -74,11 +86,11 @@ impl ConfigState {
                     listener.routes.len()
                 )
             }),
-            Some(_) => self.catch_all(&key.address).map(|other| {
+            Some(_) => self.catch_all(&key.listener()).map(|other| {
                 format!(
                     "{key} of cluster `{id}`: listener {} already sends every connection to \
                      cluster `{other}` through its frontend without sni, so it cannot route by SNI",
-                    key.address
+                    key.listener()
                 )
             }),
         };
@@ -99,20 +111,12 @@ impl ConfigState {
                     "{key}: cluster `{id}` relays the client's PROXY header, but listener {} \
                      does not expect one: set expect_proxy on the listener, or use \
                      proxy_protocol send or none on the cluster",
-                    key.address
+                    key.listener()
                 ),
             ));
         }
-        if is_quic_cluster(cluster) != is_quic_listener(&listener.config) {
-            return Err(protocol_mismatch(
-                &key.to_string(),
-                key.address,
-                &listener.config,
-                id,
-            ));
-        }
         let interned = interned.clone();
-        if let (Some(sni), Some(listener)) = (&key.sni, self.listeners.get_mut(&key.address)) {
+        if let (Some(sni), Some(listener)) = (&key.sni, self.listeners.get_mut(&key.listener())) {
             listener
                 .routes
                 .insert(sni.clone(), key.alpn.clone(), interned.clone())
@@ -134,6 +138,10 @@ impl ConfigState {
         frontend: &proto::TcpFrontend,
     ) -> Result<Applied, ValidationError> {
         let key = frontend_key(frontend)?;
+        let cluster = self.clusters.get(frontend.cluster_id.as_str());
+        if cluster.is_some_and(|cluster| is_quic_cluster(cluster) != key.quic) {
+            return Err(frontend_protocol(&key, &frontend.cluster_id));
+        }
         match self.frontends.get(&key) {
             Some(existing) if *existing.cluster == frontend.cluster_id => {}
             Some(existing) => {
@@ -155,11 +163,29 @@ impl ConfigState {
                 ));
             }
         }
-        if let (Some(sni), Some(listener)) = (&key.sni, self.listeners.get_mut(&key.address)) {
+        if let (Some(sni), Some(listener)) = (&key.sni, self.listeners.get_mut(&key.listener())) {
             let removed = listener.routes.remove(sni, &key.alpn);
             debug_assert!(removed.is_some(), "{key} was not in the route table");
         }
         self.frontends.remove(&key);
         Ok(Applied::Changed)
     }
+}
+
+/// The refusal of a frontend request whose protocol is not its cluster's
+/// (`id`): a frontend routes on the listener of its cluster's protocol.
+fn frontend_protocol(key: &FrontendKey, id: &str) -> ValidationError {
+    let (said, cluster) = if key.quic {
+        ("quic", "tcp")
+    } else {
+        ("tcp", "quic")
+    };
+    ValidationError::new(
+        ErrorCode::ProtocolMismatch,
+        format!(
+            "{key}: the request names a {said} frontend, but cluster `{id}` is a {cluster} \
+             cluster, and a frontend takes its cluster's protocol: use `preread frontend \
+             {cluster} …` (protocol = {cluster} in the request), or another cluster"
+        ),
+    )
 }

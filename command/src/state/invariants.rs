@@ -23,9 +23,9 @@ impl ConfigState {
                 "cluster {id} not canonical"
             );
         }
-        let mut tables: BTreeMap<SocketAddr, RouteTable> = BTreeMap::new();
+        let mut tables: BTreeMap<ListenerKey, RouteTable> = BTreeMap::new();
         for (key, stored) in &self.frontends {
-            let listener = self.listeners.get(&key.address);
+            let listener = self.listeners.get(&key.listener());
             debug_assert!(listener.is_some(), "{key} on no listener");
             let interned = self.clusters.get_key_value(&*stored.cluster);
             debug_assert!(interned.is_some(), "{key} routes to a missing cluster");
@@ -41,6 +41,10 @@ impl ConfigState {
                 "{key} not canonical or under a wrong key"
             );
             debug_assert!(frontend.alpn.is_sorted(), "{key} ALPN not sorted");
+            debug_assert!(
+                cluster.is_none_or(|c| is_quic_cluster(c) == key.quic),
+                "{key}: not its cluster's protocol"
+            );
             if let (Some(listener), Some(cluster)) = (listener, cluster) {
                 debug_assert!(
                     listener.config.expect_proxy || !is_relay(cluster),
@@ -49,7 +53,7 @@ impl ConfigState {
             }
             match &key.sni {
                 Some(sni) => {
-                    let table = tables.entry(key.address).or_default();
+                    let table = tables.entry(key.listener()).or_default();
                     let inserted =
                         table.insert(sni.clone(), key.alpn.clone(), stored.cluster.clone());
                     debug_assert!(inserted.is_ok(), "{key}: {inserted:?}");
@@ -59,7 +63,16 @@ impl ConfigState {
         }
         for (address, listener) in &self.listeners {
             let config = &listener.config;
-            debug_assert_eq!(config.address, address.to_string(), "listener address");
+            debug_assert_eq!(
+                config.address,
+                address.address.to_string(),
+                "listener address"
+            );
+            debug_assert_eq!(
+                crate::validate::is_quic_listener(config),
+                address.quic,
+                "listener {address}: under the other protocol"
+            );
             debug_assert!(
                 config.active.is_some()
                     && config.sni_preread_timeout.is_some()

@@ -9,33 +9,31 @@ use super::*;
 impl ConfigState {
     pub(super) fn listener_mut(
         &mut self,
-        address: &str,
-    ) -> Result<(SocketAddr, &mut Listener), ValidationError> {
-        let parsed = parse_address("listener", address)?;
-        match self.listeners.get_mut(&parsed) {
-            Some(listener) => Ok((parsed, listener)),
-            None => Err(ValidationError::new(
-                ErrorCode::NotFound,
-                format!("there is no listener at {parsed}: check `preread listener list`"),
-            )),
+        at: &proto::ListenerAddress,
+    ) -> Result<(ListenerKey, &mut Listener), ValidationError> {
+        let key = ListenerKey::of_request(at)?;
+        let other = self.listeners.contains_key(&key.other());
+        match self.listeners.get_mut(&key) {
+            Some(listener) => Ok((key, listener)),
+            None => Err(no_listener(key, other, "check `preread listener list`")),
         }
     }
 
-    /// The frontends of the listener at `address`.
+    /// The frontends of the listener `listener`.
     pub(super) fn frontends_of(
         &self,
-        address: SocketAddr,
+        listener: ListenerKey,
     ) -> impl Iterator<Item = (&FrontendKey, &StoredFrontend)> {
         self.frontends
-            .range(FrontendKey::first_of(address)..)
-            .take_while(move |(key, _)| key.address == address)
+            .range(FrontendKey::first_of(listener)..)
+            .take_while(move |(key, _)| key.listener() == listener)
     }
 
     /// The state rules of a resolved listener config: its default cluster
     /// exists, and no relay cluster is reached without `expect_proxy`.
     pub(super) fn check_listener_references(
         &self,
-        address: SocketAddr,
+        address: ListenerKey,
         config: &proto::TcpListenerConfig,
     ) -> Result<(), ValidationError> {
         if let Some(id) = &config.default_cluster {
@@ -48,11 +46,10 @@ impl ConfigState {
                     ),
                 ));
             };
-            if is_quic_cluster(cluster) != is_quic_listener(config) {
+            if is_quic_cluster(cluster) != address.quic {
                 return Err(protocol_mismatch(
                     &format!("default_cluster `{id}`"),
                     address,
-                    config,
                     id,
                 ));
             }
@@ -66,19 +63,6 @@ impl ConfigState {
                     ),
                 ));
             }
-        }
-        let mismatched = self.frontends_of(address).find(|(_, f)| {
-            self.clusters
-                .get(&*f.cluster)
-                .is_some_and(|c| is_quic_cluster(c) != is_quic_listener(config))
-        });
-        if let Some((key, frontend)) = mismatched {
-            return Err(protocol_mismatch(
-                &key.to_string(),
-                address,
-                config,
-                &frontend.cluster,
-            ));
         }
         if !config.expect_proxy {
             let relayed = self
@@ -112,7 +96,7 @@ impl ConfigState {
                 Err(ValidationError::new(
                     ErrorCode::ListenerConflict,
                     format!(
-                        "a listener at {address} already exists with other settings ({}): send \
+                        "listener {address} already exists with other settings ({}): send \
                          update_tcp_listener to change them, or remove it first",
                         listener_differences(&existing.config, &resolved)
                     ),
@@ -136,10 +120,8 @@ impl ConfigState {
     ) -> Result<Applied, ValidationError> {
         let (address, mut resolved) = resolve_listener(config)?;
         let Some(existing) = self.listeners.get(&address) else {
-            return Err(ValidationError::new(
-                ErrorCode::NotFound,
-                format!("there is no listener at {address} to update: add it instead"),
-            ));
+            let other = self.listeners.contains_key(&address.other());
+            return Err(no_listener(address, other, "add it instead"));
         };
         resolved.active = Some(resolved.active.unwrap_or(existing.is_active()));
         if existing.config == resolved {
@@ -152,8 +134,11 @@ impl ConfigState {
         Ok(Applied::Changed)
     }
 
-    pub(super) fn remove_listener(&mut self, address: &str) -> Result<Applied, ValidationError> {
-        let (address, _) = self.listener_mut(address)?;
+    pub(super) fn remove_listener(
+        &mut self,
+        at: &proto::ListenerAddress,
+    ) -> Result<Applied, ValidationError> {
+        let (address, _) = self.listener_mut(at)?;
         let frontends: Vec<String> = self
             .frontends_of(address)
             .map(|(k, _)| k.to_string())
@@ -174,25 +159,40 @@ impl ConfigState {
 
     pub(super) fn set_active(
         &mut self,
-        address: &str,
+        at: &proto::ListenerAddress,
         active: bool,
     ) -> Result<Applied, ValidationError> {
-        let (_, listener) = self.listener_mut(address)?;
+        let (_, listener) = self.listener_mut(at)?;
         let same = listener.is_active() == active;
         listener.config.active = Some(active);
         Ok(unchanged_if(same))
     }
 }
 
+/// The refusal of a request naming listener `key`, which the state does
+/// not hold; `other`: the state holds the other protocol's listener at its
+/// address, which the message points to.
+pub(super) fn no_listener(key: ListenerKey, other: bool, advice: &str) -> ValidationError {
+    let (protocol, address) = (key.protocol_name(), key.address);
+    let hint = if other {
+        format!(
+            " (there is a {} listener there: name its protocol, e.g. `preread listener {} …`)",
+            key.other().protocol_name(),
+            key.other().protocol_name()
+        )
+    } else {
+        String::new()
+    };
+    ValidationError::new(
+        ErrorCode::NotFound,
+        format!("there is no {protocol} listener at {address}{hint}: {advice}"),
+    )
+}
+
 /// The refusal of a frontend or default cluster (`what`) that would join
-/// the listener at `address` to cluster `id` of the other protocol.
-pub(super) fn protocol_mismatch(
-    what: &str,
-    address: SocketAddr,
-    listener: &proto::TcpListenerConfig,
-    id: &str,
-) -> ValidationError {
-    let (listener_protocol, cluster_protocol) = if is_quic_listener(listener) {
+/// the listener `address` to cluster `id` of the other protocol.
+pub(super) fn protocol_mismatch(what: &str, address: ListenerKey, id: &str) -> ValidationError {
+    let (listener_protocol, cluster_protocol) = if address.quic {
         ("quic", "tcp")
     } else {
         ("tcp", "quic")
@@ -200,10 +200,11 @@ pub(super) fn protocol_mismatch(
     ValidationError::new(
         ErrorCode::ProtocolMismatch,
         format!(
-            "{what}: listener {address} is a {listener_protocol} listener, but cluster `{id}` \
+            "{what}: listener {} is a {listener_protocol} listener, but cluster `{id}` \
              is a {cluster_protocol} cluster: route a {listener_protocol} listener to clusters \
              with protocol = \"{listener_protocol}\" (one cluster per protocol for the same \
-             servers)"
+             servers)",
+            address.address
         ),
     )
 }

@@ -14,7 +14,7 @@
 //! defaults), so equal states compare equal however they were built.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+
 use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,14 +26,15 @@ use preread_parser::tls::Ja4;
 
 use crate::backend_address::BackendAddress;
 use crate::codes::ErrorCode;
+use crate::listener_key::ListenerKey;
 use crate::proto;
 use crate::proto::request::RequestType;
 use crate::spelling::quoted;
 use crate::stored_frontend::StoredFrontend;
 use crate::validate::{
     DEFAULT_WEIGHT, FrontendKey, ValidationError, cluster_differences, frontend_key,
-    is_quic_cluster, is_quic_listener, is_relay, listener_differences, parse_address,
-    resolve_backend, resolve_cluster, resolve_frontend, resolve_listener,
+    is_quic_cluster, is_relay, listener_differences, resolve_backend, resolve_cluster,
+    resolve_frontend, resolve_listener,
 };
 
 /// What an accepted request did.
@@ -66,7 +67,8 @@ impl Listener {
 /// (what [`crate::diff::diff`] makes equal).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ConfigState {
-    pub(crate) listeners: BTreeMap<SocketAddr, Listener>,
+    /// A TCP and a QUIC listener may share an address.
+    pub(crate) listeners: BTreeMap<ListenerKey, Listener>,
     /// Keyed by the one `Arc` of each cluster id that every frontend and
     /// route table of the cluster shares.
     pub(crate) clusters: BTreeMap<ClusterId, proto::Cluster>,
@@ -162,9 +164,9 @@ impl ConfigState {
         match kind {
             RequestType::AddTcpListener(config) => self.add_listener(config),
             RequestType::UpdateTcpListener(config) => self.update_listener(config),
-            RequestType::RemoveListener(at) => self.remove_listener(&at.address),
-            RequestType::ActivateListener(at) => self.set_active(&at.address, true),
-            RequestType::DeactivateListener(at) => self.set_active(&at.address, false),
+            RequestType::RemoveListener(at) => self.remove_listener(at),
+            RequestType::ActivateListener(at) => self.set_active(at, true),
+            RequestType::DeactivateListener(at) => self.set_active(at, false),
             RequestType::AddCluster(cluster) => self.add_cluster(cluster),
             RequestType::UpdateCluster(cluster) => self.update_cluster(cluster),
             RequestType::UpdateBackend(backend) => self.update_backend(backend),
@@ -182,14 +184,14 @@ impl ConfigState {
     }
 
     /// The listeners' resolved configs (every optional field set, `active`
-    /// included), by address.
+    /// included), by address, a TCP listener before a QUIC one.
     pub fn listeners(&self) -> impl ExactSizeIterator<Item = &proto::TcpListenerConfig> {
         self.listeners.values().map(|l| &l.config)
     }
 
-    /// The listener at `address`, resolved.
+    /// The listener `address`, resolved.
     #[must_use]
-    pub fn listener(&self, address: &SocketAddr) -> Option<&proto::TcpListenerConfig> {
+    pub fn listener(&self, address: &ListenerKey) -> Option<&proto::TcpListenerConfig> {
         self.listeners.get(address).map(|l| &l.config)
     }
 
@@ -204,7 +206,7 @@ impl ConfigState {
     }
 
     /// The frontends in canonical form (normalized SNI, sorted ALPN), by
-    /// `(address, sni, alpn)`. Each is rebuilt from the compact form the
+    /// `(address, protocol, sni, alpn)`. Each is rebuilt from the compact form the
     /// state keeps, so this allocates per frontend.
     pub fn frontends(&self) -> impl ExactSizeIterator<Item = proto::TcpFrontend> {
         self.frontends.iter().map(|(key, f)| f.to_proto(key))
@@ -240,14 +242,14 @@ impl ConfigState {
             })
     }
 
-    /// The SNI routes of the listener at `address`.
+    /// The SNI routes of the listener `address`.
     #[must_use]
-    pub fn route_table(&self, address: &SocketAddr) -> Option<&RouteTable> {
+    pub fn route_table(&self, address: &ListenerKey) -> Option<&RouteTable> {
         self.listeners.get(address).map(|l| &l.routes)
     }
 
-    /// Every listener's SNI routes, by address.
-    pub fn route_tables(&self) -> impl ExactSizeIterator<Item = (SocketAddr, &RouteTable)> {
+    /// Every listener's SNI routes, by listener.
+    pub fn route_tables(&self) -> impl ExactSizeIterator<Item = (ListenerKey, &RouteTable)> {
         self.listeners
             .iter()
             .map(|(address, listener)| (*address, &listener.routes))
@@ -257,7 +259,7 @@ impl ConfigState {
     /// `address`, its routes: the state then shares their storage with the
     /// workers that route on the snapshot instead of keeping an equal copy.
     /// Returns whether there is such a listener (nothing changes without).
-    pub(crate) fn adopt_routes(&mut self, address: &SocketAddr, table: &RouteTable) -> bool {
+    pub(crate) fn adopt_routes(&mut self, address: &ListenerKey, table: &RouteTable) -> bool {
         let Some(listener) = self.listeners.get_mut(address) else {
             return false;
         };
@@ -273,7 +275,7 @@ impl ConfigState {
     /// The cluster of the listener's frontend without SNI, if it has one: the
     /// worker then proxies every connection there without prereading.
     #[must_use]
-    pub fn catch_all(&self, address: &SocketAddr) -> Option<&str> {
+    pub fn catch_all(&self, address: &ListenerKey) -> Option<&str> {
         self.frontends
             .get(&FrontendKey::first_of(*address))
             .map(|f| &*f.cluster)
@@ -300,7 +302,7 @@ impl ConfigState {
         })
     }
 
-    pub fn preread_config(&self, address: &SocketAddr) -> Option<PrereadConfig> {
+    pub fn preread_config(&self, address: &ListenerKey) -> Option<PrereadConfig> {
         let listener = self.listeners.get(address)?;
         let config = &listener.config;
         let ms = |value: Option<u32>| value.map(|ms| Duration::from_millis(u64::from(ms)));
@@ -325,5 +327,7 @@ mod frontends;
 mod invariants;
 mod listeners;
 
+#[cfg(test)]
+mod protocol_tests;
 #[cfg(test)]
 mod tests;

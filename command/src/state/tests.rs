@@ -3,6 +3,7 @@
 use preread_core::routes::Lookup;
 
 use super::*;
+use crate::listener_key::ListenerKey;
 
 fn ok(state: &mut ConfigState, kind: RequestType) -> Applied {
     let applied = state.dispatch(&request(kind));
@@ -51,6 +52,7 @@ fn sample() -> ConfigState {
             sni: Some("*.Example.COM.".into()),
             alpn: vec!["http/1.1".into(), "h2".into()],
             tags: Default::default(),
+            protocol: None,
         }),
     );
     changed(
@@ -94,6 +96,7 @@ fn the_first_exact_sni_of_a_cluster_skips_wildcards_and_other_clusters() {
                 sni: Some(sni.into()),
                 alpn: vec![],
                 tags: Default::default(),
+                protocol: None,
             }),
         );
     }
@@ -272,6 +275,7 @@ fn identical_re_add_is_unchanged() {
             sni: Some("*.example.com".into()),
             alpn: vec!["h2".into(), "http/1.1".into()],
             tags: Default::default(),
+            protocol: None,
         }),
         RequestType::AddBackend(proto::Backend {
             cluster_id: "a".into(),
@@ -283,6 +287,7 @@ fn identical_re_add_is_unchanged() {
         }),
         RequestType::ActivateListener(proto::ListenerAddress {
             address: "127.0.0.1:443".into(),
+            protocol: None,
         }),
     ];
     for kind in again {
@@ -334,6 +339,7 @@ fn activation_and_update() {
     let mut s = sample();
     let at = || proto::ListenerAddress {
         address: "127.0.0.1:443".into(),
+        protocol: None,
     };
     assert_eq!(
         ok(&mut s, RequestType::DeactivateListener(at())),
@@ -371,7 +377,7 @@ fn activation_and_update() {
 #[test]
 fn preread_config_carries_the_listener() {
     let s = sample();
-    let address: SocketAddr = "127.0.0.1:443".parse().unwrap();
+    let address: ListenerKey = "127.0.0.1:443".parse().unwrap();
     let config = s.preread_config(&address);
     let Some(config) = config else {
         panic!("no config")
@@ -400,6 +406,7 @@ fn generate_requests_rebuilds_the_state() {
         &mut s,
         RequestType::DeactivateListener(proto::ListenerAddress {
             address: "127.0.0.1:443".into(),
+            protocol: None,
         }),
     );
     let mut rebuilt = ConfigState::default();
@@ -417,7 +424,7 @@ fn generate_requests_rebuilds_the_state() {
 #[test]
 fn deny_ja4_is_stored_sorted_once_and_reaches_the_decisions() {
     let mut s = sample();
-    let address: SocketAddr = "127.0.0.1:443".parse().unwrap();
+    let address: ListenerKey = "127.0.0.1:443".parse().unwrap();
     let no_lists = s.preread_config(&address).expect("the listener");
     assert!(no_lists.deny_ja4.is_empty());
     let curl = "t13d3112h2_e8f1e7e78f70_b26ce05bbdd6";

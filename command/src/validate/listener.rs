@@ -6,7 +6,6 @@
 //! Must never: look at the state (a listener's `default_cluster` must
 //! exist: [`crate::state`] checks that).
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use preread_core::MIN_PREREAD_MAX_BYTES;
@@ -19,6 +18,7 @@ use super::{
 };
 use crate::codes::ErrorCode;
 use crate::duration;
+use crate::listener_key::ListenerKey;
 use crate::proto;
 use crate::validation_error::ValidationError;
 
@@ -135,10 +135,11 @@ fn timeout_of((seconds, millis): (Option<u32>, Option<u64>), default: u64) -> Du
 /// needing `default_cluster`.
 pub(crate) fn resolve_listener(
     config: &proto::TcpListenerConfig,
-) -> Result<(SocketAddr, proto::TcpListenerConfig), ValidationError> {
+) -> Result<(ListenerKey, proto::TcpListenerConfig), ValidationError> {
     let address = parse_address("listener", &config.address)?;
     let quic = is_quic_listener(config);
-    let what = format!("listener {address}");
+    let key = ListenerKey { address, quic };
+    let what = format!("listener {key}");
     let max_bytes = config
         .sni_preread_max_bytes
         .unwrap_or(DEFAULT_SNI_PREREAD_MAX_BYTES);
@@ -243,7 +244,7 @@ pub(crate) fn resolve_listener(
             ),
         ));
     }
-    Ok((address, resolved))
+    Ok((key, resolved))
 }
 
 /// Whether a listener config is a QUIC listener's.

@@ -16,6 +16,7 @@ use super::{DEFAULT_WEIGHT, parse_address_of, validate_id};
 use crate::backend_address::BackendAddress;
 use crate::codes::ErrorCode;
 use crate::health_check::resolve_health_check;
+use crate::listener_key::{ListenerKey, is_quic};
 use crate::proto;
 use crate::spelling;
 use crate::validation_error::ValidationError;
@@ -101,22 +102,33 @@ pub(crate) fn is_relay(cluster: &proto::Cluster) -> bool {
     cluster.proxy_protocol == proto::ProxyProtocol::Relay as i32
 }
 
-/// The key of a frontend: the canonical address, SNI pattern (none for the
-/// listener's catch-all) and ALPN set.
+/// The key of a frontend: the canonical address, its protocol (its
+/// cluster's, which picks the listener of that address), SNI pattern (none
+/// for the listener's catch-all) and ALPN set.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct FrontendKey {
     pub(crate) address: SocketAddr,
+    pub(crate) quic: bool,
     pub(crate) sni: Option<SniPattern>,
     pub(crate) alpn: AlpnSet,
 }
 
 impl FrontendKey {
     /// The smallest key of a listener, to start a range over its frontends.
-    pub(crate) fn first_of(address: SocketAddr) -> Self {
+    pub(crate) fn first_of(listener: ListenerKey) -> Self {
         Self {
-            address,
+            address: listener.address,
+            quic: listener.quic,
             sni: None,
             alpn: AlpnSet::Any,
+        }
+    }
+
+    /// The listener it routes on.
+    pub(crate) fn listener(&self) -> ListenerKey {
+        ListenerKey {
+            address: self.address,
+            quic: self.quic,
         }
     }
 }
@@ -124,7 +136,8 @@ impl FrontendKey {
 /// `frontend (127.0.0.1:8443, sni a.example.com, alpn [h2])`.
 impl fmt::Display for FrontendKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "frontend ({}, ", self.address)?;
+        let protocol = if self.quic { "quic " } else { "" };
+        write!(f, "{protocol}frontend ({}, ", self.address)?;
         match &self.sni {
             Some(sni) => write!(f, "sni {sni}")?,
             None => f.write_str("no sni")?,
@@ -149,6 +162,7 @@ pub(crate) fn resolve_frontend(
         sni: key.sni.as_ref().map(ToString::to_string),
         alpn: protocols,
         tags: frontend.tags.clone(),
+        protocol: key.listener().protocol_field(),
     };
     Ok((key, canonical))
 }
@@ -175,6 +189,8 @@ pub(crate) fn frontend_key(frontend: &proto::TcpFrontend) -> Result<FrontendKey,
         )
     };
     let address = parse_address_of(what, &frontend.address)?;
+    // `what` is built only for an error: 100,000 frontends at a boot.
+    let quic = frontend.protocol.is_some() && is_quic(&what(), frontend.protocol)?;
     let sni = match &frontend.sni {
         None => None,
         Some(sni) => Some(validate_sni_pattern(sni).map_err(|e| {
@@ -197,7 +213,12 @@ pub(crate) fn frontend_key(frontend: &proto::TcpFrontend) -> Result<FrontendKey,
             ),
         ));
     }
-    Ok(FrontendKey { address, sni, alpn })
+    Ok(FrontendKey {
+        address,
+        quic,
+        sni,
+        alpn,
+    })
 }
 
 /// The backend with its ids and address checked, its address canonical

@@ -43,6 +43,7 @@ fn frontend(cluster: &str, address: &str, sni: Option<&str>, alpn: &[&str]) -> p
         sni: sni.map(Into::into),
         alpn: alpn.iter().map(|p| (*p).to_owned()).collect(),
         tags: Default::default(),
+        protocol: None,
     }
 }
 
@@ -169,6 +170,7 @@ fn e101_invalid_address() {
         &mut s,
         &req(RequestType::RemoveListener(proto::ListenerAddress {
             address: "x".into(),
+            protocol: None,
         })),
         ErrorCode::InvalidAddress,
     );
@@ -664,6 +666,7 @@ fn e401_not_found() {
     let mut s = base();
     let nowhere = proto::ListenerAddress {
         address: "127.0.0.1:1".into(),
+        protocol: None,
     };
     for request in [
         RequestType::RemoveListener(nowhere.clone()),
@@ -728,6 +731,7 @@ fn e402_in_use() {
         &mut s,
         &req(RequestType::RemoveListener(proto::ListenerAddress {
             address: L.into(),
+            protocol: None,
         })),
         ErrorCode::InUse,
     );
@@ -867,18 +871,28 @@ fn e209_protocol_mismatch() {
     let mut s = base();
     ok(&mut s, &quic_cluster("q"));
     ok(&mut s, &add_listener(quic_listener("127.0.0.1:2")));
-    // A QUIC cluster behind a TCP listener, and the reverse.
-    let m = refused(
-        &mut s,
-        &add_frontend("q", L, Some("q.example.com"), &[]),
-        ErrorCode::ProtocolMismatch,
-    );
+    // A QUIC cluster's frontend where only a TCP listener is, and the
+    // reverse.
+    let quic_frontend = |address: &str, alpn: &[&str]| {
+        req(RequestType::AddTcpFrontend(proto::TcpFrontend {
+            protocol: Some(proto::ListenerProtocol::Quic as i32),
+            ..frontend("q", address, Some("q.example.com"), alpn)
+        }))
+    };
+    let m = refused(&mut s, &quic_frontend(L, &[]), ErrorCode::ProtocolMismatch);
     assert!(m.contains("tcp listener") && m.contains("`q`"), "{m}");
     refused(
         &mut s,
         &add_frontend("a", "127.0.0.1:2", Some("a.example.com"), &[]),
         ErrorCode::ProtocolMismatch,
     );
+    // A request for a QUIC cluster's frontend that does not say QUIC.
+    let m = refused(
+        &mut s,
+        &add_frontend("q", "127.0.0.1:2", Some("q.example.com"), &[]),
+        ErrorCode::ProtocolMismatch,
+    );
+    assert!(m.contains("preread frontend quic"), "{m}");
     refused(
         &mut s,
         &add_listener(proto::TcpListenerConfig {
@@ -887,16 +901,8 @@ fn e209_protocol_mismatch() {
         }),
         ErrorCode::ProtocolMismatch,
     );
-    // A frontend pins its listener's and its cluster's protocol.
-    ok(
-        &mut s,
-        &add_frontend("q", "127.0.0.1:2", Some("q.example.com"), &["h3"]),
-    );
-    refused(
-        &mut s,
-        &req(RequestType::UpdateTcpListener(listener("127.0.0.1:2"))),
-        ErrorCode::ProtocolMismatch,
-    );
+    // A frontend pins its cluster's protocol.
+    ok(&mut s, &quic_frontend("127.0.0.1:2", &["h3"]));
     refused(
         &mut s,
         &req(RequestType::UpdateCluster(proto::Cluster {

@@ -12,6 +12,7 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::time::Instant;
 
 use command::generation::{Generation, plan};
+use command::listener_key::ListenerKey;
 use command::state::ConfigState;
 use command::validate::ValidationError;
 use coordinator::Input;
@@ -169,18 +170,18 @@ impl CommandServer {
     }
 }
 
-/// The addresses `after` listens on (active listeners) that `before` does
-/// not: the ones the workers are about to bind.
+/// The addresses of the TCP listeners `after` listens on (active
+/// listeners) that `before` does not: the ones the workers are about to
+/// bind. (The check binds TCP; a QUIC listener's UDP port is the workers'.)
 fn newly_listening(before: &ConfigState, after: &ConfigState) -> Vec<SocketAddr> {
-    let listening = |state: &ConfigState, address: &SocketAddr| {
-        state
-            .listener(address)
-            .is_some_and(|l| l.active != Some(false))
+    let listening = |state: &ConfigState, key: &ListenerKey| {
+        state.listener(key).is_some_and(|l| l.active != Some(false))
     };
     after
         .listeners()
-        .filter_map(|l| l.address.parse::<SocketAddr>().ok())
-        .filter(|address| listening(after, address) && !listening(before, address))
+        .filter_map(|l| ListenerKey::of_config(l).ok())
+        .filter(|key| !key.quic && listening(after, key) && !listening(before, key))
+        .map(|key| key.address)
         .collect()
 }
 

@@ -14,11 +14,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use core::net::SocketAddr;
-
 use command::answer_code::AnswerCode;
 use command::diff::diff;
 use command::generation::{Generation, Planned, plan};
+use command::listener_key::ListenerKey;
 use command::proto;
 use command::state::ConfigState;
 
@@ -338,18 +337,22 @@ impl Coordinator {
     /// as it was): each is validated, and a listener it opens checked free;
     /// the refused ones are skipped.
     fn plan(&mut self, requests: Vec<proto::Request>) -> Planned<Failure> {
-        let listening_before: BTreeSet<SocketAddr> = self
+        let listening_before: BTreeSet<ListenerKey> = self
             .state
             .listeners()
             .filter(|l| l.active != Some(false))
-            .filter_map(|l| l.address.parse().ok())
+            .filter_map(|l| ListenerKey::of_config(l).ok())
             .collect();
         let check = &mut self.check;
         plan(&mut self.state, requests, |change, after| {
             match change.opened_at() {
-                Some(address)
-                    if listens(after, address) && !listening_before.contains(&address) =>
+                // The check binds a TCP socket: a QUIC listener's UDP port
+                // is the workers' to bind (a TCP listener may hold the
+                // same address).
+                Some(key)
+                    if !key.quic && listens(after, key) && !listening_before.contains(&key) =>
                 {
+                    let address = key.address;
                     check.ensure_unbound(address).map_err(|e| Failure {
                         code: AnswerCode::WorkerRefused,
                         message: format!("cannot listen on {address}: {e}; nothing changed"),
@@ -406,7 +409,7 @@ fn stopping() -> proto::Response {
 }
 
 /// Whether `state` listens at `address` (an active listener).
-fn listens(state: &ConfigState, address: SocketAddr) -> bool {
+fn listens(state: &ConfigState, address: ListenerKey) -> bool {
     state
         .listener(&address)
         .is_some_and(|l| l.active != Some(false))

@@ -21,9 +21,9 @@ pub(super) fn change(request: &proto::Request) -> Option<String> {
     let line = match request.request_type.as_ref()? {
         RequestType::AddTcpListener(l) => format!("add listener {}", listener(l)),
         RequestType::UpdateTcpListener(l) => format!("update listener {}", listener(l)),
-        RequestType::RemoveListener(a) => format!("remove listener {}", a.address),
-        RequestType::ActivateListener(a) => format!("activate listener {}", a.address),
-        RequestType::DeactivateListener(a) => format!("deactivate listener {}", a.address),
+        RequestType::RemoveListener(a) => format!("remove listener {}", named(a)),
+        RequestType::ActivateListener(a) => format!("activate listener {}", named(a)),
+        RequestType::DeactivateListener(a) => format!("deactivate listener {}", named(a)),
         RequestType::AddCluster(c) => format!("add cluster {}", cluster(c)),
         RequestType::UpdateCluster(c) => format!("update cluster {}", cluster(c)),
         RequestType::RemoveCluster(c) => format!("remove cluster {}", c.cluster_id),
@@ -39,6 +39,20 @@ pub(super) fn change(request: &proto::Request) -> Option<String> {
         _ => return None,
     };
     Some(line)
+}
+
+/// ` (quic)` after a QUIC listener's or frontend's address; nothing for TCP.
+fn quic_mark(protocol: Option<i32>) -> &'static str {
+    if protocol == Some(proto::ListenerProtocol::Quic as i32) {
+        " (quic)"
+    } else {
+        ""
+    }
+}
+
+/// The listener a removal or (de)activation names.
+fn named(at: &proto::ListenerAddress) -> String {
+    format!("{}{}", at.address, quic_mark(at.protocol))
 }
 
 fn listener(l: &proto::TcpListenerConfig) -> String {
@@ -67,7 +81,7 @@ fn listener(l: &proto::TcpListenerConfig) -> String {
             l.max_unrouted_per_ip.map(|v| v.to_string()),
         ),
     ];
-    let mut line = l.address.clone();
+    let mut line = format!("{}{}", l.address, quic_mark(l.protocol));
     for (key, value) in settings {
         if let Some(value) = value {
             line.push_str(&format!(" {key}={value}"));
@@ -135,7 +149,12 @@ fn frontend(f: &proto::TcpFrontend) -> String {
         f.alpn.join(",")
     };
     let sni = f.sni.as_deref().unwrap_or("-");
-    let mut line = format!("{} sni={sni} alpn={alpn} -> {}", f.address, f.cluster_id);
+    let mut line = format!(
+        "{}{} sni={sni} alpn={alpn} -> {}",
+        f.address,
+        quic_mark(f.protocol),
+        f.cluster_id
+    );
     if !f.tags.is_empty() {
         line.push_str(&format!(" tags={}", tags_text(&f.tags)));
     }
@@ -176,6 +195,7 @@ mod tests {
             sni: Some("new.example.com".into()),
             alpn: vec![],
             tags: [("team".to_owned(), "web".to_owned())].into(),
+            protocol: None,
         };
         assert_eq!(
             change(&wrap(RequestType::RemoveTcpFrontend(frontend))).as_deref(),

@@ -15,8 +15,10 @@ use preread_core::step::PrereadListener;
 
 use command::codes::ErrorCode;
 use command::config::{check_config_file, load_config_file};
+use command::listener_key::ListenerKey;
 use command::proto::request::RequestType;
 use command::state_file::seal_state_file;
+use command::validate::is_quic_listener;
 use serde_json::json;
 
 use super::client::config_path;
@@ -27,7 +29,6 @@ use crate::inspect_pcap::{ConfiguredListener, PcapOptions, inspect_pcap};
 use crate::inspect_quic::{inspect_quic, split_datagrams};
 use crate::pcap::capture_notes;
 use command::proto::RejectWith;
-use command::validate::is_quic_listener;
 use preread_core::quic::{QuicListener, QuicRejectWith};
 use preread_worker::worker::runtime::reject_with;
 
@@ -161,13 +162,10 @@ fn read_input(path: &Path, hex: bool) -> Result<Vec<u8>, InspectInputError> {
 /// A listener of the loaded config as a worker builds it, for either
 /// protocol: its `sni_preread_max_bytes` cap, its catch-all frontend, its
 /// `reject_with`, and for QUIC its `quic_preread_timeout`.
-fn configured(
-    state: &command::state::ConfigState,
-    address: SocketAddr,
-) -> Option<ConfiguredListener> {
-    let config_listener = state.listener(&address)?;
-    let catch_all = state.catch_all(&address).map(Arc::from);
-    let preread = state.preread_config(&address)?;
+fn configured(state: &command::state::ConfigState, key: ListenerKey) -> Option<ConfiguredListener> {
+    let config_listener = state.listener(&key)?;
+    let catch_all = state.catch_all(&key).map(Arc::from);
+    let preread = state.preread_config(&key)?;
     let mut quic_config = preread.clone();
     if let Some(ms) = config_listener.quic_preread_timeout_ms {
         quic_config.timeout = Duration::from_millis(ms);
@@ -179,16 +177,17 @@ fn configured(
     let mut tcp = PrereadListener::new(preread, catch_all);
     tcp.reject_with = reject_with(config_listener.reject_with());
     Some(ConfiguredListener {
-        address,
-        quic: is_quic_listener(config_listener),
+        address: key.address,
+        quic: key.quic,
         tcp,
         quic_view: QuicListener::new(quic_config, quic_reject_with),
         expect_proxy: config_listener.expect_proxy,
     })
 }
 
-/// The listeners `inspect --config` decides for: `--listener` alone, else
-/// every one the config declares, in its order (the first decides a
+/// The listeners `inspect --config` decides for: those at `--listener`'s
+/// address (a TCP and a QUIC one may share it), else every one the config
+/// declares, in its order (the first of the protocol inspected decides a
 /// capture file; `--pcap` picks one per flow).
 fn listener_routes(
     config: &Path,
@@ -199,33 +198,51 @@ fn listener_routes(
         problems,
     })?;
     let state = &loaded.state;
-    let addresses: Vec<SocketAddr> = match wanted {
-        Some(text) => vec![
-            text.parse()
-                .map_err(|_| ListenerChoiceError::NotAnAddress {
-                    text: text.to_owned(),
-                })?,
-        ],
+    let keys: Vec<ListenerKey> = match wanted {
+        Some(text) => {
+            let address: SocketAddr =
+                text.parse()
+                    .map_err(|_| ListenerChoiceError::NotAnAddress {
+                        text: text.to_owned(),
+                    })?;
+            let both = [ListenerKey::tcp(address), ListenerKey::quic(address)];
+            let found: Vec<ListenerKey> = both
+                .into_iter()
+                .filter(|key| state.listener(key).is_some())
+                .collect();
+            if found.is_empty() {
+                return Err(ListenerChoiceError::Unknown {
+                    config: config.to_owned(),
+                    address,
+                });
+            }
+            found
+        }
         None => loaded
             .requests()
             .filter_map(|r| match &r.request_type {
-                Some(RequestType::AddTcpListener(l)) => l.address.parse().ok(),
+                Some(RequestType::AddTcpListener(l)) => {
+                    let address = l.address.parse().ok()?;
+                    Some(ListenerKey {
+                        address,
+                        quic: is_quic_listener(l),
+                    })
+                }
                 _ => None,
             })
             .collect(),
     };
-    let Some(&first) = addresses.first() else {
+    let Some(&first) = keys.first() else {
         return Err(ListenerChoiceError::NoListener {
             config: config.to_owned(),
         });
     };
-    addresses
-        .iter()
-        .map(|&address| configured(state, address))
+    keys.iter()
+        .map(|&key| configured(state, key))
         .collect::<Option<Vec<_>>>()
         .ok_or_else(|| ListenerChoiceError::Unknown {
             config: config.to_owned(),
-            address: first,
+            address: first.address,
         })
 }
 
@@ -259,7 +276,10 @@ pub(super) fn inspect(
     if let Some(config) = &globals.config {
         match listener_routes(config, listener) {
             Ok(configured) => {
-                if let Some(first) = configured.first() {
+                // A capture file is a TCP client's bytes: the first TCP
+                // listener decides it, else (a QUIC-only config) the first.
+                let first_tcp = configured.iter().find(|l| !l.quic);
+                if let Some(first) = first_tcp.or(configured.first()) {
                     options.expect_proxy |= first.expect_proxy;
                     options.listener = Some(first.tcp.clone());
                 }

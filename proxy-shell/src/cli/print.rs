@@ -57,6 +57,16 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// `tcp` or `quic`, for a listener's or frontend's `protocol`: a TCP and
+/// a QUIC listener may share an address.
+fn protocol_name(protocol: Option<i32>) -> &'static str {
+    if protocol == Some(proto::ListenerProtocol::Quic as i32) {
+        "quic"
+    } else {
+        "tcp"
+    }
+}
+
 fn listeners_text(list: &proto::ListenerList) -> String {
     let rows: Vec<Vec<String>> = list
         .listeners
@@ -65,6 +75,7 @@ fn listeners_text(list: &proto::ListenerList) -> String {
             let c = entry.config.clone().unwrap_or_default();
             vec![
                 c.address,
+                protocol_name(c.protocol).to_owned(),
                 if entry.active { "active" } else { "inactive" }.to_owned(),
                 c.expect_proxy.to_string(),
                 opt(c.sni_preread_timeout),
@@ -77,6 +88,7 @@ fn listeners_text(list: &proto::ListenerList) -> String {
     table(
         &[
             "ADDRESS",
+            "PROTOCOL",
             "STATE",
             "EXPECT_PROXY",
             "PREREAD_MS",
@@ -198,6 +210,7 @@ fn frontends_text(list: &proto::FrontendList) -> String {
             };
             vec![
                 f.address.clone(),
+                protocol_name(f.protocol).to_owned(),
                 opt(f.sni.clone()),
                 alpn,
                 f.cluster_id.clone(),
@@ -205,7 +218,10 @@ fn frontends_text(list: &proto::FrontendList) -> String {
             ]
         })
         .collect();
-    table(&["ADDRESS", "SNI", "ALPN", "CLUSTER", "TAGS"], &rows)
+    table(
+        &["ADDRESS", "PROTOCOL", "SNI", "ALPN", "CLUSTER", "TAGS"],
+        &rows,
+    )
 }
 
 /// A frontend's tags as `key=value,key=value` in key order; `-` for none.
@@ -661,6 +677,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
+            protocol: None,
         };
         let list = proto::FrontendList {
             frontends: vec![
@@ -685,6 +702,7 @@ mod tests {
                 sni: Some("*.example.com".into()),
                 alpn: vec![],
                 tags: Default::default(),
+                protocol: Some(proto::ListenerProtocol::Quic as i32),
             }],
             more: false,
         };
@@ -692,7 +710,9 @@ mod tests {
         assert!(
             text.lines()
                 .nth(1)
-                .is_some_and(|l| l.contains("*.example.com") && l.contains("any")),
+                .is_some_and(|l| l.contains("*.example.com")
+                    && l.contains("any")
+                    && l.contains("quic")),
             "{text}"
         );
     }

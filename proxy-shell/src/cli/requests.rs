@@ -107,19 +107,37 @@ fn backend(args: &BackendArgs) -> proto::Backend {
     }
 }
 
-fn frontend(args: &FrontendArgs) -> proto::TcpFrontend {
+/// The `protocol` of a request about a QUIC (`quic`) or a TCP listener or
+/// frontend: unset for TCP, as before QUIC existed.
+fn protocol(quic: bool) -> Option<i32> {
+    quic.then_some(proto::ListenerProtocol::Quic as i32)
+}
+
+fn frontend(args: &FrontendArgs, quic: bool) -> proto::TcpFrontend {
     proto::TcpFrontend {
         cluster_id: args.cluster.clone(),
         address: args.address.clone(),
         sni: args.sni.clone(),
         alpn: args.alpn.clone(),
         tags: Default::default(),
+        protocol: protocol(quic),
     }
 }
 
-fn address(address: &str) -> proto::ListenerAddress {
+/// The TCP (`quic` false) or QUIC listener at `address`.
+fn address(address: &str, quic: bool) -> proto::ListenerAddress {
     proto::ListenerAddress {
         address: address.to_owned(),
+        protocol: protocol(quic),
+    }
+}
+
+/// `frontend tcp|quic add|remove`: a QUIC frontend routes on the QUIC
+/// listener of its address, and its cluster must be a QUIC one.
+fn frontend_request(action: &TcpFrontendAction, quic: bool) -> RequestType {
+    match action {
+        TcpFrontendAction::Add(args) => RequestType::AddTcpFrontend(frontend(args, quic)),
+        TcpFrontendAction::Remove(args) => RequestType::RemoveTcpFrontend(frontend(args, quic)),
     }
 }
 
@@ -157,12 +175,14 @@ pub fn for_command(command: &Command) -> Option<proto::Request> {
                 TcpListenerAction::Update(args) => {
                     RequestType::UpdateTcpListener(listener_config(args))
                 }
-                TcpListenerAction::Remove(a) => RequestType::RemoveListener(address(&a.address)),
+                TcpListenerAction::Remove(a) => {
+                    RequestType::RemoveListener(address(&a.address, false))
+                }
                 TcpListenerAction::Activate(a) => {
-                    RequestType::ActivateListener(address(&a.address))
+                    RequestType::ActivateListener(address(&a.address, false))
                 }
                 TcpListenerAction::Deactivate(a) => {
-                    RequestType::DeactivateListener(address(&a.address))
+                    RequestType::DeactivateListener(address(&a.address, false))
                 }
             },
             ListenerAction::Quic { action } => match action {
@@ -172,12 +192,14 @@ pub fn for_command(command: &Command) -> Option<proto::Request> {
                 QuicListenerAction::Update(args) => {
                     RequestType::UpdateTcpListener(quic_listener_config(args))
                 }
-                QuicListenerAction::Remove(a) => RequestType::RemoveListener(address(&a.address)),
+                QuicListenerAction::Remove(a) => {
+                    RequestType::RemoveListener(address(&a.address, true))
+                }
                 QuicListenerAction::Activate(a) => {
-                    RequestType::ActivateListener(address(&a.address))
+                    RequestType::ActivateListener(address(&a.address, true))
                 }
                 QuicListenerAction::Deactivate(a) => {
-                    RequestType::DeactivateListener(address(&a.address))
+                    RequestType::DeactivateListener(address(&a.address, true))
                 }
             },
         },
@@ -191,10 +213,8 @@ pub fn for_command(command: &Command) -> Option<proto::Request> {
         },
         Command::Frontend { action } => match action {
             FrontendAction::List => RequestType::ListFrontends(proto::ListFrontends::default()),
-            FrontendAction::Tcp { action } | FrontendAction::Quic { action } => match action {
-                TcpFrontendAction::Add(args) => RequestType::AddTcpFrontend(frontend(args)),
-                TcpFrontendAction::Remove(args) => RequestType::RemoveTcpFrontend(frontend(args)),
-            },
+            FrontendAction::Tcp { action } => frontend_request(action, false),
+            FrontendAction::Quic { action } => frontend_request(action, true),
         },
         Command::Backend { action } => match action {
             BackendAction::Add(args) => RequestType::AddBackend(backend(args)),

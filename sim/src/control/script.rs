@@ -164,9 +164,18 @@ pub(crate) fn change(rng: &mut Rng) -> proto::Request {
             address,
             ..Default::default()
         }),
-        2 => RequestType::RemoveListener(proto::ListenerAddress { address }),
-        3 => RequestType::DeactivateListener(proto::ListenerAddress { address }),
-        4 => RequestType::ActivateListener(proto::ListenerAddress { address }),
+        2 => RequestType::RemoveListener(proto::ListenerAddress {
+            address,
+            protocol: None,
+        }),
+        3 => RequestType::DeactivateListener(proto::ListenerAddress {
+            address,
+            protocol: None,
+        }),
+        4 => RequestType::ActivateListener(proto::ListenerAddress {
+            address,
+            protocol: None,
+        }),
         5 | 6 => RequestType::AddCluster(proto::Cluster {
             cluster_id: cluster.to_owned(),
             ..Default::default()

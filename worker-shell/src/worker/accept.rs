@@ -83,7 +83,7 @@ pub(super) fn accept(
             refuse_for_access(ctx, address, client, refused);
             continue;
         }
-        let listener = ctx.runtime.listeners.get(&address);
+        let listener = ctx.runtime.tcp_listener(address);
         let limit = unrouted::limit(listener);
         let counted = source_key(
             client.ip(),
@@ -113,7 +113,7 @@ pub(super) fn accept(
 /// the TCP peer, unless the listener expects a PROXY header, whose client
 /// is checked once it is in (`preread.rs`).
 fn access_at_accept(ctx: &Ctx, address: SocketAddr, client: SocketAddr) -> Result<(), Refused> {
-    let Some(listener) = ctx.runtime.listeners.get(&address) else {
+    let Some(listener) = ctx.runtime.tcp_listener(address) else {
         return Ok(());
     };
     let Some(policy) = &listener.access else {
@@ -188,7 +188,7 @@ fn open(
     }
     ctx.metrics
         .gauge_add(Series::on(Family::ConnectionsActive, address), 1);
-    let Some(runtime) = ctx.runtime.listeners.get(&address) else {
+    let Some(runtime) = ctx.runtime.tcp_listener(address) else {
         if let Some(held) = held {
             ctx.unrouted.release(held);
         }

@@ -72,10 +72,11 @@ impl Configured {
         });
         let quic = runtime
             .listeners
-            .values()
-            .filter(|listener| listener.quic.is_some())
-            .map(|listener| listener.address);
-        Self::new(runtime.listeners.keys().copied(), routed, backends).with_quic(quic)
+            .keys()
+            .filter(|key| key.quic)
+            .map(|key| key.address);
+        let listeners = runtime.listeners.keys().map(|key| key.address);
+        Self::new(listeners, routed, backends).with_quic(quic)
     }
 
     /// Whether every object `series` is labelled by is still here.

@@ -86,7 +86,7 @@ impl Whose {
 }
 
 fn connect_timeout(ctx: &Ctx, listener: SocketAddr) -> Duration {
-    (ctx.runtime.listeners.get(&listener)).map_or(FALLBACK_CONNECT_TIMEOUT, |l| l.connect_timeout)
+    (ctx.runtime.tcp_listener(listener)).map_or(FALLBACK_CONNECT_TIMEOUT, |l| l.connect_timeout)
 }
 
 /// The routed cluster's backends: a reload may remove the cluster while
@@ -139,7 +139,7 @@ pub(super) fn start(
                 ctx.pool.give_back(buf);
             }
             if session.access_rule.is_some() {
-                let with = (ctx.runtime.listeners.get(&session.listener))
+                let with = (ctx.runtime.tcp_listener(session.listener))
                     .map_or(RejectWith::default(), |l| l.preread.reject_with);
                 let goodbye = access_denied(with, session.step.core());
                 farewell::say(&mut session.front.stream, goodbye);
@@ -332,7 +332,7 @@ pub(super) fn timed_out(ctx: &mut Ctx, key: usize, session: &mut Session, now: I
     };
     connecting.timer = None;
     debug!("connect of {} to {backend:?} timed out", whose.client);
-    let why = match ctx.runtime.listeners.get(&whose.listener) {
+    let why = match ctx.runtime.tcp_listener(whose.listener) {
         Some(listener) => format!("connect not done within {:?}", listener.connect_timeout),
         None => "connect timed out".to_owned(),
     };
@@ -477,7 +477,7 @@ fn connected_to_backend(
     if let Some(buf) = window.as_mut() {
         buf.consume(plan.replay_from.min(buf.len()));
     }
-    let back_timeout = (ctx.runtime.listeners.get(&session.listener))
+    let back_timeout = (ctx.runtime.tcp_listener(session.listener))
         .map_or(FALLBACK_BACK_TIMEOUT, |l| l.back_timeout);
     back.last_activity = now;
     let mut pipe = Pipe::new(back, ctx.settings.splice);

@@ -371,7 +371,7 @@ impl Worker {
     /// that refuses it still accepts, at once: logged, not fatal.
     fn defer_accepts(&self) {
         for (_, (address, listener)) in &self.listeners {
-            let Some(runtime) = self.ctx.runtime.listeners.get(address) else {
+            let Some(runtime) = self.ctx.runtime.tcp_listener(*address) else {
                 continue;
             };
             let seconds = defer::seconds(&runtime.preread, self.ctx.settings.defer_accept);

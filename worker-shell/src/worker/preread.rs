@@ -35,7 +35,7 @@ use crate::vocabulary::{Outcome, RefuseReason};
 
 /// One drive of a session in the preread stage, after readiness.
 pub(super) fn drive(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instant) -> Drive {
-    let Some(listener) = ctx.runtime.listeners.get(&session.listener) else {
+    let Some(listener) = ctx.runtime.tcp_listener(session.listener) else {
         return Drive::End(Outcome::Refused(RefuseReason::ListenerRemoved));
     };
     let Phase::Preread(preread) = &mut session.phase else {

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use command::change::{Change, FrontendSettings, ListenerSettings, QuicSettings};
 use command::generation::{Generation, RouteTables};
+use command::listener_key::ListenerKey;
 use command::proto;
 use preread_core::access::DEFAULT_IPV6_PREFIX;
 use preread_core::quic::QuicRejectWith;
@@ -63,7 +64,7 @@ pub enum Refusal {
     /// The change names a cluster this worker does not have.
     UnknownCluster(String),
     /// The change names a listener this worker does not have.
-    NoListener(SocketAddr),
+    NoListener(ListenerKey),
 }
 
 impl std::fmt::Display for Refusal {
@@ -102,7 +103,8 @@ impl std::error::Error for GenerationRefused {}
 /// The routing state of one worker.
 #[derive(Debug)]
 pub struct Runtime {
-    pub listeners: HashMap<SocketAddr, ListenerRuntime>,
+    /// A TCP and a QUIC listener may share an address.
+    pub listeners: HashMap<ListenerKey, ListenerRuntime>,
     pub clusters: HashMap<ClusterId, ClusterBackends>,
     /// Where each cluster and backend finds what the workers share of it.
     registry: Arc<Registry>,
@@ -176,7 +178,7 @@ impl Runtime {
             .ok_or_else(|| Refusal::UnknownCluster(id.to_owned()))
     }
 
-    fn listener_mut(&mut self, address: SocketAddr) -> Result<&mut ListenerRuntime, Refusal> {
+    fn listener_mut(&mut self, address: ListenerKey) -> Result<&mut ListenerRuntime, Refusal> {
         self.listeners
             .get_mut(&address)
             .ok_or(Refusal::NoListener(address))
@@ -254,8 +256,18 @@ impl Runtime {
     /// Whether the TCP listener at `address` should be open.
     pub fn listens(&self, address: &SocketAddr) -> bool {
         self.listeners
-            .get(address)
-            .is_some_and(|l| l.active && l.quic.is_none())
+            .get(&ListenerKey::tcp(*address))
+            .is_some_and(|l| l.active)
+    }
+
+    /// The TCP listener at `address`.
+    pub fn tcp_listener(&self, address: SocketAddr) -> Option<&ListenerRuntime> {
+        self.listeners.get(&ListenerKey::tcp(address))
+    }
+
+    /// The QUIC listener at `address`.
+    pub fn quic_listener(&self, address: SocketAddr) -> Option<&ListenerRuntime> {
+        self.listeners.get(&ListenerKey::quic(address))
     }
 
     /// The addresses whose TCP listeners should be open.
@@ -269,8 +281,8 @@ impl Runtime {
     /// Whether the QUIC listener at `address` should be open.
     pub fn listens_quic(&self, address: &SocketAddr) -> bool {
         self.listeners
-            .get(address)
-            .is_some_and(|l| l.active && l.quic.is_some())
+            .get(&ListenerKey::quic(*address))
+            .is_some_and(|l| l.active)
     }
 
     /// The addresses whose QUIC listeners should be open.
@@ -285,7 +297,7 @@ impl Runtime {
     fn apply(&mut self, change: &Change) -> Result<(), Refusal> {
         match change {
             Change::AddListener { settings, active } => {
-                if self.listeners.contains_key(&settings.address) {
+                if self.listeners.contains_key(&settings.key()) {
                     return Ok(());
                 }
                 let mut listener = ListenerRuntime {
@@ -303,11 +315,11 @@ impl Runtime {
                     deny_ja4: Vec::new(),
                 };
                 self.configure(&mut listener, settings)?;
-                self.listeners.insert(settings.address, listener);
+                self.listeners.insert(settings.key(), listener);
                 Ok(())
             }
             Change::UpdateListener { settings, active } => {
-                let address = settings.address;
+                let address = settings.key();
                 let mut listener = self
                     .listeners
                     .remove(&address)
@@ -372,7 +384,7 @@ impl Runtime {
     /// its listener and (for an add) its cluster are checked here.
     fn frontend(&mut self, frontend: &FrontendSettings, add: bool) -> Result<(), Refusal> {
         let cluster = self.cluster_id(&frontend.cluster_id);
-        let listener = self.listener_mut(frontend.address)?;
+        let listener = self.listener_mut(frontend.listener())?;
         if frontend.sni.is_none() {
             listener.preread.config.catch_all = if add { Some(cluster?) } else { None };
         } else if add {

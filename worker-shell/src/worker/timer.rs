@@ -51,7 +51,7 @@ fn step(ctx: &mut Ctx, key: usize, session: &mut Session, timer: StepTimer, now:
         };
         *slot = None;
     }
-    let Some(listener) = ctx.runtime.listeners.get(&session.listener) else {
+    let Some(listener) = ctx.runtime.tcp_listener(session.listener) else {
         return Drive::End(Outcome::Refused(RefuseReason::ListenerRemoved));
     };
     let actions = session
@@ -61,7 +61,7 @@ fn step(ctx: &mut Ctx, key: usize, session: &mut Session, timer: StepTimer, now:
 }
 
 fn idle(ctx: &mut Ctx, key: usize, session: &mut Session, kind: TimerKind, now: Instant) -> Drive {
-    let Some(listener) = ctx.runtime.listeners.get(&session.listener) else {
+    let Some(listener) = ctx.runtime.tcp_listener(session.listener) else {
         return Drive::End(Outcome::Refused(RefuseReason::ListenerRemoved));
     };
     let (last, limit, slot) = match (kind, &mut session.phase) {

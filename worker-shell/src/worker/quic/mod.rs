@@ -265,8 +265,7 @@ impl QuicShell {
                 QuicTimer::Idle => {
                     let idle = ctx
                         .runtime
-                        .listeners
-                        .get(&listener)
+                        .quic_listener(listener)
                         .and_then(|l| l.quic)
                         .map_or(Duration::ZERO, |q| q.idle_timeout);
                     match self.flows.idle_since(key, idle) {

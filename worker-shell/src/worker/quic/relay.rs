@@ -134,7 +134,7 @@ pub(crate) struct Io<'a> {
 impl Io<'_> {
     /// The step's view of the listener, with the routes of now.
     fn quic_listener(&self) -> Option<QuicListener> {
-        let runtime = self.ctx.runtime.listeners.get(&self.listener)?;
+        let runtime = self.ctx.runtime.quic_listener(self.listener)?;
         let quic = runtime.quic?;
         let mut config = runtime.preread.config.clone();
         config.timeout = quic.preread_timeout;
@@ -182,8 +182,7 @@ impl Io<'_> {
         let Some(quic) = self
             .ctx
             .runtime
-            .listeners
-            .get(&self.listener)
+            .quic_listener(self.listener)
             .and_then(|runtime| runtime.quic)
         else {
             count::dropped(self.ctx, self.listener, QuicDrop::Closed, 1);

@@ -249,8 +249,7 @@ impl QuicShell {
         }
         let idle = ctx
             .runtime
-            .listeners
-            .get(&listener)
+            .quic_listener(listener)
             .and_then(|l| l.quic)
             .map(|q| q.idle_timeout)
             .unwrap_or_default();

@@ -66,8 +66,9 @@ fn commit(state: &mut ConfigState, requests: Vec<proto::Request>) -> Result<Gene
     Ok(planned.generation)
 }
 
-fn address() -> Result<SocketAddr, String> {
-    AT.parse().map_err(|e| format!("{AT}: {e}"))
+fn address() -> Result<ListenerKey, String> {
+    let address: SocketAddr = AT.parse().map_err(|e| format!("{AT}: {e}"))?;
+    Ok(ListenerKey::tcp(address))
 }
 
 fn table(runtime: &Runtime) -> Result<&RouteTable, String> {
@@ -214,5 +215,75 @@ fn a_generation_taken_back_reinstalls_the_tables_from_before() -> Result<(), Str
         .map_err(|r| r.to_string())?;
     assert_eq!(table(two)?, &booted_table);
     assert!(table(two)?.same_storage(table(one)?));
+    Ok(())
+}
+
+/// HTTP/3 beside TCP: a worker keeps the TCP and the QUIC listener of one
+/// address apart, each routing on its own table (a QUIC listener's holds
+/// only QUIC clusters' frontends), and a change to one leaves the other.
+#[test]
+fn a_tcp_and_a_quic_listener_of_one_address_route_apart() -> Result<(), String> {
+    let quic = Some(proto::ListenerProtocol::Quic as i32);
+    let quic_frontend = |cluster: &str, sni: &str| proto::TcpFrontend {
+        protocol: quic,
+        ..frontend(cluster, sni)
+    };
+    let mut state = ConfigState::default();
+    let boot = commit(
+        &mut state,
+        vec![
+            cluster("web"),
+            request(RequestType::AddCluster(proto::Cluster {
+                cluster_id: "webq".to_owned(),
+                protocol: quic,
+                ..Default::default()
+            })),
+            listener(),
+            request(RequestType::AddTcpListener(proto::TcpListenerConfig {
+                address: AT.to_owned(),
+                protocol: quic,
+                ..Default::default()
+            })),
+            add("web", "a.example.com"),
+            request(RequestType::AddTcpFrontend(quic_frontend(
+                "webq",
+                "a.example.com",
+            ))),
+        ],
+    )?;
+    let mut worker = Runtime::new(Arc::new(Registry::default()));
+    worker.apply_generation(&boot).map_err(|r| r.to_string())?;
+    let tcp = address()?;
+    let quic_key = ListenerKey::quic(tcp.address);
+    let clusters = |worker: &Runtime, key: ListenerKey| -> Result<Vec<String>, String> {
+        let listener = worker.listeners.get(&key).ok_or("no listener")?;
+        Ok(listener
+            .preread
+            .config
+            .routes
+            .clusters()
+            .map(ToString::to_string)
+            .collect())
+    };
+    assert_eq!(clusters(&worker, tcp)?, ["web"]);
+    assert_eq!(clusters(&worker, quic_key)?, ["webq"]);
+    assert!(worker.listens(&tcp.address) && worker.listens_quic(&tcp.address));
+    // Deactivating the QUIC listener closes its socket only.
+    let off = commit(
+        &mut state,
+        vec![request(RequestType::DeactivateListener(
+            proto::ListenerAddress {
+                address: AT.to_owned(),
+                protocol: quic,
+            },
+        ))],
+    )?;
+    worker.apply_generation(&off).map_err(|r| r.to_string())?;
+    assert!(worker.listens(&tcp.address) && !worker.listens_quic(&tcp.address));
+    // Removing the TCP frontend empties the TCP table alone.
+    let gone = commit(&mut state, vec![remove("web", "a.example.com")])?;
+    worker.apply_generation(&gone).map_err(|r| r.to_string())?;
+    assert!(clusters(&worker, tcp)?.is_empty());
+    assert_eq!(clusters(&worker, quic_key)?, ["webq"]);
     Ok(())
 }
