@@ -155,7 +155,13 @@ impl QuicShell {
             self.remove_sockets(ctx, address);
             for flow in self.flows.keys() {
                 if self.flows.get(flow).is_some_and(|f| f.listener == address) {
-                    relay::end(ctx, &mut self.flows, flow, relay::End::Closed);
+                    relay::end(
+                        ctx,
+                        &mut self.flows,
+                        &mut self.timers,
+                        flow,
+                        relay::End::Closed,
+                    );
                 }
             }
             info!("stopped listening on {address} (QUIC)");
@@ -270,14 +276,29 @@ impl QuicShell {
                         .map_or(Duration::ZERO, |q| q.idle_timeout);
                     match self.flows.idle_since(key, idle) {
                         Some(at) if at > now => {
-                            self.timers.schedule(at, (key, QuicTimer::Idle));
+                            let idle = self.timers.schedule(at, (key, QuicTimer::Idle));
+                            if let Some(flow) = self.flows.get_mut(key) {
+                                flow.state.idle = Some(idle);
+                            }
                         }
-                        _ => relay::end(ctx, &mut self.flows, key, relay::End::Idle),
+                        _ => relay::end(
+                            ctx,
+                            &mut self.flows,
+                            &mut self.timers,
+                            key,
+                            relay::End::Idle,
+                        ),
                     }
                 }
                 QuicTimer::Preread => {
                     let Some(&socket_key) = self.by_address.get(&listener) else {
-                        relay::end(ctx, &mut self.flows, key, relay::End::Closed);
+                        relay::end(
+                            ctx,
+                            &mut self.flows,
+                            &mut self.timers,
+                            key,
+                            relay::End::Closed,
+                        );
                         continue;
                     };
                     let Some((_, socket)) = self.sockets.get(socket_key) else {
@@ -306,7 +327,7 @@ impl QuicShell {
             } else {
                 relay::End::Closed
             };
-            relay::end(ctx, &mut self.flows, key, how);
+            relay::end(ctx, &mut self.flows, &mut self.timers, key, how);
         }
         if !self.flows.is_empty() {
             warn!("QUIC flows left after the stop: {}", self.flows.len());

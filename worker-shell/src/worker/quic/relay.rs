@@ -42,6 +42,11 @@ pub(crate) struct FlowState {
     pub(super) carried: Option<Carried>,
     /// The preread deadline's timer, while armed.
     timer: Option<TimerId>,
+    /// The idle timer: cancelled when the flow ends, so that it neither
+    /// fires on a flow that reuses the slot nor outlives the flow in the
+    /// heap (a flood of rejected flows would otherwise leave one per flow
+    /// for `quic_idle_timeout`).
+    pub(super) idle: Option<TimerId>,
     /// Once routed: the socket connected to the backend.
     pub(super) relay: Option<Relay>,
     /// The process-wide counts the flow holds.
@@ -62,6 +67,7 @@ impl FlowState {
             step: None,
             carried: Some(carried),
             timer: None,
+            idle: None,
             relay: Some(relay),
             _holds: holds,
         }
@@ -210,6 +216,7 @@ impl Io<'_> {
             step: Some(Box::new(step)),
             carried: None,
             timer: None,
+            idle: None,
             relay: None,
             _holds: holds,
         };
@@ -218,8 +225,12 @@ impl Io<'_> {
             .insert(self.listener, client, datagram, state, now);
         count::opened(self.ctx, self.listener);
         self.flows.touch(key, datagram.len(), true, now);
-        self.timers
+        let idle = self
+            .timers
             .schedule(now + quic.idle_timeout, (key, QuicTimer::Idle));
+        if let Some(flow) = self.flows.get_mut(key) {
+            flow.state.idle = Some(idle);
+        }
         self.act(key, datagram, actions, now);
     }
 
@@ -281,7 +292,13 @@ impl Io<'_> {
                 if !datagram.is_empty() {
                     count::dropped(self.ctx, self.listener, QuicDrop::Rejected, 1);
                 }
-                end(self.ctx, self.flows, key, End::Rejected(reject.reason));
+                end(
+                    self.ctx,
+                    self.flows,
+                    self.timers,
+                    key,
+                    End::Rejected(reject.reason),
+                );
             }
             QuicNext::Ignore => {}
         }
@@ -314,6 +331,7 @@ impl Io<'_> {
                 end(
                     self.ctx,
                     self.flows,
+                    self.timers,
                     key,
                     End::Refused(RefuseReason::ClusterUnknown),
                 );
@@ -324,6 +342,7 @@ impl Io<'_> {
             end(
                 self.ctx,
                 self.flows,
+                self.timers,
                 key,
                 End::Refused(RefuseReason::BackendUnavailable),
             );
@@ -337,6 +356,7 @@ impl Io<'_> {
                 end(
                     self.ctx,
                     self.flows,
+                    self.timers,
                     key,
                     End::Refused(RefuseReason::LocalResources),
                 );
@@ -352,6 +372,7 @@ impl Io<'_> {
             end(
                 self.ctx,
                 self.flows,
+                self.timers,
                 key,
                 End::Refused(RefuseReason::LocalResources),
             );
@@ -418,11 +439,23 @@ impl Io<'_> {
 
 /// Forgets flow `key`: its socket closes, its counts are given back, and
 /// its access-log line is written.
-pub(crate) fn end(ctx: &mut Ctx, flows: &mut FlowTable<FlowState>, key: usize, how: End) {
+pub(crate) fn end(
+    ctx: &mut Ctx,
+    flows: &mut FlowTable<FlowState>,
+    timers: &mut Timers<(usize, QuicTimer)>,
+    key: usize,
+    how: End,
+) {
     let held = flows.get(key).map_or(0, |flow| flow.held());
     let Some(mut flow) = flows.remove(key) else {
         return;
     };
+    for id in [flow.state.timer.take(), flow.state.idle.take()]
+        .into_iter()
+        .flatten()
+    {
+        timers.cancel(id);
+    }
     if how == End::HandedOver {
         // Its sockets are the successor's now: this process only forgets
         // its copies (deregistered when the flows were exported).

@@ -244,7 +244,13 @@ impl QuicShell {
             });
         if let Some(Err(e)) = registered {
             warn!("QUIC flow of {client}: cannot read its backend: {e}");
-            relay::end(ctx, &mut self.flows, key, relay::End::Closed);
+            relay::end(
+                ctx,
+                &mut self.flows,
+                &mut self.timers,
+                key,
+                relay::End::Closed,
+            );
             return false;
         }
         let idle = ctx
@@ -253,8 +259,12 @@ impl QuicShell {
             .and_then(|l| l.quic)
             .map(|q| q.idle_timeout)
             .unwrap_or_default();
-        self.timers
+        let idle = self
+            .timers
             .schedule(last_seen + idle, (key, QuicTimer::Idle));
+        if let Some(flow) = self.flows.get_mut(key) {
+            flow.state.idle = Some(idle);
+        }
         true
     }
 
