@@ -7,18 +7,47 @@
 //! and extensions lie in the window or the reassembly buffer, so that a
 //! fingerprint wanted after the decision (the access log, `inspect`) needs
 //! neither a second parse nor a copy. The fingerprint itself is the
-//! parser's ([`preread_parser::tls::Ja4`]).
+//! parser's ([`preread_parser::tls::Ja4`]); [`ja4`] takes it through the
+//! calling thread's [`Ja4Cache`], so a client seen again costs a keyed
+//! hash of its lists, not the sort and two SHA-256.
+//!
+//! The cache is one per thread: each worker thread owns its own, created
+//! on its first fingerprint (its one allocation) with a random SipHash
+//! key, never shared, never locked. A thread-local rather than a
+//! parameter because every caller of the core (the worker, the sim, the
+//! fuzzers, `inspect`) would otherwise carry one for a result that does
+//! not depend on it: a hit returns what [`Ja4::of`] returns
+//! (`preread_parser`'s tests drive the cache itself: hit, miss, eviction,
+//! shuffled extensions).
 //!
 //! Must never: fingerprint on the decision path unless a `deny_ja4` list
-//! applies to the connection (the hashing costs more than the parse), or
-//! allocate there.
+//! applies to the connection, or allocate there.
 
+use std::cell::RefCell;
+use std::hash::BuildHasher;
 use std::ops::Range;
 
 use hashbrown::HashMap;
-use preread_parser::tls::{ClientHello, Ja4, Ja4Input};
+use preread_parser::tls::{ClientHello, Ja4, Ja4Cache, Ja4Input, Transport};
 
 use crate::routes::ClusterId;
+
+thread_local! {
+    static CACHE: RefCell<Ja4Cache> = RefCell::new({
+        let random = std::hash::RandomState::new();
+        Ja4Cache::new(random.hash_one(0u8), random.hash_one(1u8))
+    });
+}
+
+/// The fingerprint of `hello` over `transport`, through this thread's
+/// cache.
+pub fn ja4<'a>(hello: impl Into<Ja4Input<'a>>, transport: Transport) -> Ja4 {
+    let hello = hello.into();
+    CACHE.with(|cache| match cache.try_borrow_mut() {
+        Ok(mut cache) => cache.ja4(hello, transport),
+        Err(_) => Ja4::of(hello, transport),
+    })
+}
 
 /// The JA4 fingerprints a listener refuses, and those each of its
 /// clusters refuses once a connection is routed to it. Empty by default.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use preread_parser::proxy::{ProxyParsed, parse_proxy_header_within};
 use preread_parser::tls::{
-    AlpnProtocols, ClientHello, FrameCursor, Ja4, Needed, Parsed, TlsError, Transport,
+    AlpnProtocols, ClientHello, FrameCursor, Needed, Parsed, TlsError, Transport,
     parse_client_hello_resuming,
 };
 
@@ -230,7 +230,7 @@ fn deny_ja4(
     if !config.deny_ja4.applies_to(&route.cluster) {
         return output;
     }
-    let ja4 = Ja4::of(hello, transport);
+    let ja4 = crate::fingerprint::ja4(hello, transport);
     let Some(rule) = config.deny_ja4.denies(&route.cluster, &ja4) else {
         return output;
     };
