@@ -3,9 +3,13 @@
 //! line.
 //!
 //! Owns: performing the step's actions (the timer, the hold, the connect,
-//! the reject's reply) and the relay's sends and receives. Must never:
-//! decide anything the step or the flow table decides, or read a socket
-//! past `WouldBlock`.
+//! the reject's reply), the access policies' two places on a flow (the
+//! listener's `allow`, `deny` and `connection_rate_per_ip` on the
+//! datagram that would start it: a refused source's datagram is dropped
+//! and no flow is made; the routed cluster's once the step decided:
+//! CONNECTION_CLOSE with `access_denied`), and the relay's sends and
+//! receives. Must never: decide anything the step, the flow table or
+//! the access checks decide, or read a socket past `WouldBlock`.
 
 use std::io;
 use std::net::SocketAddr;
@@ -14,18 +18,20 @@ use std::time::{Instant, SystemTime};
 
 use mio::net::UdpSocket;
 use mio::{Interest, Token};
-use preread_core::RejectReason;
-use preread_core::Route;
+use preread_core::access::source_key;
 use preread_core::quic::{QuicActions, QuicListener, QuicNext, QuicPrereadStep};
 use preread_core::step::TimerAction;
+use preread_core::{RejectReason, Route};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::QuicTimer;
 use super::flows::{FlowTable, Lookup, Overflow};
-use crate::access_log::AccessLogEntry;
+use crate::access_log::{AccessLogEntry, QuicLog};
 use crate::shared::instance::Lease;
 use crate::shared::quic_flows::{FlowHolds, admit};
 use crate::vocabulary::{Outcome, RefuseReason};
+use crate::worker::accept::refuse_for_access;
+use crate::worker::access::{self, Refused, Scope};
 use crate::worker::ctx::Ctx;
 use crate::worker::timers::{TimerId, Timers};
 use crate::worker::tokens::QUIC_FLOW_BASE;
@@ -54,7 +60,7 @@ struct Relay {
 }
 
 /// How a flow ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum End {
     /// Silent both ways for `quic_idle_timeout`.
     Idle,
@@ -64,6 +70,8 @@ pub(crate) enum End {
     Rejected(RejectReason),
     /// Decided, but no backend could take it.
     Refused(RefuseReason),
+    /// Routed to a cluster whose access policy refused the client.
+    Denied(Refused, Arc<Route>),
 }
 
 /// A `SO_REUSEPORT` UDP socket bound to `address`, non-blocking.
@@ -150,13 +158,23 @@ impl Io<'_> {
         let Some(quic) = runtime.quic else {
             return;
         };
+        let counted = source_key(client.ip(), runtime.ipv6_prefix);
+        if let Some(policy) = runtime.access.clone() {
+            let rates = (&*self.ctx.shared.listener_rates, |source| {
+                (self.listener, source)
+            });
+            if let Err(refused) = access::check(&policy, Scope::Listener, client.ip(), rates, now) {
+                let quic = QuicLog {
+                    version: None,
+                    datagrams_in: 1,
+                    datagrams_out: 0,
+                };
+                refuse_for_access(self.ctx, self.listener, client, refused, Some(quic));
+                return;
+            }
+        }
         let limits = (quic.max_flows, quic.max_flows_per_ip);
-        let Ok(holds) = admit(
-            &self.ctx.shared.quic_flows,
-            self.listener,
-            client.ip(),
-            limits,
-        ) else {
+        let Ok(holds) = admit(&self.ctx.shared.quic_flows, self.listener, counted, limits) else {
             return;
         };
         let Some(listener) = self.quic_listener() else {
@@ -222,12 +240,21 @@ impl Io<'_> {
         }
     }
 
-    /// Picks a backend of the route's cluster, replays the held datagrams
-    /// to it, and relays from now on.
+    /// Checks the route's cluster's access policy, picks one of its
+    /// backends, replays the held datagrams to it, and relays from now on.
     fn connect(&mut self, key: usize, route: Arc<Route>) {
         let now = Instant::now();
+        let Some(client) = self.flows.get(key).map(|f| f.client) else {
+            return;
+        };
         let lease = match self.ctx.runtime.clusters.get_mut(&*route.cluster) {
-            Some(backends) => backends.pick(now, &mut self.ctx.rng, &[]),
+            Some(backends) => match backends.check_access(client.ip(), now) {
+                Ok(()) => backends.pick(now, &mut self.ctx.rng, &[]),
+                Err(denied) => {
+                    self.deny(key, denied, route);
+                    return;
+                }
+            },
             None => {
                 end(
                     self.ctx,
@@ -287,6 +314,19 @@ impl Io<'_> {
         }
     }
 
+    /// A routed flow its cluster's access policy refused: the client
+    /// reads `access_denied` (or nothing, with `reject_with = "drop"`).
+    fn deny(&mut self, key: usize, denied: Refused, route: Arc<Route>) {
+        let with = (self.ctx.runtime.listeners.get(&self.listener))
+            .map_or_else(Default::default, |l| l.quic_reject_with);
+        if let Some(flow) = self.flows.get(key)
+            && let Some(reply) = flow.state.step.access_denied_reply(with)
+        {
+            let _ = self.socket.send_to(&reply, flow.client);
+        }
+        end(self.ctx, self.flows, key, End::Denied(denied, route));
+    }
+
     /// Relays what flow `key`'s backend sent, until it would block.
     pub(crate) fn read_backend(&mut self, key: usize, buffer: &mut [u8], now: Instant) {
         loop {
@@ -334,17 +374,24 @@ pub(crate) fn end(ctx: &mut Ctx, flows: &mut FlowTable<FlowState>, key: usize, h
     };
     let step = &flow.state.step;
     let (route, backend) = match &mut flow.state.relay {
-        None => (None, None),
+        None => match &how {
+            End::Denied(_, route) => (Some(route.clone()), None),
+            _ => (None, None),
+        },
         Some(relay) => {
             let _ = ctx.registry.deregister(&mut relay.socket);
             let backend = relay.lease.instance().backend_id().clone();
             (Some(relay.route.clone()), Some(backend))
         }
     };
-    let outcome = match how {
-        End::Rejected(reason) => Outcome::Rejected(reason),
-        End::Refused(reason) => Outcome::Refused(reason),
-        End::Idle | End::Closed => Outcome::of_route(route.as_deref()),
+    let (outcome, rule) = match &how {
+        End::Rejected(reason) => (
+            Outcome::Rejected(*reason),
+            step.denied_by().map(|rule| rule.as_str()),
+        ),
+        End::Refused(reason) => (Outcome::Refused(*reason), None),
+        End::Denied(denied, _) => (Outcome::Refused(denied.reason), Some(denied.rule.as_str())),
+        End::Idle | End::Closed => (Outcome::of_route(route.as_deref()), None),
     };
     let sni = step.sni().map(|s| s.as_str().to_owned());
     let alpn = route
@@ -370,9 +417,9 @@ pub(crate) fn end(ctx: &mut Ctx, flows: &mut FlowTable<FlowState>, key: usize, h
             .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         proxy_client: None,
         hello: step.hello(),
-        ja4: None,
-        rule: None,
-        quic: Some(crate::access_log::QuicLog {
+        ja4: step.ja4().filter(|_| ctx.access_log.is_on()),
+        rule,
+        quic: Some(QuicLog {
             version: step.version(),
             datagrams_in: counts.datagrams_in,
             datagrams_out: counts.datagrams_out,
