@@ -21,7 +21,8 @@
 //! shuffled extensions).
 //!
 //! Must never: fingerprint on the decision path unless a `deny_ja4` list
-//! applies to the connection, or allocate there.
+//! applies to the connection and holds an entry with the hello's `a`
+//! section (one walk of the lists, no hash, tells), or allocate there.
 
 use std::cell::RefCell;
 use std::hash::BuildHasher;
@@ -55,13 +56,18 @@ pub fn ja4<'a>(hello: impl Into<Ja4Input<'a>>, transport: Transport) -> Ja4 {
 pub struct DenyJa4 {
     listener: Box<[Ja4]>,
     clusters: HashMap<ClusterId, Box<[Ja4]>>,
+    /// The `a` section of every entry of every list, sorted: a hello
+    /// whose `a` is not here matches no list, and is not fingerprinted.
+    sections: Box<[[u8; 10]]>,
 }
 
 impl DenyJa4 {
     /// The listener's own list.
     pub fn new(listener: impl IntoIterator<Item = Ja4>) -> Self {
+        let listener = sorted(listener);
         Self {
-            listener: sorted(listener),
+            sections: sections(&listener, []),
+            listener,
             clusters: HashMap::new(),
         }
     }
@@ -70,9 +76,16 @@ impl DenyJa4 {
     pub fn with_cluster(mut self, cluster: ClusterId, list: impl IntoIterator<Item = Ja4>) -> Self {
         let list = sorted(list);
         if !list.is_empty() {
+            self.sections = sections(&list, self.sections.iter().copied());
             self.clusters.insert(cluster, list);
         }
         self
+    }
+
+    /// Whether a hello whose `a` section is `section_a` may be on a list;
+    /// when not, its fingerprint need not be computed.
+    pub(crate) fn may_hold(&self, section_a: &[u8; 10]) -> bool {
+        self.sections.binary_search(section_a).is_ok()
     }
 
     /// No list at all: nothing is ever fingerprinted to decide.
@@ -96,6 +109,14 @@ impl DenyJa4 {
             .is_ok()
             .then_some(DenyRule::ClusterDenyJa4)
     }
+}
+
+/// The `a` sections of `list` and `more`, sorted, without duplicates.
+fn sections(list: &[Ja4], more: impl IntoIterator<Item = [u8; 10]>) -> Box<[[u8; 10]]> {
+    let mut all: Vec<[u8; 10]> = list.iter().map(Ja4::section_a).chain(more).collect();
+    all.sort_unstable();
+    all.dedup();
+    all.into()
 }
 
 fn sorted(list: impl IntoIterator<Item = Ja4>) -> Box<[Ja4]> {

@@ -392,7 +392,10 @@ mod tests {
         )) else {
             panic!("not a listener update")
         };
-        assert_eq!(l.protocol, Some(super::proto::ListenerProtocol::Quic as i32));
+        assert_eq!(
+            l.protocol,
+            Some(super::proto::ListenerProtocol::Quic as i32)
+        );
         assert_eq!(
             (l.allow, l.deny),
             (

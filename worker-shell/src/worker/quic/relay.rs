@@ -27,6 +27,8 @@ use socket2::{Domain, Protocol, Socket, Type};
 use super::QuicTimer;
 use super::flows::{FlowTable, Lookup, Overflow};
 use crate::access_log::{AccessLogEntry, QuicLog};
+use crate::metrics::families::Family;
+use crate::metrics::series::Series;
 use crate::shared::instance::Lease;
 use crate::shared::quic_flows::{FlowHolds, admit};
 use crate::vocabulary::{Outcome, RefuseReason};
@@ -385,14 +387,22 @@ pub(crate) fn end(ctx: &mut Ctx, flows: &mut FlowTable<FlowState>, key: usize, h
         }
     };
     let (outcome, rule) = match &how {
-        End::Rejected(reason) => (
-            Outcome::Rejected(*reason),
+        // A `deny_ja4` refusal is the access policy's, as on TCP.
+        End::Rejected(RejectReason::AccessDenied) => (
+            Outcome::Refused(RefuseReason::AccessDenied),
             step.denied_by().map(|rule| rule.as_str()),
         ),
+        End::Rejected(reason) => (Outcome::Rejected(*reason), None),
         End::Refused(reason) => (Outcome::Refused(*reason), None),
         End::Denied(denied, _) => (Outcome::Refused(denied.reason), Some(denied.rule.as_str())),
         End::Idle | End::Closed => (Outcome::of_route(route.as_deref()), None),
     };
+    if rule.is_some()
+        && let Outcome::Refused(reason) = outcome
+    {
+        let refused = Series::on(Family::ConnectionsRefused, flow.listener);
+        ctx.metrics.incr(refused.reason(reason.as_str()));
+    }
     let sni = step.sni().map(|s| s.as_str().to_owned());
     let alpn = route
         .as_ref()
