@@ -7,18 +7,48 @@
 //! and extensions lie in the window or the reassembly buffer, so that a
 //! fingerprint wanted after the decision (the access log, `inspect`) needs
 //! neither a second parse nor a copy. The fingerprint itself is the
-//! parser's ([`preread_parser::tls::Ja4`]).
+//! parser's ([`preread_parser::tls::Ja4`]); [`ja4`] takes it through the
+//! calling thread's [`Ja4Cache`], so a client seen again costs a keyed
+//! hash of its lists, not the sort and two SHA-256.
+//!
+//! The cache is one per thread: each worker thread owns its own, created
+//! on its first fingerprint (its one allocation) with a random SipHash
+//! key, never shared, never locked. A thread-local rather than a
+//! parameter because every caller of the core (the worker, the sim, the
+//! fuzzers, `inspect`) would otherwise carry one for a result that does
+//! not depend on it: a hit returns what [`Ja4::of`] returns
+//! (`preread_parser`'s tests drive the cache itself: hit, miss, eviction,
+//! shuffled extensions).
 //!
 //! Must never: fingerprint on the decision path unless a `deny_ja4` list
-//! applies to the connection (the hashing costs more than the parse), or
-//! allocate there.
+//! applies to the connection and holds an entry with the hello's `a`
+//! section (one walk of the lists, no hash, tells), or allocate there.
 
+use std::cell::RefCell;
+use std::hash::BuildHasher;
 use std::ops::Range;
 
 use hashbrown::HashMap;
-use preread_parser::tls::{ClientHello, Ja4, Ja4Input};
+use preread_parser::tls::{ClientHello, Ja4, Ja4Cache, Ja4Input, Transport};
 
 use crate::routes::ClusterId;
+
+thread_local! {
+    static CACHE: RefCell<Ja4Cache> = RefCell::new({
+        let random = std::hash::RandomState::new();
+        Ja4Cache::new(random.hash_one(0u8), random.hash_one(1u8))
+    });
+}
+
+/// The fingerprint of `hello` over `transport`, through this thread's
+/// cache.
+pub fn ja4<'a>(hello: impl Into<Ja4Input<'a>>, transport: Transport) -> Ja4 {
+    let hello = hello.into();
+    CACHE.with(|cache| match cache.try_borrow_mut() {
+        Ok(mut cache) => cache.ja4(hello, transport),
+        Err(_) => Ja4::of(hello, transport),
+    })
+}
 
 /// The JA4 fingerprints a listener refuses, and those each of its
 /// clusters refuses once a connection is routed to it. Empty by default.
@@ -26,13 +56,18 @@ use crate::routes::ClusterId;
 pub struct DenyJa4 {
     listener: Box<[Ja4]>,
     clusters: HashMap<ClusterId, Box<[Ja4]>>,
+    /// The `a` section of every entry of every list, sorted: a hello
+    /// whose `a` is not here matches no list, and is not fingerprinted.
+    sections: Box<[[u8; 10]]>,
 }
 
 impl DenyJa4 {
     /// The listener's own list.
     pub fn new(listener: impl IntoIterator<Item = Ja4>) -> Self {
+        let listener = sorted(listener);
         Self {
-            listener: sorted(listener),
+            sections: sections(&listener, []),
+            listener,
             clusters: HashMap::new(),
         }
     }
@@ -41,9 +76,16 @@ impl DenyJa4 {
     pub fn with_cluster(mut self, cluster: ClusterId, list: impl IntoIterator<Item = Ja4>) -> Self {
         let list = sorted(list);
         if !list.is_empty() {
+            self.sections = sections(&list, self.sections.iter().copied());
             self.clusters.insert(cluster, list);
         }
         self
+    }
+
+    /// Whether a hello whose `a` section is `section_a` may be on a list;
+    /// when not, its fingerprint need not be computed.
+    pub(crate) fn may_hold(&self, section_a: &[u8; 10]) -> bool {
+        self.sections.binary_search(section_a).is_ok()
     }
 
     /// No list at all: nothing is ever fingerprinted to decide.
@@ -67,6 +109,14 @@ impl DenyJa4 {
             .is_ok()
             .then_some(DenyRule::ClusterDenyJa4)
     }
+}
+
+/// The `a` sections of `list` and `more`, sorted, without duplicates.
+fn sections(list: &[Ja4], more: impl IntoIterator<Item = [u8; 10]>) -> Box<[[u8; 10]]> {
+    let mut all: Vec<[u8; 10]> = list.iter().map(Ja4::section_a).chain(more).collect();
+    all.sort_unstable();
+    all.dedup();
+    all.into()
 }
 
 fn sorted(list: impl IntoIterator<Item = Ja4>) -> Box<[Ja4]> {

@@ -196,7 +196,7 @@ pub mod window;
 
 pub use alpn::AlpnOffer;
 pub use config::{MIN_PREREAD_MAX_BYTES, PrereadConfig};
-pub use fingerprint::{DenyJa4, DenyRule};
+pub use fingerprint::{DenyJa4, DenyRule, ja4};
 pub use output::{Input, Output, Route};
 pub use preread::SniPrereadCore;
 pub use reject::{FallbackReason, RejectReason};

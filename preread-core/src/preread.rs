@@ -149,7 +149,10 @@ impl SniPrereadCore {
     /// `None` until one was parsed whole. Computed here, after the
     /// decision, from where the decision saw the hello's fields.
     pub fn ja4(&self, window: &[u8]) -> Option<Ja4> {
-        Some(Ja4::of(self.ja4_input(window)?, Transport::Tcp))
+        Some(crate::fingerprint::ja4(
+            self.ja4_input(window)?,
+            Transport::Tcp,
+        ))
     }
 
     /// What JA4 reads of the complete ClientHello in `window`, for its

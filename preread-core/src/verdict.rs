@@ -177,9 +177,6 @@ fn refuse(config: &PrereadConfig, reason: RejectReason, seen: Seen<'_>) -> Outpu
     }
 }
 
-/// A routed connection whose fingerprint a `deny_ja4` list of the
-/// listener or of the routed cluster holds is refused; the fingerprint is
-/// computed only when a list applies.
 /// The verdict on a whole ClientHello, `seen` what came before it: the
 /// route, then the `deny_ja4` lists.
 fn routed_hello<'a>(
@@ -217,6 +214,10 @@ pub(crate) fn refuse_unread(config: &PrereadConfig, reason: RejectReason) -> Out
     refuse(config, reason, Seen::default())
 }
 
+/// A routed connection whose fingerprint a `deny_ja4` list of the
+/// listener or of the routed cluster holds is refused; the fingerprint is
+/// computed only when a list applies and holds an entry with the hello's
+/// `a` section.
 fn deny_ja4(
     config: &PrereadConfig,
     hello: &ClientHello<'_>,
@@ -227,10 +228,14 @@ fn deny_ja4(
     let Output::Routed(route) = &output else {
         return output;
     };
-    if !config.deny_ja4.applies_to(&route.cluster) {
+    if !config.deny_ja4.applies_to(&route.cluster)
+        || !config
+            .deny_ja4
+            .may_hold(&Ja4::section_a_of(hello, transport))
+    {
         return output;
     }
-    let ja4 = Ja4::of(hello, transport);
+    let ja4 = crate::fingerprint::ja4(hello, transport);
     let Some(rule) = config.deny_ja4.denies(&route.cluster, &ja4) else {
         return output;
     };

@@ -116,6 +116,28 @@ fn a_listener_list_refuses_exactly_the_matching_client() {
     assert_eq!(core.denied_by(), None);
 }
 
+/// An entry that shares the client's `a` section is fingerprinted
+/// against in full: only the whole fingerprint refuses. (An entry of
+/// another `a` is ruled out without hashing: the test above.)
+#[test]
+fn an_entry_with_the_same_a_section_refuses_only_if_whole() {
+    let chromium = ja4_of("chromium_a_1.bin");
+    let same_a = Ja4::parse(&format!(
+        "{}_000000000000_000000000000",
+        &chromium.as_str()[..10]
+    ))
+    .expect("a fingerprint");
+    let mut config = config(CORPUS_ROUTES);
+    config.deny_ja4 = DenyJa4::new([same_a]);
+    let window = corpus_file("chromium_a_1.bin");
+    let (_, output) = decide(&config, &window);
+    assert!(matches!(output, Output::Routed(_)), "{output:?}");
+    config.deny_ja4 = DenyJa4::new([same_a, chromium]);
+    let (core, output) = decide(&config, &window);
+    assert_eq!(output, Output::Reject(RejectReason::AccessDenied));
+    assert_eq!(core.denied_by(), Some(DenyRule::ListenerDenyJa4));
+}
+
 #[test]
 fn a_cluster_list_refuses_only_connections_routed_to_it() {
     let curl_h2 = ja4_of("curl_h2.bin");

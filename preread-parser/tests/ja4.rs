@@ -96,6 +96,24 @@ const SPEC_JA4: &str = "t13d1516h2_8daaf6152771_e5627efa2ab1";
 const SPEC_JA4_R: &str = "t13d1516h2_002f,0035,009c,009d,1301,1302,1303,c013,c014,c02b,c02c,c02f,c030,cca8,cca9_0005,000a,000b,000d,0012,0015,0017,001b,0023,002b,002d,0033,4469,ff01_0403,0804,0401,0503,0805,0501,0806,0601";
 
 #[test]
+fn the_a_section_alone_is_the_fingerprints_first_ten() {
+    let mut scratch = Vec::new();
+    let mut seen = 0;
+    for entry in &common::corpus() {
+        let tls = &entry.bytes[entry.prefix_len()..];
+        if let Ok(Parsed::Complete(hello)) = parse_client_hello(tls, &mut scratch) {
+            for transport in [Transport::Tcp, Transport::Quic] {
+                let whole = Ja4::of(&hello, transport);
+                assert_eq!(Ja4::section_a_of(&hello, transport), whole.section_a());
+                assert_eq!(&whole.section_a(), &whole.as_str().as_bytes()[..10]);
+            }
+            seen += 1;
+        }
+    }
+    assert!(seen > 30, "only {seen} hellos");
+}
+
+#[test]
 fn the_specs_worked_example() {
     let extensions: Vec<_> = SPEC_EXTENSIONS
         .iter()

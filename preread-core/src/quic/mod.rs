@@ -48,10 +48,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use preread_parser::quic::{ClientInitials, CryptoFault, QuicError, Version, parse_long_header};
-use preread_parser::tls::{Parsed, TlsError};
+use preread_parser::tls::{Ja4, Parsed, TlsError, Transport};
 
 pub use listener::{QuicListener, QuicRejectWith};
 
+use crate::fingerprint::DenyRule;
 use crate::output::{Output, Route};
 use crate::preread::deadline_after;
 use crate::reject::RejectReason;
@@ -249,19 +250,10 @@ impl QuicPrereadStep {
         self.preread_time = Some(preread_time);
         let next = match &output {
             Output::Routed(route) => QuicNext::Connect(route.clone()),
-            Output::Reject(reason) => {
-                let facts = reply::Facts {
-                    reader: &self.reader,
-                    fault: self.learned.fault,
-                    offers_tls13: self.learned.offers_tls13,
-                    largest_datagram: self.largest_datagram,
-                    unknown_version,
-                };
-                QuicNext::Reject(QuicReject {
-                    reason: *reason,
-                    reply: reply::reply(reject_with, *reason, &facts),
-                })
-            }
+            Output::Reject(reason) => QuicNext::Reject(QuicReject {
+                reason: *reason,
+                reply: self.reply(reject_with, *reason, unknown_version),
+            }),
             Output::NeedMore { .. } => return self.wait(),
         };
         self.decided = Some(output);
@@ -277,6 +269,49 @@ impl QuicPrereadStep {
             }),
             next,
         }
+    }
+
+    fn reply(
+        &self,
+        reject_with: QuicRejectWith,
+        reason: RejectReason,
+        unknown_version: Option<(&[u8], &[u8])>,
+    ) -> Option<Vec<u8>> {
+        let facts = reply::Facts {
+            reader: &self.reader,
+            fault: self.learned.fault,
+            offers_tls13: self.learned.offers_tls13,
+            largest_datagram: self.largest_datagram,
+            unknown_version,
+        };
+        reply::reply(reject_with, reason, &facts)
+    }
+
+    /// A routed flow the shell refuses after the decision (its cluster's
+    /// `allow`, `deny` or `connection_rate_per_ip`): the datagram the
+    /// client is sent, as for a refusal of the step's own,
+    /// CONNECTION_CLOSE with CRYPTO_ERROR `0x100 + access_denied`, the
+    /// alert a TCP client reads for the same policy. `None` before the
+    /// decision, with `reject_with = "drop"`, or when the client's
+    /// datagrams were too small to answer.
+    pub fn access_denied_reply(&self, reject_with: QuicRejectWith) -> Option<Vec<u8>> {
+        self.decided.as_ref()?;
+        self.reply(reject_with, RejectReason::AccessDenied, None)
+    }
+
+    /// The JA4 of the ClientHello (`q…`), once one was read whole;
+    /// computed on demand (the access log), through the thread's cache.
+    pub fn ja4(&self) -> Option<Ja4> {
+        self.learned.hello?;
+        match self.reader.client_hello() {
+            Ok(Parsed::Complete(hello)) => Some(crate::fingerprint::ja4(&hello, Transport::Quic)),
+            _ => None,
+        }
+    }
+
+    /// The `deny_ja4` rule that refused the flow, when one did.
+    pub fn denied_by(&self) -> Option<DenyRule> {
+        self.learned.denied_by
     }
 
     /// The latched decision, once taken.

@@ -7,9 +7,11 @@ use preread_parser::quic::{
     InitialPacket, PacketKeys, Side, Version, client_first_flight, frames, open_initial,
     parse_long_header, seal_initial,
 };
+use preread_parser::tls::{Ja4, Parsed, Transport, parse_client_hello_message};
 
 use super::{QuicActions, QuicListener, QuicNext, QuicPrereadStep, QuicReject, QuicRejectWith};
 use crate::config::PrereadConfig;
+use crate::fingerprint::{DenyJa4, DenyRule};
 use crate::output::{Input, Output};
 use crate::pattern::validate_sni_pattern;
 use crate::preread::SniPrereadCore;
@@ -356,4 +358,67 @@ fn a_catch_all_listener_routes_at_the_first_datagram() {
         panic!("routed unread");
     };
     assert_eq!((&*route.cluster, route.sni.as_ref()), ("everything", None));
+}
+
+#[test]
+fn deny_ja4_refuses_the_matching_flow_with_access_denied_and_names_the_rule() {
+    let t0 = Instant::now();
+    let message = hello("b.example.com", Some("h3"));
+    let datagram = &flight(&message, 1100)[0];
+    // The flow's fingerprint, from the hello as the step read it: `q`.
+    let (step, _) = QuicPrereadStep::first(&listener(), datagram, t0);
+    let ja4 = step.ja4().expect("a whole hello has a JA4");
+    assert!(ja4.as_str().starts_with("q12d"), "{ja4}");
+    let Ok(Parsed::Complete(parsed)) = parse_client_hello_message(&message, usize::MAX) else {
+        panic!("the test hello parses");
+    };
+    assert_eq!(ja4, Ja4::of(&parsed, Transport::Quic));
+    assert_eq!(step.denied_by(), None);
+
+    let mut denying = config();
+    denying.deny_ja4 = DenyJa4::new([ja4]);
+    let (step, actions) = QuicPrereadStep::first(
+        &QuicListener::new(denying, QuicRejectWith::Close),
+        datagram,
+        t0,
+    );
+    let reject = rejected(&actions);
+    assert_eq!(reject.reason, RejectReason::AccessDenied);
+    // CRYPTO_ERROR 0x100 + access_denied (49).
+    assert_eq!(
+        close_code(reject.reply.as_deref().expect("a close")),
+        0x100 + 49
+    );
+    assert_eq!(step.denied_by(), Some(DenyRule::ListenerDenyJa4));
+    assert_eq!(step.ja4(), Some(ja4));
+
+    // A cluster's list refuses only the flows routed to it.
+    let mut on_cluster = config();
+    on_cluster.deny_ja4 = DenyJa4::default().with_cluster(Arc::from("web-b"), [ja4]);
+    let listener = QuicListener::new(on_cluster, QuicRejectWith::Close);
+    let (step, actions) = QuicPrereadStep::first(&listener, datagram, t0);
+    assert_eq!(rejected(&actions).reason, RejectReason::AccessDenied);
+    assert_eq!(step.denied_by(), Some(DenyRule::ClusterDenyJa4));
+    let other = &flight(&hello("a.example.com", Some("h3")), 1100)[0];
+    let (_, actions) = QuicPrereadStep::first(&listener, other, t0);
+    assert!(matches!(actions.next, QuicNext::Connect(_)), "{actions:?}");
+}
+
+#[test]
+fn a_flow_refused_after_its_route_reads_access_denied() {
+    let t0 = Instant::now();
+    let datagram = &flight(&hello("b.example.com", Some("h3")), 1100)[0];
+    let (step, actions) = QuicPrereadStep::first(&listener(), datagram, t0);
+    assert!(matches!(actions.next, QuicNext::Connect(_)), "{actions:?}");
+    let reply = step
+        .access_denied_reply(QuicRejectWith::Close)
+        .expect("a CONNECTION_CLOSE");
+    assert_eq!(close_code(&reply), 0x100 + 49);
+    assert_eq!(step.access_denied_reply(QuicRejectWith::Drop), None);
+    // Undecided: nothing to refuse yet.
+    let parts = flight(&hello("b.example.com", Some("h3")), 40);
+    let (waiting, actions) = QuicPrereadStep::first(&listener(), &parts[0], t0);
+    assert_eq!(actions.next, QuicNext::Wait);
+    assert_eq!(waiting.access_denied_reply(QuicRejectWith::Close), None);
+    assert_eq!(waiting.ja4(), None);
 }

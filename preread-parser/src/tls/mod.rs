@@ -28,7 +28,9 @@ use core::num::NonZeroUsize;
 pub use alert::{AlertDescription, FIRST_FLIGHT_VERSION};
 pub use error::{HandshakeFault, RecordFault, TlsError};
 pub use extensions::{AlpnProtocols, EchKind, SupportedVersions};
-pub use ja4::{Ja4, Ja4FormatError, Ja4Input, Ja4Raw, Transport};
+pub use ja4::{
+    JA4_CACHE_ENTRIES, Ja4, Ja4Cache, Ja4FormatError, Ja4Input, Ja4Lookup, Ja4Raw, Transport,
+};
 pub use record::FrameCursor;
 
 /// Largest TLS record payload a peer may send (RFC 8446 §5.1, 2^14).

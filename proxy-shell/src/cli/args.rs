@@ -288,6 +288,10 @@ pub struct QuicListenerArgs {
     /// read, the default) or drop (silence).
     #[arg(long, value_parser = spelt(REJECT_WITH))]
     pub reject_with: Option<proto::RejectWith>,
+    /// Checked on the datagram that would start a flow (`--allow`,
+    /// `--deny`, `--rate`); `--deny-ja4` once the ClientHello is read.
+    #[command(flatten)]
+    pub access: Box<AccessArgs>,
 }
 
 #[derive(Debug, Args)]

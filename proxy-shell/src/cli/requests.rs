@@ -58,6 +58,11 @@ fn quic_listener_config(args: &QuicListenerArgs) -> proto::TcpListenerConfig {
         quic_idle_timeout_ms: args.quic_idle_timeout,
         max_flows: args.max_flows,
         max_flows_per_ip: args.max_flows_per_ip,
+        allow: args.access.allow.clone(),
+        deny: args.access.deny.clone(),
+        connection_rate_per_ip: connection_rate(&args.access),
+        ipv6_prefix: args.access.ipv6_prefix,
+        deny_ja4: args.access.deny_ja4.clone(),
         ..Default::default()
     }
 }
@@ -396,6 +401,32 @@ mod tests {
             panic!("not a cluster update")
         };
         assert_eq!(c.deny_ja4, [two]);
+    }
+
+    #[test]
+    fn access_flags_on_quic_listeners() {
+        let ja4 = "q13d0312h3_55b375c5d22e_06cda9e17597";
+        let Some(RequestType::UpdateTcpListener(l)) = build(&format!(
+            "preread listener quic update -a 127.0.0.1:8443 --allow 10.0.0.0/8 \
+             --deny 10.9.0.0/16 --rate 5/1s --ipv6-prefix 48 --deny-ja4 {ja4}"
+        )) else {
+            panic!("not a listener update")
+        };
+        assert_eq!(
+            l.protocol,
+            Some(super::proto::ListenerProtocol::Quic as i32)
+        );
+        assert_eq!(
+            (l.allow, l.deny),
+            (
+                vec!["10.0.0.0/8".to_owned()],
+                vec!["10.9.0.0/16".to_owned()]
+            )
+        );
+        let rate = l.connection_rate_per_ip.map(|r| (r.rate, r.per_ms));
+        assert_eq!(rate, Some((5, 1_000)));
+        assert_eq!(l.ipv6_prefix, Some(48));
+        assert_eq!(l.deny_ja4, [ja4]);
     }
 
     #[test]

@@ -353,6 +353,50 @@ mod tests {
         );
     }
 
+    /// A QUIC flow's line carries the flow's JA4 (`q`, from the hello the
+    /// step read in the client's Initials) as a TCP line does.
+    #[test]
+    fn a_quic_flow_line_carries_its_ja4() {
+        use preread_core::quic::{QuicListener, QuicPrereadStep, QuicRejectWith};
+        use preread_parser::quic::{Version, client_first_flight};
+
+        let window = include_bytes!("../../../testdata/clienthellos/chromium_a_1.bin");
+        let datagrams = client_first_flight(Version::V1, &[7; 8], &[9; 4], &window[5..], 1100);
+        let listener =
+            QuicListener::new(PrereadConfig::new(RouteTable::new()), QuicRejectWith::Close);
+        let now = Instant::now();
+        let (mut step, _) = QuicPrereadStep::first(&listener, &datagrams[0], now);
+        for datagram in &datagrams[1..] {
+            let _ = step.datagram(&listener, datagram, now);
+        }
+        let ja4 = step.ja4();
+        // testdata/clienthellos/ja4.jsonl's value, over QUIC.
+        assert_eq!(
+            ja4.as_ref().map(Ja4::as_str),
+            Some("q13d1517h2_8daaf6152771_cb7bf5808d99")
+        );
+        let entry = AccessLogEntry {
+            hello: step.hello(),
+            ja4,
+            quic: Some(crate::access_log::QuicLog {
+                version: step.version(),
+                datagrams_in: datagrams.len() as u64,
+                datagrams_out: 1,
+            }),
+            ..rejected()
+        };
+        let line = entry.format(AccessLogFormat::Logfmt);
+        assert!(
+            line.contains(" ja4=q13d1517h2_8daaf6152771_cb7bf5808d99 protocol=quic "),
+            "{line}"
+        );
+        let json = entry.format(AccessLogFormat::Json);
+        assert!(
+            json.contains(r#""ja4":"q13d1517h2_8daaf6152771_cb7bf5808d99""#),
+            "{json}"
+        );
+    }
+
     #[test]
     fn a_refusal_by_an_access_rule_names_it_last() {
         let entry = AccessLogEntry {

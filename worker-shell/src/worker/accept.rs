@@ -34,7 +34,7 @@ use super::preread;
 use super::session::{Phase, Preread, Session};
 use super::tokens::{Side, session_token};
 use super::unrouted::{self, Full, Held};
-use crate::access_log::AccessLogEntry;
+use crate::access_log::{AccessLogEntry, QuicLog};
 use crate::metrics::families::Family;
 use crate::metrics::series::Series;
 use crate::shared::admission::Slot;
@@ -80,7 +80,7 @@ pub(super) fn accept(
         ctx.metrics
             .incr(Series::on(Family::ConnectionsAccepted, address));
         if let Err(refused) = access_at_accept(ctx, address, client) {
-            refuse_for_access(ctx, address, client, refused);
+            refuse_for_access(ctx, address, client, refused, None);
             continue;
         }
         let listener = ctx.runtime.tcp_listener(address);
@@ -126,9 +126,17 @@ fn access_at_accept(ctx: &Ctx, address: SocketAddr, client: SocketAddr) -> Resul
     access::check(policy, Scope::Listener, client.ip(), rates, Instant::now())
 }
 
-/// A connection the listener's access policy refused at accept: counted
-/// and logged with its rule, then closed (dropped) without a read.
-fn refuse_for_access(ctx: &mut Ctx, address: SocketAddr, client: SocketAddr, refused: Refused) {
+/// A connection the listener's access policy refused at accept (or a
+/// QUIC datagram that would have started a flow: `quic` is its line's
+/// QUIC part): counted and logged with its rule, then closed (dropped)
+/// without a read.
+pub(super) fn refuse_for_access(
+    ctx: &mut Ctx,
+    address: SocketAddr,
+    client: SocketAddr,
+    refused: Refused,
+    quic: Option<QuicLog>,
+) {
     let reason = refused.reason;
     ctx.metrics
         .incr(Series::on(Family::ConnectionsRefused, address).reason(reason.as_str()));
@@ -150,7 +158,7 @@ fn refuse_for_access(ctx: &mut Ctx, address: SocketAddr, client: SocketAddr, ref
         hello: None,
         ja4: None,
         rule: Some(refused.rule.as_str()),
-        quic: None,
+        quic,
     };
     if ctx.access_log.submit(&entry).is_err() {
         ctx.metrics.incr(Series::of(Family::AccessLogDropped));

@@ -3,9 +3,13 @@
 //! line.
 //!
 //! Owns: performing the step's actions (the timer, the hold, the connect,
-//! the reject's reply) and the relay's sends and receives. Must never:
-//! decide anything the step or the flow table decides, or read a socket
-//! past `WouldBlock`.
+//! the reject's reply), the access policies' two places on a flow (the
+//! listener's `allow`, `deny` and `connection_rate_per_ip` on the
+//! datagram that would start it: a refused source's datagram is dropped
+//! and no flow is made; the routed cluster's once the step decided:
+//! CONNECTION_CLOSE with `access_denied`), and the relay's sends and
+//! receives. Must never: decide anything the step, the flow table or
+//! the access checks decide, or read a socket past `WouldBlock`.
 
 use std::io;
 use std::net::SocketAddr;
@@ -14,19 +18,21 @@ use std::time::{Duration, Instant, SystemTime};
 
 use mio::net::UdpSocket;
 use mio::{Interest, Token};
-use preread_core::RejectReason;
-use preread_core::Route;
+use preread_core::access::source_key;
 use preread_core::quic::{QuicActions, QuicListener, QuicNext, QuicPrereadStep};
 use preread_core::step::TimerAction;
+use preread_core::{RejectReason, Route};
 use preread_parser::quic::Version;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::flows::{FlowTable, Lookup, Overflow};
 use super::{QuicTimer, capture, count};
-use crate::access_log::AccessLogEntry;
+use crate::access_log::{AccessLogEntry, QuicLog};
 use crate::shared::instance::Lease;
 use crate::shared::quic_flows::{FlowHolds, admit};
 use crate::vocabulary::{Outcome, QuicDrop, RefuseReason};
+use crate::worker::accept::refuse_for_access;
+use crate::worker::access::{self, Scope};
 use crate::worker::ctx::Ctx;
 use crate::worker::timers::{TimerId, Timers};
 use crate::worker::tokens::QUIC_FLOW_BASE;
@@ -84,7 +90,7 @@ pub(super) struct Relay {
 }
 
 /// How a flow ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum End {
     /// Silent both ways for `quic_idle_timeout`.
     Idle,
@@ -97,6 +103,8 @@ pub(crate) enum End {
     /// Handed over to an upgrade's successor, which relays it and writes
     /// its line.
     HandedOver,
+    /// Routed to a cluster whose access policy refused the client.
+    Denied(access::Refused, Arc<Route>),
 }
 
 /// A `SO_REUSEPORT` UDP socket bound to `address`, non-blocking.
@@ -185,22 +193,31 @@ impl Io<'_> {
             count::dropped(self.ctx, self.listener, QuicDrop::UnknownFlow, 1);
             return;
         }
-        let Some(quic) = self
-            .ctx
-            .runtime
-            .quic_listener(self.listener)
-            .and_then(|runtime| runtime.quic)
-        else {
+        let Some(runtime) = self.ctx.runtime.quic_listener(self.listener) else {
             count::dropped(self.ctx, self.listener, QuicDrop::Closed, 1);
             return;
         };
+        let Some(quic) = runtime.quic else {
+            count::dropped(self.ctx, self.listener, QuicDrop::Closed, 1);
+            return;
+        };
+        let counted = source_key(client.ip(), runtime.ipv6_prefix);
+        if let Some(policy) = runtime.access.clone() {
+            let rates = (&*self.ctx.shared.listener_rates, |source| {
+                (self.listener, source)
+            });
+            if let Err(refused) = access::check(&policy, Scope::Listener, client.ip(), rates, now) {
+                let quic = QuicLog {
+                    version: None,
+                    datagrams_in: 1,
+                    datagrams_out: 0,
+                };
+                refuse_for_access(self.ctx, self.listener, client, refused, Some(quic));
+                return;
+            }
+        }
         let limits = (quic.max_flows, quic.max_flows_per_ip);
-        let holds = match admit(
-            &self.ctx.shared.quic_flows,
-            self.listener,
-            client.ip(),
-            limits,
-        ) {
+        let holds = match admit(&self.ctx.shared.quic_flows, self.listener, counted, limits) {
             Ok(holds) => holds,
             Err(refused) => {
                 count::not_admitted(self.ctx, self.listener, refused);
@@ -313,6 +330,29 @@ impl Io<'_> {
         count::dropped(self.ctx, self.listener, reason, 1);
     }
 
+    /// A routed flow its cluster's access policy refused: the client
+    /// reads `access_denied` (or nothing, with `reject_with = "drop"`).
+    fn deny(&mut self, key: usize, denied: access::Refused, route: Arc<Route>) {
+        let with = (self.ctx.runtime.quic_listener(self.listener))
+            .map_or_else(Default::default, |l| l.quic_reject_with);
+        let reply = (self.flows.get(key)).and_then(|flow| {
+            Some((
+                flow.state.step.as_deref()?.access_denied_reply(with)?,
+                flow.client,
+            ))
+        });
+        if let Some((reply, client)) = reply {
+            self.send_to_client(&reply, client);
+        }
+        end(
+            self.ctx,
+            self.flows,
+            self.timers,
+            key,
+            End::Denied(denied, route),
+        );
+    }
+
     /// Sends `datagram` to `client` from the listener's socket.
     fn send_to_client(&mut self, datagram: &[u8], client: SocketAddr) {
         match self.socket.send_to(datagram, client) {
@@ -321,12 +361,21 @@ impl Io<'_> {
         }
     }
 
-    /// Picks a backend of the route's cluster, replays the held datagrams
-    /// to it, and relays from now on.
+    /// Checks the route's cluster's access policy, picks one of its
+    /// backends, replays the held datagrams to it, and relays from now on.
     fn connect(&mut self, key: usize, route: Arc<Route>) {
         let now = Instant::now();
+        let Some(client) = self.flows.get(key).map(|f| f.client) else {
+            return;
+        };
         let lease = match self.ctx.runtime.clusters.get_mut(&*route.cluster) {
-            Some(backends) => backends.pick(now, &mut self.ctx.rng, &[]),
+            Some(backends) => match backends.check_access(client.ip(), now) {
+                Ok(()) => backends.pick(now, &mut self.ctx.rng, &[]),
+                Err(denied) => {
+                    self.deny(key, denied, route);
+                    return;
+                }
+            },
             None => {
                 end(
                     self.ctx,
@@ -463,17 +512,27 @@ pub(crate) fn end(
     }
     let step = flow.state.step.as_deref();
     let (route, backend) = match &mut flow.state.relay {
-        None => (None, None),
+        None => match &how {
+            End::Denied(_, route) => (Some(route.clone()), None),
+            _ => (None, None),
+        },
         Some(relay) => {
             let _ = ctx.registry.deregister(&mut relay.socket);
             let backend = relay.lease.instance().backend_id().clone();
             (Some(relay.route.clone()), Some(backend))
         }
     };
-    let outcome = match how {
-        End::Rejected(reason) => Outcome::Rejected(reason),
-        End::Refused(reason) => Outcome::Refused(reason),
-        End::Idle | End::Closed | End::HandedOver => Outcome::of_route(route.as_deref()),
+    let (outcome, rule) = match &how {
+        // A `deny_ja4` refusal is the access policy's, as on TCP.
+        End::Rejected(RejectReason::AccessDenied) => (
+            Outcome::Refused(RefuseReason::AccessDenied),
+            step.and_then(QuicPrereadStep::denied_by)
+                .map(|rule| rule.as_str()),
+        ),
+        End::Rejected(reason) => (Outcome::Rejected(*reason), None),
+        End::Refused(reason) => (Outcome::Refused(*reason), None),
+        End::Denied(denied, _) => (Outcome::Refused(denied.reason), Some(denied.rule.as_str())),
+        End::Idle | End::Closed | End::HandedOver => (Outcome::of_route(route.as_deref()), None),
     };
     let sni = step
         .and_then(QuicPrereadStep::sni)
@@ -519,9 +578,11 @@ pub(crate) fn end(
         preread_ms: preread.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         proxy_client: None,
         hello: step.and_then(QuicPrereadStep::hello),
-        ja4: None,
-        rule: None,
-        quic: Some(crate::access_log::QuicLog {
+        ja4: step
+            .filter(|_| ctx.access_log.is_on())
+            .and_then(QuicPrereadStep::ja4),
+        rule,
+        quic: Some(QuicLog {
             version,
             datagrams_in: counts.datagrams_in,
             datagrams_out: counts.datagrams_out,
