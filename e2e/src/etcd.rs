@@ -319,13 +319,7 @@ impl EtcdCluster {
             let mut args = vec![endpoint.as_str()];
             args.extend(tls.iter().map(String::as_str));
             args.extend(["endpoint", "status", "-w", "json"]);
-            let out = run(
-                &self.etcdctl,
-                &args,
-                self.dir.path(),
-                CLIENT,
-            )
-            .ok()?;
+            let out = run(&self.etcdctl, &args, self.dir.path(), CLIENT).ok()?;
             let number = |field: &str| -> Option<u64> {
                 let at = out.stdout.find(field)? + field.len();
                 out.stdout[at..]
@@ -404,8 +398,14 @@ fn write_tls(ca: &TestCa, dir: &Path) -> Result<(EtcdTls, Vec<String>), String> 
         key: write("client-key.pem", &client.key_pem)?,
     };
     let flags = vec![
-        format!("--cert-file={}", write("server.pem", &server.cert_pem)?.display()),
-        format!("--key-file={}", write("server-key.pem", &server.key_pem)?.display()),
+        format!(
+            "--cert-file={}",
+            write("server.pem", &server.cert_pem)?.display()
+        ),
+        format!(
+            "--key-file={}",
+            write("server-key.pem", &server.key_pem)?.display()
+        ),
         format!("--trusted-ca-file={}", tls.ca.display()),
         "--client-cert-auth".to_owned(),
     ];

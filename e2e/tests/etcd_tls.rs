@@ -30,7 +30,9 @@ fn wait(what: &str, mut probe: impl FnMut() -> Result<(), String>) {
     loop {
         match probe() {
             Ok(()) => return,
-            Err(last) if Instant::now() >= deadline => panic!("{what}: not within {FOLLOW:?}: {last}"),
+            Err(last) if Instant::now() >= deadline => {
+                panic!("{what}: not within {FOLLOW:?}: {last}")
+            }
             Err(_) => std::thread::sleep(Duration::from_millis(50)),
         }
     }

@@ -140,7 +140,10 @@ fn etcd_settings(raw: &RawEtcdSource, problems: &mut Problems<'_>) -> Option<Etc
         );
         fine = false;
     }
-    let https = endpoints.iter().filter(|e| e.starts_with("https://")).count();
+    let https = endpoints
+        .iter()
+        .filter(|e| e.starts_with("https://"))
+        .count();
     if https > 0 && https < endpoints.len() {
         problems.push(
             raw.endpoints.span().start,

@@ -551,7 +551,13 @@ mod tests {
             .collect();
         assert_eq!(
             kinds,
-            ["-frontend", "+frontend", "+cluster", "+frontend", "+backend"]
+            [
+                "-frontend",
+                "+frontend",
+                "+cluster",
+                "+frontend",
+                "+backend"
+            ]
         );
         for request in &changes.requests {
             assert!(running.dispatch(request).is_ok(), "{request:?}");

@@ -36,10 +36,7 @@ pub(super) fn cancel(
     let mut kept_additions = vec![true; additions.len()];
     let mut net = Vec::new();
     for (addition, removal) in removals {
-        match added
-            .get_mut(&addition.encode_to_vec())
-            .and_then(Vec::pop)
-        {
+        match added.get_mut(&addition.encode_to_vec()).and_then(Vec::pop) {
             Some(index) => kept_additions[index] = false,
             None => net.push(removal.clone()),
         }

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use command::config::EtcdSettings;
 use etcdv3client::grpc::{CredentialInterceptor, TonicClient};
-use etcdv3client::{Client, EtcdClient, ErrKind, pb};
+use etcdv3client::{Client, ErrKind, EtcdClient, pb};
 use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Endpoint;
 
@@ -227,7 +227,8 @@ async fn sign_in(
     name: &str,
     password: &str,
 ) -> Result<Option<AsciiMetadataValue>, EtcdError> {
-    let mut client = Client::with_service(CredentialInterceptor::new(None, None, transport.clone()));
+    let mut client =
+        Client::with_service(CredentialInterceptor::new(None, None, transport.clone()));
     let request = pb::AuthenticateRequest {
         name: name.to_owned(),
         password: password.to_owned(),
