@@ -25,6 +25,7 @@ etcd etcd-server
 etcdctl etcd-client
 gtlsclient ngtcp2-client
 gtlsserver ngtcp2-server
+tcpdump tcpdump
 /usr/bin/python3 python3
 /usr/lib/python3/dist-packages/prometheus_client/parser.py python3-prometheus-client
 "

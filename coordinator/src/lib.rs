@@ -89,4 +89,4 @@ pub use input::{
     ClientId, Input, JobId, Query, Request, SourceReport, StopKind, Unread, UpgradeFailure,
     UpgradeRequest,
 };
-pub use orders::{Answer, Listeners, Order, OrderId, Reply, WorkerId};
+pub use orders::{Answer, Exported, Listeners, Order, OrderId, QuicExport, Reply, WorkerId};

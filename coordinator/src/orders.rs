@@ -22,8 +22,29 @@ pub type OrderId = u64;
 /// A worker, by the id it was added with.
 pub type WorkerId = u32;
 
-/// Duplicates of one worker's listening sockets, by address.
-pub type Listeners = Arc<Vec<(SocketAddr, OwnedFd)>>;
+/// Duplicates of one worker's listening sockets, for an upgrade.
+pub type Listeners = Arc<Exported>;
+
+/// What one worker hands to an upgrade's successor.
+#[derive(Debug, Default)]
+pub struct Exported {
+    /// Its listening TCP sockets, by address.
+    pub tcp: Vec<(SocketAddr, OwnedFd)>,
+    /// Its QUIC listeners' UDP sockets, each with its decided flows.
+    pub quic: Vec<QuicExport>,
+}
+
+/// One QUIC listener's UDP socket of one worker, and the decided flows
+/// read on it, each with its socket connected to the backend. The worker
+/// reads none of them until [`Order::Resume`] (the upgrade failed).
+#[derive(Debug)]
+pub struct QuicExport {
+    pub address: SocketAddr,
+    pub socket: OwnedFd,
+    /// Each flow's `backend_fd` is left 0: the shell numbers the
+    /// descriptors it passes.
+    pub flows: Vec<(proto::HandedFlow, OwnedFd)>,
+}
 
 /// An order from the control plane.
 #[derive(Debug, Clone)]
@@ -39,8 +60,13 @@ pub enum Order {
     /// Report the captured windows that match.
     Rejects(proto::QueryRejects),
     /// Hand copies (duplicates) of the listening sockets to the main
-    /// thread, for an upgrade's successor. The worker keeps accepting.
+    /// thread, for an upgrade's successor. The worker keeps accepting TCP
+    /// connections; it stops reading its QUIC sockets and hands their
+    /// decided flows over with them, until a [`Order::Resume`] or a stop.
     ExportListeners,
+    /// The upgrade failed: read the QUIC sockets and flows again. A no-op
+    /// for a worker that exported nothing.
+    Resume,
     /// Stop accepting; finish the open sessions, then exit within `grace`.
     SoftStop { grace_ms: u64 },
     /// Close everything now and exit.

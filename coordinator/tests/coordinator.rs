@@ -345,7 +345,7 @@ fn a_change_waits_behind_an_upgrade_and_runs_if_it_fails() {
         applies(&change).is_empty(),
         "a change ran during the upgrade"
     );
-    let listeners = || Answer::Listeners(Arc::new(Vec::new()));
+    let listeners = || Answer::Listeners(Arc::default());
     rig.answer(0, export_order, listeners());
     let handover = rig.answer(1, export_order, listeners());
     let job = handover
@@ -378,6 +378,26 @@ fn a_change_waits_behind_an_upgrade_and_runs_if_it_fails() {
         2,
         "the change runs once the upgrade is over"
     );
+    assert_eq!(
+        resumed(&failed),
+        [0, 1],
+        "every worker reads its QUIC sockets again"
+    );
+}
+
+/// The workers sent `Order::Resume`.
+fn resumed(effects: &[Effect]) -> Vec<u32> {
+    effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Send {
+                worker,
+                what: Order::Resume,
+                ..
+            } => Some(*worker),
+            _ => None,
+        })
+        .collect()
 }
 
 #[test]
@@ -385,11 +405,7 @@ fn after_an_upgrade_the_queued_change_is_refused_and_the_proxy_stops_softly() {
     let mut rig = Rig::new(1);
     let export = rig.ask(1, Request::Upgrade(UpgradeRequest::default()));
     rig.ask(2, add_cluster("a"));
-    let handover = rig.answer(
-        0,
-        order_of(&export),
-        Answer::Listeners(Arc::new(Vec::new())),
-    );
+    let handover = rig.answer(0, order_of(&export), Answer::Listeners(Arc::default()));
     let Some(job) = handover.iter().find_map(|effect| match effect {
         Effect::StartUpgrade { job, .. } => Some(*job),
         _ => None,
@@ -407,6 +423,7 @@ fn after_an_upgrade_the_queued_change_is_refused_and_the_proxy_stops_softly() {
     );
     assert_eq!(said[1].2, "E_STOPPING");
     assert!(applies(&done).is_empty());
+    assert!(resumed(&done).is_empty(), "the successor reads the flows");
     assert_eq!(rig.coordinator.stopping(), Some(StopKind::Soft));
     assert!(
         !rig.coordinator.is_stopped(),
@@ -422,9 +439,14 @@ fn a_failed_export_fails_the_upgrade_and_hands_nothing_over() {
     let mut rig = Rig::new(2);
     let export = rig.ask(1, Request::Upgrade(UpgradeRequest::default()));
     let order = order_of(&export);
-    rig.answer(0, order, Answer::Listeners(Arc::new(Vec::new())));
+    rig.answer(0, order, Answer::Listeners(Arc::default()));
     let end = rig.answer(1, order, Answer::Done);
     assert!(!end.iter().any(|e| matches!(e, Effect::StartUpgrade { .. })));
+    assert_eq!(
+        resumed(&end),
+        [0, 1],
+        "the worker that exported reads again"
+    );
     assert!(
         answers(&end)[0]
             .3

@@ -14,6 +14,7 @@
 //! - [`proxy`]: the `preread` process with a config in a temp dir, its
 //!   command socket, metrics, stderr (access logs), signals;
 //! - [`openssl`]: `openssl s_server`, a TLS server that is not rustls;
+//! - [`quic`]: quinn QUIC backends and clients;
 //! - [`promql`]: the series names a PromQL expression reads, to check the
 //!   shipped alert rules and dashboard against the served families.
 //!
@@ -46,5 +47,6 @@ pub mod h2_backend;
 pub mod openssl;
 pub mod promql;
 pub mod proxy;
+pub mod quic;
 pub mod testkit;
 pub mod tools;

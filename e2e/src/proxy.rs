@@ -1139,13 +1139,19 @@ impl ProxyProcess {
         Ok(out)
     }
 
-    /// The pid of the process answering on the command socket.
-    pub fn serving_pid(&self) -> Result<u32, String> {
+    /// What `status` answers (its `sessions` count TCP sessions and QUIC
+    /// flows over every worker).
+    pub fn status(&self) -> Result<proto::StatusReport, String> {
         let response = self.send(RequestType::Status(proto::Status {}))?;
         match response.content.and_then(|c| c.content_type) {
-            Some(proto::response_content::ContentType::Status(status)) => Ok(status.pid),
+            Some(ContentType::Status(status)) => Ok(status),
             other => Err(format!("status answered {other:?}")),
         }
+    }
+
+    /// The pid of the process answering on the command socket.
+    pub fn serving_pid(&self) -> Result<u32, String> {
+        self.status().map(|status| status.pid)
     }
 
     /// Whether process `pid`, not a child of the test, is still a running

@@ -7,14 +7,16 @@
 //! the proxy's CONNECTION_CLOSE well before its own handshake timeout.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use e2e::certs::{TestCa, provider};
+use e2e::certs::TestCa;
 use e2e::proxy::{ProxyProcess, fill};
+use e2e::quic::{ask, client_at, client_config};
 use e2e::tools::require_tool;
-use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
-use quinn::{ClientConfig, ConnectionError, Endpoint, ServerConfig, TransportConfig};
+use quinn::{ConnectionError, Endpoint};
+
+#[path = "quic/observability.rs"]
+mod observability;
 
 /// How long a test client waits on a silent peer.
 const CLIENT_IDLE: Duration = Duration::from_secs(10);
@@ -29,68 +31,15 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
-/// A QUIC backend named `id` serving `names` with `alpn`; with `retry`, it
-/// answers every first Initial with a Retry. Each bidirectional stream is
-/// answered with `id:` and what the client sent.
+/// A QUIC backend named `id` serving `names` with `alpn` (quinn's idle
+/// timeout); with `retry`, it answers every first Initial with a Retry.
 fn backend(id: &'static str, names: &[&str], alpn: &[&str], retry: bool) -> (Endpoint, SocketAddr) {
-    let leaf = TestCa::shared().server_cert(names);
-    let mut crypto = rustls::ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("TLS 1.3")
-        .with_no_client_auth()
-        .with_single_cert(leaf.chain(), leaf.key())
-        .expect("the backend's certificate");
-    crypto.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
-    let quic = QuicServerConfig::try_from(crypto).expect("a QUIC server config");
-    let config = ServerConfig::with_crypto(Arc::new(quic));
-    let endpoint = Endpoint::server(config, "127.0.0.1:0".parse().expect("an address"))
-        .expect("a backend endpoint");
-    let address = endpoint.local_addr().expect("the backend's address");
-    let accepting = endpoint.clone();
-    tokio::spawn(async move {
-        while let Some(incoming) = accepting.accept().await {
-            if retry && !incoming.remote_address_validated() {
-                let _ = incoming.retry();
-                continue;
-            }
-            tokio::spawn(async move {
-                let Ok(connection) = incoming.await else {
-                    return;
-                };
-                while let Ok((mut send, mut recv)) = connection.accept_bi().await {
-                    tokio::spawn(async move {
-                        let Ok(received) = recv.read_to_end(64 * 1024).await else {
-                            return;
-                        };
-                        let mut answer = format!("{id}:").into_bytes();
-                        answer.extend_from_slice(&received);
-                        let _ = send.write_all(&answer).await;
-                        let _ = send.finish();
-                    });
-                }
-            });
-        }
-    });
-    (endpoint, address)
+    e2e::quic::backend(id, names, alpn, retry, None)
 }
 
 /// A client endpoint trusting the test CA, offering `alpn`.
 fn client(alpn: &[String]) -> Endpoint {
     client_with_idle(alpn, CLIENT_IDLE)
-}
-
-/// One request on a new stream: what the backend answered.
-async fn ask(connection: &quinn::Connection, what: &str) -> Result<String, String> {
-    let (mut send, mut recv) = connection.open_bi().await.map_err(|e| e.to_string())?;
-    send.write_all(what.as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    send.finish().map_err(|e| e.to_string())?;
-    let answer = recv
-        .read_to_end(64 * 1024)
-        .await
-        .map_err(|e| e.to_string())?;
-    String::from_utf8(answer).map_err(|e| e.to_string())
 }
 
 /// Connects through `proxy` to `name` and asks one thing.
@@ -368,21 +317,8 @@ fn max_flows_per_ip_refuses_and_an_idle_flow_frees_its_place() {
 /// A client trusting the test CA, offering `alpn`, whose handshake gives
 /// up after `idle`.
 fn client_with_idle(alpn: &[String], idle: Duration) -> Endpoint {
-    let mut crypto = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("TLS 1.3")
-        .with_root_certificates(TestCa::shared().root_store())
-        .with_no_client_auth();
-    crypto.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
-    let quic = QuicClientConfig::try_from(crypto).expect("a QUIC client config");
-    let mut config = ClientConfig::new(Arc::new(quic));
-    let mut transport = TransportConfig::default();
-    transport.max_idle_timeout(Some(idle.try_into().expect("an idle timeout")));
-    config.transport_config(Arc::new(transport));
-    let mut endpoint =
-        Endpoint::client("127.0.0.1:0".parse().expect("an address")).expect("a client endpoint");
-    endpoint.set_default_client_config(config);
-    endpoint
+    let local = SocketAddr::from(([127, 0, 0, 1], 0));
+    client_at(local, client_config(alpn, idle)).expect("a client endpoint")
 }
 
 /// An ngtcp2 example server (`gtlsserver`, Debian's `ngtcp2-server`)

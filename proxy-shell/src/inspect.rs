@@ -8,16 +8,20 @@
 //! does not, or stop at the first unreadable file (each input is reported
 //! on its own).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use preread_core::Route;
 use preread_core::sni::HostName;
-use preread_core::step::{Close, Event, Farewell, Next, PrereadListener, PrereadStep};
+use preread_core::step::{
+    Close, Event, Farewell, Next, PrereadListener, PrereadStep, StepTimer, TimerAction, TimerPlan,
+};
 use preread_parser::proxy::{Command, ProxyHeader, ProxyParsed, parse_proxy_header};
 use preread_parser::tls::{
     AlertDescription, ClientHello, Ja4, Needed, Parsed, TlsError, Transport, parse_client_hello,
 };
 use serde_json::{Map, Value, json};
+
+use crate::pcap::Arrival;
 
 /// How `inspect` reads its inputs.
 #[derive(Debug, Clone, Default)]
@@ -30,6 +34,8 @@ pub struct InspectOptions {
     /// The sizes of the reads the capture arrives in; whatever is left
     /// after them is one last read. Empty: the whole capture in one read.
     pub reads: Vec<usize>,
+    /// When the bytes arrived (a capture off the wire): replaces `reads`.
+    pub timeline: Option<Timeline>,
 }
 
 /// Why an input could not be turned into bytes.
@@ -164,24 +170,109 @@ struct Delivered {
     read: usize,
 }
 
-/// Delivers `bytes` to a fresh step as the worker would receive them: the
-/// chunks of `reads` (then the rest) arrive one after the other, and each
+/// When a capture's bytes reached the proxy, for a capture taken off the
+/// wire (`inspect --pcap`): the step's timers then fire as they would have.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Timeline {
+    /// The accept, from any fixed origin (the capture's clock).
+    pub accepted: Duration,
+    /// When the contiguous bytes grew, and to what length, in order.
+    pub arrivals: Vec<Arrival>,
+    /// When the client closed, after every byte.
+    pub closed: Option<Duration>,
+    /// Where the capture ends: a timer due by then fired.
+    pub end: Duration,
+}
+
+/// The step's armed timers.
+#[derive(Default)]
+struct Armed([Option<Instant>; 3]);
+
+impl Armed {
+    const TIMERS: [StepTimer; 3] = [
+        StepTimer::Preread,
+        StepTimer::ServerFirst,
+        StepTimer::Silent,
+    ];
+
+    fn apply(&mut self, plan: TimerPlan) {
+        for (slot, timer) in self.0.iter_mut().zip(Self::TIMERS) {
+            match plan.get(timer) {
+                TimerAction::Arm(at) => *slot = Some(at),
+                TimerAction::Cancel => *slot = None,
+                TimerAction::Keep => {}
+            }
+        }
+    }
+
+    /// The first timer due by `now`, disarmed.
+    fn due(&mut self, now: Instant) -> Option<(StepTimer, Instant)> {
+        let (index, at) = self
+            .0
+            .iter()
+            .enumerate()
+            .filter_map(|(index, at)| at.map(|at| (index, at)))
+            .filter(|&(_, at)| at <= now)
+            .min_by_key(|&(_, at)| at)?;
+        self.0[index] = None;
+        Some((Self::TIMERS[index], at))
+    }
+}
+
+/// One capture's step, its timers and what it said last.
+struct Run<'l> {
+    listener: &'l PrereadListener,
+    step: PrereadStep,
+    armed: Armed,
+    next: Next,
+    farewell: Farewell,
+}
+
+impl Run<'_> {
+    fn handle(&mut self, event: Event<'_>, now: Instant) {
+        let actions = self.step.handle(self.listener, event, now);
+        self.armed.apply(actions.timers);
+        (self.next, self.farewell) = (actions.next, actions.farewell);
+    }
+
+    /// Fires, in order, the timers due by `now` while the step reads.
+    fn fire_until(&mut self, now: Instant) {
+        while self.next == Next::Read {
+            let Some((timer, at)) = self.armed.due(now) else {
+                break;
+            };
+            self.handle(Event::Timer(timer), at);
+        }
+    }
+}
+
+/// Delivers `bytes` to a fresh step as the worker would receive them: each
 /// arrival is read while the step's budget allows and bytes remain, the
-/// whole window handed over after every read. Stops at the decision.
-fn deliver(listener: &PrereadListener, bytes: &[u8], reads: &[usize]) -> Delivered {
-    let now = Instant::now();
-    let (mut step, actions) = PrereadStep::accept(listener, now);
-    let mut next = actions.next;
-    let mut farewell = Farewell::Fin;
+/// whole window handed over after every read; a timer due before an
+/// arrival (or before the close, or the capture's end) fires first. Stops
+/// at the decision.
+fn deliver(listener: &PrereadListener, bytes: &[u8], timeline: &Timeline) -> Delivered {
+    let origin = Instant::now();
+    let clock = |at: Duration| origin + at.saturating_sub(timeline.accepted);
+    let (step, actions) = PrereadStep::accept(listener, origin);
+    let mut run = Run {
+        listener,
+        step,
+        armed: Armed::default(),
+        next: actions.next,
+        farewell: Farewell::Fin,
+    };
+    run.armed.apply(actions.timers);
     let mut window: Vec<u8> = Vec::new();
-    let mut arrived = 0;
-    let rest = bytes.len().saturating_sub(reads.iter().sum());
-    for chunk in reads.iter().copied().chain(std::iter::once(rest)) {
-        arrived = (arrived + chunk).min(bytes.len());
-        while next == Next::Read {
-            let take = step
+    for arrival in &timeline.arrivals {
+        let now = clock(arrival.at);
+        run.fire_until(now);
+        let arrived = arrival.len.min(bytes.len());
+        while run.next == Next::Read {
+            let take = run
+                .step
                 .read_budget(listener, window.len())
-                .min(arrived - window.len());
+                .min(arrived.saturating_sub(window.len()));
             if take == 0 {
                 break;
             }
@@ -191,29 +282,64 @@ fn deliver(listener: &PrereadListener, bytes: &[u8], reads: &[usize]) -> Deliver
                 added: take,
                 eof: false,
             };
-            let actions = step.handle(listener, event, now);
-            (next, farewell) = (actions.next, actions.farewell);
+            run.handle(event, now);
         }
     }
+    match timeline.closed {
+        Some(closed) => {
+            run.fire_until(clock(closed));
+            if run.next == Next::Read {
+                let event = Event::Read {
+                    window: &window,
+                    added: 0,
+                    eof: true,
+                };
+                run.handle(event, clock(closed));
+            }
+        }
+        None => run.fire_until(clock(timeline.end)),
+    }
     Delivered {
-        next,
-        farewell,
+        next: run.next,
+        farewell: run.farewell,
         read: window.len(),
+    }
+}
+
+/// The arrivals of a capture read offline: the chunks of `reads`, then the
+/// rest, all at once, with no timer due.
+fn reads_at_once(total: usize, reads: &[usize]) -> Timeline {
+    let mut len = 0;
+    let arrivals = reads
+        .iter()
+        .copied()
+        .chain(std::iter::once(total.saturating_sub(reads.iter().sum())))
+        .map(|chunk| {
+            len = (len + chunk).min(total);
+            Arrival {
+                len,
+                at: Duration::ZERO,
+            }
+        })
+        .collect();
+    Timeline {
+        arrivals,
+        ..Timeline::default()
     }
 }
 
 /// The `decision` object of doc/configure.md, plus `read` (how many bytes
 /// of the capture the step had when it decided) and `alert` (the alert a
 /// rejected client reads, by the listener's `reject_with`).
-fn decision(listener: &PrereadListener, bytes: &[u8], reads: &[usize]) -> Value {
+fn decision(listener: &PrereadListener, bytes: &[u8], timeline: &Timeline) -> Value {
     let Delivered {
         next,
         farewell,
         read,
-    } = deliver(listener, bytes, reads);
+    } = deliver(listener, bytes, timeline);
     let mut decision = match next {
-        // Offline there is no timer and no close: the silent exits cannot
-        // happen, and would mean nothing was decided.
+        // A client that closed or went silent before saying anything the
+        // proxy counts: nothing was decided.
         Next::Read | Next::Ignore | Next::Close(Close::Silent | Close::SilentTimeout) => json!({
             "verdict": "need_more", "cluster": null, "reason": null, "fallback": null,
             "content_offset": null, "matched_sni": null, "matched_alpn": null,
@@ -239,7 +365,11 @@ fn decision(listener: &PrereadListener, bytes: &[u8], reads: &[usize]) -> Value 
 pub fn inspect(file: &str, bytes: &[u8], options: &InspectOptions) -> Value {
     let mut report = describe(file, bytes, options.expect_proxy);
     if let (Some(listener), Value::Object(map)) = (&options.listener, &mut report) {
-        map.insert("decision".into(), decision(listener, bytes, &options.reads));
+        let timeline = match &options.timeline {
+            Some(timeline) => timeline,
+            None => &reads_at_once(bytes.len(), &options.reads),
+        };
+        map.insert("decision".into(), decision(listener, bytes, timeline));
     }
     report
 }

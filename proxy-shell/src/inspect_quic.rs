@@ -9,7 +9,7 @@
 //! (`preread_core::quic`), the datagrams delivered in order. Must never:
 //! touch the network, or decide anything the step does not.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use preread_core::quic::{QuicListener, QuicNext, QuicPrereadStep, reject_reason};
 use preread_parser::quic::{ClientInitials, parse_long_header};
@@ -67,13 +67,26 @@ pub fn split_datagrams(bytes: &[u8]) -> Result<Vec<&[u8]>, CutDatagram> {
     Ok(datagrams)
 }
 
+/// When a flow's datagrams reached the proxy, for a capture taken off the
+/// wire (`inspect --pcap`): the step's deadline then passes as it would
+/// have.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DatagramTimes {
+    /// Each datagram's arrival, from any fixed origin (the capture's clock).
+    pub at: Vec<Duration>,
+    /// Where the capture ends: a deadline due by then passed.
+    pub end: Duration,
+}
+
 /// The JSON object of doc/configure.md for one flow's datagrams;
-/// `decision` only when a listener is given.
+/// `decision` only when a listener is given. Without `times`, every
+/// datagram arrives at once and no deadline passes.
 pub fn inspect_quic(
     file: &str,
     len: usize,
     datagrams: &[&[u8]],
     listener: Option<&QuicListener>,
+    times: Option<&DatagramTimes>,
 ) -> Value {
     let cap = listener.map_or(DEFAULT_CAP, |l| l.config.max_bytes);
     let mut out = Map::new();
@@ -136,7 +149,7 @@ pub fn inspect_quic(
         }),
     );
     if let Some(listener) = listener {
-        out.insert("decision".into(), decision(listener, datagrams));
+        out.insert("decision".into(), decision(listener, datagrams, times));
     }
     Value::Object(out)
 }
@@ -144,12 +157,27 @@ pub fn inspect_quic(
 /// The `decision` object: as for TCP, `read` in datagrams, and `reply`,
 /// what a refused client is sent (`connection_close`,
 /// `version_negotiation`, or `null`).
-fn decision(listener: &QuicListener, datagrams: &[&[u8]]) -> Value {
-    let now = Instant::now();
+fn decision(listener: &QuicListener, datagrams: &[&[u8]], times: Option<&DatagramTimes>) -> Value {
+    let origin = Instant::now();
+    let first = times
+        .and_then(|t| t.at.first().copied())
+        .unwrap_or_default();
+    let clock = |at: Option<Duration>| at.map_or(origin, |at| origin + at.saturating_sub(first));
     let mut next = QuicNext::Wait;
     let mut read = 0;
     let mut step: Option<QuicPrereadStep> = None;
-    for datagram in datagrams {
+    // The step's deadline, when it passed by `now`.
+    let passed = |step: &Option<QuicPrereadStep>, now: Instant| {
+        step.as_ref()
+            .filter(|step| step.is_reading() && step.deadline() <= now)
+            .map(QuicPrereadStep::deadline)
+    };
+    for (index, datagram) in datagrams.iter().enumerate() {
+        let now = clock(times.and_then(|t| t.at.get(index).copied()));
+        if let (Some(deadline), Some(step)) = (passed(&step, now), &mut step) {
+            next = step.timeout(listener, deadline).next;
+            break;
+        }
         read += 1;
         let actions = match &mut step {
             None => {
@@ -162,6 +190,12 @@ fn decision(listener: &QuicListener, datagrams: &[&[u8]]) -> Value {
         next = actions.next;
         if next != QuicNext::Wait {
             break;
+        }
+    }
+    if let Some(end) = times.map(|t| clock(Some(t.end))) {
+        if let (QuicNext::Wait, Some(deadline), Some(step)) = (&next, passed(&step, end), &mut step)
+        {
+            next = step.timeout(listener, deadline).next;
         }
     }
     let mut decision = match &next {
@@ -197,7 +231,9 @@ mod tests {
     use preread_core::routes::{AlpnSet, RouteTable};
     use preread_parser::quic::{Version, client_first_flight};
 
-    use super::{CutDatagram, inspect_quic, split_datagrams};
+    use std::time::Duration;
+
+    use super::{CutDatagram, DatagramTimes, inspect_quic, split_datagrams};
 
     /// curl's ClientHello for a.example.com, without its record header.
     fn hello() -> Vec<u8> {
@@ -247,7 +283,7 @@ mod tests {
     fn a_flight_over_two_datagrams_is_described_and_decided() {
         let flight = client_first_flight(Version::V2, &[1; 8], &[2; 4], &hello(), 300);
         let datagrams: Vec<&[u8]> = flight.iter().rev().map(Vec::as_slice).collect();
-        let report = inspect_quic("f", 2400, &datagrams, Some(&listener()));
+        let report = inspect_quic("f", 2400, &datagrams, Some(&listener()), None);
         assert_eq!(report["protocol"], "quic");
         assert_eq!(report["parse"], "complete");
         assert_eq!(report["sni"], "a.example.com");
@@ -260,7 +296,13 @@ mod tests {
         assert_eq!(report["decision"]["cluster"], "alpha");
         assert_eq!(report["decision"]["read"], flight.len());
         // Half the flight: a prefix, undecided.
-        let report = inspect_quic("f", 1200, &datagrams[flight.len() - 1..], Some(&listener()));
+        let report = inspect_quic(
+            "f",
+            1200,
+            &datagrams[flight.len() - 1..],
+            Some(&listener()),
+            None,
+        );
         assert_eq!(report["parse"], "incomplete");
         assert_eq!(report["decision"]["verdict"], "need_more");
     }
@@ -270,7 +312,7 @@ mod tests {
         let mut unknown =
             client_first_flight(Version::V1, &[1; 8], &[2; 4], &hello(), 1100).remove(0);
         unknown[1..5].copy_from_slice(&[0x1a, 0x2a, 0x3a, 0x4a]);
-        let report = inspect_quic("f", unknown.len(), &[&unknown], Some(&listener()));
+        let report = inspect_quic("f", unknown.len(), &[&unknown], Some(&listener()), None);
         assert_eq!(report["parse"], "quic_version");
         assert_eq!(report["quic"]["version"], serde_json::Value::Null);
         assert_eq!(report["decision"]["reason"], "quic_version");
@@ -279,8 +321,34 @@ mod tests {
         let mut tampered = flight[0].clone();
         let last = tampered.len() - 1;
         tampered[last] ^= 1;
-        let report = inspect_quic("f", tampered.len(), &[&tampered], None);
+        let report = inspect_quic("f", tampered.len(), &[&tampered], None, None);
         assert_eq!(report["parse"], "quic_undecryptable");
         assert!(report.get("decision").is_none());
+    }
+
+    #[test]
+    fn a_second_datagram_after_the_deadline_comes_too_late() {
+        let flight = client_first_flight(Version::V1, &[1; 8], &[2; 4], &hello(), 300);
+        let datagrams: Vec<&[u8]> = flight.iter().map(Vec::as_slice).collect();
+        assert!(datagrams.len() >= 2);
+        let times = |late: u64| DatagramTimes {
+            at: (0..datagrams.len() as u64)
+                .map(|i| Duration::from_secs(50 + i * late))
+                .collect(),
+            end: Duration::from_secs(100),
+        };
+        let report = inspect_quic("f", 0, &datagrams, Some(&listener()), Some(&times(10)));
+        assert_eq!(report["decision"]["reason"], "fragmented");
+        assert_eq!(report["decision"]["read"], 1);
+        let report = inspect_quic("f", 0, &datagrams, Some(&listener()), Some(&times(0)));
+        assert_eq!(report["decision"]["cluster"], "alpha");
+        // The capture ends before the deadline: undecided.
+        let first = &datagrams[..1];
+        let early = DatagramTimes {
+            at: vec![Duration::from_secs(50)],
+            end: Duration::from_secs(51),
+        };
+        let report = inspect_quic("f", 0, first, Some(&listener()), Some(&early));
+        assert_eq!(report["decision"]["verdict"], "need_more");
     }
 }

@@ -10,5 +10,7 @@
 
 pub mod cli;
 pub mod inspect;
+pub mod inspect_pcap;
 pub mod inspect_quic;
+pub mod pcap;
 pub mod start;

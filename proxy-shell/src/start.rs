@@ -368,21 +368,26 @@ fn serve(
     server.share(Arc::clone(&shared));
     let mut threads = Vec::new();
     let count = u32::try_from(global.worker_count.max(1)).unwrap_or(u32::MAX);
-    let mut hands = match &mut successor {
+    let (mut hands, mut quic_hands) = match &mut successor {
         Some(s) => {
             server.adopt(s.sockets.iter().map(|(address, _)| *address));
-            Successor::deal(std::mem::take(&mut s.sockets), count as usize)
+            (
+                Successor::deal(std::mem::take(&mut s.sockets), count as usize).into_iter(),
+                Successor::deal_quic(std::mem::take(&mut s.quic), count as usize).into_iter(),
+            )
         }
-        None => Vec::new(),
-    }
-    .into_iter();
+        None => (Vec::new().into_iter(), Vec::new().into_iter()),
+    };
     for id in 0..count {
         match worker::spawn(
             id,
             (WorkerSettings::from_global(global), Arc::clone(&shared)),
             replies_tx.clone(),
             server.waker(),
-            hands.next().unwrap_or_default(),
+            worker::Inheritance {
+                tcp: hands.next().unwrap_or_default(),
+                quic: quic_hands.next().unwrap_or_default(),
+            },
             access_log.clone(),
         ) {
             Ok((handle, thread)) => {

@@ -65,6 +65,20 @@ pub const ACCESS_LOG_DROPPED: &str = "access_log.dropped_total";
 /// Gauge: routing generations committed since the start (process-wide).
 pub const CONFIG_GENERATION: &str = "config.generation";
 
+/// Gauge: QUIC flows open, undecided or relaying.
+pub const QUIC_FLOWS_ACTIVE: &str = "quic.flows.active";
+/// Counter: QUIC datagrams read from clients, dropped ones included.
+pub const QUIC_DATAGRAMS_IN: &str = "quic.datagrams_in";
+/// Counter: QUIC datagrams sent to clients (relayed, and the replies of
+/// rejects).
+pub const QUIC_DATAGRAMS_OUT: &str = "quic.datagrams_out";
+/// Counter: QUIC flows whose first Initial did not open
+/// (`quic_undecryptable`): a reason only QUIC listeners have.
+pub const QUIC_REJECTED_UNDECRYPTABLE: &str = "quic.rejected.undecryptable";
+/// Counter: QUIC flows of a version the proxy cannot read
+/// (`quic_version`): a reason only QUIC listeners have.
+pub const QUIC_REJECTED_VERSION: &str = "quic.rejected.version";
+
 /// The counter of connections refused by the core for `reason`.
 pub fn rejected(reason: RejectReason) -> &'static str {
     match reason {
@@ -80,8 +94,8 @@ pub fn rejected(reason: RejectReason) -> &'static str {
         RejectReason::ProxyHeaderInvalid => "tcp.sni_preread.rejected.proxy_header_invalid",
         RejectReason::FrontClosed => "tcp.sni_preread.rejected.front_closed",
         RejectReason::AccessDenied => "tcp.sni_preread.rejected.access_denied",
-        RejectReason::QuicUndecryptable => "tcp.sni_preread.rejected.quic_undecryptable",
-        RejectReason::QuicVersion => "tcp.sni_preread.rejected.quic_version",
+        RejectReason::QuicUndecryptable => QUIC_REJECTED_UNDECRYPTABLE,
+        RejectReason::QuicVersion => QUIC_REJECTED_VERSION,
     }
 }
 
@@ -192,6 +206,60 @@ impl RefuseReason {
     }
 }
 
+preread_core::stable_names! {
+    /// Why a QUIC listener did not pass a datagram on. Each has a stable
+    /// name (the `reason` of `preread_quic_dropped_datagrams_total`) and a
+    /// counter (`quic.dropped.<reason>`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum QuicDrop {
+        /// A short header (or an empty datagram) from an address with no
+        /// flow, whose connection ID no flow learned: nobody to give it to.
+        UnknownFlow => "unknown_flow",
+        /// A new flow refused: its listener holds `max_flows`.
+        MaxFlows => "max_flows",
+        /// A new flow refused: its client address holds `max_flows_per_ip`.
+        MaxFlowsPerIp => "max_flows_per_ip",
+        /// An undecided flow holds its cap of datagrams or bytes: the
+        /// datagram is dropped and the flow rejected `too_large`.
+        FlowBufferFull => "flow_buffer_full",
+        /// The undecided flows of a worker hold the total cap of bytes: the
+        /// datagram is dropped and its flow rejected `too_large`.
+        BufferFull => "buffer_full",
+        /// The datagrams of a flow rejected at its decision (held ones and
+        /// the one that decided): `preread_preread_rejected_total` says why.
+        Rejected => "rejected",
+        /// The datagrams of a decided flow no backend could take: the
+        /// refusal's reason is in `preread_connections_refused_total`.
+        Refused => "refused",
+        /// The datagrams an undecided flow held when it ended without a
+        /// decision (idle, its listener removed, the worker stopped), and a
+        /// datagram that came in while its listener was being removed.
+        Closed => "closed",
+        /// The kernel refused to send it, to the backend or to the client
+        /// (a full socket buffer, an ICMP error queued).
+        SendFailed => "send_failed",
+    }
+    /// Every reason, for tests and metric registration.
+    pub const ALL;
+}
+
+impl QuicDrop {
+    /// The flat counter of datagrams dropped for this reason.
+    pub fn metric_name(self) -> &'static str {
+        match self {
+            Self::UnknownFlow => "quic.dropped.unknown_flow",
+            Self::MaxFlows => "quic.dropped.max_flows",
+            Self::MaxFlowsPerIp => "quic.dropped.max_flows_per_ip",
+            Self::FlowBufferFull => "quic.dropped.flow_buffer_full",
+            Self::BufferFull => "quic.dropped.buffer_full",
+            Self::Rejected => "quic.dropped.rejected",
+            Self::Refused => "quic.dropped.refused",
+            Self::Closed => "quic.dropped.closed",
+            Self::SendFailed => "quic.dropped.send_failed",
+        }
+    }
+}
+
 /// How a session ended: the access log's `outcome`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -252,11 +320,15 @@ pub fn fixed_names() -> impl Iterator<Item = &'static str> {
         SPLICE_FALLBACKS,
         SPLICE_PIPES_CREATED,
         ACCESS_LOG_DROPPED,
+        QUIC_FLOWS_ACTIVE,
+        QUIC_DATAGRAMS_IN,
+        QUIC_DATAGRAMS_OUT,
     ]
     .into_iter()
     .chain(RejectReason::ALL.map(rejected))
     .chain(FallbackReason::ALL.map(fallback))
     .chain(RefuseReason::ALL.map(RefuseReason::metric_name))
+    .chain(QuicDrop::ALL.map(QuicDrop::metric_name))
 }
 
 #[cfg(test)]
@@ -265,17 +337,30 @@ mod tests {
 
     use preread_core::{FallbackReason, RejectReason};
 
-    use super::{Outcome, RefuseReason, fallback, fixed_names, rejected};
+    use super::{Outcome, QuicDrop, RefuseReason, fallback, fixed_names, rejected};
 
     #[test]
     fn every_reject_reason_has_a_distinct_metric_name() {
         let names: HashSet<_> = RejectReason::ALL.map(rejected).into();
         assert_eq!(names.len(), RejectReason::ALL.len());
         for reason in RejectReason::ALL {
-            assert_eq!(
-                rejected(reason),
-                format!("tcp.sni_preread.rejected.{}", reason.as_str())
-            );
+            let name = rejected(reason);
+            match reason.as_str().strip_prefix("quic_") {
+                Some(quic) => assert_eq!(name, format!("quic.rejected.{quic}")),
+                None => assert_eq!(
+                    name,
+                    format!("tcp.sni_preread.rejected.{}", reason.as_str())
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn every_quic_drop_reason_has_a_distinct_name_and_metric() {
+        let names: HashSet<_> = QuicDrop::ALL.map(QuicDrop::as_str).into();
+        assert_eq!(names.len(), QuicDrop::ALL.len());
+        for reason in QuicDrop::ALL {
+            assert_eq!(reason.metric_name(), format!("quic.dropped.{reason}"));
         }
     }
 

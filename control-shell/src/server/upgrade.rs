@@ -27,6 +27,7 @@ use coordinator::{Listeners, UpgradeRequest};
 use super::CommandServer;
 use super::upgrade_error::{Unready, UpgradeError};
 use crate::upgrade::handover::{self, UPGRADE_FD_ENV, Verdict};
+use crate::upgrade::quic;
 
 /// How long the successor has to take over when the request names no
 /// timeout.
@@ -58,13 +59,20 @@ impl CommandServer {
         // may land after its own.
         self.saved.settle();
         let sockets = duplicates(exported)?;
+        let (quic, quic_fds) = quic::handover_of(exported.iter().flat_map(|(_, e)| &e.quic))
+            .map_err(UpgradeError::QuicCopy)?;
         let metrics = match self.metrics.handover_copy() {
             Some(Ok(copy)) => Some(copy),
             Some(Err(error)) => return Err(UpgradeError::MetricsCopy(error)),
             None => None,
         };
         let (mut ours, theirs) = UnixStream::pair().map_err(UpgradeError::ControlSocket)?;
-        for fd in sockets.iter().chain(&metrics).map(|(_, fd)| fd) {
+        for fd in sockets
+            .iter()
+            .chain(&metrics)
+            .map(|(_, fd)| fd)
+            .chain(&quic_fds)
+        {
             handover::inheritable(fd).map_err(UpgradeError::PassListener)?;
         }
         handover::inheritable(&theirs).map_err(UpgradeError::PassControl)?;
@@ -84,6 +92,7 @@ impl CommandServer {
                     address: address.to_string(),
                     fd: fd.as_raw_fd(),
                 }),
+            quic: Some(quic),
         };
         let child = Command::new(&binary)
             .args(&self.settings.argv)
@@ -99,6 +108,7 @@ impl CommandServer {
         drop(theirs);
         drop(sockets);
         drop(metrics);
+        drop(quic_fds);
         let shown = binary.display().to_string();
         log::info!(
             "upgrade: started {shown} as pid {}, handing over {} socket(s) and {} request(s)",
@@ -125,7 +135,7 @@ impl CommandServer {
 fn duplicates(exported: &Exported) -> Result<Vec<(SocketAddr, OwnedFd)>, UpgradeError> {
     let mut sockets = Vec::new();
     for (_, listeners) in exported {
-        for (address, fd) in listeners.iter() {
+        for (address, fd) in &listeners.tcp {
             let copy = fd.try_clone().map_err(|error| UpgradeError::Duplicate {
                 address: *address,
                 error,

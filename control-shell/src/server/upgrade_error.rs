@@ -46,6 +46,8 @@ pub(super) enum UpgradeError {
     },
     /// The metrics endpoint's socket could not be duplicated.
     MetricsCopy(io::Error),
+    /// A QUIC socket or a flow's backend socket could not be duplicated.
+    QuicCopy(io::Error),
     /// The control socket to the successor could not be opened.
     ControlSocket(io::Error),
     /// A listening socket could not be made inheritable.
@@ -77,6 +79,9 @@ impl fmt::Display for UpgradeError {
             }
             Self::MetricsCopy(error) => {
                 write!(f, "cannot duplicate the metrics endpoint's socket: {error}")
+            }
+            Self::QuicCopy(error) => {
+                write!(f, "cannot duplicate a QUIC socket or flow: {error}")
             }
             Self::ControlSocket(error) => write!(f, "cannot open the control socket: {error}"),
             Self::PassListener(error) => write!(f, "cannot pass a listening socket on: {error}"),

@@ -204,7 +204,7 @@ impl Inherited {
 
     /// Takes ownership of descriptor `fd` once it is checked to be open
     /// and a socket.
-    fn take(&mut self, fd: RawFd) -> io::Result<OwnedFd> {
+    pub(crate) fn take(&mut self, fd: RawFd) -> io::Result<OwnedFd> {
         if fd < 3 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -283,6 +283,18 @@ mod tests {
             metrics: Some(proto::InheritedListener {
                 address: "127.0.0.1:2".to_owned(),
                 fd: 8,
+            }),
+            quic: Some(proto::QuicHandover {
+                version: 1,
+                sockets: vec![proto::InheritedQuicSocket {
+                    address: "127.0.0.1:3".to_owned(),
+                    fd: 9,
+                    flows: vec![proto::HandedFlow {
+                        client: "192.0.2.1:4".to_owned(),
+                        backend_fd: 10,
+                        ..Default::default()
+                    }],
+                }],
             }),
         };
         send_handover(&mut a, &handover).expect("send");

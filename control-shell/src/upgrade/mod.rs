@@ -3,10 +3,12 @@
 //! successor's side.
 //!
 //! Owns: the handover's wire format and the inherited descriptors
-//! ([`handover`]), and the new process taking them over ([`takeover`]). The
+//! ([`handover`]), the QUIC sockets and flows in it ([`quic`]), and the new
+//! process taking them over ([`takeover`]). The
 //! old process's half is the command server's (`server::upgrade`). Must
 //! never: decide when an upgrade runs; the command server's upgrade
 //! request does.
 
 pub mod handover;
+pub mod quic;
 pub mod takeover;

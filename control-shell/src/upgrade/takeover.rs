@@ -17,7 +17,10 @@ use command::proto;
 use command::state::ConfigState;
 use command::validate::ValidationError;
 
+use preread_worker::worker::quic::upgrade::InheritedQuic;
+
 use crate::upgrade::handover::{self, Inherited, Verdict};
+use crate::upgrade::quic::{self, QuicTakeoverError};
 
 /// Inherited listening sockets, each with the address it listens on.
 pub type Sockets = Vec<(SocketAddr, TcpListener)>;
@@ -36,6 +39,8 @@ pub struct Successor {
     /// The metrics endpoint's socket, blocking, when the old process served
     /// one.
     pub metrics: Option<(SocketAddr, TcpListener)>,
+    /// The QUIC listeners' sockets, with their flows.
+    pub quic: Vec<InheritedQuic>,
 }
 
 /// Why this process will not take the handover over.
@@ -52,6 +57,8 @@ pub enum TakeoverError {
     },
     /// The running state breaks this binary's rules.
     State(ValidationError),
+    /// A QUIC socket is not what the handover says.
+    Quic(QuicTakeoverError),
 }
 
 impl fmt::Display for TakeoverError {
@@ -66,6 +73,7 @@ impl fmt::Display for TakeoverError {
                 error.code.as_str(),
                 error.message
             ),
+            Self::Quic(error) => error.fmt(f),
         }
     }
 }
@@ -73,7 +81,13 @@ impl fmt::Display for TakeoverError {
 impl std::error::Error for TakeoverError {}
 
 /// What `Successor::check` takes from the handover.
-type Checked = (ConfigState, Sockets, u64, Option<(SocketAddr, TcpListener)>);
+type Checked = (
+    ConfigState,
+    Sockets,
+    u64,
+    Option<(SocketAddr, TcpListener)>,
+    Vec<InheritedQuic>,
+);
 
 impl Successor {
     /// Reads and checks the handover on `control`. When it cannot be taken,
@@ -83,12 +97,13 @@ impl Successor {
         mut inherited: Inherited,
     ) -> Result<Self, TakeoverError> {
         match Self::check(&mut control, &mut inherited) {
-            Ok((state, sockets, generation, metrics)) => Ok(Self {
+            Ok((state, sockets, generation, metrics, quic)) => Ok(Self {
                 control,
                 state,
                 sockets,
                 generation,
                 metrics,
+                quic,
             }),
             Err(why) => {
                 refuse(&mut control, &why.to_string());
@@ -120,6 +135,8 @@ impl Successor {
             }
             None => None,
         };
+        let quic =
+            quic::take_over(handover.quic.as_ref(), inherited).map_err(TakeoverError::Quic)?;
         let mut state = ConfigState::default();
         for request in &handover.state {
             state
@@ -127,7 +144,7 @@ impl Successor {
                 .map(|_| ())
                 .map_err(TakeoverError::State)?;
         }
-        Ok((state, sockets, handover.generation, metrics))
+        Ok((state, sockets, handover.generation, metrics, quic))
     }
 
     /// The inherited sockets dealt to `workers` workers: each address's
@@ -141,6 +158,25 @@ impl Successor {
             let turn = next.entry(address).or_insert(0);
             if let Some(hand) = hands.get_mut(*turn % count) {
                 hand.push((address, socket));
+            }
+            *turn += 1;
+        }
+        hands
+    }
+}
+
+impl Successor {
+    /// The inherited QUIC sockets dealt to `workers` workers as
+    /// [`Self::deal`] deals the TCP ones; each socket's flows go with it,
+    /// to the worker that reads the datagrams the kernel puts there.
+    pub fn deal_quic(quic: Vec<InheritedQuic>, workers: usize) -> Vec<Vec<InheritedQuic>> {
+        let mut hands: Vec<Vec<_>> = (0..workers.max(1)).map(|_| Vec::new()).collect();
+        let mut next: HashMap<SocketAddr, usize> = HashMap::new();
+        let count = hands.len();
+        for socket in quic {
+            let turn = next.entry(socket.address).or_insert(0);
+            if let Some(hand) = hands.get_mut(*turn % count) {
+                hand.push(socket);
             }
             *turn += 1;
         }

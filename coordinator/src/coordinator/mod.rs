@@ -83,6 +83,8 @@ pub(crate) enum Purpose {
     Boot,
     /// Duplicates of the listening sockets, for an upgrade's successor.
     Export,
+    /// The workers read their QUIC sockets again after a failed upgrade.
+    Resume,
 }
 
 /// The control plane's coordinator. See the crate documentation.
@@ -403,7 +405,16 @@ impl Coordinator {
             Purpose::Boot => out.push(Effect::Booted {
                 refused: gathered.first_failure(),
             }),
-            Purpose::Export => self.exported(gathered, out),
+            Purpose::Export => self.exported(gathered, now, out),
+            Purpose::Resume => {
+                if let Some((worker, code, message)) = gathered.first_failure() {
+                    log(
+                        out,
+                        Level::Error,
+                        format!("worker {worker} did not resume its QUIC flows: {code}: {message}"),
+                    );
+                }
+            }
         }
     }
 

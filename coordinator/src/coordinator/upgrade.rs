@@ -45,7 +45,12 @@ impl Coordinator {
     }
 
     /// The workers exported: the shell hands over, or the upgrade fails.
-    pub(crate) fn exported(&mut self, gathered: Gathered<Purpose>, out: &mut Vec<Effect>) {
+    pub(crate) fn exported(
+        &mut self,
+        gathered: Gathered<Purpose>,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
         let Some(Running {
             id,
             client,
@@ -68,6 +73,7 @@ impl Coordinator {
             }
         }
         if let Some(why) = why {
+            self.resume(now, out);
             let answer = self.upgrade_refusal(why, out);
             if let Some(ticket) = client {
                 self.answer(ticket, answer, out);
@@ -123,10 +129,21 @@ impl Coordinator {
                 self.start_stop(StopKind::Soft, false, now, out);
                 return;
             }
-            Err(why) => self.upgrade_refusal(why, out),
+            Err(why) => {
+                self.resume(now, out);
+                self.upgrade_refusal(why, out)
+            }
         };
         if let Some(ticket) = run.client {
             self.answer(ticket, answer, out);
         }
+    }
+
+    /// The upgrade failed: the workers read the QUIC sockets and flows
+    /// they exported again (the datagrams that came meanwhile waited in
+    /// the sockets).
+    fn resume(&mut self, now: Instant, out: &mut Vec<Effect>) {
+        let timeout = self.settings.order_timeout;
+        self.broadcast(Order::Resume, Purpose::Resume, None, timeout, now, out);
     }
 }

@@ -71,6 +71,12 @@ pub enum Command {
         /// (as `rejects --dump` writes them for QUIC).
         #[arg(long, conflicts_with_all = ["expect_proxy", "reads"])]
         quic: bool,
+        /// Each file is a packet capture (pcap or pcapng, as `tcpdump -w`
+        /// or `dumpcap -w` write it): every TCP and QUIC client first
+        /// flight in it is reported, decided by the listener at the flow's
+        /// server address (or `--listener`).
+        #[arg(long, conflicts_with_all = ["quic", "reads", "hex"])]
+        pcap: bool,
         /// Capture files; `-` reads standard input.
         #[arg(required = true)]
         files: Vec<PathBuf>,

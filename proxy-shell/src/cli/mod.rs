@@ -65,16 +65,24 @@ pub fn run(cli: Cli) -> ExitCode {
             expect_proxy,
             reads,
             quic,
+            pcap,
             files,
-        } => offline::inspect(
-            &globals,
-            listener.as_deref(),
-            *hex,
-            *expect_proxy,
-            reads,
-            *quic,
-            files,
-        ),
+        } => {
+            let mode = match (*quic, *pcap) {
+                (true, _) => offline::InputMode::Quic,
+                (_, true) => offline::InputMode::Pcap,
+                _ => offline::InputMode::Bytes,
+            };
+            offline::inspect(
+                &globals,
+                listener.as_deref(),
+                *hex,
+                *expect_proxy,
+                reads,
+                mode,
+                files,
+            )
+        }
         Command::State {
             action: StateAction::Seal { file },
         } => offline::state_seal(file, globals.json),

@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use preread_core::step::PrereadListener;
 
@@ -22,7 +23,11 @@ use super::client::config_path;
 use super::inspect_error::{InspectInputError, ListenerChoiceError};
 use super::{EXIT_USAGE, Globals};
 use crate::inspect::{InspectOptions, decode_hex, inspect as inspect_one};
+use crate::inspect_pcap::{ConfiguredListener, PcapOptions, inspect_pcap};
 use crate::inspect_quic::{inspect_quic, split_datagrams};
+use crate::pcap::capture_notes;
+use command::proto::RejectWith;
+use command::validate::is_quic_listener;
 use preread_core::quic::{QuicListener, QuicRejectWith};
 use preread_worker::worker::runtime::reject_with;
 
@@ -153,46 +158,86 @@ fn read_input(path: &Path, hex: bool) -> Result<Vec<u8>, InspectInputError> {
     })
 }
 
-/// The listener `inspect --config` decides for (`--listener`, else the
-/// first one the config declares), built as a worker builds it: its
-/// `sni_preread_max_bytes` cap, the catch-all frontend included.
+/// A listener of the loaded config as a worker builds it, for either
+/// protocol: its `sni_preread_max_bytes` cap, its catch-all frontend, its
+/// `reject_with`, and for QUIC its `quic_preread_timeout`.
+fn configured(
+    state: &command::state::ConfigState,
+    address: SocketAddr,
+) -> Option<ConfiguredListener> {
+    let config_listener = state.listener(&address)?;
+    let catch_all = state.catch_all(&address).map(Arc::from);
+    let preread = state.preread_config(&address)?;
+    let mut quic_config = preread.clone();
+    if let Some(ms) = config_listener.quic_preread_timeout_ms {
+        quic_config.timeout = Duration::from_millis(ms);
+    }
+    let quic_reject_with = match config_listener.reject_with() {
+        RejectWith::Drop => QuicRejectWith::Drop,
+        _ => QuicRejectWith::Close,
+    };
+    let mut tcp = PrereadListener::new(preread, catch_all);
+    tcp.reject_with = reject_with(config_listener.reject_with());
+    Some(ConfiguredListener {
+        address,
+        quic: is_quic_listener(config_listener),
+        tcp,
+        quic_view: QuicListener::new(quic_config, quic_reject_with),
+        expect_proxy: config_listener.expect_proxy,
+    })
+}
+
+/// The listeners `inspect --config` decides for: `--listener` alone, else
+/// every one the config declares, in its order (the first decides a
+/// capture file; `--pcap` picks one per flow).
 fn listener_routes(
     config: &Path,
     wanted: Option<&str>,
-) -> Result<(PrereadListener, bool), ListenerChoiceError> {
+) -> Result<Vec<ConfiguredListener>, ListenerChoiceError> {
     let loaded = load_config_file(config).map_err(|problems| ListenerChoiceError::Config {
         config: config.to_owned(),
         problems,
     })?;
     let state = &loaded.state;
-    let address: SocketAddr = match wanted {
-        Some(text) => text
-            .parse()
-            .map_err(|_| ListenerChoiceError::NotAnAddress {
-                text: text.to_owned(),
-            })?,
+    let addresses: Vec<SocketAddr> = match wanted {
+        Some(text) => vec![
+            text.parse()
+                .map_err(|_| ListenerChoiceError::NotAnAddress {
+                    text: text.to_owned(),
+                })?,
+        ],
         None => loaded
             .requests()
-            .find_map(|r| match &r.request_type {
+            .filter_map(|r| match &r.request_type {
                 Some(RequestType::AddTcpListener(l)) => l.address.parse().ok(),
                 _ => None,
             })
-            .ok_or_else(|| ListenerChoiceError::NoListener {
-                config: config.to_owned(),
-            })?,
+            .collect(),
     };
-    let unknown = || ListenerChoiceError::Unknown {
-        config: config.to_owned(),
-        address,
+    let Some(&first) = addresses.first() else {
+        return Err(ListenerChoiceError::NoListener {
+            config: config.to_owned(),
+        });
     };
-    let listener = state.listener(&address).ok_or_else(unknown)?;
-    let expect_proxy = listener.expect_proxy;
-    let config_listener = listener;
-    let catch_all = state.catch_all(&address).map(Arc::from);
-    let preread = state.preread_config(&address).ok_or_else(unknown)?;
-    let mut listener = PrereadListener::new(preread, catch_all);
-    listener.reject_with = reject_with(config_listener.reject_with());
-    Ok((listener, expect_proxy))
+    addresses
+        .iter()
+        .map(|&address| configured(state, address))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| ListenerChoiceError::Unknown {
+            config: config.to_owned(),
+            address: first,
+        })
+}
+
+/// What `inspect`'s files hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum InputMode {
+    /// A client's bytes on one TCP connection.
+    Bytes,
+    /// One QUIC flow's client datagrams (`--quic`).
+    Quic,
+    /// A packet capture (`--pcap`).
+    Pcap,
 }
 
 pub(super) fn inspect(
@@ -201,19 +246,24 @@ pub(super) fn inspect(
     hex: bool,
     expect_proxy: bool,
     reads: &[usize],
-    quic: bool,
+    mode: InputMode,
     files: &[PathBuf],
 ) -> ExitCode {
     let mut options = InspectOptions {
         expect_proxy,
         listener: None,
         reads: reads.to_vec(),
+        timeline: None,
     };
+    let mut listeners = Vec::new();
     if let Some(config) = &globals.config {
         match listener_routes(config, listener) {
-            Ok((routes, listener_expects_proxy)) => {
-                options.expect_proxy |= listener_expects_proxy;
-                options.listener = Some(routes);
+            Ok(configured) => {
+                if let Some(first) = configured.first() {
+                    options.expect_proxy |= first.expect_proxy;
+                    options.listener = Some(first.tcp.clone());
+                }
+                listeners = configured;
             }
             Err(error) => {
                 eprintln!("preread inspect: {error}");
@@ -227,11 +277,22 @@ pub(super) fn inspect(
         eprintln!("preread inspect: --reads needs --config (it shapes the decision)");
         return ExitCode::from(EXIT_USAGE);
     }
-    if quic {
-        let listener = options
-            .listener
-            .map(|l| QuicListener::new(l.config, QuicRejectWith::Close));
-        return inspect_quic_files(listener.as_ref(), hex, files);
+    match mode {
+        InputMode::Quic => {
+            // Without --listener, the config's first QUIC listener.
+            let first_quic = listeners.iter().find(|l| l.quic);
+            let listener = first_quic.or(listeners.first()).map(|l| &l.quic_view);
+            return inspect_quic_files(listener, hex, files);
+        }
+        InputMode::Pcap => {
+            let options = PcapOptions {
+                listeners,
+                pinned: listener.is_some(),
+                expect_proxy,
+            };
+            return inspect_pcap_files(&options, files);
+        }
+        InputMode::Bytes => {}
     }
     let mut status = ExitCode::SUCCESS;
     let mut stdout = std::io::stdout().lock();
@@ -276,9 +337,46 @@ fn inspect_quic_files(listener: Option<&QuicListener>, hex: bool, files: &[PathB
             }
         };
         let name = path.display().to_string();
-        let report = inspect_quic(&name, bytes.len(), &datagrams, listener);
+        let report = inspect_quic(&name, bytes.len(), &datagrams, listener, None);
         if writeln!(stdout, "{report}").is_err() {
             return ExitCode::from(EXIT_USAGE);
+        }
+    }
+    status
+}
+
+/// `inspect --pcap`: each file a capture, one JSON object per client first
+/// flight; what the file's walk skipped or where it stopped is said on
+/// stderr. A file that is no capture is reported on stderr (exit status
+/// 2), the others still printed.
+fn inspect_pcap_files(options: &PcapOptions, files: &[PathBuf]) -> ExitCode {
+    let mut status = ExitCode::SUCCESS;
+    let mut stdout = std::io::stdout().lock();
+    for path in files {
+        let bytes = match read_input(path, false) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                eprintln!("preread inspect: {error}");
+                status = ExitCode::from(EXIT_USAGE);
+                continue;
+            }
+        };
+        let name = path.display().to_string();
+        let (flows, walked) = match inspect_pcap(&name, &bytes, options) {
+            Ok(read) => read,
+            Err(error) => {
+                eprintln!("preread inspect: {name}: {error}");
+                status = ExitCode::from(EXIT_USAGE);
+                continue;
+            }
+        };
+        for flow in &flows {
+            if writeln!(stdout, "{flow}").is_err() {
+                return ExitCode::from(EXIT_USAGE);
+            }
+        }
+        for note in capture_notes(&walked, flows.len()) {
+            eprintln!("preread inspect: {name}: {note}");
         }
     }
     status

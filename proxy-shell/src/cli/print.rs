@@ -374,6 +374,7 @@ pub fn rejects_json(list: &proto::RejectList, files: &[String]) -> Vec<Value> {
                 "client": w.client,
                 "proxy_client": w.proxy_client,
                 "outcome": w.outcome,
+                "protocol": if w.quic { "quic" } else { "tcp" },
                 "bytes": w.window.len(),
                 "ja4": captured_ja4(&w.window).map(|j| j.to_string()),
                 "hex": hex,

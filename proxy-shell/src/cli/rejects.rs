@@ -2,7 +2,8 @@
 //! sessions, listed, and with `--dump DIR` written out for `inspect`.
 //!
 //! Owns: the dump (one `.bin` file per window, named by worker, capture
-//! number, outcome and reason, so a second dump of the same capture
+//! number, outcome and reason, and `.quic.bin` for a QUIC flow's
+//! length-prefixed datagrams, so a second dump of the same capture
 //! rewrites the same file) and the note on windows that did not fit in the
 //! answer. Must never: write anywhere but DIR, or change a byte of a
 //! window (the file is what the worker read, for `inspect` to replay).
@@ -71,7 +72,9 @@ pub(super) fn run(globals: &Globals, request: &proto::Request, dump: Option<&Pat
     ExitCode::SUCCESS
 }
 
-/// The file name of a window: `w<worker>-<seq>-<rejected|fallback>-<reason>.bin`.
+/// The file name of a window: `w<worker>-<seq>-<rejected|fallback>-<reason>.bin`,
+/// ending `.quic.bin` for a QUIC flow's datagrams (`inspect --quic` reads
+/// them).
 fn file_name(window: &proto::CapturedWindow) -> String {
     let outcome: String = window
         .outcome
@@ -84,7 +87,8 @@ fn file_name(window: &proto::CapturedWindow) -> String {
             }
         })
         .collect();
-    format!("w{}-{:06}-{outcome}.bin", window.worker, window.seq)
+    let kind = if window.quic { ".quic" } else { "" };
+    format!("w{}-{:06}-{outcome}{kind}.bin", window.worker, window.seq)
 }
 
 /// Why a dump stopped: the folder or one of its files could not be
@@ -164,6 +168,10 @@ mod tests {
             windows: vec![
                 window(7, "rejected:not_tls", b"GET / HTTP/1.1\r\n"),
                 window(3, "fallback:sni_unmatched", &[22, 3, 1, 0, 5]),
+                proto::CapturedWindow {
+                    quic: true,
+                    ..window(4, "rejected:quic_version", &[0, 1, 0xc0])
+                },
             ],
             left_out: 0,
         };
@@ -175,6 +183,10 @@ mod tests {
         assert_eq!(
             file_name(&list.windows[1]),
             "w1-000003-fallback-sni_unmatched.bin"
+        );
+        assert_eq!(
+            file_name(&list.windows[2]),
+            "w1-000004-rejected-quic_version.quic.bin"
         );
         for (file, window) in files.iter().zip(&list.windows) {
             assert_eq!(std::fs::read(file)?, window.window);

@@ -126,7 +126,8 @@ impl SimWorker {
                 listeners: u32::try_from(self.routing.listeners().len()).unwrap_or(u32::MAX),
             },
             Order::Rejects(_) => Answer::Rejects(Vec::new()),
-            Order::ExportListeners => Answer::Listeners(Arc::new(Vec::new())),
+            Order::ExportListeners => Answer::Listeners(Arc::default()),
+            Order::Resume => Answer::Done,
             Order::SoftStop { .. } | Order::HardStop => {
                 self.dead = true;
                 self.exited = true;

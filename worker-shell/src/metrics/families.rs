@@ -104,11 +104,14 @@ pub enum Family {
     ConfigGeneration,
     SourceRevision,
     SourceConnected,
+    QuicFlowsActive,
+    QuicDatagrams,
+    QuicDroppedDatagrams,
 }
 
 impl Family {
     /// Every family, in the order served and documented.
-    pub const ALL: [Self; 30] = [
+    pub const ALL: [Self; 33] = [
         Self::ConnectionsAccepted,
         Self::ConnectionsActive,
         Self::ConnectionsRefused,
@@ -139,6 +142,9 @@ impl Family {
         Self::ConfigGeneration,
         Self::SourceRevision,
         Self::SourceConnected,
+        Self::QuicFlowsActive,
+        Self::QuicDatagrams,
+        Self::QuicDroppedDatagrams,
     ];
 
     /// The family's name as served (a counter's with its `_total`).
@@ -174,6 +180,9 @@ impl Family {
             Self::ConfigGeneration => "preread_config_generation",
             Self::SourceRevision => "preread_source_revision",
             Self::SourceConnected => "preread_source_connected",
+            Self::QuicFlowsActive => "preread_quic_flows_active",
+            Self::QuicDatagrams => "preread_quic_datagrams_total",
+            Self::QuicDroppedDatagrams => "preread_quic_dropped_datagrams_total",
         }
     }
 
@@ -193,7 +202,8 @@ impl Family {
             | Self::WorkerConnectionsActive
             | Self::ConfigGeneration
             | Self::SourceRevision
-            | Self::SourceConnected => Kind::Gauge,
+            | Self::SourceConnected
+            | Self::QuicFlowsActive => Kind::Gauge,
             Self::PrereadDuration | Self::ClientHelloBytes => Kind::Histogram,
             Self::ConnectionsAccepted
             | Self::ConnectionsRefused
@@ -213,7 +223,9 @@ impl Family {
             | Self::BackendResolveErrors
             | Self::SplicePipesCreated
             | Self::SpliceFallbacks
-            | Self::AccessLogDropped => Kind::Counter,
+            | Self::AccessLogDropped
+            | Self::QuicDatagrams
+            | Self::QuicDroppedDatagrams => Kind::Counter,
         }
     }
 
@@ -226,13 +238,15 @@ impl Family {
             | Self::AcceptDescriptorErrors
             | Self::PrereadActive
             | Self::PrereadDuration
-            | Self::ClientHelloBytes => &[Listener],
-            Self::ConnectionsRefused | Self::PrereadFallback | Self::PrereadRejected => {
-                &[Listener, Reason]
-            }
+            | Self::ClientHelloBytes
+            | Self::QuicFlowsActive => &[Listener],
+            Self::ConnectionsRefused
+            | Self::PrereadFallback
+            | Self::PrereadRejected
+            | Self::QuicDroppedDatagrams => &[Listener, Reason],
             Self::ConnectionsReset => &[Listener, From],
             Self::PrereadRouted => &[Listener, Cluster],
-            Self::ClientBytes => &[Listener, Direction],
+            Self::ClientBytes | Self::QuicDatagrams => &[Listener, Direction],
             Self::ClusterBytes => &[Cluster, Direction],
             Self::BackendConnections
             | Self::BackendConnectErrors
@@ -314,6 +328,13 @@ impl Family {
             Self::ConfigGeneration => "Routing generations committed since the start.",
             Self::SourceRevision => "The store revision whose routes are served (etcd).",
             Self::SourceConnected => "1 while a member of the store answers the watch, else 0.",
+            Self::QuicFlowsActive => "QUIC flows open (undecided or relaying).",
+            Self::QuicDatagrams => {
+                "QUIC datagrams from clients (in) and to clients (out), dropped ones included."
+            }
+            Self::QuicDroppedDatagrams => {
+                "QUIC datagrams from clients or backends that were not passed on, by reason."
+            }
         }
     }
 }

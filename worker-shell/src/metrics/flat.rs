@@ -19,7 +19,9 @@ use command::proto::{MetricSeries, WorkerMetrics};
 use preread_core::{FallbackReason, RejectReason};
 
 use super::families::{DURATION_BOUNDS_US, Family};
-use crate::vocabulary::{self as names, RefuseReason, SNI_PREREAD_DURATION, fallback, rejected};
+use crate::vocabulary::{
+    self as names, QuicDrop, RefuseReason, SNI_PREREAD_DURATION, fallback, rejected,
+};
 
 /// A name ending in one of these is a gauge; every other name is a counter.
 const GAUGE_SUFFIXES: [&str; 7] = [
@@ -64,6 +66,13 @@ fn rejected_by(reason: &str) -> Option<&'static str> {
         .into_iter()
         .find(|r| r.as_str() == reason)
         .map(rejected)
+}
+
+fn dropped_by(reason: &str) -> Option<&'static str> {
+    QuicDrop::ALL
+        .into_iter()
+        .find(|r| r.as_str() == reason)
+        .map(QuicDrop::metric_name)
 }
 
 fn fallback_by(reason: &str) -> Option<&'static str> {
@@ -118,6 +127,13 @@ fn names_of(series: &MetricSeries) -> Vec<String> {
         Family::BuffersInUse => fixed(Some(names::BUFFERS_IN_USE)),
         Family::AccessLogDropped => fixed(Some(names::ACCESS_LOG_DROPPED)),
         Family::ConfigGeneration => fixed(Some(names::CONFIG_GENERATION)),
+        Family::QuicFlowsActive => fixed(Some(names::QUIC_FLOWS_ACTIVE)),
+        Family::QuicDatagrams => match direction {
+            "in" => fixed(Some(names::QUIC_DATAGRAMS_IN)),
+            "out" => fixed(Some(names::QUIC_DATAGRAMS_OUT)),
+            _ => Vec::new(),
+        },
+        Family::QuicDroppedDatagrams => fixed(dropped_by(label(series, "reason"))),
         // Shown per worker already; the size histogram is served only.
         Family::WorkerConnectionsActive
         | Family::PrereadDuration

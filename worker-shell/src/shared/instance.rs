@@ -184,6 +184,17 @@ impl Instance {
         })
     }
 
+    /// One more connection that already runs: a flow an upgrade's old
+    /// process handed over. Counted whatever the limit or the health, as
+    /// the old process admitted it.
+    pub fn adopt(self: &Arc<Self>) -> Lease {
+        self.active.fetch_add(1, Ordering::AcqRel);
+        Lease {
+            instance: Arc::clone(self),
+            probe: false,
+        }
+    }
+
     /// Feeds one observation to the health machine; the transition it
     /// made, if any.
     pub fn observe(&self, source: Source, observed: Observed, now: Instant) -> Option<Transition> {

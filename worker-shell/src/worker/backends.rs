@@ -20,7 +20,7 @@
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -279,6 +279,20 @@ impl ClusterBackends {
         self.passed_over.clear();
         self.candidates = candidates;
         leased
+    }
+
+    /// A lease on the instance at `address` of backend `backend`, for a
+    /// connection an upgrade handed over ([`Instance::adopt`]); `None` when
+    /// this state has no such instance.
+    pub fn adopt(&mut self, backend: &str, address: SocketAddr) -> Option<Lease> {
+        let at = *self.positions.get(backend)?;
+        let backend = self.backends.get_mut(at)?;
+        self.restart |= backend.refresh();
+        backend
+            .instances
+            .iter()
+            .find(|instance| instance.address() == address)
+            .map(Instance::adopt)
     }
 
     pub fn proxy_protocol(&self) -> ProxyProtocol {

@@ -21,6 +21,7 @@ use mio::{Events, Interest, Poll, Token};
 use preread_core::rng::Rng;
 use slab::Slab;
 
+use super::Inheritance;
 use super::accept::{Accepted, accept};
 use super::accept_retry::AcceptRetry;
 use super::close::close;
@@ -50,6 +51,7 @@ use crate::metrics::series::Series;
 use crate::shared::Shared;
 use crate::shared::shortage::ShortageLog;
 use crate::vocabulary::{Outcome, RefuseReason};
+use coordinator::Exported;
 
 /// A soft stop in progress: sessions drain until `deadline`.
 #[derive(Debug, Clone, Copy)]
@@ -91,10 +93,10 @@ impl Worker {
         (settings, shared): (WorkerSettings, Arc<Shared>),
         inbox: WorkerInbox,
         access_log: AccessLogQueue,
-        inherited: Vec<(SocketAddr, std::net::TcpListener)>,
+        inherited: Inheritance,
     ) -> io::Result<Self> {
         let mut by_address: HashMap<SocketAddr, Vec<std::net::TcpListener>> = HashMap::new();
-        for (address, listener) in inherited {
+        for (address, listener) in inherited.tcp {
             by_address.entry(address).or_default().push(listener);
         }
         let ctx = Ctx {
@@ -129,7 +131,7 @@ impl Worker {
             stopping: None,
             stop_order: None,
             exit: false,
-            quic: QuicShell::new(),
+            quic: QuicShell::new(inherited.quic),
         })
     }
 
@@ -275,6 +277,10 @@ impl Worker {
             }
             Order::Rejects(query) => Answer::Rejects(self.ctx.rejects.list(self.ctx.id, &query)),
             Order::ExportListeners => self.export_listeners(),
+            Order::Resume => {
+                self.quic.resume(&mut self.ctx);
+                Answer::Done
+            }
             Order::Status => Answer::Status {
                 // A QUIC flow is a session of its listener.
                 sessions: (self.sessions.len() + self.quic.flows()) as u64,
@@ -433,8 +439,10 @@ impl Worker {
         }
     }
 
-    /// Duplicates of every listening socket, for an upgrade's successor.
-    fn export_listeners(&self) -> Answer {
+    /// Duplicates of every listening socket, for an upgrade's successor,
+    /// with the QUIC flows (whose sockets this worker stops reading:
+    /// `quic/upgrade.rs`).
+    fn export_listeners(&mut self) -> Answer {
         let mut exported = Vec::with_capacity(self.listeners.len());
         for (_, (address, listener)) in &self.listeners {
             match listener.as_fd().try_clone_to_owned() {
@@ -450,7 +458,19 @@ impl Worker {
                 }
             }
         }
-        Answer::Listeners(Arc::new(exported))
+        match self.quic.export(&mut self.ctx, Instant::now()) {
+            Ok(quic) => Answer::Listeners(Arc::new(Exported {
+                tcp: exported,
+                quic,
+            })),
+            Err(e) => Answer::Refused {
+                code: AnswerCode::WorkerRefused,
+                message: format!(
+                    "worker {}: cannot duplicate a QUIC socket: {e}",
+                    self.ctx.id
+                ),
+            },
+        }
     }
 
     fn close_listeners(&mut self) {

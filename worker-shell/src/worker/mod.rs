@@ -55,18 +55,27 @@ use orders::{Reply, WorkerHandle, WorkerInbox};
 pub use settings::WorkerSettings;
 use tokens::WAKER_TOKEN;
 
+/// What an upgrade's old process hands one worker of its successor.
+#[derive(Debug, Default)]
+pub struct Inheritance {
+    /// Listening TCP sockets, by address.
+    pub tcp: Vec<(SocketAddr, std::net::TcpListener)>,
+    /// QUIC listeners' UDP sockets, with their decided flows.
+    pub quic: Vec<quic::upgrade::InheritedQuic>,
+}
+
 /// Starts worker `id` on its own thread, sharing `shared` with the other
 /// workers. It answers every order on `replies` and wakes `main_waker`
-/// after each answer. `inherited` are listening sockets an upgrade handed
-/// over: the worker accepts on them when the state says to listen at their
-/// address, instead of binding. Its sessions' access-log lines go to
-/// `access_log`.
+/// after each answer. `inherited` are sockets (and QUIC flows) an upgrade
+/// handed over: the worker listens on them when the state says to listen
+/// at their address, instead of binding. Its sessions' access-log lines go
+/// to `access_log`.
 pub fn spawn(
     id: u32,
     settings: (WorkerSettings, Arc<Shared>),
     replies: Sender<Reply>,
     main_waker: Arc<Waker>,
-    inherited: Vec<(SocketAddr, std::net::TcpListener)>,
+    inherited: Inheritance,
     access_log: AccessLogQueue,
 ) -> stdio::Result<(WorkerHandle, JoinHandle<()>)> {
     let poll = Poll::new()?;

@@ -230,6 +230,7 @@ fn capture(ctx: &mut Ctx, session: &Session, outcome: Outcome) {
         client: session.client,
         proxy_client: session.step.core().proxy_source(),
         outcome,
+        quic: false,
     };
     ctx.rejects.capture(window, what);
 }

@@ -27,6 +27,9 @@ pub(super) struct Captured {
     pub(super) proxy_client: Option<SocketAddr>,
     /// `Rejected(_)`, `Fallback(_)`, or `Refused(AccessDenied)` by `deny_ja4`.
     pub(super) outcome: Outcome,
+    /// A QUIC flow's datagrams, each preceded by its length (2 bytes,
+    /// big-endian), rather than a TCP session's bytes.
+    pub(super) quic: bool,
 }
 
 #[derive(Debug)]
@@ -60,6 +63,11 @@ impl RejectRing {
             })
             .collect();
         Self { slots, seq: 0 }
+    }
+
+    /// Whether captures are kept (`reject_capture` is not 0).
+    pub(super) fn is_on(&self) -> bool {
+        !self.slots.is_empty()
     }
 
     /// Keeps a copy of `window` (the session's bytes at its decision) and
@@ -116,6 +124,7 @@ impl RejectRing {
                 proxy_client: what.proxy_client.map(|a| a.to_string()),
                 outcome: what.outcome.to_string(),
                 window: window.to_vec(),
+                quic: what.quic,
             })
             .collect()
     }
@@ -150,6 +159,7 @@ mod tests {
             client: SocketAddr::from(([127, 0, 0, 2], 40000)),
             proxy_client: None,
             outcome,
+            quic: false,
         }
     }
 

@@ -121,6 +121,30 @@ impl<S> Flow<S> {
     pub fn held(&self) -> usize {
         self.held.len()
     }
+
+    /// The connection IDs that lead to it.
+    pub fn cids(&self) -> &[Box<[u8]>] {
+        &self.cids
+    }
+
+    /// Whether the backend sent it a long header.
+    pub fn backend_spoke(&self) -> bool {
+        self.backend_spoke
+    }
+}
+
+/// A decided flow an upgrade's old process handed over, as the table takes
+/// it back.
+#[derive(Debug)]
+pub struct Handed<S> {
+    pub listener: SocketAddr,
+    pub client: SocketAddr,
+    pub state: S,
+    pub cids: Vec<Box<[u8]>>,
+    pub backend_spoke: bool,
+    pub first_seen: Instant,
+    pub last_seen: Instant,
+    pub counts: FlowCounts,
 }
 
 /// The flows of one worker.
@@ -286,6 +310,50 @@ impl<S> FlowTable<S> {
         key
     }
 
+    /// Takes a flow an upgrade handed over, with its keys; `None` (the
+    /// flow dropped) when the table already holds a flow of that client on
+    /// that listener. A connection ID another flow holds stays with it, as
+    /// when one is learned.
+    pub fn adopt(&mut self, handed: Handed<S>) -> Option<usize> {
+        if self
+            .by_client
+            .contains_key(&(handed.listener, handed.client))
+        {
+            return None;
+        }
+        let Handed {
+            listener,
+            client,
+            state,
+            cids,
+            backend_spoke,
+            first_seen,
+            last_seen,
+            counts,
+        } = handed;
+        let key = self.flows.insert(Flow {
+            listener,
+            client,
+            state,
+            held: Vec::new(),
+            held_bytes: 0,
+            cids: Vec::new(),
+            backend_spoke,
+            first_seen,
+            last_seen,
+            counts,
+        });
+        self.by_client.insert((listener, client), key);
+        self.by_ip
+            .entry((listener, client.ip()))
+            .or_default()
+            .push(key);
+        for cid in &cids {
+            self.learn_cid(key, cid);
+        }
+        Some(key)
+    }
+
     /// Keeps a datagram of an undecided flow for the replay, within the
     /// caps.
     pub fn hold(&mut self, key: usize, datagram: &[u8]) -> Result<(), Overflow> {
@@ -304,6 +372,11 @@ impl<S> FlowTable<S> {
         flow.held_bytes += datagram.len();
         self.held_bytes += datagram.len();
         Ok(())
+    }
+
+    /// The datagrams an undecided flow holds, oldest first.
+    pub fn held_datagrams(&self, key: usize) -> &[Vec<u8>] {
+        self.flows.get(key).map_or(&[], |flow| flow.held.as_slice())
     }
 
     /// The datagrams a decided flow held, oldest first; it holds none
@@ -391,5 +464,7 @@ impl<S> FlowTable<S> {
     }
 }
 
+#[cfg(test)]
+mod adopt_tests;
 #[cfg(test)]
 mod tests;

@@ -8,8 +8,10 @@
 //! decision, its deadline and the reply of a reject); the datagrams an
 //! undecided flow received are held (capped by the table), then replayed
 //! in order to a backend of the chosen cluster, and the flow relays both
-//! ways until it idles out. Must never: decide a route, hold a datagram
-//! outside the table's caps, or block.
+//! ways until it idles out. An upgrade hands the sockets and the decided
+//! flows to the successor ([`upgrade`], in the form of [`handover`]).
+//! Must never: decide a route, hold a datagram outside the table's caps,
+//! or block.
 //!
 //! One socket per flow towards the backend, connected to it: the backend
 //! tells clients apart by the 4-tuple, so every flow needs its own source
@@ -19,8 +21,12 @@
 //! until `WouldBlock`; `recvmmsg`/`sendmmsg` were not adopted (not
 //! measured yet, doc/performance.md).
 
+mod capture;
+mod count;
 pub mod flows;
+pub mod handover;
 mod relay;
+pub mod upgrade;
 
 use std::collections::HashMap;
 use std::io;
@@ -29,12 +35,13 @@ use std::time::{Duration, Instant};
 
 use log::{info, warn};
 use mio::net::UdpSocket;
-use mio::{Interest, Registry, Token};
+use mio::{Interest, Token};
 use slab::Slab;
 
 pub use crate::shared::quic_flows::{FlowCounts, FlowHolds, Refused, admit};
 use flows::{FlowTable, HoldCaps};
 use relay::FlowState;
+use upgrade::InheritedQuic;
 
 use super::ctx::Ctx;
 use super::timers::Timers;
@@ -60,16 +67,28 @@ pub(super) struct QuicShell {
     flows: FlowTable<FlowState>,
     timers: Timers<(usize, QuicTimer)>,
     buffer: Vec<u8>,
+    /// The sockets and flows were exported for an upgrade: nothing is
+    /// read or fired until a resume or the stop ([`upgrade`]).
+    paused: bool,
+    /// Sockets and flows an upgrade handed over, taken when the state
+    /// opens their address.
+    inherited: HashMap<SocketAddr, Vec<InheritedQuic>>,
 }
 
 impl QuicShell {
-    pub(super) fn new() -> Self {
+    pub(super) fn new(inherited: Vec<InheritedQuic>) -> Self {
+        let mut by_address: HashMap<SocketAddr, Vec<InheritedQuic>> = HashMap::new();
+        for socket in inherited {
+            by_address.entry(socket.address).or_default().push(socket);
+        }
         Self {
             sockets: Slab::new(),
             by_address: HashMap::new(),
             flows: FlowTable::new(HoldCaps::default()),
             timers: Timers::new(),
             buffer: vec![0; MAX_DATAGRAM],
+            paused: false,
+            inherited: by_address,
         }
     }
 
@@ -95,7 +114,7 @@ impl QuicShell {
         let wanted: Vec<SocketAddr> = ctx.runtime.listening_quic().collect();
         for address in &wanted {
             if !self.by_address.contains_key(address) {
-                self.open(&ctx.registry, *address)?;
+                self.open(ctx, *address)?;
             }
         }
         let gone: Vec<SocketAddr> = self
@@ -107,10 +126,15 @@ impl QuicShell {
         for address in gone {
             self.close(ctx, address);
         }
+        self.forget_inherited();
         Ok(())
     }
 
-    fn open(&mut self, registry: &Registry, address: SocketAddr) -> io::Result<()> {
+    fn open(&mut self, ctx: &mut Ctx, address: SocketAddr) -> io::Result<()> {
+        if self.inherited.contains_key(&address) {
+            return self.take_inherited(ctx, address, Instant::now());
+        }
+        let registry = &ctx.registry;
         let mut socket = relay::bind_reuseport(address)?;
         let entry = self.sockets.vacant_entry();
         registry.register(
@@ -124,11 +148,11 @@ impl QuicShell {
         Ok(())
     }
 
-    /// Stops listening at `address`; its flows end.
+    /// Stops listening at `address` (every socket of it: a successor may
+    /// hold several); its flows end.
     fn close(&mut self, ctx: &mut Ctx, address: SocketAddr) {
-        if let Some(key) = self.by_address.remove(&address) {
-            let (_, mut socket) = self.sockets.remove(key);
-            let _ = ctx.registry.deregister(&mut socket);
+        if self.by_address.remove(&address).is_some() {
+            self.remove_sockets(ctx, address);
             for flow in self.flows.keys() {
                 if self.flows.get(flow).is_some_and(|f| f.listener == address) {
                     relay::end(ctx, &mut self.flows, flow, relay::End::Closed);
@@ -142,15 +166,32 @@ impl QuicShell {
     pub(super) fn close_listeners(&mut self, ctx: &mut Ctx) {
         let addresses: Vec<SocketAddr> = self.by_address.keys().copied().collect();
         for address in addresses {
-            if let Some(key) = self.by_address.remove(&address) {
-                let (_, mut socket) = self.sockets.remove(key);
-                let _ = ctx.registry.deregister(&mut socket);
+            if self.by_address.remove(&address).is_some() {
+                self.remove_sockets(ctx, address);
             }
+        }
+    }
+
+    fn remove_sockets(&mut self, ctx: &mut Ctx, address: SocketAddr) {
+        let keys: Vec<usize> = self
+            .sockets
+            .iter()
+            .filter(|(_, (at, _))| *at == address)
+            .map(|(key, _)| key)
+            .collect();
+        for key in keys {
+            let (_, mut socket) = self.sockets.remove(key);
+            let _ = ctx.registry.deregister(&mut socket);
         }
     }
 
     /// A readiness event for one of this shell's tokens.
     pub(super) fn ready(&mut self, ctx: &mut Ctx, token: Token, now: Instant) {
+        // An event polled before the export, handled after it: the
+        // successor reads that datagram.
+        if self.paused {
+            return;
+        }
         if token.0 >= QUIC_LISTENER_BASE {
             self.read_clients(ctx, token.0 - QUIC_LISTENER_BASE, now);
         } else {
@@ -211,6 +252,11 @@ impl QuicShell {
 
     /// Fires the QUIC timers due at `now`.
     pub(super) fn fire(&mut self, ctx: &mut Ctx, now: Instant) {
+        // The flows are the successor's to time out, unless it fails and
+        // they resume.
+        if self.paused {
+            return;
+        }
         while let Some((key, timer)) = self.timers.pop_expired(now) {
             let Some(listener) = self.flows.get(key).map(|f| f.listener) else {
                 continue;
@@ -251,10 +297,17 @@ impl QuicShell {
         }
     }
 
-    /// Ends every flow (the worker stops).
+    /// Ends every flow (the worker stops). After an export, the decided
+    /// flows are the successor's: they are forgotten without a line.
     pub(super) fn end_all(&mut self, ctx: &mut Ctx) {
         for key in self.flows.keys() {
-            relay::end(ctx, &mut self.flows, key, relay::End::Closed);
+            let decided = self.flows.get(key).is_some_and(|f| f.state.relay.is_some());
+            let how = if self.paused && decided {
+                relay::End::HandedOver
+            } else {
+                relay::End::Closed
+            };
+            relay::end(ctx, &mut self.flows, key, how);
         }
         if !self.flows.is_empty() {
             warn!("QUIC flows left after the stop: {}", self.flows.len());

@@ -10,7 +10,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use mio::net::UdpSocket;
 use mio::{Interest, Token};
@@ -18,14 +18,15 @@ use preread_core::RejectReason;
 use preread_core::Route;
 use preread_core::quic::{QuicActions, QuicListener, QuicNext, QuicPrereadStep};
 use preread_core::step::TimerAction;
+use preread_parser::quic::Version;
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::QuicTimer;
 use super::flows::{FlowTable, Lookup, Overflow};
+use super::{QuicTimer, capture, count};
 use crate::access_log::AccessLogEntry;
 use crate::shared::instance::Lease;
 use crate::shared::quic_flows::{FlowHolds, admit};
-use crate::vocabulary::{Outcome, RefuseReason};
+use crate::vocabulary::{Outcome, QuicDrop, RefuseReason};
 use crate::worker::ctx::Ctx;
 use crate::worker::timers::{TimerId, Timers};
 use crate::worker::tokens::QUIC_FLOW_BASE;
@@ -34,23 +35,46 @@ use crate::worker::tokens::QUIC_FLOW_BASE;
 #[derive(Debug)]
 pub(crate) struct FlowState {
     /// The flow's preread: it reads the client's Initials until it
-    /// decides, then keeps what it learned for the access log.
-    step: Box<QuicPrereadStep>,
+    /// decides, then keeps what it learned for the access log. `None` for
+    /// a flow an upgrade handed over, decided in the old process.
+    pub(super) step: Option<Box<QuicPrereadStep>>,
+    /// What the old process's step learned, for a handed-over flow.
+    pub(super) carried: Option<Carried>,
     /// The preread deadline's timer, while armed.
     timer: Option<TimerId>,
     /// Once routed: the socket connected to the backend.
-    relay: Option<Relay>,
+    pub(super) relay: Option<Relay>,
     /// The process-wide counts the flow holds.
-    _holds: FlowHolds,
+    pub(super) _holds: FlowHolds,
+}
+
+/// What a handed-over flow's access-log line reports of its preread.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Carried {
+    pub(super) version: Option<Version>,
+    pub(super) preread: Option<Duration>,
+}
+
+impl FlowState {
+    /// A flow an upgrade handed over, relaying to its backend already.
+    pub(super) fn handed(relay: Relay, carried: Carried, holds: FlowHolds) -> Self {
+        Self {
+            step: None,
+            carried: Some(carried),
+            timer: None,
+            relay: Some(relay),
+            _holds: holds,
+        }
+    }
 }
 
 /// A routed flow's way to its backend.
 #[derive(Debug)]
-struct Relay {
-    socket: UdpSocket,
-    route: Arc<Route>,
+pub(super) struct Relay {
+    pub(super) socket: UdpSocket,
+    pub(super) route: Arc<Route>,
     /// Counts the flow on its backend instance while it lives.
-    lease: Lease,
+    pub(super) lease: Lease,
 }
 
 /// How a flow ended.
@@ -64,6 +88,9 @@ pub(crate) enum End {
     Rejected(RejectReason),
     /// Decided, but no backend could take it.
     Refused(RefuseReason),
+    /// Handed over to an upgrade's successor, which relays it and writes
+    /// its line.
+    HandedOver,
 }
 
 /// A `SO_REUSEPORT` UDP socket bound to `address`, non-blocking.
@@ -116,6 +143,7 @@ impl Io<'_> {
 
     /// A datagram from `client` on this listener.
     pub(crate) fn client_datagram(&mut self, client: SocketAddr, datagram: &[u8], now: Instant) {
+        count::datagram_in(self.ctx, self.listener);
         let key = match self.flows.lookup(self.listener, client, datagram) {
             Lookup::Known(key) | Lookup::Moved(key) => key,
             Lookup::Unknown => {
@@ -125,16 +153,22 @@ impl Io<'_> {
         };
         self.flows.touch(key, datagram.len(), true, now);
         let Some(listener) = self.quic_listener() else {
+            count::dropped(self.ctx, self.listener, QuicDrop::Closed, 1);
             return;
         };
         let Some(flow) = self.flows.get_mut(key) else {
             return;
         };
         if let Some(relay) = &flow.state.relay {
-            let _ = relay.socket.send(datagram);
+            if relay.socket.send(datagram).is_err() {
+                count::dropped(self.ctx, self.listener, QuicDrop::SendFailed, 1);
+            }
             return;
         }
-        let actions = flow.state.step.datagram(&listener, datagram, now);
+        let Some(step) = flow.state.step.as_mut() else {
+            return;
+        };
+        let actions = step.datagram(&listener, datagram, now);
         self.act(key, datagram, actions, now);
     }
 
@@ -142,29 +176,40 @@ impl Io<'_> {
         // Only a long header can start a flow: a short header of a flow
         // this worker does not know has nobody to go to.
         if datagram.first().is_none_or(|b| b & 0x80 == 0) {
+            count::dropped(self.ctx, self.listener, QuicDrop::UnknownFlow, 1);
             return;
         }
-        let Some(runtime) = self.ctx.runtime.listeners.get(&self.listener) else {
-            return;
-        };
-        let Some(quic) = runtime.quic else {
+        let Some(quic) = self
+            .ctx
+            .runtime
+            .listeners
+            .get(&self.listener)
+            .and_then(|runtime| runtime.quic)
+        else {
+            count::dropped(self.ctx, self.listener, QuicDrop::Closed, 1);
             return;
         };
         let limits = (quic.max_flows, quic.max_flows_per_ip);
-        let Ok(holds) = admit(
+        let holds = match admit(
             &self.ctx.shared.quic_flows,
             self.listener,
             client.ip(),
             limits,
-        ) else {
-            return;
+        ) {
+            Ok(holds) => holds,
+            Err(refused) => {
+                count::not_admitted(self.ctx, self.listener, refused);
+                return;
+            }
         };
         let Some(listener) = self.quic_listener() else {
+            count::dropped(self.ctx, self.listener, QuicDrop::Closed, 1);
             return;
         };
         let (step, actions) = QuicPrereadStep::first(&listener, datagram, now);
         let state = FlowState {
-            step: Box::new(step),
+            step: Some(Box::new(step)),
+            carried: None,
             timer: None,
             relay: None,
             _holds: holds,
@@ -172,6 +217,7 @@ impl Io<'_> {
         let key = self
             .flows
             .insert(self.listener, client, datagram, state, now);
+        count::opened(self.ctx, self.listener);
         self.flows.touch(key, datagram.len(), true, now);
         self.timers
             .schedule(now + quic.idle_timeout, (key, QuicTimer::Idle));
@@ -193,32 +239,69 @@ impl Io<'_> {
                 TimerAction::Keep => {}
             }
         }
+        if let (Some(left), Some(flow)) = (actions.left, self.flows.get(key)) {
+            count::left(self.ctx, self.listener, flow.state.step.as_deref(), left);
+        }
         match actions.next {
             QuicNext::Wait => {
                 if let Err(overflow) = self.flows.hold(key, datagram) {
-                    let reason = match overflow {
-                        Overflow::Flow | Overflow::Table => RejectReason::TooLarge,
-                    };
-                    let Some(flow) = self.flows.get_mut(key) else {
+                    self.overflow(overflow);
+                    let Some(step) = self.flows.get_mut(key).and_then(|f| f.state.step.as_mut())
+                    else {
                         return;
                     };
-                    let abandoned = flow.state.step.abandon(reason, now);
+                    let abandoned = step.abandon(RejectReason::TooLarge, now);
                     self.act(key, &[], abandoned, now);
                 }
             }
             QuicNext::Connect(route) => {
-                if !datagram.is_empty() {
-                    let _ = self.flows.hold(key, datagram);
+                count::routed(self.ctx, self.listener, &route);
+                if let (Some(reason), Some(flow)) = (route.fallback, self.flows.get(key)) {
+                    let addresses = (flow.listener, flow.client);
+                    let outcome = Outcome::Fallback(reason);
+                    let window = (self.flows.held_datagrams(key), datagram);
+                    capture::keep(self.ctx, addresses, outcome, window);
+                }
+                if !datagram.is_empty()
+                    && let Err(overflow) = self.flows.hold(key, datagram)
+                {
+                    self.overflow(overflow);
                 }
                 self.connect(key, route);
             }
             QuicNext::Reject(reject) => {
-                if let (Some(reply), Some(flow)) = (&reject.reply, self.flows.get(key)) {
-                    let _ = self.socket.send_to(reply, flow.client);
+                if let Some(flow) = self.flows.get(key) {
+                    let addresses = (flow.listener, flow.client);
+                    let outcome = Outcome::Rejected(reject.reason);
+                    let window = (self.flows.held_datagrams(key), datagram);
+                    capture::keep(self.ctx, addresses, outcome, window);
+                    if let Some(reply) = &reject.reply {
+                        self.send_to_client(reply, addresses.1);
+                    }
+                }
+                if !datagram.is_empty() {
+                    count::dropped(self.ctx, self.listener, QuicDrop::Rejected, 1);
                 }
                 end(self.ctx, self.flows, key, End::Rejected(reject.reason));
             }
             QuicNext::Ignore => {}
+        }
+    }
+
+    /// Counts a datagram an undecided flow could not hold.
+    fn overflow(&mut self, overflow: Overflow) {
+        let reason = match overflow {
+            Overflow::Flow => QuicDrop::FlowBufferFull,
+            Overflow::Table => QuicDrop::BufferFull,
+        };
+        count::dropped(self.ctx, self.listener, reason, 1);
+    }
+
+    /// Sends `datagram` to `client` from the listener's socket.
+    fn send_to_client(&mut self, datagram: &[u8], client: SocketAddr) {
+        match self.socket.send_to(datagram, client) {
+            Ok(_) => count::datagram_out(self.ctx, self.listener),
+            Err(_) => count::dropped(self.ctx, self.listener, QuicDrop::SendFailed, 1),
         }
     }
 
@@ -275,9 +358,14 @@ impl Io<'_> {
             );
             return;
         }
-        for held in self.flows.take_held(key) {
-            let _ = socket.send(&held);
-        }
+        let unsent = self
+            .flows
+            .take_held(key)
+            .iter()
+            .filter(|held| socket.send(held).is_err())
+            .count();
+        count::dropped(self.ctx, self.listener, QuicDrop::SendFailed, unsent);
+        count::piped(self.ctx, &route.cluster, lease.instance().backend_id());
         if let Some(flow) = self.flows.get_mut(key) {
             flow.state.relay = Some(Relay {
                 socket,
@@ -308,7 +396,7 @@ impl Io<'_> {
             let datagram = &buffer[..len];
             self.flows.learn_from_backend(key, datagram);
             self.flows.touch(key, len, false, now);
-            let _ = self.socket.send_to(datagram, client);
+            self.send_to_client(datagram, client);
         }
     }
 
@@ -321,7 +409,10 @@ impl Io<'_> {
             return;
         };
         flow.state.timer = None;
-        let actions = flow.state.step.timeout(&listener, now);
+        let Some(step) = flow.state.step.as_mut() else {
+            return;
+        };
+        let actions = step.timeout(&listener, now);
         self.act(key, &[], actions, now);
     }
 }
@@ -329,10 +420,16 @@ impl Io<'_> {
 /// Forgets flow `key`: its socket closes, its counts are given back, and
 /// its access-log line is written.
 pub(crate) fn end(ctx: &mut Ctx, flows: &mut FlowTable<FlowState>, key: usize, how: End) {
+    let held = flows.get(key).map_or(0, |flow| flow.held());
     let Some(mut flow) = flows.remove(key) else {
         return;
     };
-    let step = &flow.state.step;
+    if how == End::HandedOver {
+        // Its sockets are the successor's now: this process only forgets
+        // its copies (deregistered when the flows were exported).
+        return;
+    }
+    let step = flow.state.step.as_deref();
     let (route, backend) = match &mut flow.state.relay {
         None => (None, None),
         Some(relay) => {
@@ -344,14 +441,36 @@ pub(crate) fn end(ctx: &mut Ctx, flows: &mut FlowTable<FlowState>, key: usize, h
     let outcome = match how {
         End::Rejected(reason) => Outcome::Rejected(reason),
         End::Refused(reason) => Outcome::Refused(reason),
-        End::Idle | End::Closed => Outcome::of_route(route.as_deref()),
+        End::Idle | End::Closed | End::HandedOver => Outcome::of_route(route.as_deref()),
     };
-    let sni = step.sni().map(|s| s.as_str().to_owned());
+    let sni = step
+        .and_then(QuicPrereadStep::sni)
+        .or_else(|| route.as_ref().and_then(|r| r.sni.as_ref()))
+        .map(|s| s.as_str().to_owned());
+    let carried = flow.state.carried;
+    let preread = step
+        .and_then(QuicPrereadStep::preread_time)
+        .or_else(|| carried.and_then(|c| c.preread));
+    let version = step
+        .and_then(QuicPrereadStep::version)
+        .or_else(|| carried.and_then(|c| c.version));
     let alpn = route
         .as_ref()
         .and_then(|r| r.matched_alpn.as_ref())
         .map(|a| String::from_utf8_lossy(a).into_owned());
     let counts = flow.counts;
+    count::ended(
+        ctx,
+        &count::Ended {
+            listener: flow.listener,
+            outcome,
+            reading: step.is_some_and(QuicPrereadStep::is_reading),
+            held,
+            counts,
+            cluster: route.as_ref().map(|r| &r.cluster),
+            backend: backend.as_ref(),
+        },
+    );
     let entry = AccessLogEntry {
         ts: SystemTime::now(),
         listener: flow.listener,
@@ -365,15 +484,13 @@ pub(crate) fn end(ctx: &mut Ctx, flows: &mut FlowTable<FlowState>, key: usize, h
         bytes_out: counts.bytes_out,
         duration_ms: u64::try_from(flow.last_seen.duration_since(flow.first_seen).as_millis())
             .unwrap_or(u64::MAX),
-        preread_ms: step
-            .preread_time()
-            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        preread_ms: preread.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         proxy_client: None,
-        hello: step.hello(),
+        hello: step.and_then(QuicPrereadStep::hello),
         ja4: None,
         rule: None,
         quic: Some(crate::access_log::QuicLog {
-            version: step.version(),
+            version,
             datagrams_in: counts.datagrams_in,
             datagrams_out: counts.datagrams_out,
         }),
