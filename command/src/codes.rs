@@ -113,6 +113,9 @@ preread_core::stable_names! {
         LabelsDisagree => "E503",
         /// A fragment's `*:PORT` listener matches several listeners.
         AmbiguousListenerPort => "E504",
+        /// A TLS file of `[sources.etcd]` that cannot be read, or holds no
+        /// PEM certificate or key.
+        EtcdTlsFile => "E505",
         /// `sni_preread_timeout` or `server_first_timeout` under 50 ms.
         PrereadTimeoutShort => "W001",
         /// `front_timeout` or `back_timeout` over a day.
@@ -221,6 +224,7 @@ mod tests {
             (ErrorCode::InvalidLabel, "E502"),
             (ErrorCode::LabelsDisagree, "E503"),
             (ErrorCode::AmbiguousListenerPort, "E504"),
+            (ErrorCode::EtcdTlsFile, "E505"),
             (ErrorCode::PrereadTimeoutShort, "W001"),
             (ErrorCode::InactivityTimeoutLong, "W002"),
             (ErrorCode::ConnectTimeoutLong, "W003"),

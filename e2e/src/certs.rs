@@ -110,7 +110,24 @@ impl TestCa {
     /// # Panics
     /// On a name rcgen refuses (not IA5).
     pub fn server_cert(&self, dns_names: &[&str]) -> Leaf {
-        self.leaf(dns_names, true, ExtendedKeyUsagePurpose::ServerAuth)
+        self.leaf(dns_names, true, &[ExtendedKeyUsagePurpose::ServerAuth])
+    }
+
+    /// A server certificate, as [`server_cert`](Self::server_cert), that
+    /// is also a client certificate: an etcd member's gateway dials the
+    /// member with it when clients must show one.
+    ///
+    /// # Panics
+    /// On a name rcgen refuses (not IA5).
+    pub fn server_client_cert(&self, dns_names: &[&str]) -> Leaf {
+        self.leaf(
+            dns_names,
+            true,
+            &[
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
+        )
     }
 
     /// A client certificate (for mTLS) whose common name and DNS name is
@@ -119,10 +136,15 @@ impl TestCa {
     /// # Panics
     /// On a name rcgen refuses (not IA5).
     pub fn client_cert(&self, name: &str) -> Leaf {
-        self.leaf(&[name], false, ExtendedKeyUsagePurpose::ClientAuth)
+        self.leaf(&[name], false, &[ExtendedKeyUsagePurpose::ClientAuth])
     }
 
-    fn leaf(&self, dns_names: &[&str], with_loopback: bool, eku: ExtendedKeyUsagePurpose) -> Leaf {
+    fn leaf(
+        &self,
+        dns_names: &[&str],
+        with_loopback: bool,
+        eku: &[ExtendedKeyUsagePurpose],
+    ) -> Leaf {
         let key = KeyPair::generate().expect("generate a leaf key");
         let mut params = CertificateParams::default();
         params.distinguished_name = rcgen::DistinguishedName::new();
@@ -147,7 +169,7 @@ impl TestCa {
                 .push(SanType::IpAddress([127, 0, 0, 1].into()));
         }
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages = vec![eku];
+        params.extended_key_usages = eku.to_vec();
         params.use_authority_key_identifier_extension = true;
         let cert = params
             .signed_by(&key, &self.issuer)

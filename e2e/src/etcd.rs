@@ -4,7 +4,9 @@
 //! its PID; `etcdctl` (`etcd-client`) aimed at it.
 //!
 //! Owns: [`EtcdCluster`] (start, kill and restart a member on its data
-//! dir, the leader's index, `etcdctl`), and the cleanup: every member it
+//! dir, the leader's index, `etcdctl`; with [`EtcdCluster::start_tls`],
+//! clients served over TLS with certificates made by rcgen at run time,
+//! client certificates required), and the cleanup: every member it
 //! started killed on drop. Must never: skip (a cluster that cannot start
 //! is an error saying why), wait without a bound, or kill anything it did
 //! not start.
@@ -14,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::certs::TestCa;
 use crate::proxy::free_addr;
 use crate::testkit::{TempDir, tail};
 use crate::tools::{Ran, require_tool, run};
@@ -42,6 +45,20 @@ pub struct EtcdCluster {
     token: String,
     /// Flags every member gets besides the cluster's.
     extra: Vec<String>,
+    /// The client side's TLS files, when the members serve TLS.
+    tls: Option<EtcdTls>,
+    /// `USER:PASSWORD` for `etcdctl`, once authentication is enabled.
+    user: Option<String>,
+}
+
+/// The files a client of a TLS cluster uses (PEM, in the cluster's dir).
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    /// The CA that signs the members' certificates.
+    pub ca: PathBuf,
+    /// A client certificate signed by it, and its key.
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 impl std::fmt::Debug for EtcdCluster {
@@ -63,13 +80,35 @@ impl EtcdCluster {
     /// [`start`](Self::start), each member with the flags `extra` too
     /// (`--max-txn-ops`, for a benchmark's bulk transactions).
     pub fn start_with(extra: &[&str]) -> Result<Self, String> {
+        Self::start_as(extra, None)
+    }
+
+    /// [`start`](Self::start), the members serving their clients over TLS
+    /// only (`https://`), with a certificate signed by `ca` (for
+    /// `127.0.0.1`), and asking each client for a certificate signed by
+    /// `ca` (`--client-cert-auth`); `etcdctl` presents one.
+    pub fn start_tls(ca: &TestCa) -> Result<Self, String> {
+        Self::start_as(&[], Some(ca))
+    }
+
+    fn start_as(extra: &[&str], ca: Option<&TestCa>) -> Result<Self, String> {
         let etcd = require_tool("etcd", "etcd-server");
         let etcdctl = require_tool("etcdctl", "etcd-client");
         let dir = TempDir::create("etcd").map_err(|e| format!("temp dir: {e}"))?;
+        let mut extra: Vec<String> = extra.iter().map(|e| (*e).to_owned()).collect();
+        let tls = match ca {
+            Some(ca) => {
+                let (tls, flags) = write_tls(ca, dir.path())?;
+                extra.extend(flags);
+                Some(tls)
+            }
+            None => None,
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let members = (0..3)
             .map(|i| Member {
                 name: format!("m{i}"),
-                client: format!("http://{}", free_addr()),
+                client: format!("{scheme}://{}", free_addr()),
                 peer: format!("http://{}", free_addr()),
                 data: dir.path().join(format!("m{i}.etcd")),
                 child: None,
@@ -82,7 +121,9 @@ impl EtcdCluster {
             etcdctl,
             members,
             token,
-            extra: extra.iter().map(|e| (*e).to_owned()).collect(),
+            extra,
+            tls,
+            user: None,
         };
         for i in 0..3 {
             cluster.spawn(i)?;
@@ -193,11 +234,13 @@ impl EtcdCluster {
     /// `etcdctl ARGS` against every member.
     pub fn etcdctl(&self, args: &[&str]) -> Result<Ran, String> {
         let endpoints = format!("--endpoints={}", self.endpoints().join(","));
+        let tls = self.client_flags();
         let mut all = vec![
             endpoints.as_str(),
             "--dial-timeout=2s",
             "--command-timeout=10s",
         ];
+        all.extend(tls.iter().map(String::as_str));
         all.extend_from_slice(args);
         run(&self.etcdctl, &all, self.dir.path(), CLIENT)
     }
@@ -216,6 +259,7 @@ impl EtcdCluster {
                 "-w",
                 "json",
             ])
+            .args(self.client_flags())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -271,13 +315,11 @@ impl EtcdCluster {
                 continue;
             }
             let endpoint = format!("--endpoints={}", member.client);
-            let out = run(
-                &self.etcdctl,
-                &[&endpoint, "endpoint", "status", "-w", "json"],
-                self.dir.path(),
-                CLIENT,
-            )
-            .ok()?;
+            let tls = self.client_flags();
+            let mut args = vec![endpoint.as_str()];
+            args.extend(tls.iter().map(String::as_str));
+            args.extend(["endpoint", "status", "-w", "json"]);
+            let out = run(&self.etcdctl, &args, self.dir.path(), CLIENT).ok()?;
             let number = |field: &str| -> Option<u64> {
                 let at = out.stdout.find(field)? + field.len();
                 out.stdout[at..]
@@ -306,10 +348,68 @@ impl EtcdCluster {
         self.spawn(i)
     }
 
+    /// The client side's TLS files, when the members serve TLS.
+    pub fn tls(&self) -> Option<&EtcdTls> {
+        self.tls.as_ref()
+    }
+
+    /// `etcdctl`'s flags for the members' TLS and the user (none
+    /// without them).
+    fn client_flags(&self) -> Vec<String> {
+        let mut flags = self.tls.as_ref().map_or_else(Vec::new, |tls| {
+            vec![
+                format!("--cacert={}", tls.ca.display()),
+                format!("--cert={}", tls.cert.display()),
+                format!("--key={}", tls.key.display()),
+            ]
+        });
+        flags.extend(self.user.iter().map(|user| format!("--user={user}")));
+        flags
+    }
+
+    /// Adds `root` with `password`, and enables etcd's authentication:
+    /// every later `etcdctl` signs in as `root`.
+    pub fn enable_auth(&mut self, password: &str) {
+        self.ctl(&["user", "add", &format!("root:{password}")]);
+        self.ctl(&["auth", "enable"]);
+        self.user = Some(format!("root:{password}"));
+    }
+
     /// The temp dir the cluster lives in.
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
+}
+
+/// Writes the CA, the members' certificate and a client certificate (all
+/// signed by `ca`) into `dir`: the client's files, and the members' TLS
+/// flags.
+fn write_tls(ca: &TestCa, dir: &Path) -> Result<(EtcdTls, Vec<String>), String> {
+    let write = |name: &str, text: &str| -> Result<PathBuf, String> {
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(path)
+    };
+    let server = ca.server_client_cert(&["localhost"]);
+    let client = ca.client_cert("preread");
+    let tls = EtcdTls {
+        ca: write("ca.pem", ca.cert_pem())?,
+        cert: write("client.pem", &client.cert_pem)?,
+        key: write("client-key.pem", &client.key_pem)?,
+    };
+    let flags = vec![
+        format!(
+            "--cert-file={}",
+            write("server.pem", &server.cert_pem)?.display()
+        ),
+        format!(
+            "--key-file={}",
+            write("server-key.pem", &server.key_pem)?.display()
+        ),
+        format!("--trusted-ca-file={}", tls.ca.display()),
+        "--client-cert-auth".to_owned(),
+    ];
+    Ok((tls, flags))
 }
 
 /// The `"revision"` of the header of `etcdctl -w json` output.

@@ -565,6 +565,20 @@ impl ErrorCode {
                  its own port.",
                 "7",
             ),
+            Self::EtcdTlsFile => (
+                "etcd TLS file unreadable",
+                "`[sources.etcd]` names a `ca_file`, `cert_file` or `key_file` that the \
+                 proxy cannot read, or that holds no PEM certificate (`ca_file`, \
+                 `cert_file`) or PEM private key (`key_file`). Without it the proxy cannot \
+                 talk TLS to etcd's members, and the source stays disconnected.",
+                "A readable PEM file: the CA certificate(s) that sign the members' \
+                 certificates, the client certificate, and its private key; a relative path \
+                 is read beside the config file.",
+                "Correct the path or the file's permissions, or give the PEM file itself \
+                 (not a DER or PKCS#12 one: convert it with `openssl x509 -inform der` or \
+                 `openssl pkcs12 -nodes`).",
+                "7",
+            ),
         };
         Explanation {
             title,

@@ -48,6 +48,7 @@ use crate::proto::request::RequestType;
 use crate::state::ConfigState;
 
 mod declarations;
+mod etcd_files;
 mod fragment;
 mod global;
 mod health_check;
@@ -267,12 +268,24 @@ pub fn check_config(text: &str) -> Vec<ConfigProblem> {
     check(text).problems
 }
 
-/// [`check_config`] of a file; an unreadable file is one problem without a
-/// location.
+/// [`check_config`] of a file, and the files it names that the proxy
+/// reads as it starts (`[sources.etcd]`'s TLS files, beside it when
+/// relative: E505); an unreadable file is one problem without a location.
 #[must_use]
 pub fn check_config_file(path: impl AsRef<Path>) -> Vec<ConfigProblem> {
-    match read_config_text(path.as_ref()) {
-        Ok(text) => check_config(&text),
+    let path = path.as_ref();
+    match read_config_text(path) {
+        Ok(text) => {
+            let checked = check(&text);
+            let mut problems = checked.problems;
+            if let Some(mut global) = checked.global {
+                global.resolve_paths_beside(path);
+                if let Some(etcd) = &global.sources.etcd {
+                    problems.extend(etcd_files::problems(etcd));
+                }
+            }
+            problems
+        }
         Err(problem) => vec![problem],
     }
 }

@@ -140,6 +140,41 @@ fn etcd_settings(raw: &RawEtcdSource, problems: &mut Problems<'_>) -> Option<Etc
         );
         fine = false;
     }
+    let https = endpoints
+        .iter()
+        .filter(|e| e.starts_with("https://"))
+        .count();
+    if https > 0 && https < endpoints.len() {
+        problems.push(
+            raw.endpoints.span().start,
+            ErrorCode::InvalidValue,
+            "[sources.etcd] endpoints mix http:// and https://: the members of one etcd \
+             cluster serve their clients one way; write every endpoint with the same scheme"
+                .to_owned(),
+        );
+        fine = false;
+    }
+    if https > 0 && raw.ca_file.is_none() {
+        problems.push(
+            raw.endpoints.span().start,
+            ErrorCode::InvalidValue,
+            "[sources.etcd] https:// endpoints need ca_file: the PEM file of the CA that signs \
+             the members' certificates (preread trusts no system root for etcd)"
+                .to_owned(),
+        );
+        fine = false;
+    }
+    let tls_files = [&raw.ca_file, &raw.cert_file, &raw.key_file];
+    if https == 0 && !endpoints.is_empty() && tls_files.iter().any(|f| f.is_some()) {
+        problems.push(
+            raw.endpoints.span().start,
+            ErrorCode::InvalidValue,
+            "[sources.etcd] ca_file, cert_file and key_file are TLS settings, and the endpoints \
+             are http://: write them https://, or remove the files"
+                .to_owned(),
+        );
+        fine = false;
+    }
     if raw.cert_file.is_some() != raw.key_file.is_some() {
         problems.push(
             raw.endpoints.span().start,
@@ -235,7 +270,8 @@ mod tests {
         assert!(sources.any());
         assert!(!load_config("").expect("loads").global.sources.any());
         let etcd = load_config(
-            "[sources.etcd]\nendpoints = [\"http://127.0.0.1:2379\", \"https://e2:2379\"]\n",
+            "[sources.etcd]\nendpoints = [\"https://127.0.0.1:2379\", \"https://e2:2379\"]\n\
+             ca_file = \"ca.pem\"\n",
         )
         .expect("loads")
         .global
@@ -282,6 +318,21 @@ mod tests {
             ),
             (
                 "[sources.etcd]\nendpoints = [\"http://a:2379\"]\nusername = \"u\"\n",
+                ErrorCode::InvalidValue,
+                "2:13",
+            ),
+            (
+                "[sources.etcd]\nendpoints = [\"http://a:2379\", \"https://b:2379\"]\nca_file = \"ca.pem\"\n",
+                ErrorCode::InvalidValue,
+                "2:13",
+            ),
+            (
+                "[sources.etcd]\nendpoints = [\"https://a:2379\"]\n",
+                ErrorCode::InvalidValue,
+                "2:13",
+            ),
+            (
+                "[sources.etcd]\nendpoints = [\"http://a:2379\"]\nca_file = \"ca.pem\"\n",
                 ErrorCode::InvalidValue,
                 "2:13",
             ),

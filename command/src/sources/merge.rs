@@ -170,7 +170,8 @@ pub struct Candidate<'a> {
 pub struct Changes {
     /// The requests that take the running state to the merge: the
     /// leaving fragments' removals, then the additions of the candidates
-    /// that applied.
+    /// that applied; an object removed and added back alike is left
+    /// alone when the rest applies without it (see `net`).
     pub requests: Vec<proto::Request>,
     /// The candidates that applied, in the order they were tried.
     pub applied: Vec<AppliedFragment>,
@@ -179,8 +180,8 @@ pub struct Changes {
 }
 
 /// The removal of a fragment that `state` holds: the inverses of its
-/// additions, last first.
-fn removal(state: &ConfigState, fragment: &Fragment) -> Vec<proto::Request> {
+/// additions, last first, each beside the addition it takes back.
+fn removal(state: &ConfigState, fragment: &Fragment) -> Vec<(proto::Request, proto::Request)> {
     let FragmentBody::Declared(declared) = &fragment.body else {
         return Vec::new();
     };
@@ -188,7 +189,10 @@ fn removal(state: &ConfigState, fragment: &Fragment) -> Vec<proto::Request> {
         .iter()
         .rev()
         .filter_map(|d| resolve_any_ip(state, &d.request).ok())
-        .filter_map(|request| crate::undo::undo_of_addition(&request))
+        .filter_map(|request| {
+            let removal = crate::undo::undo_of_addition(&request)?;
+            Some((request, removal))
+        })
         .collect()
 }
 
@@ -198,7 +202,8 @@ fn removal(state: &ConfigState, fragment: &Fragment) -> Vec<proto::Request> {
 /// `candidates` (the new versions, and the fragments excluded so far, tried
 /// again) is tried on it without them, incumbents first, then in id order.
 /// Costs what changed, not what the sources hold; `state` is left as it
-/// was.
+/// was. The requests are net: a key rewritten with one route changed
+/// removes and adds that route only.
 #[must_use]
 pub fn merge_changes<'a>(
     state: &mut ConfigState,
@@ -207,12 +212,14 @@ pub fn merge_changes<'a>(
 ) -> Changes {
     let mut changes = Changes::default();
     let mut undo = Vec::new();
+    let mut removals = Vec::new();
     for fragment in leaving {
-        for request in removal(state, fragment) {
+        for (addition, request) in removal(state, fragment) {
             match state.dispatch_undoable(&request) {
                 Ok(Undoable::Changed { undo: inverse }) => {
                     undo.push(*inverse);
-                    changes.requests.push(request);
+                    changes.requests.push(request.clone());
+                    removals.push((addition, request));
                 }
                 Ok(Undoable::Unchanged) | Err(_) => {}
             }
@@ -251,6 +258,9 @@ pub fn merge_changes<'a>(
     for inverse in undo.iter().rev() {
         let restored = state.dispatch(inverse);
         debug_assert!(restored.is_ok(), "the inverse {inverse:?} was refused");
+    }
+    if let Some(net) = super::net::cancel(state, &removals, &changes.requests[removals.len()..]) {
+        changes.requests = net;
     }
     changes
 }
@@ -528,6 +538,28 @@ mod tests {
                 .map(|e| (e.id.name.as_str(), e.code))
                 .collect::<Vec<_>>(),
             [("d.toml", ErrorCode::FrontendConflict)]
+        );
+        // a keeps its cluster and backend: only its frontend moves.
+        let kinds: Vec<&str> = changes
+            .requests
+            .iter()
+            .map(|r| match &r.request_type {
+                Some(RequestType::RemoveTcpFrontend(_)) => "-frontend",
+                Some(RequestType::AddTcpFrontend(_)) => "+frontend",
+                Some(RequestType::AddCluster(_)) => "+cluster",
+                Some(RequestType::AddBackend(_)) => "+backend",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "-frontend",
+                "+frontend",
+                "+cluster",
+                "+frontend",
+                "+backend"
+            ]
         );
         for request in &changes.requests {
             assert!(running.dispatch(request).is_ok(), "{request:?}");

@@ -22,6 +22,7 @@ pub mod directory;
 pub mod etcd;
 pub mod labels;
 mod merge;
+mod net;
 
 pub use merge::{AppliedFragment, Candidate, Changes, Exclusion, Merged, merge, merge_changes};
 

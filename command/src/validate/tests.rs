@@ -804,6 +804,8 @@ fn dispatch_codes_are_all_tested() {
         ErrorCode::InvalidLabel,
         ErrorCode::LabelsDisagree,
         ErrorCode::AmbiguousListenerPort,
+        // `config check`'s reading of the etcd TLS files (config/etcd_files).
+        ErrorCode::EtcdTlsFile,
     ]
     .into();
     let source = include_str!("tests.rs");

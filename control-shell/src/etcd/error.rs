@@ -25,6 +25,9 @@ pub enum EtcdError {
     /// The watch ended, or etcd canceled it for a reason other than a
     /// compaction.
     WatchEnded { endpoint: String, why: String },
+    /// The TLS settings of an `https://` member cannot be made (no
+    /// `ca_file`, a file that cannot be read).
+    Tls { endpoint: String, why: String },
 }
 
 impl EtcdError {
@@ -33,6 +36,28 @@ impl EtcdError {
             endpoint: endpoint.to_owned(),
             what,
             why: why.to_string(),
+        }
+    }
+
+    /// A transport failure (connecting, the TLS handshake), with every
+    /// cause it wraps: the last one says what to fix (`invalid peer
+    /// certificate: UnknownIssuer`).
+    pub(crate) fn transport(
+        endpoint: &str,
+        what: &'static str,
+        why: &(dyn std::error::Error + 'static),
+    ) -> Self {
+        let mut text = why.to_string();
+        let mut cause = why.source();
+        while let Some(inner) = cause {
+            text.push_str(": ");
+            text.push_str(&inner.to_string());
+            cause = inner.source();
+        }
+        Self::Request {
+            endpoint: endpoint.to_owned(),
+            what,
+            why: text,
         }
     }
 
@@ -61,6 +86,7 @@ impl fmt::Display for EtcdError {
             Self::WatchEnded { endpoint, why } => {
                 write!(f, "etcd {endpoint}: the watch ended: {why}")
             }
+            Self::Tls { endpoint, why } => write!(f, "etcd {endpoint}: TLS: {why}"),
         }
     }
 }

@@ -1,6 +1,9 @@
 //! The etcd v3 API as preread uses it, over the `etcdv3client` crate (its
 //! generated gRPC code ships in the crate: no `protoc` at build time):
-//! a connection to one member at a time, tried in turn; the whole read of
+//! a connection to one member at a time, tried in turn (its channel built
+//! here, over TLS for an `https://` member, and signed in when a user is
+//! configured: the crate's own constructor has no TLS settings, and signs
+//! in over a plain channel of its own); the whole read of
 //! a prefix, paginated at one revision; the replicas' status keys; and the
 //! one transaction of `preread fleet publish`.
 //!
@@ -13,12 +16,16 @@
 
 mod error;
 pub mod fleet;
+mod tls;
 
 use std::future::Future;
 use std::time::Duration;
 
 use command::config::EtcdSettings;
-use etcdv3client::{EtcdClient, pb};
+use etcdv3client::grpc::{CredentialInterceptor, TonicClient};
+use etcdv3client::{Client, ErrKind, EtcdClient, pb};
+use tonic::metadata::AsciiMetadataValue;
+use tonic::transport::Endpoint;
 
 pub use error::EtcdError;
 
@@ -89,21 +96,36 @@ async fn bounded<T>(
 }
 
 impl Connection {
-    /// Connects to the member at `endpoint`.
+    /// Connects to the member at `endpoint` (over TLS for `https://`),
+    /// and signs in when `settings` has a user.
     ///
     /// # Errors
     ///
-    /// It does not answer within [`REQUEST_TIMEOUT`], or refuses.
+    /// It does not answer within [`REQUEST_TIMEOUT`], refuses, fails the
+    /// TLS handshake or the sign-in, or its TLS files cannot be read.
     pub async fn open(settings: &EtcdSettings, endpoint: &str) -> Result<Self, EtcdError> {
+        let mut target = Endpoint::from_shared(endpoint.to_owned())
+            .map_err(|why| EtcdError::transport(endpoint, "connect", &why))?
+            .connect_timeout(REQUEST_TIMEOUT)
+            .tcp_nodelay(true);
+        if let Some(tls) = tls::client_config(settings, endpoint)? {
+            target = target
+                .tls_config(tls)
+                .map_err(|why| EtcdError::transport(endpoint, "TLS settings", &why))?;
+        }
+        let channel = match tokio::time::timeout(REQUEST_TIMEOUT, target.connect()).await {
+            Ok(Ok(channel)) => channel,
+            Ok(Err(why)) => return Err(EtcdError::transport(endpoint, "connect", &why)),
+            Err(_) => return Err(EtcdError::timeout(endpoint, "connect")),
+        };
+        let transport = TonicClient::new(channel);
         let credential = settings.username.clone().zip(settings.password.clone());
-        let client = bounded(
-            endpoint,
-            "connect",
-            EtcdClient::new(vec![endpoint.to_owned()], credential),
-        )
-        .await?;
+        let token = match &credential {
+            Some((name, password)) => sign_in(&transport, endpoint, name, password).await?,
+            None => None,
+        };
         Ok(Self {
-            client,
+            client: Client::with_service(CredentialInterceptor::new(credential, token, transport)),
             endpoint: endpoint.to_owned(),
         })
     }
@@ -194,6 +216,30 @@ impl Connection {
     pub async fn grant(&mut self, ttl: i64) -> Result<i64, EtcdError> {
         let granted = bounded(&self.endpoint, "lease grant", self.client.lease.grant(ttl)).await?;
         Ok(granted.id)
+    }
+}
+
+/// The token of user `name` at `endpoint`; `None` when the members do not
+/// enable authentication.
+async fn sign_in(
+    transport: &TonicClient,
+    endpoint: &str,
+    name: &str,
+    password: &str,
+) -> Result<Option<AsciiMetadataValue>, EtcdError> {
+    let mut client =
+        Client::with_service(CredentialInterceptor::new(None, None, transport.clone()));
+    let request = pb::AuthenticateRequest {
+        name: name.to_owned(),
+        password: password.to_owned(),
+    };
+    match tokio::time::timeout(REQUEST_TIMEOUT, client.auth.authenticate(request)).await {
+        Ok(Ok(answer)) => AsciiMetadataValue::try_from(answer.token)
+            .map(Some)
+            .map_err(|why| EtcdError::transport(endpoint, "sign-in", &why)),
+        Ok(Err(why)) if why.kind() == ErrKind::AuthNotEnabled => Ok(None),
+        Ok(Err(why)) => Err(EtcdError::request(endpoint, "sign-in", &why)),
+        Err(_) => Err(EtcdError::timeout(endpoint, "sign-in")),
     }
 }
 

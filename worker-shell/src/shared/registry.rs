@@ -13,7 +13,7 @@
 //! instances they were given), hold a lock across a syscall, or lose an
 //! instance's health when a new resolution still lists its address.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
@@ -333,42 +333,47 @@ impl Registry {
     }
 
     /// [`sync`](Self::sync) for what `steps` changed: the clusters they
-    /// name, with their checks and backends, so that a runtime change costs
-    /// what it touched, not a pass over every backend. A step that names no
-    /// cluster (a listener's) syncs everything.
+    /// name, with their checks and backends; the backends are walked once
+    /// for all of them (a bulk change names thousands of clusters: a walk
+    /// per cluster made it quadratic). A step that names no cluster (a
+    /// listener's) syncs everything.
     pub fn sync_changed(&self, state: &ConfigState, changes: &[Change], now: Instant) {
-        let mut touched = std::collections::BTreeSet::new();
+        let mut touched = BTreeSet::new();
         for change in changes {
             match change.cluster() {
                 Some(cluster) => touched.insert(cluster),
                 None => return self.sync(state, now),
             };
         }
-        for id in touched {
+        for id in &touched {
             match state.cluster(id) {
                 Some(cluster) => self.sync_check(state, cluster),
                 None => {
-                    lock(&self.clusters).remove(id);
+                    lock(&self.clusters).remove(*id);
                 }
             }
-            let mut keep = HashSet::new();
-            for backend in state.backends().filter(|b| b.cluster_id == id) {
-                let Ok(address) = BackendAddress::parse(&backend.backend_id, &backend.address)
-                else {
-                    continue;
-                };
-                self.backend(id, &backend.backend_id, &address, now);
-                keep.insert((backend.backend_id.as_str(), address));
+        }
+        let mut keep = HashSet::new();
+        for backend in state.backends() {
+            let id = backend.cluster_id.as_str();
+            if !touched.contains(id) {
+                continue;
             }
-            let mut backends = lock(&self.backends);
-            let before = backends.len();
-            backends.retain(|(cluster, backend, address), _| {
-                cluster != id || keep.contains(&(backend.as_str(), address.clone()))
-            });
-            if backends.len() != before {
-                drop(backends);
-                self.changed();
-            }
+            let Ok(address) = BackendAddress::parse(&backend.backend_id, &backend.address) else {
+                continue;
+            };
+            self.backend(id, &backend.backend_id, &address, now);
+            keep.insert((id, backend.backend_id.as_str(), address));
+        }
+        let mut backends = lock(&self.backends);
+        let before = backends.len();
+        backends.retain(|(cluster, backend, address), _| {
+            !touched.contains(cluster.as_str())
+                || keep.contains(&(cluster.as_str(), backend.as_str(), address.clone()))
+        });
+        if backends.len() != before {
+            drop(backends);
+            self.changed();
         }
     }
 
