@@ -21,6 +21,7 @@ mod part;
 pub mod proto;
 pub mod request_kind;
 pub mod reread;
+pub mod socket_address;
 pub mod sources;
 pub mod spelling;
 pub mod state;

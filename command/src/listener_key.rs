@@ -13,7 +13,8 @@ use std::str::FromStr;
 
 use crate::codes::ErrorCode;
 use crate::proto;
-use crate::validate::{ValidationError, parse_address};
+use crate::socket_address::parse_address;
+use crate::validation_error::ValidationError;
 
 /// A listener's identity: `(address, protocol)`, ordered by address first
 /// so that the two listeners of one address list side by side.

@@ -19,11 +19,11 @@ mod differences;
 mod listener;
 mod objects;
 
-use std::net::SocketAddr;
-
 use crate::codes::ErrorCode;
 use crate::spelling;
 
+pub use crate::socket_address::parse_address;
+pub(crate) use crate::socket_address::parse_address_of;
 pub use crate::validation_error::ValidationError;
 pub use access::AccessSettings;
 pub(crate) use access::{AccessFields, resolve_access};
@@ -56,43 +56,6 @@ pub const DEFAULT_MAX_FLOWS: u32 = 100_000;
 pub const DEFAULT_WEIGHT: u32 = 100;
 /// The longest cluster or backend id, in bytes.
 pub const MAX_ID_LEN: usize = 128;
-
-/// Parses an `ip:port` address with a non-zero port; `what` names the
-/// object in the message (e.g. "listener", "backend `alpha-0`").
-///
-/// Host names are refused, and leading zeros in the port are accepted, so
-/// the canonical form is `SocketAddr`'s `Display`.
-pub fn parse_address(what: &str, address: &str) -> Result<SocketAddr, ValidationError> {
-    parse_address_of(|| what.to_owned(), address)
-}
-
-/// [`parse_address`] with the subject's name built only for an error: a
-/// frontend's is a `format!`, and 100,000 of them are checked at a boot.
-fn parse_address_of(
-    what: impl Fn() -> String,
-    address: &str,
-) -> Result<SocketAddr, ValidationError> {
-    let parsed: SocketAddr = address.parse().map_err(|_| {
-        let what = what();
-        ValidationError::new(
-            ErrorCode::InvalidAddress,
-            format!(
-                "{what}: `{address}` is not an `ip:port` address: write e.g. `127.0.0.1:8443` \
-                 or `[::1]:8443` (host names are not resolved)"
-            ),
-        )
-    })?;
-    if parsed.port() == 0 {
-        return Err(ValidationError::new(
-            ErrorCode::InvalidAddress,
-            format!(
-                "{}: `{address}` has port 0: give a fixed port from 1 to 65535",
-                what()
-            ),
-        ));
-    }
-    Ok(parsed)
-}
 
 /// Checks a cluster or backend id: 1 to [`MAX_ID_LEN`] bytes of printable
 /// ASCII without spaces. `kind` is "cluster" or "backend".

@@ -75,26 +75,26 @@ fn listeners_text(list: &proto::ListenerList) -> String {
             let c = entry.config.clone().unwrap_or_default();
             vec![
                 c.address,
-                protocol_name(c.protocol).to_owned(),
                 if entry.active { "active" } else { "inactive" }.to_owned(),
                 c.expect_proxy.to_string(),
                 opt(c.sni_preread_timeout),
                 opt(c.sni_preread_max_bytes),
                 opt(c.default_cluster),
                 opt(c.server_first_timeout),
+                protocol_name(c.protocol).to_owned(),
             ]
         })
         .collect();
     table(
         &[
             "ADDRESS",
-            "PROTOCOL",
             "STATE",
             "EXPECT_PROXY",
             "PREREAD_MS",
             "MAX_BYTES",
             "DEFAULT_CLUSTER",
             "SERVER_FIRST_MS",
+            "PROTOCOL",
         ],
         &rows,
     )
@@ -210,16 +210,16 @@ fn frontends_text(list: &proto::FrontendList) -> String {
             };
             vec![
                 f.address.clone(),
-                protocol_name(f.protocol).to_owned(),
                 opt(f.sni.clone()),
                 alpn,
                 f.cluster_id.clone(),
                 tags_text(&f.tags),
+                protocol_name(f.protocol).to_owned(),
             ]
         })
         .collect();
     table(
-        &["ADDRESS", "PROTOCOL", "SNI", "ALPN", "CLUSTER", "TAGS"],
+        &["ADDRESS", "SNI", "ALPN", "CLUSTER", "TAGS", "PROTOCOL"],
         &rows,
     )
 }
