@@ -17,9 +17,13 @@
 //! tells clients apart by the 4-tuple, so every flow needs its own source
 //! port, and a connected socket lets the kernel deliver the backend's
 //! datagrams to the flow's socket by its 4-tuple (no demultiplexing here)
-//! and send without an address per datagram. Plain `recv`/`send` loops
-//! until `WouldBlock`; `recvmmsg`/`sendmmsg` were not adopted (not
-//! measured yet, doc/performance.md).
+//! and send without an address per datagram (9–12% cheaper than
+//! `send_to`, measured in doc/performance.md, "QUIC relay"). Plain
+//! `recv`/`send` loops until `WouldBlock`: `recvmmsg` on the listener
+//! saves 8–13% a datagram at the call level but is not adopted until its
+//! effect through the whole relay is measured; `sendmmsg` and UDP GSO
+//! need a batch for one socket, which an established flow's relay rarely
+//! has (each datagram goes on as it is read).
 
 mod capture;
 mod count;
