@@ -206,8 +206,15 @@ fn one_address_routes_one_name_to_the_tcp_and_the_quic_backend_at_once() {
             .filter(|l| l.starts_with(&at.to_string()))
             .collect();
         assert_eq!(rows.len(), 2, "{text}");
-        assert!(rows.iter().any(|r| r.contains(" tcp ")), "{text}");
-        assert!(rows.iter().any(|r| r.contains(" quic ")), "{text}");
+        let protocol = |row: &&str| row.split_whitespace().last().map(str::to_owned);
+        assert!(
+            rows.iter().any(|r| protocol(r).as_deref() == Some("tcp")),
+            "{text}"
+        );
+        assert!(
+            rows.iter().any(|r| protocol(r).as_deref() == Some("quic")),
+            "{text}"
+        );
     });
 }
 

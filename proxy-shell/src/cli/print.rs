@@ -688,9 +688,26 @@ mod tests {
         };
         let text = success_text(&with(ContentType::Frontends(list)));
         let lines: Vec<&str> = text.lines().collect();
-        assert!(lines[0].ends_with("TAGS"), "{text}");
-        assert!(lines[1].ends_with(" owner=ops,team=web"), "{text}");
-        assert!(lines[2].ends_with(" -"), "{text}");
+        let columns = |line: &str| {
+            line.split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            columns(lines[0])[4..],
+            ["TAGS".to_owned(), "PROTOCOL".to_owned()],
+            "{text}"
+        );
+        assert_eq!(
+            columns(lines[1])[4..],
+            ["owner=ops,team=web".to_owned(), "tcp".to_owned()],
+            "{text}"
+        );
+        assert_eq!(
+            columns(lines[2])[4..],
+            ["-".to_owned(), "tcp".to_owned()],
+            "{text}"
+        );
     }
 
     #[test]
