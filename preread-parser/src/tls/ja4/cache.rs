@@ -75,7 +75,7 @@ struct Entry {
     ja4: Ja4,
 }
 
-/// A direct-mapped cache of fingerprints, keyed by [`key`].
+/// A direct-mapped cache of fingerprints, keyed by `key` (below).
 pub struct Ja4Cache {
     hasher: SipHasher13,
     slots: Box<[Option<Entry>; ENTRIES]>,
