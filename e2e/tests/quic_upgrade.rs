@@ -17,14 +17,12 @@
 //! bounded.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use e2e::certs::{TestCa, provider};
 use e2e::proxy::{ProxyProcess, fill};
+use e2e::quic;
 use e2e::testkit::stderr_tail;
-use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
-use quinn::{ClientConfig, Endpoint, ServerConfig, TransportConfig};
+use quinn::Endpoint;
 
 /// How long a test waits for what should happen.
 const WAIT: Duration = Duration::from_secs(30);
@@ -58,63 +56,19 @@ fn runtime() -> tokio::runtime::Runtime {
 /// A quinn backend for `alpha.example.com` answering each bidirectional
 /// stream with `alpha:` and what the client sent.
 fn backend() -> (Endpoint, SocketAddr) {
-    let leaf = TestCa::shared().server_cert(&["alpha.example.com"]);
-    let mut crypto = rustls::ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("TLS 1.3")
-        .with_no_client_auth()
-        .with_single_cert(leaf.chain(), leaf.key())
-        .expect("the backend's certificate");
-    crypto.alpn_protocols = vec![b"h3".to_vec()];
-    let quic = QuicServerConfig::try_from(crypto).expect("a QUIC server config");
-    let mut config = ServerConfig::with_crypto(Arc::new(quic));
-    let mut transport = TransportConfig::default();
-    transport.max_idle_timeout(Some(CLIENT_IDLE.try_into().expect("an idle timeout")));
-    config.transport_config(Arc::new(transport));
-    let endpoint = Endpoint::server(config, "127.0.0.1:0".parse().expect("an address"))
-        .expect("a backend endpoint");
-    let address = endpoint.local_addr().expect("the backend's address");
-    let accepting = endpoint.clone();
-    tokio::spawn(async move {
-        while let Some(incoming) = accepting.accept().await {
-            tokio::spawn(async move {
-                let Ok(connection) = incoming.await else {
-                    return;
-                };
-                while let Ok((mut send, mut recv)) = connection.accept_bi().await {
-                    tokio::spawn(async move {
-                        let Ok(received) = recv.read_to_end(64 * 1024).await else {
-                            return;
-                        };
-                        let mut answer = b"alpha:".to_vec();
-                        answer.extend_from_slice(&received);
-                        let _ = send.write_all(&answer).await;
-                        let _ = send.finish();
-                    });
-                }
-            });
-        }
-    });
-    (endpoint, address)
+    quic::backend(
+        "alpha",
+        &["alpha.example.com"],
+        &["h3"],
+        false,
+        Some(CLIENT_IDLE),
+    )
 }
 
 /// A client endpoint trusting the test CA, offering `h3`.
 fn client() -> Endpoint {
-    let mut crypto = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("TLS 1.3")
-        .with_root_certificates(TestCa::shared().root_store())
-        .with_no_client_auth();
-    crypto.alpn_protocols = vec![b"h3".to_vec()];
-    let quic = QuicClientConfig::try_from(crypto).expect("a QUIC client config");
-    let mut config = ClientConfig::new(Arc::new(quic));
-    let mut transport = TransportConfig::default();
-    transport.max_idle_timeout(Some(CLIENT_IDLE.try_into().expect("an idle timeout")));
-    config.transport_config(Arc::new(transport));
-    let mut endpoint =
-        Endpoint::client("127.0.0.1:0".parse().expect("an address")).expect("a client endpoint");
-    endpoint.set_default_client_config(config);
-    endpoint
+    let config = quic::client_config(&["h3".to_owned()], CLIENT_IDLE);
+    quic::client_at(SocketAddr::from(([127, 0, 0, 1], 0)), config).expect("a client endpoint")
 }
 
 async fn connect(endpoint: &Endpoint, proxy: SocketAddr) -> quinn::Connection {
@@ -130,19 +84,7 @@ async fn connect(endpoint: &Endpoint, proxy: SocketAddr) -> quinn::Connection {
 /// One request on a new stream of `connection`: what the backend
 /// answered, within [`WAIT`].
 async fn ask(connection: &quinn::Connection, what: &str) -> Result<String, String> {
-    let exchange = async {
-        let (mut send, mut recv) = connection.open_bi().await.map_err(|e| e.to_string())?;
-        send.write_all(what.as_bytes())
-            .await
-            .map_err(|e| e.to_string())?;
-        send.finish().map_err(|e| e.to_string())?;
-        let answer = recv
-            .read_to_end(64 * 1024)
-            .await
-            .map_err(|e| e.to_string())?;
-        String::from_utf8(answer).map_err(|e| e.to_string())
-    };
-    tokio::time::timeout(WAIT, exchange)
+    tokio::time::timeout(WAIT, quic::ask(connection, what))
         .await
         .map_err(|_| format!("no answer to {what:?} in time"))?
 }
