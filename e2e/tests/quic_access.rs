@@ -15,13 +15,11 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use e2e::certs::{TestCa, provider};
 use e2e::proxy::{ProxyProcess, fill};
-use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
-use quinn::{ClientConfig, ConnectionError, Endpoint, ServerConfig, TransportConfig};
+use e2e::quic;
+use quinn::{ConnectionError, Endpoint};
 
 /// How long a test waits for what should happen.
 const WAIT: Duration = Duration::from_secs(20);
@@ -47,60 +45,13 @@ fn runtime() -> tokio::runtime::Runtime {
 /// A QUIC backend named `id` for `names` (ALPN h3): each stream is
 /// answered with `id:` and what the client sent.
 fn backend(id: &'static str, names: &[&str]) -> (Endpoint, SocketAddr) {
-    let leaf = TestCa::shared().server_cert(names);
-    let mut crypto = rustls::ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("TLS 1.3")
-        .with_no_client_auth()
-        .with_single_cert(leaf.chain(), leaf.key())
-        .expect("the backend's certificate");
-    crypto.alpn_protocols = vec![b"h3".to_vec()];
-    let quic = QuicServerConfig::try_from(crypto).expect("a QUIC server config");
-    let config = ServerConfig::with_crypto(Arc::new(quic));
-    let endpoint = Endpoint::server(config, "127.0.0.1:0".parse().expect("an address"))
-        .expect("a backend endpoint");
-    let address = endpoint.local_addr().expect("the backend's address");
-    let accepting = endpoint.clone();
-    tokio::spawn(async move {
-        while let Some(incoming) = accepting.accept().await {
-            tokio::spawn(async move {
-                let Ok(connection) = incoming.await else {
-                    return;
-                };
-                while let Ok((mut send, mut recv)) = connection.accept_bi().await {
-                    tokio::spawn(async move {
-                        let Ok(received) = recv.read_to_end(64 * 1024).await else {
-                            return;
-                        };
-                        let mut answer = format!("{id}:").into_bytes();
-                        answer.extend_from_slice(&received);
-                        let _ = send.write_all(&answer).await;
-                        let _ = send.finish();
-                    });
-                }
-            });
-        }
-    });
-    (endpoint, address)
+    quic::backend(id, names, &["h3"], false, None)
 }
 
 /// A client endpoint bound to `ip`, trusting the test CA, offering h3.
 fn client_from(ip: &str, idle: Duration) -> Endpoint {
-    let mut crypto = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("TLS 1.3")
-        .with_root_certificates(TestCa::shared().root_store())
-        .with_no_client_auth();
-    crypto.alpn_protocols = vec![b"h3".to_vec()];
-    let quic = QuicClientConfig::try_from(crypto).expect("a QUIC client config");
-    let mut config = ClientConfig::new(Arc::new(quic));
-    let mut transport = TransportConfig::default();
-    transport.max_idle_timeout(Some(idle.try_into().expect("an idle timeout")));
-    config.transport_config(Arc::new(transport));
     let bind: SocketAddr = format!("{ip}:0").parse().expect("an address");
-    let mut endpoint = Endpoint::client(bind).expect("a client endpoint");
-    endpoint.set_default_client_config(config);
-    endpoint
+    quic::client_at(bind, quic::client_config(&["h3".to_owned()], idle)).expect("a client endpoint")
 }
 
 /// What one connection from `ip` to `name` through `proxy` came to: the

@@ -8,18 +8,16 @@
 //! bounded and generous (the machine is shared).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use command::proto;
 use command::proto::request::RequestType;
 use command::proto::response_content::ContentType;
 use e2e::backend::{BackendConfig, TlsBackend};
-use e2e::certs::{TestCa, provider};
 use e2e::client::tls_request;
 use e2e::proxy::{ProxyProcess, fill};
-use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
-use quinn::{ClientConfig, ConnectionError, Endpoint, ServerConfig};
+use e2e::quic;
+use quinn::{ConnectionError, Endpoint};
 
 /// How long a test waits for what should happen.
 const WAIT: Duration = Duration::from_secs(20);
@@ -56,56 +54,14 @@ fn runtime() -> tokio::runtime::Runtime {
 /// A QUIC backend for `NAME` (its certificate from the test CA, ALPN h3)
 /// answering each bidirectional stream with `webq:` and what it read.
 fn quic_backend() -> (Endpoint, SocketAddr) {
-    let leaf = TestCa::shared().server_cert(&[NAME]);
-    let mut crypto = rustls::ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("TLS 1.3")
-        .with_no_client_auth()
-        .with_single_cert(leaf.chain(), leaf.key())
-        .expect("the backend's certificate");
-    crypto.alpn_protocols = vec![b"h3".to_vec()];
-    let quic = QuicServerConfig::try_from(crypto).expect("a QUIC server config");
-    let config = ServerConfig::with_crypto(Arc::new(quic));
-    let endpoint = Endpoint::server(config, "127.0.0.1:0".parse().expect("an address"))
-        .expect("a backend endpoint");
-    let address = endpoint.local_addr().expect("the backend's address");
-    let accepting = endpoint.clone();
-    tokio::spawn(async move {
-        while let Some(incoming) = accepting.accept().await {
-            tokio::spawn(async move {
-                let Ok(connection) = incoming.await else {
-                    return;
-                };
-                while let Ok((mut send, mut recv)) = connection.accept_bi().await {
-                    tokio::spawn(async move {
-                        let Ok(received) = recv.read_to_end(64 * 1024).await else {
-                            return;
-                        };
-                        let mut answer = b"webq:".to_vec();
-                        answer.extend_from_slice(&received);
-                        let _ = send.write_all(&answer).await;
-                        let _ = send.finish();
-                    });
-                }
-            });
-        }
-    });
-    (endpoint, address)
+    quic::backend("webq", &[NAME], &["h3"], false, None)
 }
 
-/// A quinn client trusting the test CA, offering h3.
+/// A quinn client trusting the test CA, offering h3 (quinn's default
+/// idle timeout of 30 s).
 fn quic_client() -> Endpoint {
-    let mut crypto = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("TLS 1.3")
-        .with_root_certificates(TestCa::shared().root_store())
-        .with_no_client_auth();
-    crypto.alpn_protocols = vec![b"h3".to_vec()];
-    let quic = QuicClientConfig::try_from(crypto).expect("a QUIC client config");
-    let mut endpoint =
-        Endpoint::client("127.0.0.1:0".parse().expect("an address")).expect("a client endpoint");
-    endpoint.set_default_client_config(ClientConfig::new(Arc::new(quic)));
-    endpoint
+    let config = quic::client_config(&["h3".to_owned()], Duration::from_secs(30));
+    quic::client_at(SocketAddr::from(([127, 0, 0, 1], 0)), config).expect("a client endpoint")
 }
 
 /// A QUIC connection to `NAME` through the proxy.
