@@ -62,6 +62,19 @@ fn raise_descriptor_limit(need: u64) {
     assert_eq!(set, 0, "setrlimit");
 }
 
+/// The backend every test routes to: `alpha.example.com` over h3, its
+/// connections idle for [`LONG_IDLE`] before giving up. Runs on the
+/// current tokio runtime until the endpoint is dropped.
+fn alpha_backend() -> (Endpoint, SocketAddr) {
+    backend(
+        "alpha",
+        &["alpha.example.com"],
+        &["h3"],
+        false,
+        Some(LONG_IDLE),
+    )
+}
+
 fn h3() -> Vec<String> {
     vec!["h3".to_owned()]
 }
@@ -152,13 +165,7 @@ fn ten_thousand_concurrent_flows_and_the_next_is_over_max_flows() {
     raise_descriptor_limit(FLOWS as u64 + 1_000);
     let rt = runtime();
     rt.block_on(async {
-        let (_alpha, alpha) = backend(
-            "alpha",
-            &["alpha.example.com"],
-            &["h3"],
-            false,
-            Some(LONG_IDLE),
-        );
+        let (_alpha, alpha) = alpha_backend();
         let proxy = start(&fill(SCALE, &[("alpha", &alpha.to_string())]), &["quic"]);
         let at = proxy.addr("quic");
         let config = client_config(&h3(), LONG_IDLE);
@@ -263,13 +270,7 @@ backends = [ { address = "${alpha}", backend_id = "alpha-0" } ]
 fn max_flows_and_max_flows_per_ip_refuse_exactly_the_next_flow() {
     let rt = runtime();
     rt.block_on(async {
-        let (_alpha, alpha) = backend(
-            "alpha",
-            &["alpha.example.com"],
-            &["h3"],
-            false,
-            Some(LONG_IDLE),
-        );
+        let (_alpha, alpha) = alpha_backend();
         let proxy = start(
             &fill(LIMITS, &[("alpha", &alpha.to_string())]),
             &["capped", "per_ip"],
@@ -340,13 +341,7 @@ const IDLE_SLACK: Duration = Duration::from_secs(5);
 fn a_silent_flow_is_forgotten_after_quic_idle_timeout() {
     let rt = runtime();
     rt.block_on(async {
-        let (_alpha, alpha) = backend(
-            "alpha",
-            &["alpha.example.com"],
-            &["h3"],
-            false,
-            Some(LONG_IDLE),
-        );
+        let (_alpha, alpha) = alpha_backend();
         let proxy = start(&fill(IDLE, &[("alpha", &alpha.to_string())]), &["quic"]);
         let at = proxy.addr("quic");
         let endpoint = client_at(local([127, 0, 0, 1]), client_config(&h3(), LONG_IDLE))

@@ -89,6 +89,31 @@ async fn ask(connection: &quinn::Connection, what: &str) -> Result<String, Strin
         .map_err(|_| format!("no answer to {what:?} in time"))?
 }
 
+/// `rounds` requests on the open `connection`, each answered by alpha.
+fn answers_after(
+    rt: &tokio::runtime::Runtime,
+    proxy: &ProxyProcess,
+    connection: &quinn::Connection,
+    rounds: usize,
+) {
+    for round in 0..rounds {
+        let what = format!("after-{round}");
+        assert_eq!(
+            rt.block_on(ask(connection, &what)),
+            Ok(format!("alpha:{what}")),
+            "{}",
+            stderr_tail(proxy)
+        );
+    }
+}
+
+/// A connection opened now, from a new client socket, reaches alpha.
+fn a_new_connection_routes(rt: &tokio::runtime::Runtime, at: SocketAddr) {
+    let fresh = rt.block_on(async { client() });
+    let second = rt.block_on(connect(&fresh, at));
+    assert_eq!(rt.block_on(ask(&second, "new")), Ok("alpha:new".to_owned()));
+}
+
 #[test]
 fn an_open_quic_connection_keeps_exchanging_across_an_upgrade() {
     let rt = runtime();
@@ -159,19 +184,9 @@ fn an_open_quic_connection_keeps_exchanging_across_an_upgrade() {
     // successor alone relays the connection from now on.
     let status = proxy.wait_exit(WAIT).expect("the old process exits");
     assert!(status.success(), "{status}");
-    for round in 0..5 {
-        let what = format!("after-{round}");
-        assert_eq!(
-            rt.block_on(ask(&connection, &what)),
-            Ok(format!("alpha:{what}")),
-            "{}",
-            stderr_tail(&proxy)
-        );
-    }
+    answers_after(&rt, &proxy, &connection, 5);
     // A new connection routes through the successor.
-    let fresh = rt.block_on(async { client() });
-    let second = rt.block_on(connect(&fresh, at));
-    assert_eq!(rt.block_on(ask(&second, "new")), Ok("alpha:new".to_owned()));
+    a_new_connection_routes(&rt, at);
     assert!(ProxyProcess::is_running(new_pid));
 
     // Once the connection is closed and its flow idles out, the successor
@@ -234,17 +249,7 @@ fn a_failed_upgrade_leaves_the_open_connection_with_the_old_process() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("keeps serving"), "{stderr}");
     assert_eq!(proxy.serving_pid().expect("status"), proxy.pid());
-    for round in 0..3 {
-        let what = format!("after-{round}");
-        assert_eq!(
-            rt.block_on(ask(&connection, &what)),
-            Ok(format!("alpha:{what}")),
-            "{}",
-            stderr_tail(&proxy)
-        );
-    }
-    let fresh = rt.block_on(async { client() });
-    let second = rt.block_on(connect(&fresh, at));
-    assert_eq!(rt.block_on(ask(&second, "new")), Ok("alpha:new".to_owned()));
+    answers_after(&rt, &proxy, &connection, 3);
+    a_new_connection_routes(&rt, at);
     assert!(proxy.exit_status().is_none());
 }
