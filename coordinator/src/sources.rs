@@ -36,8 +36,10 @@ use command::state::ConfigState;
 use crate::effect::{Effect, log};
 use crate::input::SourceReport;
 use log::Level;
+use slot::Slot;
 use touched::Touched;
 
+mod slot;
 mod touched;
 
 /// The most exclusions `preread sources` lists per source: with messages
@@ -50,49 +52,6 @@ struct FileEntry {
     path: String,
     synced: Instant,
     routes: usize,
-}
-
-/// One configured source.
-#[derive(Debug)]
-struct Slot {
-    kind: SourceKind,
-    location: String,
-    /// It reported once (a whole read or a failure): the first merge waits
-    /// for every source's first report.
-    reported: bool,
-    /// Its fragments as last reported, by name.
-    fragments: BTreeMap<FragmentId, Fragment>,
-    synced: Option<SystemTime>,
-    /// The store revision of its last report (a source that counts them).
-    revision: Option<i64>,
-    /// The revision the running state serves.
-    applied_revision: Option<i64>,
-    /// Why its last read failed, while it fails.
-    error: Option<String>,
-    errors: u64,
-    /// The fragments the running state holds (the last committed merge
-    /// applied them), with their routes: kept by id, so a merge of a few
-    /// changed fragments commits in their count, not the source's.
-    applied: BTreeMap<FragmentId, usize>,
-    /// Their routes, summed.
-    routes: usize,
-    /// The fragments the last committed merge left out.
-    excluded: Vec<Exclusion>,
-}
-
-impl Slot {
-    fn unapply(&mut self, id: &FragmentId) {
-        if let Some(routes) = self.applied.remove(id) {
-            self.routes -= routes;
-        }
-    }
-
-    fn apply(&mut self, fragment: AppliedFragment) {
-        self.routes += fragment.routes;
-        if let Some(before) = self.applied.insert(fragment.id, fragment.routes) {
-            self.routes -= before;
-        }
-    }
 }
 
 /// What a merge decided: all the applied and excluded fragments (a full
