@@ -29,7 +29,7 @@ pub const MAX_IDLE_PIPES: usize = 64;
 const MAX_IDLE_PIPE_BYTES: usize = 16 << 20;
 
 /// How many idle pipes of `pipe_size` bytes a worker keeps: at most
-/// [`MAX_IDLE_PIPES`] and [`MAX_IDLE_PIPE_BYTES`] in all, at least one.
+/// [`MAX_IDLE_PIPES`] and 16 MiB in all (`MAX_IDLE_PIPE_BYTES`), at least one.
 pub fn idle_pipes(pipe_size: usize) -> usize {
     (MAX_IDLE_PIPE_BYTES / pipe_size.max(1)).clamp(1, MAX_IDLE_PIPES)
 }
