@@ -21,7 +21,11 @@
 #   machine.txt   CPU, kernel, versions, limits, other busy processes
 #   loadavg.txt   /proc/loadavg and the busiest processes every 5 s
 #   raw.jsonl     one JSON object per measurement
-#   summary.md    the tables (also printed)
+#   summary.md    the tables (also printed), then the issue's ratios from
+#                 the medians of the alternated repetitions, bulk among
+#                 them: preread-splice against haproxy-splice (GiB/s, both
+#                 transfers together) and its CPU per GiB against haproxy's
+#                 copy path
 #   logs/, work/  proxies' stderr when not empty; HAProxy/nginx configs;
 #                 work/strace-<target>-<rep>.txt, strace's own summaries
 # and points target/bench/latest at it. Everything it starts is stopped by

@@ -258,6 +258,28 @@ fn splice_threshold_is_a_byte_count_from_zero() {
 }
 
 #[test]
+fn splice_pipe_size_is_a_page_to_256_mib() {
+    for (text, said) in [
+        ("splice_pipe_size = 4095\n", "at least 4096"),
+        ("splice_pipe_size = 268435457\n", "at most 268435456"),
+    ] {
+        let problems = check_config(text);
+        assert_eq!(problems.len(), 1, "{}", show(&problems));
+        assert_eq!(problems[0].code, ErrorCode::InvalidValue);
+        assert!(
+            problems[0].message.contains(said),
+            "{}",
+            problems[0].message
+        );
+    }
+    let defaults = load_config("").unwrap_or_else(|p| panic!("{}", show(&p)));
+    assert_eq!(defaults.global.splice_pipe_size, 1 << 20);
+    let loaded =
+        load_config("splice_pipe_size = 262144\n").unwrap_or_else(|p| panic!("{}", show(&p)));
+    assert_eq!(loaded.global.splice_pipe_size, 256 << 10);
+}
+
+#[test]
 fn automatic_state_save_needs_saved_state() {
     let problems = check_config("automatic_state_save = true\n");
     assert_eq!(problems.len(), 1, "{}", show(&problems));

@@ -137,13 +137,14 @@ fn hello_payload_and_immediate_fin_arrive_whole() {
 }
 
 /// 16 MiB from the backend, then 16 MiB echoed back in 64 KiB rounds, then
-/// a half-close answered by `bye`.
-fn sixteen_mebibytes_both_ways(splice: bool) {
+/// a half-close answered by `bye`; `pipe_size` is `splice_pipe_size`.
+fn sixteen_mebibytes_both_ways(splice: bool, pipe_size: usize) {
     const LEN: usize = 16 * MIB;
     let big =
         TlsBackend::start(BackendConfig::new("big-0", &["big.example.com"]).big_response(LEN));
     let config = ConfigBuilder::new()
         .global(&format!("splice = {splice}"))
+        .global(&format!("splice_pipe_size = {pipe_size}"))
         .listener("main", &[])
         .frontend("big", "main", Some("big.example.com"), &[])
         .backend("big", "big-0", big.addr())
@@ -179,14 +180,22 @@ fn sixteen_mebibytes_both_ways(splice: bool) {
     assert!(big.errors().is_empty(), "{:?}", big.errors());
 }
 
+/// Through 1 MiB pipes (the default `splice_pipe_size`).
 #[test]
 fn sixteen_mebibytes_both_ways_spliced() {
-    sixteen_mebibytes_both_ways(true);
+    sixteen_mebibytes_both_ways(true, MIB);
+}
+
+/// Through one-page pipes: every splice moves at most 4 KiB, the pipe
+/// fills and drains thousands of times each way.
+#[test]
+fn sixteen_mebibytes_both_ways_through_small_pipes() {
+    sixteen_mebibytes_both_ways(true, 4096);
 }
 
 #[test]
 fn sixteen_mebibytes_both_ways_copied() {
-    sixteen_mebibytes_both_ways(false);
+    sixteen_mebibytes_both_ways(false, MIB);
 }
 
 /// The client uploads 8 MiB (echoed back as it goes, read by a second

@@ -42,6 +42,16 @@ pub const DEFAULT_SPLICE: bool = true;
 /// 64 KiB (a short exchange never needs a kernel pipe) and splices from
 /// there on.
 pub const DEFAULT_SPLICE_THRESHOLD: u64 = 65_536;
+/// Default of `splice_pipe_size`, in bytes: Linux's default
+/// `/proc/sys/fs/pipe-max-size`, the most an unprivileged process may ask
+/// for. A bulk transfer moves up to this much per `splice` call, 16 times
+/// the kernel's default 64 KiB pipe (doc/performance.md, "Bulk").
+pub const DEFAULT_SPLICE_PIPE_SIZE: usize = 1 << 20;
+/// The smallest `splice_pipe_size`: one page, the least a pipe holds.
+pub const MIN_SPLICE_PIPE_SIZE: usize = 4096;
+/// The largest `splice_pipe_size`: far past any `pipe-max-size` an
+/// operator means, below what the kernel cannot allocate for one pipe.
+pub const MAX_SPLICE_PIPE_SIZE: usize = 256 << 20;
 /// Default of `backend_keepalive`: the backend is usually near and alive,
 /// and the four `setsockopt` per connection it costs are for who asks.
 pub const DEFAULT_BACKEND_KEEPALIVE: bool = false;
@@ -147,6 +157,9 @@ pub struct GlobalSettings {
     /// splices once it fills its buffer); 0 splices from the first byte
     /// after the window.
     pub splice_threshold: u64,
+    /// With `splice`: the size each kernel pipe asks for (`F_SETPIPE_SZ`),
+    /// in bytes, [`MIN_SPLICE_PIPE_SIZE`] to [`MAX_SPLICE_PIPE_SIZE`].
+    pub splice_pipe_size: usize,
     /// Backends tried per connection before giving up, at least 1.
     pub max_connection_attempts: u32,
     /// How long a soft stop lets open sessions finish.
@@ -225,6 +238,7 @@ impl Default for GlobalSettings {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             splice: DEFAULT_SPLICE,
             splice_threshold: DEFAULT_SPLICE_THRESHOLD,
+            splice_pipe_size: DEFAULT_SPLICE_PIPE_SIZE,
             max_connection_attempts: DEFAULT_MAX_CONNECTION_ATTEMPTS,
             soft_stop_grace: DEFAULT_SOFT_STOP_GRACE,
             empty_saved_state: EmptySavedState::Refuse,
@@ -367,6 +381,27 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
     if let Some(threshold) = &raw.splice_threshold {
         if let Some(threshold) = ranged::<u64>(threshold, "splice_threshold", 0, problems) {
             global.splice_threshold = threshold;
+        }
+    }
+    if let Some(size) = &raw.splice_pipe_size {
+        match ranged::<usize>(
+            size,
+            "splice_pipe_size",
+            MIN_SPLICE_PIPE_SIZE as i64,
+            problems,
+        ) {
+            Some(n) if n > MAX_SPLICE_PIPE_SIZE => problems.push(
+                size.span().start,
+                ErrorCode::InvalidValue,
+                format!(
+                    "splice_pipe_size = {n} is more than {MAX_SPLICE_PIPE_SIZE}: the kernel \
+                     cannot make a pipe that large; use at most {MAX_SPLICE_PIPE_SIZE} (the \
+                     default {DEFAULT_SPLICE_PIPE_SIZE} is what an unprivileged process may ask \
+                     for)"
+                ),
+            ),
+            Some(n) => global.splice_pipe_size = n,
+            None => {}
         }
     }
     if let Some(attempts) = &raw.max_connection_attempts {

@@ -637,7 +637,78 @@ fn ratio_lines(records: &[Record]) -> String {
             ));
         }
     }
+    out.push_str(&bulk_line(records));
     out
+}
+
+/// One repetition's bulk figure of a target, both directions together:
+/// the bytes of the upload and the download over their summed time
+/// (GiB/s), and the proxy's CPU over both (s/GiB).
+fn bulk_per_rep(records: &[Record], target: &str) -> (Vec<f64>, Vec<f64>) {
+    let by_rep = |test: &str, key: &str| -> BTreeMap<usize, f64> {
+        (records.iter())
+            .filter(|r| r.test == test && r.target == target)
+            .filter_map(|r| Some((r.rep, *r.values.get(key)?)))
+            .collect()
+    };
+    let (up_secs, down_secs) = (by_rep("upload", "secs"), by_rep("download", "secs"));
+    let (up_gib_s, down_gib_s) = (by_rep("upload", "gib_s"), by_rep("download", "gib_s"));
+    let (up_cpu, down_cpu) = (
+        by_rep("upload", "proxy_cpu_s_per_gib"),
+        by_rep("download", "proxy_cpu_s_per_gib"),
+    );
+    let (mut rates, mut cpus) = (Vec::new(), Vec::new());
+    for (rep, up) in &up_secs {
+        let (Some(down), Some(up_rate), Some(down_rate)) =
+            (down_secs.get(rep), up_gib_s.get(rep), down_gib_s.get(rep))
+        else {
+            continue;
+        };
+        // Both transfers are the same size: GiB = rate × secs.
+        let gib = up_rate * up + down_rate * down;
+        rates.push(gib / (up + down));
+        if let (Some(a), Some(b)) = (up_cpu.get(rep), down_cpu.get(rep)) {
+            cpus.push((a + b) / 2.0);
+        }
+    }
+    (rates, cpus)
+}
+
+/// The bulk goal, both directions together, medians of this run's
+/// alternated repetitions: preread's spliced GiB/s against HAProxy's
+/// splice, and its CPU per GiB against HAProxy's copy path.
+fn bulk_line(records: &[Record]) -> String {
+    let median_of = |v: &[f64]| bench::report::stats(v).0;
+    let (mine, my_cpu) = bulk_per_rep(records, "preread-splice");
+    let (theirs, _) = bulk_per_rep(records, "haproxy-splice");
+    let (_, copy_cpu) = bulk_per_rep(records, "haproxy");
+    let mut out = String::new();
+    let (m, t) = (median_of(&mine), median_of(&theirs));
+    if !(m / t).is_nan() {
+        out.push_str(&format!(
+            "- bulk (upload + download), preread-splice {m:.3} GiB/s vs haproxy-splice {t:.3}: **{:.2}×** (median of {} / {} runs; per run {:?} / {:?})\n",
+            m / t,
+            mine.len(),
+            theirs.len(),
+            rounded(&mine),
+            rounded(&theirs),
+        ));
+    }
+    let (c, h) = (median_of(&my_cpu), median_of(&copy_cpu));
+    if !(c / h).is_nan() {
+        out.push_str(&format!(
+            "- bulk CPU, preread-splice {c:.3} s/GiB vs haproxy (copy) {h:.3}: **{:.2}×**\n",
+            c / h
+        ));
+    }
+    out
+}
+
+fn rounded(values: &[f64]) -> Vec<f64> {
+    values
+        .iter()
+        .map(|v| (v * 1000.0).round() / 1000.0)
+        .collect()
 }
 
 fn summary(o: &Options, records: &[Record]) -> String {

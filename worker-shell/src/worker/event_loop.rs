@@ -33,7 +33,7 @@ use super::io::Ready;
 use super::listen::{bind_reuseport, prepare};
 use super::metrics::Metrics;
 use super::orders::{Answer, Order, OrderId, WorkerInbox};
-use super::pipe_pool::{MAX_IDLE_PIPES, PipePool};
+use super::pipe_pool::{PipePool, idle_pipes};
 use super::pool::BufferPool;
 use super::quic::QuicShell;
 use super::rejects::RejectRing;
@@ -104,7 +104,10 @@ impl Worker {
             registry: poll.registry().try_clone()?,
             runtime: Runtime::new(Arc::clone(&shared.registry)),
             pool: BufferPool::new(settings.buffer_size, Arc::clone(&shared.buffers)),
-            pipes: PipePool::new(MAX_IDLE_PIPES),
+            pipes: PipePool::new(
+                idle_pipes(settings.splice_pipe_size),
+                settings.splice_pipe_size,
+            ),
             timers: Timers::new(),
             metrics: Metrics::new(id),
             access_log,

@@ -1,14 +1,21 @@
 //! Idle kernel pipes kept for the next spliced session.
 //!
 //! Owns: [`PipePool`], a bounded stack of empty [`SplicePipe`]s per worker,
-//! and the count of pipes the worker had to create. A spliced session needs
-//! two pipes; making them (`pipe2`, `F_SETPIPE_SZ`) and closing them cost a
-//! short connection about 20 µs, so they are reused, as HAProxy does. Must
-//! never: hand out a pipe that holds a byte (another session's bytes would
-//! reach the wrong peer): a pipe is kept only when its own count and the
-//! kernel both say it is empty, and otherwise closed.
+//! the size new pipes ask for (`splice_pipe_size`), and the count of pipes
+//! the worker had to create. A spliced session needs two pipes; making
+//! them (`pipe2`, `F_SETPIPE_SZ`) and closing them cost a short connection
+//! about 20 µs, so they are reused, as HAProxy does. Must never: hand out a
+//! pipe that holds a byte (another session's bytes would reach the wrong
+//! peer): a pipe is kept only when its own count and the kernel both say
+//! it is empty, and otherwise closed.
+//!
+//! The kernel counts a pipe's whole size against its user's
+//! `fs.pipe-user-pages-soft` (64 MiB by default) whether or not it holds
+//! bytes, so the idle pipes are bounded in bytes too ([`idle_pipes`]).
 
 use std::io;
+
+use log::{debug, warn};
 
 use super::splice::SplicePipe;
 
@@ -16,28 +23,64 @@ use super::splice::SplicePipe;
 /// spliced sessions closing and opening at once without a new pipe.
 pub const MAX_IDLE_PIPES: usize = 64;
 
+/// Bytes of pipe size a worker keeps idle at most: a quarter of the
+/// kernel's default `fs.pipe-user-pages-soft` (16,384 pages), so that idle
+/// pipes never crowd out the pipes of the sessions that splice.
+const MAX_IDLE_PIPE_BYTES: usize = 16 << 20;
+
+/// How many idle pipes of `pipe_size` bytes a worker keeps: at most
+/// [`MAX_IDLE_PIPES`] and 16 MiB in all (`MAX_IDLE_PIPE_BYTES`), at least one.
+pub fn idle_pipes(pipe_size: usize) -> usize {
+    (MAX_IDLE_PIPE_BYTES / pipe_size.max(1)).clamp(1, MAX_IDLE_PIPES)
+}
+
 /// A worker's idle pipes.
 #[derive(Debug)]
 pub struct PipePool {
     idle: Vec<SplicePipe>,
     max_idle: usize,
+    /// The size each new pipe asks the kernel for.
+    pipe_size: usize,
+    /// A refused size was logged at `warn` (the next ones go to `debug`).
+    warned: bool,
 }
 
 impl PipePool {
-    /// An empty pool that keeps at most `max_idle` pipes.
-    pub fn new(max_idle: usize) -> Self {
+    /// An empty pool of pipes of `pipe_size` bytes that keeps at most
+    /// `max_idle` of them.
+    pub fn new(max_idle: usize, pipe_size: usize) -> Self {
         Self {
             idle: Vec::new(),
             max_idle,
+            pipe_size,
+            warned: false,
         }
     }
 
-    /// An idle pipe, or a new one; the flag says whether it was created.
+    /// An idle pipe, or a new one; the flag says whether it was created. A
+    /// new pipe the kernel refused its size still serves, with the size it
+    /// got; the first refusal is logged at `warn`.
     pub fn take(&mut self) -> io::Result<(SplicePipe, bool)> {
-        match self.idle.pop() {
-            Some(pipe) => Ok((pipe, false)),
-            None => SplicePipe::new().map(|pipe| (pipe, true)),
+        if let Some(pipe) = self.idle.pop() {
+            return Ok((pipe, false));
         }
+        let (pipe, refused) = SplicePipe::new(self.pipe_size)?;
+        if let Some(e) = refused {
+            let message = format!(
+                "splice_pipe_size = {} refused by the kernel ({e}): this pipe keeps {} bytes; \
+                 raise /proc/sys/fs/pipe-max-size or fs.pipe-user-pages-soft, or lower \
+                 splice_pipe_size",
+                self.pipe_size,
+                pipe.capacity()
+            );
+            if self.warned {
+                debug!("{message}");
+            } else {
+                warn!("{message} (logged once per worker, then at debug)");
+                self.warned = true;
+            }
+        }
+        Ok((pipe, true))
     }
 
     /// Keeps `pipe` for a later session if it is empty and the pool has
@@ -60,11 +103,11 @@ mod tests {
     use std::net::{TcpListener, TcpStream};
     use std::time::{Duration, Instant};
 
-    use super::PipePool;
+    use super::{MAX_IDLE_PIPES, PipePool};
 
     #[test]
     fn an_empty_pipe_is_reused_and_one_holding_bytes_is_closed() {
-        let mut pool = PipePool::new(4);
+        let mut pool = PipePool::new(4, 64 * 1024);
         let (pipe, created) = pool.take().expect("pipe");
         assert!(created);
         pool.give_back(pipe);
@@ -99,8 +142,26 @@ mod tests {
     }
 
     #[test]
+    fn new_pipes_take_the_configured_size_and_a_refused_one_still_serves() {
+        let mut pool = PipePool::new(4, 1 << 20);
+        assert_eq!(pool.take().expect("pipe").0.capacity(), 1 << 20);
+        let mut refused = PipePool::new(4, usize::MAX);
+        let (pipe, created) = refused.take().expect("a pipe of the kernel's size");
+        assert!(created && pipe.capacity() < 1 << 30);
+        assert!(refused.warned, "the refusal was logged");
+        assert!(refused.take().is_ok(), "and the next pipe too");
+    }
+
+    #[test]
+    fn idle_pipes_are_bounded_in_bytes_too() {
+        assert_eq!(super::idle_pipes(64 * 1024), MAX_IDLE_PIPES);
+        assert_eq!(super::idle_pipes(1 << 20), 16);
+        assert_eq!(super::idle_pipes(256 << 20), 1);
+    }
+
+    #[test]
     fn the_pool_keeps_at_most_its_bound() {
-        let mut pool = PipePool::new(2);
+        let mut pool = PipePool::new(2, 64 * 1024);
         let pipes: Vec<_> = (0..3).map(|_| pool.take().expect("pipe").0).collect();
         for pipe in pipes {
             pool.give_back(pipe);

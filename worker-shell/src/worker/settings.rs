@@ -14,6 +14,8 @@ pub struct WorkerSettings {
     pub splice: bool,
     /// Bytes a direction copies before it splices (`splice_threshold`).
     pub splice_threshold: u64,
+    /// The size each kernel pipe asks for (`splice_pipe_size`).
+    pub splice_pipe_size: usize,
     pub max_connection_attempts: u32,
     /// Rejected and fallback windows kept for `preread rejects`; 0 is off.
     pub reject_capture: usize,
@@ -35,6 +37,7 @@ impl WorkerSettings {
             buffer_size: global.buffer_size,
             splice: global.splice,
             splice_threshold: global.splice_threshold,
+            splice_pipe_size: global.splice_pipe_size,
             max_connection_attempts: global.max_connection_attempts.max(1),
             reject_capture: global.reject_capture,
             tcp_keepalive: global.tcp_keepalive.as_ref().map(super::keepalive::options),

@@ -7,8 +7,16 @@
 //! [`SplicePipe::drain_to`] and [`SplicePipe::read_into`]), and the mapping of
 //! `splice` results onto `io` semantics: `EAGAIN` is `WouldBlock`, `EINTR` is
 //! retried, 0 from a socket is its EOF, `EINVAL`/`ENOSYS` mean "this
-//! descriptor cannot splice" ([`is_unsupported`]). Must never: lose count of
-//! a byte in the pipe (a FIN is forwarded only once `pending` is 0), or block.
+//! descriptor cannot splice" ([`is_unsupported`]), and the pipe's size
+//! (`F_SETPIPE_SZ`, `splice_pipe_size`): a refused size is not an error,
+//! the pipe keeps the kernel's and the refusal goes back to the caller to
+//! log. Must never: lose count of a byte in the pipe (a FIN is forwarded
+//! only once `pending` is 0), or block.
+//!
+//! Why the size matters: `splice` moves at most a pipe's worth per call,
+//! so the kernel's default 64 KiB pipe costs two calls per 64 KiB; a
+//! 1 MiB pipe moves up to 16 times more per call (doc/performance.md,
+//! "Bulk").
 //!
 //! The direction logic (what goes first, when to fall back to the copy path)
 //! lives with the session (`worker/session.rs`).
@@ -16,10 +24,6 @@
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-
-/// The pipe size asked for (best effort: the kernel may keep its default,
-/// e.g. past `/proc/sys/fs/pipe-user-pages-soft`).
-const PIPE_SIZE: usize = 64 * 1024;
 
 /// `EINTR`s in a row before a `splice` gives up and reports the error.
 const EINTR_RETRIES: usize = 64;
@@ -46,9 +50,13 @@ pub fn is_unsupported(error: &io::Error) -> bool {
 }
 
 impl SplicePipe {
-    /// A non-blocking, close-on-exec pipe, resized to 64 KiB when the
-    /// kernel allows it.
-    pub fn new() -> io::Result<Self> {
+    /// A non-blocking, close-on-exec pipe, resized to `wanted` bytes when
+    /// the kernel allows it (it rounds up to a power of two pages). With
+    /// the pipe comes the kernel's refusal of that size, if any (`EPERM`
+    /// past `/proc/sys/fs/pipe-max-size` or the user's
+    /// `fs.pipe-user-pages-soft`, `ENOMEM`): the pipe then keeps the size
+    /// the kernel gave it and works the same, in smaller steps.
+    pub fn new(wanted: usize) -> io::Result<(Self, Option<io::Error>)> {
         let mut fds: [libc::c_int; 2] = [-1, -1];
         // SAFETY: `fds` is a writable array of two c_ints, as pipe2 expects.
         let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) };
@@ -58,29 +66,32 @@ impl SplicePipe {
         // SAFETY: pipe2 succeeded, so both descriptors are open, and nothing
         // else owns them: each is wrapped exactly once.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let wanted = libc::c_int::try_from(PIPE_SIZE).unwrap_or(libc::c_int::MAX);
+        let wanted = libc::c_int::try_from(wanted).unwrap_or(libc::c_int::MAX);
         // SAFETY: fcntl on a descriptor this function owns; F_SETPIPE_SZ
         // takes an int argument.
         let set = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, wanted) };
-        let size = if set > 0 {
-            set
+        let (size, refused) = if set > 0 {
+            (set, None)
         } else {
-            // Best effort: keep whatever size the kernel gave.
+            let refused = io::Error::last_os_error();
+            // Keep whatever size the kernel gave.
             // SAFETY: fcntl on a descriptor this function owns; F_GETPIPE_SZ
             // takes no argument.
-            unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ) }
+            let size = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ) };
+            (size, Some(refused))
         };
         // A page is the least a pipe holds.
         let capacity = usize::try_from(size)
             .ok()
             .filter(|&s| s > 0)
             .unwrap_or(4096);
-        Ok(Self {
+        let pipe = Self {
             read: File::from(read),
             write,
             pending: 0,
             capacity,
-        })
+        };
+        Ok((pipe, refused))
     }
 
     /// Bytes in the pipe: spliced in, not yet out.
@@ -199,9 +210,48 @@ mod tests {
 
     use super::{SplicePipe, is_unsupported};
 
+    /// A pipe of `size` bytes, which the kernel must grant.
+    fn sized_pipe(size: usize) -> SplicePipe {
+        let (pipe, refused) = SplicePipe::new(size).expect("pipe");
+        assert!(refused.is_none(), "{size} refused: {refused:?}");
+        assert_eq!(pipe.capacity(), size);
+        pipe
+    }
+
+    #[test]
+    fn the_pipe_takes_the_size_asked_for() {
+        for size in [4096, 64 * 1024, 1 << 20] {
+            assert!(sized_pipe(size).is_empty());
+        }
+    }
+
+    #[test]
+    fn a_refused_size_keeps_the_kernels_pipe_and_says_why() {
+        // Past any pipe-max-size an unprivileged process has (EPERM), and
+        // past what the kernel allocates for a pipe's ring even with
+        // CAP_SYS_RESOURCE (ENOMEM).
+        let (mut pipe, refused) = SplicePipe::new(usize::MAX).expect("a pipe all the same");
+        let refused = refused.expect("the kernel refuses a pipe of 2 GiB");
+        assert!(
+            matches!(refused.raw_os_error(), Some(libc::EPERM | libc::ENOMEM)),
+            "{refused:?}"
+        );
+        assert!(pipe.capacity() >= 4096 && pipe.capacity() < 1 << 30);
+        // It still moves bytes.
+        let (mut writer, source) = tcp_pair();
+        writer.write_all(b"small pipe").expect("write");
+        let mut filled = 0;
+        while filled < 10 {
+            filled += until_ready(|| pipe.fill_from(&source)).expect("fill");
+        }
+        let mut out = [0u8; 10];
+        assert_eq!(pipe.read_into(&mut out).expect("read"), 10);
+        assert_eq!(&out, b"small pipe");
+    }
+
     #[test]
     fn emptiness_asks_the_kernel_too() {
-        let pipe = SplicePipe::new().expect("pipe");
+        let pipe = sized_pipe(64 * 1024);
         assert!(pipe.is_empty());
         // Bytes the count does not know of (it cannot happen through this
         // type; the check is the pool's last line of defence).
@@ -241,7 +291,7 @@ mod tests {
     fn fill_then_drain_moves_the_bytes_and_tracks_pending() {
         let (mut writer, source) = tcp_pair();
         let (mut reader, destination) = tcp_pair();
-        let mut pipe = SplicePipe::new().expect("pipe");
+        let mut pipe = sized_pipe(64 * 1024);
         assert!(pipe.capacity() >= 4096);
         assert_eq!(pipe.pending(), 0);
         writer.write_all(b"hello, splice").expect("write");
@@ -261,7 +311,7 @@ mod tests {
     #[test]
     fn an_empty_socket_would_block_and_a_fin_is_zero() {
         let (writer, source) = tcp_pair();
-        let mut pipe = SplicePipe::new().expect("pipe");
+        let mut pipe = sized_pipe(64 * 1024);
         let error = pipe.fill_from(&source).expect_err("nothing to read");
         assert_eq!(error.kind(), io::ErrorKind::WouldBlock);
         writer.shutdown(Shutdown::Write).expect("FIN");
@@ -272,7 +322,7 @@ mod tests {
     #[test]
     fn bytes_before_a_fin_come_first_then_the_eof() {
         let (mut writer, source) = tcp_pair();
-        let mut pipe = SplicePipe::new().expect("pipe");
+        let mut pipe = sized_pipe(64 * 1024);
         writer.write_all(b"last words").expect("write");
         writer.shutdown(Shutdown::Write).expect("FIN");
         let mut filled = 0;
@@ -308,7 +358,7 @@ mod tests {
             let sent = sent.clone();
             std::thread::spawn(move || writer.write_all(&sent))
         };
-        let mut pipe = SplicePipe::new().expect("pipe");
+        let mut pipe = sized_pipe(64 * 1024);
         let mut received = Vec::with_capacity(LEN);
         let mut buf = vec![0u8; 64 * 1024];
         let (mut spliced_in, mut spliced_out, mut blocked) = (0, 0, 0);
@@ -380,7 +430,7 @@ mod tests {
             )
         };
         assert_eq!(rc, 0);
-        let mut pipe = SplicePipe::new().expect("pipe");
+        let mut pipe = sized_pipe(64 * 1024);
         writer.write_all(b"keep me").expect("write");
         let mut filled = 0;
         while filled < 7 {
@@ -404,7 +454,7 @@ mod tests {
         assert!(fd >= 0, "eventfd: {}", io::Error::last_os_error());
         // SAFETY: eventfd just returned this descriptor; nothing else owns it.
         let event = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        let mut pipe = SplicePipe::new().expect("pipe");
+        let mut pipe = sized_pipe(64 * 1024);
         let error = pipe.fill_from(&event).expect_err("eventfd cannot splice");
         assert!(is_unsupported(&error), "{error:?}");
         assert_eq!(pipe.pending(), 0);

@@ -79,7 +79,7 @@ fn nothing_is_spliced_while_the_prefix_or_the_window_waits() {
     let mut window = pool.checkout().expect("a buffer");
     window.space()[..6].copy_from_slice(b"HELLO|");
     window.fill(6);
-    let lane = Lane::Splice(SplicePipe::new().expect("pipe"));
+    let lane = Lane::Splice(SplicePipe::new(64 * 1024).expect("pipe").0);
     let mut up = flow(lane, b"PREFIX|", Some(window));
     for prefix in [&b"PREFIX|"[..], b""] {
         up.prefix = prefix.to_vec();
@@ -131,7 +131,11 @@ fn a_full_kernel_pipe_keeps_the_source_readable() {
             closing: false,
         },
     );
-    let mut up = flow(Lane::Splice(SplicePipe::new().expect("pipe")), b"", None);
+    let mut up = flow(
+        Lane::Splice(SplicePipe::new(64 * 1024).expect("pipe").0),
+        b"",
+        None,
+    );
     let mut last = usize::MAX;
     for _ in 0..1000 {
         last = round(&mut up, &mut front, &mut back).read;
@@ -146,7 +150,11 @@ fn a_full_kernel_pipe_keeps_the_source_readable() {
     // the flag been cleared, no new edge would ever announce these bytes.
     assert!(front.ready.readable);
     // With the pipe empty, "would block" is the socket's: cleared.
-    let mut empty = flow(Lane::Splice(SplicePipe::new().expect("pipe")), b"", None);
+    let mut empty = flow(
+        Lane::Splice(SplicePipe::new(64 * 1024).expect("pipe").0),
+        b"",
+        None,
+    );
     let (_idle, quiet) = pair();
     let mut quiet = peer(quiet, both);
     round(&mut empty, &mut quiet, &mut back);
