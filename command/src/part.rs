@@ -69,6 +69,14 @@ impl ConfigState {
                 part.backends.insert(id.clone(), backend.clone());
             }
         }
+        // The part holds every frontend and backend of its clusters (and
+        // none of the others): their counts are the state's.
+        part.users = self
+            .users
+            .iter()
+            .filter(|(id, _)| clusters.contains(&***id))
+            .map(|(id, count)| (id.clone(), *count))
+            .collect();
         part
     }
 }

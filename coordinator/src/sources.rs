@@ -36,8 +36,10 @@ use command::state::ConfigState;
 use crate::effect::{Effect, log};
 use crate::input::SourceReport;
 use log::Level;
+use slot::Slot;
 use touched::Touched;
 
+mod slot;
 mod touched;
 
 /// The most exclusions `preread sources` lists per source: with messages
@@ -50,29 +52,6 @@ struct FileEntry {
     path: String,
     synced: Instant,
     routes: usize,
-}
-
-/// One configured source.
-#[derive(Debug)]
-struct Slot {
-    kind: SourceKind,
-    location: String,
-    /// It reported once (a whole read or a failure): the first merge waits
-    /// for every source's first report.
-    reported: bool,
-    /// Its fragments as last reported, by name.
-    fragments: BTreeMap<FragmentId, Fragment>,
-    synced: Option<SystemTime>,
-    /// The store revision of its last report (a source that counts them).
-    revision: Option<i64>,
-    /// The revision the running state serves.
-    applied_revision: Option<i64>,
-    /// Why its last read failed, while it fails.
-    error: Option<String>,
-    errors: u64,
-    /// The last committed merge's view of it.
-    applied: Vec<AppliedFragment>,
-    excluded: Vec<Exclusion>,
 }
 
 /// What a merge decided: all the applied and excluded fragments (a full
@@ -118,8 +97,6 @@ pub(crate) struct RouteSources {
     /// configured (at 100,000 routes, a copy of the state).
     base: Option<ConfigState>,
     slots: Vec<Slot>,
-    /// The fragments the running state holds.
-    incumbents: BTreeSet<FragmentId>,
     /// A report changed something the running state does not show yet.
     dirty: bool,
     /// A merge job waits in the queue: later reports join it.
@@ -173,7 +150,6 @@ impl RouteSources {
             },
             base: None,
             slots: Vec::new(),
-            incumbents: BTreeSet::new(),
             dirty: false,
             queued: false,
             pending: None,
@@ -214,7 +190,8 @@ impl RouteSources {
                 applied_revision: None,
                 error: None,
                 errors: 0,
-                applied: Vec::new(),
+                applied: BTreeMap::new(),
+                routes: 0,
                 excluded: Vec::new(),
             })
             .collect();
@@ -336,10 +313,22 @@ impl RouteSources {
         due
     }
 
+    /// Whether the running state holds fragment `id`.
+    fn incumbent(&self, id: &FragmentId) -> bool {
+        self.slots
+            .iter()
+            .any(|slot| slot.kind == id.kind && slot.applied.contains_key(id))
+    }
+
     /// The merge of `file` with every source's fragments.
     fn merged(&self, file: &ConfigState) -> Merged {
         let fragments = self.slots.iter().flat_map(|slot| slot.fragments.values());
-        merge(file, fragments, &self.incumbents)
+        let incumbents: BTreeSet<FragmentId> = self
+            .slots
+            .iter()
+            .flat_map(|slot| slot.applied.keys().cloned())
+            .collect();
+        merge(file, fragments, &incumbents)
     }
 
     /// The revision of each source that counts them, as reported.
@@ -371,7 +360,7 @@ impl RouteSources {
         let leaving = touched
             .before
             .iter()
-            .filter(|(id, _)| self.incumbents.contains(*id))
+            .filter(|(id, _)| self.incumbent(id))
             .map(|(_, fragment)| fragment);
         let excluded: BTreeSet<&FragmentId> = self
             .slots
@@ -388,7 +377,7 @@ impl RouteSources {
             })
             .map(|(id, fragment)| Candidate {
                 fragment,
-                incumbent: self.incumbents.contains(id),
+                incumbent: self.incumbent(id),
             });
         let changes = merge_changes(running, leaving, candidates);
         self.pending = Some(PendingMerge {
@@ -462,21 +451,13 @@ impl RouteSources {
         let Some(decided) = pending.outcome else {
             return;
         };
-        let (applied, excluded) = match decided {
-            Decided::Full(applied, excluded) => (applied, excluded),
+        let (applied, excluded, touched) = match decided {
+            Decided::Full(applied, excluded) => (applied, excluded, None),
             Decided::Changes {
                 touched,
                 applied,
                 excluded,
-            } => {
-                let kept = self
-                    .slots
-                    .iter()
-                    .flat_map(|slot| &slot.applied)
-                    .filter(|f| !touched.contains(&f.id))
-                    .cloned();
-                (kept.chain(applied).collect(), excluded)
-            }
+            } => (applied, excluded, Some(touched)),
         };
         for exclusion in &excluded {
             let known = self
@@ -508,13 +489,29 @@ impl RouteSources {
                 );
             }
         }
-        self.incumbents = applied.iter().map(|f| f.id.clone()).collect();
+        // A full merge decided every fragment; an incremental one the
+        // touched ones (and the excluded ones it tried again): the others
+        // stay as they were.
         for slot in &mut self.slots {
-            slot.applied = applied
-                .iter()
-                .filter(|f| f.id.kind == slot.kind)
-                .cloned()
-                .collect();
+            match &touched {
+                None => {
+                    slot.applied.clear();
+                    slot.routes = 0;
+                }
+                Some(touched) => {
+                    let kind = slot.kind;
+                    for id in touched.iter().filter(|id| id.kind == kind) {
+                        slot.unapply(id);
+                    }
+                }
+            }
+        }
+        for fragment in applied {
+            if let Some(slot) = self.slot(fragment.id.kind) {
+                slot.apply(fragment);
+            }
+        }
+        for slot in &mut self.slots {
             slot.excluded = excluded
                 .iter()
                 .filter(|e| e.id.kind == slot.kind)
@@ -573,7 +570,7 @@ impl RouteSources {
             kind: slot.kind.as_str().to_owned(),
             location: slot.location.clone(),
             last_sync_unix_ms: slot.synced.map_or(0, unix_ms),
-            routes: count(slot.applied.iter().map(|f| f.routes).sum()),
+            routes: count(slot.routes),
             fragments: count(slot.applied.len()),
             excluded: listed(&slot.excluded),
             error: slot.error.clone().unwrap_or_default(),

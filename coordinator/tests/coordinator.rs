@@ -978,10 +978,13 @@ fn a_source_report_is_merged_once_every_source_reported() {
             kind: SourceKind::Directory,
             name: "web.toml".into(),
         },
-        body: FragmentBody::Declared(vec![Declared {
-            request: add,
-            origin: "web.toml:1:1".into(),
-        }]),
+        body: FragmentBody::Declared(
+            vec![Declared {
+                request: add,
+                origin: "web.toml:1:1".into(),
+            }]
+            .into(),
+        ),
     };
     let synced = coordinator::SourceReport::Synced {
         kind: SourceKind::Directory,

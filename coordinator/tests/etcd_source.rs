@@ -228,7 +228,7 @@ fn the_incremental_merge_lands_where_a_fresh_full_merge_does() {
 fn a_store_never_reached_keeps_the_saved_state() {
     let mut saved = file();
     for d in match key("web", "web.example").body {
-        command::sources::FragmentBody::Declared(d) => d,
+        command::sources::FragmentBody::Declared(d) => d.decode(),
         command::sources::FragmentBody::Broken(p) => panic!("{p:?}"),
     } {
         let request = match &d.request.request_type {

@@ -4,7 +4,9 @@
 //! - a listener's `allow`/`deny` and `connection_rate_per_ip` are checked
 //!   on the datagram that would start a flow: a refused source's datagrams
 //!   are dropped (its handshake times out), no flow is made, and each
-//!   refusal has its access-log line and rule;
+//!   refusal has its access-log line and rule, and its datagram counts in
+//!   `quic.dropped.access_denied` or `quic.dropped.rate_limited` (the
+//!   `preread_quic_dropped_datagrams_total{reason}` series), once per line;
 //! - a cluster's `deny` is checked once routed, and `deny_ja4` on a
 //!   listener or a cluster once the ClientHello is read: the client reads
 //!   CONNECTION_CLOSE with CRYPTO_ERROR `0x100 + access_denied` (49);
@@ -115,6 +117,28 @@ async fn line_where(proxy: &ProxyProcess, matches: impl Fn(&Line) -> bool) -> Li
     }
 }
 
+/// Waits until flat metric `metric` counts as many datagrams as there
+/// are access-log lines with `rule` (each refused datagram is one of
+/// each), at least one, and returns the count; fails with both after
+/// [`WAIT`].
+async fn counted_as_logged(proxy: &ProxyProcess, metric: &str, rule: &str) -> usize {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let lines = (proxy.access_logs().iter())
+            .filter(|l| field(l, "rule") == rule)
+            .count();
+        let counted = proxy.metric(metric);
+        if lines > 0 && usize::try_from(counted).ok() == Some(lines) {
+            return lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{metric} = {counted}, {lines} lines with rule={rule}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn field<'a>(line: &'a Line, key: &str) -> &'a str {
     line.get(key).map_or("", String::as_str)
 }
@@ -194,6 +218,8 @@ fn a_listener_allow_list_drops_other_sources_before_any_flow() {
         let routed = line_where(&proxy, |l| from(l, ALLOWED)).await;
         assert_eq!(field(&routed, "outcome"), "routed");
         assert!(field(&routed, "ja4").starts_with("q13d"), "{routed:?}");
+        counted_as_logged(&proxy, "quic.dropped.access_denied", "listener_allow").await;
+        assert_eq!(proxy.metric("quic.dropped.rate_limited"), 0);
     });
 }
 
@@ -216,6 +242,8 @@ fn a_listener_rate_refuses_past_the_burst_and_spares_another_source() {
         let refused = line_where(&proxy, |l| field(l, "rule") == "listener_rate").await;
         assert!(from(&refused, ALLOWED), "{refused:?}");
         assert_eq!(field(&refused, "outcome"), "refused:rate_limited");
+        counted_as_logged(&proxy, "quic.dropped.rate_limited", "listener_rate").await;
+        assert_eq!(proxy.metric("quic.dropped.access_denied"), 0);
     });
 }
 

@@ -16,6 +16,8 @@
 //! - `ja4/<file>/uncached`: `Ja4::of` alone on the hello, no cache.
 //!
 //! Run: `cargo bench -p preread-core --bench ja4` (doc/performance.md).
+//! `examples/ja4_ratio.rs` runs the same cases in turn, burst after burst,
+//! for ratios a loaded machine does not blur (keep the two in step).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

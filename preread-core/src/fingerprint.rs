@@ -8,12 +8,12 @@
 //! fingerprint wanted after the decision (the access log, `inspect`) needs
 //! neither a second parse nor a copy. The fingerprint itself is the
 //! parser's ([`preread_parser::tls::Ja4`]); [`ja4`] takes it through the
-//! calling thread's [`Ja4Cache`], so a client seen again costs a keyed
-//! hash of its lists, not the sort and two SHA-256.
+//! calling thread's [`Ja4Cache`], so a client seen again costs a copy and
+//! a comparison of its lists, not the sort and two SHA-256.
 //!
 //! The cache is one per thread: each worker thread owns its own, created
-//! on its first fingerprint (its one allocation) with a random SipHash
-//! key, never shared, never locked. A thread-local rather than a
+//! on its first fingerprint (its one allocation) with a random seed for
+//! its slot hash, never shared, never locked. A thread-local rather than a
 //! parameter because every caller of the core (the worker, the sim, the
 //! fuzzers, `inspect`) would otherwise carry one for a result that does
 //! not depend on it: a hit returns what [`Ja4::of`] returns
@@ -22,14 +22,15 @@
 //!
 //! Must never: fingerprint on the decision path unless a `deny_ja4` list
 //! applies to the connection and holds an entry with the hello's `a`
-//! section (one walk of the lists, no hash, tells), or allocate there.
+//! section (one walk of the lists, no hash, tells; a fingerprint then
+//! reuses that walk), or allocate there.
 
 use std::cell::RefCell;
 use std::hash::BuildHasher;
 use std::ops::Range;
 
 use hashbrown::HashMap;
-use preread_parser::tls::{ClientHello, Ja4, Ja4Cache, Ja4Input, Transport};
+use preread_parser::tls::{ClientHello, Ja4, Ja4Cache, Ja4Facts, Ja4Input, Transport};
 
 use crate::routes::ClusterId;
 
@@ -43,10 +44,15 @@ thread_local! {
 /// The fingerprint of `hello` over `transport`, through this thread's
 /// cache.
 pub fn ja4<'a>(hello: impl Into<Ja4Input<'a>>, transport: Transport) -> Ja4 {
-    let hello = hello.into();
+    ja4_of_facts(&Ja4Facts::of(hello, transport))
+}
+
+/// [`ja4`] of the hello `facts` walked (the decision walked it for its
+/// `a` section already).
+pub(crate) fn ja4_of_facts(facts: &Ja4Facts<'_>) -> Ja4 {
     CACHE.with(|cache| match cache.try_borrow_mut() {
-        Ok(mut cache) => cache.ja4(hello, transport),
-        Err(_) => Ja4::of(hello, transport),
+        Ok(mut cache) => cache.ja4_of_facts(facts),
+        Err(_) => Ja4::of_facts(facts),
     })
 }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use preread_parser::proxy::{ProxyParsed, parse_proxy_header_within};
 use preread_parser::tls::{
-    AlpnProtocols, ClientHello, FrameCursor, Ja4, Needed, Parsed, TlsError, Transport,
+    AlpnProtocols, ClientHello, FrameCursor, Ja4Facts, Needed, Parsed, TlsError, Transport,
     parse_client_hello_resuming,
 };
 
@@ -228,14 +228,14 @@ fn deny_ja4(
     let Output::Routed(route) = &output else {
         return output;
     };
-    if !config.deny_ja4.applies_to(&route.cluster)
-        || !config
-            .deny_ja4
-            .may_hold(&Ja4::section_a_of(hello, transport))
-    {
+    if !config.deny_ja4.applies_to(&route.cluster) {
         return output;
     }
-    let ja4 = crate::fingerprint::ja4(hello, transport);
+    let facts = Ja4Facts::of_hello(hello, transport);
+    if !config.deny_ja4.may_hold(&facts.section_a()) {
+        return output;
+    }
+    let ja4 = crate::fingerprint::ja4_of_facts(&facts);
     let Some(rule) = config.deny_ja4.denies(&route.cluster, &ja4) else {
         return output;
     };

@@ -6,7 +6,9 @@
 mod common;
 
 use preread_parser::proxy::{ProxyParsed, parse_proxy_header};
-use preread_parser::tls::{Ja4, Ja4FormatError, Parsed, Transport, parse_client_hello};
+use preread_parser::tls::{
+    ClientHello, Ja4, Ja4Facts, Ja4FormatError, Parsed, Transport, parse_client_hello,
+};
 use proptest::prelude::*;
 
 /// A one-record ClientHello with these ciphers and extensions, in order.
@@ -43,13 +45,25 @@ fn u16_list(len_bytes: usize, values: &[u16]) -> Vec<u8> {
     out
 }
 
+/// What the parser's own walk gathered for JA4, checked equal to what a
+/// walk of the stored lists gathers (the two feed one cache).
+fn parsers_facts<'h>(hello: &ClientHello<'h>, transport: Transport) -> Ja4Facts<'h> {
+    let parsed = Ja4Facts::of_hello(hello, transport);
+    assert_eq!(parsed, Ja4Facts::of(hello, transport));
+    parsed
+}
+
 fn fingerprints(record: &[u8]) -> (String, String) {
     let mut scratch = Vec::new();
     match parse_client_hello(record, &mut scratch) {
-        Ok(Parsed::Complete(hello)) => (
-            Ja4::of(&hello, Transport::Tcp).to_string(),
-            Ja4::raw(&hello, Transport::Tcp).to_string(),
-        ),
+        Ok(Parsed::Complete(hello)) => {
+            let ja4 = Ja4::of(&hello, Transport::Tcp);
+            assert_eq!(Ja4::of_facts(&parsers_facts(&hello, Transport::Tcp)), ja4);
+            (
+                ja4.to_string(),
+                Ja4::raw(&hello, Transport::Tcp).to_string(),
+            )
+        }
         other => panic!("not a whole hello: {other:?}"),
     }
 }
@@ -105,6 +119,9 @@ fn the_a_section_alone_is_the_fingerprints_first_ten() {
             for transport in [Transport::Tcp, Transport::Quic] {
                 let whole = Ja4::of(&hello, transport);
                 assert_eq!(Ja4::section_a_of(&hello, transport), whole.section_a());
+                let parsed = parsers_facts(&hello, transport);
+                assert_eq!(parsed.section_a(), whole.section_a());
+                assert_eq!(Ja4::of_facts(&parsed), whole);
                 assert_eq!(&whole.section_a(), &whole.as_str().as_bytes()[..10]);
             }
             seen += 1;

@@ -3,7 +3,9 @@
 //! hit with the same fingerprint; the same hello with its extensions
 //! shuffled and new GREASE values, as Chrome sends it on each connection,
 //! hits and gives what `Ja4::of` gives for it; more distinct hellos than
-//! slots evict; a hello the key cannot describe is fingerprinted uncached.
+//! slots evict; a hello the key cannot describe is fingerprinted uncached;
+//! a change at the very end of the key (the last signature algorithm)
+//! misses; a GREASE cipher moved elsewhere misses but keeps its value.
 
 mod common;
 
@@ -242,4 +244,64 @@ fn a_hello_without_an_exact_key_is_fingerprinted_uncached() {
         let got = cache.lookup(input, Transport::Tcp);
         assert_eq!(got, (Ja4::of(input, Transport::Tcp), Ja4Lookup::Uncached));
     }
+}
+
+/// `hello` with the last value of its `signature_algorithms` list changed:
+/// the end of the cache's key.
+fn last_signature_changed(hello: &Hello) -> Hello {
+    let mut extensions = hello.extensions.clone();
+    let mut at = 0;
+    while at + 4 <= extensions.len() {
+        let ext_type = u16::from_be_bytes([extensions[at], extensions[at + 1]]);
+        let len = usize::from(u16::from_be_bytes([extensions[at + 2], extensions[at + 3]]));
+        if ext_type == 0x000d {
+            let last = at + 4 + len - 2;
+            extensions[last] ^= 0x40;
+            return Hello {
+                extensions,
+                ..shuffled(hello, 0)
+            };
+        }
+        at += 4 + len;
+    }
+    panic!("{}: no signature_algorithms", hello.file);
+}
+
+#[test]
+fn a_difference_at_the_end_of_the_key_misses_and_gets_its_own_value() {
+    for hello in hellos().iter().filter(|h| h.file.starts_with("chromium")) {
+        let mut cache = Ja4Cache::new(11, 12);
+        let original = cache.ja4(hello.input(), Transport::Tcp);
+        let changed = last_signature_changed(hello);
+        let uncached = Ja4::of(changed.input(), Transport::Tcp);
+        assert_ne!(uncached, original, "{}: the c hash covers it", hello.file);
+        let got = cache.lookup(changed.input(), Transport::Tcp);
+        assert_eq!(got, (uncached, Ja4Lookup::Miss), "{}", hello.file);
+    }
+}
+
+#[test]
+fn a_grease_cipher_in_another_place_misses_but_gives_the_same_value() {
+    let hellos = hellos();
+    let hello = hellos
+        .iter()
+        .find(|h| h.file.starts_with("chromium"))
+        .expect("a chromium hello");
+    assert_eq!(
+        hello.ciphers[0] & 0x0f,
+        0x0a,
+        "Chrome's first cipher is GREASE"
+    );
+    let mut cache = Ja4Cache::new(13, 14);
+    let original = cache.ja4(hello.input(), Transport::Tcp);
+    let mut ciphers = hello.ciphers.clone();
+    ciphers.rotate_left(2);
+    let moved = Hello {
+        ciphers,
+        ..shuffled(hello, 0)
+    };
+    let got = cache.lookup(moved.input(), Transport::Tcp);
+    assert_eq!(got, (original, Ja4Lookup::Miss));
+    let again = cache.lookup(shuffled(hello, 2).input(), Transport::Tcp);
+    assert_eq!(again, (original, Ja4Lookup::Hit));
 }

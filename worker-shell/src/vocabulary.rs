@@ -219,6 +219,12 @@ preread_core::stable_names! {
         MaxFlows => "max_flows",
         /// A new flow refused: its client address holds `max_flows_per_ip`.
         MaxFlowsPerIp => "max_flows_per_ip",
+        /// A new flow refused: the listener's `allow` or `deny` refused
+        /// its source.
+        AccessDenied => "access_denied",
+        /// A new flow refused: the source's `connection_rate_per_ip`
+        /// bucket on the listener is empty.
+        RateLimited => "rate_limited",
         /// An undecided flow holds its cap of datagrams or bytes: the
         /// datagram is dropped and the flow rejected `too_large`.
         FlowBufferFull => "flow_buffer_full",
@@ -250,6 +256,8 @@ impl QuicDrop {
             Self::UnknownFlow => "quic.dropped.unknown_flow",
             Self::MaxFlows => "quic.dropped.max_flows",
             Self::MaxFlowsPerIp => "quic.dropped.max_flows_per_ip",
+            Self::AccessDenied => "quic.dropped.access_denied",
+            Self::RateLimited => "quic.dropped.rate_limited",
             Self::FlowBufferFull => "quic.dropped.flow_buffer_full",
             Self::BufferFull => "quic.dropped.buffer_full",
             Self::Rejected => "quic.dropped.rejected",

@@ -101,6 +101,7 @@ mod tests {
         let FragmentBody::Declared(declared) = &fragment.body else {
             panic!("{fragment:?}");
         };
+        let declared = declared.decode();
         let origins: Vec<&str> = declared.iter().map(|d| d.origin.as_str()).collect();
         assert_eq!(origins, ["web.toml:2:1", "web.toml:3:14", "web.toml:4:13"]);
         match &declared[2].request.request_type {

@@ -360,7 +360,7 @@ fn cluster(name: &str, members: &[Member<'_>]) -> Fragment {
     }
     Fragment {
         id,
-        body: FragmentBody::Declared(declared),
+        body: FragmentBody::Declared(declared.into()),
     }
 }
 
@@ -390,8 +390,9 @@ mod tests {
     fn requests(fragment: &Fragment) -> Vec<RequestType> {
         match &fragment.body {
             FragmentBody::Declared(declared) => declared
-                .iter()
-                .filter_map(|d| d.request.request_type.clone())
+                .decode()
+                .into_iter()
+                .filter_map(|d| d.request.request_type)
                 .collect(),
             FragmentBody::Broken(problems) => panic!("broken: {problems:?}"),
         }

@@ -17,6 +17,7 @@
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
+use super::packed::RequestLog;
 use super::{Declared, Fragment, FragmentBody, FragmentId, Problem};
 use crate::codes::ErrorCode;
 use crate::proto;
@@ -75,9 +76,13 @@ pub fn merge<'a>(
         applied: Vec::new(),
         excluded: Vec::new(),
     };
+    let mut undo = RequestLog::default();
     for fragment in ordered {
-        match try_fragment(&mut merged.state, fragment) {
-            Ok(_) => merged.applied.push(AppliedFragment {
+        let outcome = try_fragment(&mut merged.state, fragment, &mut undo);
+        // A full merge never takes back a fragment that applied.
+        undo.clear();
+        match outcome {
+            Ok(()) => merged.applied.push(AppliedFragment {
                 id: fragment.id.clone(),
                 routes: fragment.routes(),
             }),
@@ -96,25 +101,28 @@ pub fn merge<'a>(
     merged
 }
 
-/// Applies `fragment` whole to `state` and returns the inverses of its
-/// changes (in the order they applied), or leaves `state` as it was and
-/// says why.
+/// Applies `fragment` whole to `state`, the inverses of its changes
+/// appended to `undo` in the order they applied, or leaves `state` (and
+/// `undo`) as they were and says why.
 fn try_fragment(
     state: &mut ConfigState,
     fragment: &Fragment,
-) -> Result<Vec<proto::Request>, Vec<Problem>> {
+    undo: &mut RequestLog,
+) -> Result<(), Vec<Problem>> {
     match &fragment.body {
-        FragmentBody::Declared(declared) => apply(state, declared),
+        FragmentBody::Declared(declared) => apply(state, &declared.decode(), undo),
         FragmentBody::Broken(problems) => Err(problems.clone()),
     }
 }
 
 /// Applies every request of a fragment to `state`, or none: on the first
-/// refusal the accepted ones are taken back through their inverses.
-fn apply(
+/// refusal the accepted ones are taken back through their inverses. The
+/// inverses of the accepted ones are appended to `undo`.
+pub(super) fn apply(
     state: &mut ConfigState,
     declared: &[Declared],
-) -> Result<Vec<proto::Request>, Vec<Problem>> {
+    undo: &mut RequestLog,
+) -> Result<(), Vec<Problem>> {
     let owned = declared.iter().find_map(|d| match &d.request.request_type {
         Some(RequestType::AddCluster(cluster))
             if state.clusters.contains_key(cluster.cluster_id.as_str()) =>
@@ -133,18 +141,15 @@ fn apply(
     if let Some(problem) = owned {
         return Err(vec![problem]);
     }
-    let mut undo = Vec::new();
+    let mark = undo.len();
     for d in declared {
         let outcome = resolve_any_ip(state, &d.request)
             .and_then(|request| state.dispatch_undoable(&request).map_err(Problem::from));
         match outcome {
-            Ok(Undoable::Changed { undo: inverse }) => undo.push(*inverse),
+            Ok(Undoable::Changed { undo: inverse }) => undo.push(&inverse),
             Ok(Undoable::Unchanged) => {}
             Err(problem) => {
-                for inverse in undo.iter().rev() {
-                    let restored = state.dispatch(inverse);
-                    debug_assert!(restored.is_ok(), "the inverse {inverse:?} was refused");
-                }
+                undo.undo_back_to(mark, state);
                 return Err(vec![Problem {
                     code: problem.code,
                     message: format!("{}: {}", d.origin, problem.message),
@@ -152,117 +157,7 @@ fn apply(
             }
         }
     }
-    Ok(undo)
-}
-
-/// A fragment an incremental merge tries: whether the running state holds
-/// it (it is tried before the others, as by [`merge`]).
-#[derive(Clone, Copy, Debug)]
-pub struct Candidate<'a> {
-    /// The fragment (its current version).
-    pub fragment: &'a Fragment,
-    /// The running state holds its previous version (an incumbent).
-    pub incumbent: bool,
-}
-
-/// What [`merge_changes`] decided.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Changes {
-    /// The requests that take the running state to the merge: the
-    /// leaving fragments' removals, then the additions of the candidates
-    /// that applied; an object removed and added back alike is left
-    /// alone when the rest applies without it (see `net`).
-    pub requests: Vec<proto::Request>,
-    /// The candidates that applied, in the order they were tried.
-    pub applied: Vec<AppliedFragment>,
-    /// The candidates left out, in the order they were tried.
-    pub excluded: Vec<Exclusion>,
-}
-
-/// The removal of a fragment that `state` holds: the inverses of its
-/// additions, last first, each beside the addition it takes back.
-fn removal(state: &ConfigState, fragment: &Fragment) -> Vec<(proto::Request, proto::Request)> {
-    let FragmentBody::Declared(declared) = &fragment.body else {
-        return Vec::new();
-    };
-    declared
-        .iter()
-        .rev()
-        .filter_map(|d| resolve_any_ip(state, &d.request).ok())
-        .filter_map(|request| {
-            let removal = crate::undo::undo_of_addition(&request)?;
-            Some((request, removal))
-        })
-        .collect()
-}
-
-/// The incremental form of [`merge`], for a source that says what changed:
-/// `state` is the running state, holding every fragment of `leaving` (the
-/// previous versions of the fragments that changed or went); each of
-/// `candidates` (the new versions, and the fragments excluded so far, tried
-/// again) is tried on it without them, incumbents first, then in id order.
-/// Costs what changed, not what the sources hold; `state` is left as it
-/// was. The requests are net: a key rewritten with one route changed
-/// removes and adds that route only.
-#[must_use]
-pub fn merge_changes<'a>(
-    state: &mut ConfigState,
-    leaving: impl IntoIterator<Item = &'a Fragment>,
-    candidates: impl IntoIterator<Item = Candidate<'a>>,
-) -> Changes {
-    let mut changes = Changes::default();
-    let mut undo = Vec::new();
-    let mut removals = Vec::new();
-    for fragment in leaving {
-        for (addition, request) in removal(state, fragment) {
-            match state.dispatch_undoable(&request) {
-                Ok(Undoable::Changed { undo: inverse }) => {
-                    undo.push(*inverse);
-                    changes.requests.push(request.clone());
-                    removals.push((addition, request));
-                }
-                Ok(Undoable::Unchanged) | Err(_) => {}
-            }
-        }
-    }
-    let mut ordered: Vec<Candidate<'a>> = candidates.into_iter().collect();
-    ordered.sort_by(|a, b| (!a.incumbent, &a.fragment.id).cmp(&(!b.incumbent, &b.fragment.id)));
-    for candidate in ordered {
-        let fragment = candidate.fragment;
-        match try_fragment(state, fragment) {
-            Ok(inverses) => {
-                if let FragmentBody::Declared(declared) = &fragment.body {
-                    changes.requests.extend(
-                        declared
-                            .iter()
-                            .filter_map(|d| resolve_any_ip(state, &d.request).ok()),
-                    );
-                }
-                undo.extend(inverses);
-                changes.applied.push(AppliedFragment {
-                    id: fragment.id.clone(),
-                    routes: fragment.routes(),
-                });
-            }
-            Err(problems) => {
-                changes
-                    .excluded
-                    .extend(problems.into_iter().map(|problem| Exclusion {
-                        id: fragment.id.clone(),
-                        code: problem.code,
-                        message: problem.message,
-                    }))
-            }
-        }
-    }
-    for inverse in undo.iter().rev() {
-        let restored = state.dispatch(inverse);
-        debug_assert!(restored.is_ok(), "the inverse {inverse:?} was refused");
-    }
-    if let Some(net) = super::net::cancel(state, &removals, &changes.requests[removals.len()..]) {
-        changes.requests = net;
-    }
-    changes
+    Ok(())
 }
 
 impl From<crate::validate::ValidationError> for Problem {
@@ -276,7 +171,7 @@ impl From<crate::validate::ValidationError> for Problem {
 
 /// `request`, with a frontend address `*:PORT` replaced by the address of
 /// the one listener of `state` on PORT.
-fn resolve_any_ip(
+pub(super) fn resolve_any_ip(
     state: &ConfigState,
     request: &proto::Request,
 ) -> Result<proto::Request, Problem> {
@@ -335,14 +230,14 @@ fn resolve_any_ip(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::sources::SourceKind;
     use crate::state::request;
 
-    const L: &str = "127.0.0.1:8443";
+    pub(in crate::sources) const L: &str = "127.0.0.1:8443";
 
-    fn base() -> ConfigState {
+    pub(in crate::sources) fn base() -> ConfigState {
         let mut state = ConfigState::default();
         for kind in [
             RequestType::AddCluster(proto::Cluster {
@@ -365,7 +260,13 @@ mod tests {
         state
     }
 
-    fn fragment(name: &str, cluster: &str, address: &str, sni: &str, backend: &str) -> Fragment {
+    pub(in crate::sources) fn fragment(
+        name: &str,
+        cluster: &str,
+        address: &str,
+        sni: &str,
+        backend: &str,
+    ) -> Fragment {
         let declared = [
             RequestType::AddCluster(proto::Cluster {
                 cluster_id: cluster.into(),
@@ -390,10 +291,10 @@ mod tests {
             request: request(kind),
             origin: format!("{name}:{}", i + 1),
         })
-        .collect();
+        .collect::<Vec<_>>();
         Fragment {
             id: FragmentId::new(SourceKind::Directory, name),
-            body: FragmentBody::Declared(declared),
+            body: FragmentBody::Declared(declared.into()),
         }
     }
 
@@ -465,7 +366,7 @@ mod tests {
         );
         let mut expected = base();
         for d in match &good.body {
-            FragmentBody::Declared(declared) => declared,
+            FragmentBody::Declared(declared) => declared.decode(),
             FragmentBody::Broken(_) => panic!("declared"),
         } {
             assert!(expected.dispatch(&d.request).is_ok());
@@ -499,80 +400,5 @@ mod tests {
             ]
         );
         assert_eq!(merged.state, state);
-    }
-
-    #[test]
-    fn a_change_costs_its_fragments_and_lands_where_a_full_merge_does() {
-        let a = fragment("a.toml", "a", L, "x.example.com", "127.0.0.1:9001");
-        let b = fragment("b.toml", "b", L, "y.example.com", "127.0.0.1:9002");
-        let first = merge(&base(), [&a, &b], &BTreeSet::new());
-        assert!(first.excluded.is_empty());
-        let mut running = first.state.clone();
-
-        // a moves to z; c takes x, which a held; d clashes with b.
-        let a2 = fragment("a.toml", "a", L, "z.example.com", "127.0.0.1:9001");
-        let c = fragment("c.toml", "c", L, "x.example.com", "127.0.0.1:9003");
-        let d = fragment("d.toml", "d", L, "y.example.com", "127.0.0.1:9004");
-        let candidates = [
-            Candidate {
-                fragment: &d,
-                incumbent: false,
-            },
-            Candidate {
-                fragment: &c,
-                incumbent: false,
-            },
-            Candidate {
-                fragment: &a2,
-                incumbent: true,
-            },
-        ];
-        let changes = merge_changes(&mut running, [&a], candidates);
-        assert_eq!(running, first.state, "the running state is left as it was");
-        let tried: Vec<&str> = changes.applied.iter().map(|f| f.id.name.as_str()).collect();
-        assert_eq!(tried, ["a.toml", "c.toml"]);
-        assert_eq!(
-            changes
-                .excluded
-                .iter()
-                .map(|e| (e.id.name.as_str(), e.code))
-                .collect::<Vec<_>>(),
-            [("d.toml", ErrorCode::FrontendConflict)]
-        );
-        // a keeps its cluster and backend: only its frontend moves.
-        let kinds: Vec<&str> = changes
-            .requests
-            .iter()
-            .map(|r| match &r.request_type {
-                Some(RequestType::RemoveTcpFrontend(_)) => "-frontend",
-                Some(RequestType::AddTcpFrontend(_)) => "+frontend",
-                Some(RequestType::AddCluster(_)) => "+cluster",
-                Some(RequestType::AddBackend(_)) => "+backend",
-                _ => "other",
-            })
-            .collect();
-        assert_eq!(
-            kinds,
-            [
-                "-frontend",
-                "+frontend",
-                "+cluster",
-                "+frontend",
-                "+backend"
-            ]
-        );
-        for request in &changes.requests {
-            assert!(running.dispatch(request).is_ok(), "{request:?}");
-        }
-        let incumbents = BTreeSet::from([a.id.clone(), b.id.clone()]);
-        let full = merge(&base(), [&a2, &b, &c, &d], &incumbents);
-        assert_eq!(running, full.state, "equal to the full merge");
-
-        // The last fragments go: the file's state is left.
-        let changes = merge_changes(&mut running, [&a2, &b, &c], []);
-        for request in &changes.requests {
-            assert!(running.dispatch(request).is_ok(), "{request:?}");
-        }
-        assert_eq!(running, base());
     }
 }

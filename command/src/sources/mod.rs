@@ -20,11 +20,15 @@ use crate::proto;
 
 pub mod directory;
 pub mod etcd;
+mod incremental;
 pub mod labels;
 mod merge;
 mod net;
+mod packed;
 
-pub use merge::{AppliedFragment, Candidate, Changes, Exclusion, Merged, merge, merge_changes};
+pub use incremental::{Candidate, Changes, merge_changes};
+pub use merge::{AppliedFragment, Exclusion, Merged, merge};
+pub use packed::Declarations;
 
 preread_core::stable_names! {
     /// Where a fragment comes from; its name is what `preread sources`
@@ -93,8 +97,9 @@ pub struct Problem {
 /// What a fragment holds.
 #[derive(Clone, Debug, PartialEq)]
 pub enum FragmentBody {
-    /// Clusters with their frontends and backends, in dispatch order.
-    Declared(Vec<Declared>),
+    /// Clusters with their frontends and backends, in dispatch order
+    /// (kept encoded: a source's fragments live as long as the proxy).
+    Declared(Declarations),
     /// It did not parse: it is left out, with these problems.
     Broken(Vec<Problem>),
 }
@@ -113,15 +118,7 @@ impl Fragment {
     #[must_use]
     pub fn routes(&self) -> usize {
         match &self.body {
-            FragmentBody::Declared(declared) => declared
-                .iter()
-                .filter(|d| {
-                    matches!(
-                        d.request.request_type,
-                        Some(proto::request::RequestType::AddTcpFrontend(_))
-                    )
-                })
-                .count(),
+            FragmentBody::Declared(declared) => declared.routes(),
             FragmentBody::Broken(_) => 0,
         }
     }

@@ -10,58 +10,61 @@
 
 use std::collections::HashMap;
 
-use prost::Message as _;
-
+use super::packed::RequestLog;
 use crate::proto;
 use crate::state::ConfigState;
-use crate::undo::Undoable;
+use crate::undo::{Undoable, undo_of_addition};
 
-/// `removals` (each with the addition it takes back) followed by
-/// `additions`, less every removal whose addition is one of `additions`
-/// (and that addition): what is left, when it applies to `state` in
-/// order; `None` when it does not (a cluster whose settings changed must
-/// go and come back with its frontends, say). `state` is left as it was.
+/// The removals of `removed` (the additions they take back) followed by
+/// `added`, less every removal whose addition is one of `added` (and that
+/// addition): what is left, when it applies to `state` in order; `None`
+/// when nothing cancels or it does not apply (a cluster whose settings
+/// changed must go and come back with its frontends, say). `state` is
+/// left as it was.
 pub(super) fn cancel(
     state: &mut ConfigState,
-    removals: &[(proto::Request, proto::Request)],
-    additions: &[proto::Request],
+    removed: &RequestLog,
+    added: &RequestLog,
 ) -> Option<Vec<proto::Request>> {
-    let mut added: HashMap<Vec<u8>, Vec<usize>> = HashMap::new();
-    for (index, addition) in additions.iter().enumerate().rev() {
-        added
-            .entry(addition.encode_to_vec())
-            .or_default()
-            .push(index);
+    // Equal requests encode equal (every map is a `BTreeMap`).
+    let mut by_encoding: HashMap<&[u8], Vec<usize>> = HashMap::new();
+    for index in (0..added.len()).rev() {
+        by_encoding.entry(added.raw(index)).or_default().push(index);
     }
-    let mut kept_additions = vec![true; additions.len()];
+    let mut kept_additions = vec![true; added.len()];
     let mut net = Vec::new();
-    for (addition, removal) in removals {
-        match added.get_mut(&addition.encode_to_vec()).and_then(Vec::pop) {
-            Some(index) => kept_additions[index] = false,
-            None => net.push(removal.clone()),
+    let mut cancelled = false;
+    for index in 0..removed.len() {
+        match by_encoding.get_mut(removed.raw(index)).and_then(Vec::pop) {
+            Some(addition) => {
+                kept_additions[addition] = false;
+                cancelled = true;
+            }
+            None => net.extend(undo_of_addition(&removed.get(index))),
         }
     }
-    if net.len() == removals.len() {
+    if !cancelled {
         return None;
     }
+    drop(by_encoding);
     net.extend(
-        additions
+        kept_additions
             .iter()
-            .zip(kept_additions)
-            .filter(|(_, kept)| *kept)
-            .map(|(addition, _)| addition.clone()),
+            .enumerate()
+            .filter(|(_, kept)| **kept)
+            .map(|(index, _)| added.get(index)),
     );
     applies(state, &net).then_some(net)
 }
 
-/// Whether `requests` apply to `state` one after the other, each a
-/// change; `state` is left as it was.
+/// Whether `requests` apply to `state` one after the other; `state` is
+/// left as it was.
 fn applies(state: &mut ConfigState, requests: &[proto::Request]) -> bool {
-    let mut undo = Vec::new();
+    let mut undo = RequestLog::default();
     let mut fine = true;
     for request in requests {
         match state.dispatch_undoable(request) {
-            Ok(Undoable::Changed { undo: inverse }) => undo.push(*inverse),
+            Ok(Undoable::Changed { undo: inverse }) => undo.push(&inverse),
             Ok(Undoable::Unchanged) => {}
             Err(_) => {
                 fine = false;
@@ -69,9 +72,6 @@ fn applies(state: &mut ConfigState, requests: &[proto::Request]) -> bool {
             }
         }
     }
-    for inverse in undo.iter().rev() {
-        let restored = state.dispatch(inverse);
-        debug_assert!(restored.is_ok(), "the inverse {inverse:?} was refused");
-    }
+    undo.undo_back_to(0, state);
     fine
 }

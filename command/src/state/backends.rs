@@ -13,14 +13,18 @@ impl ConfigState {
     ) -> Result<Applied, ValidationError> {
         let canonical = resolve_backend(backend)?;
         let (id, cluster) = (&canonical.backend_id, &canonical.cluster_id);
-        if !self.clusters.contains_key(cluster.as_str()) {
+        let Some(interned) = self
+            .clusters
+            .get_key_value(cluster.as_str())
+            .map(|(id, _)| id.clone())
+        else {
             return Err(ValidationError::new(
                 ErrorCode::UnknownCluster,
                 format!(
                     "backend `{id}`: cluster `{cluster}` does not exist: add the cluster first"
                 ),
             ));
-        }
+        };
         match self.backends.get(id) {
             Some(existing) if *existing == canonical => Ok(Applied::Unchanged),
             Some(existing) if existing.cluster_id != *cluster => Err(ValidationError::new(
@@ -51,6 +55,7 @@ impl ConfigState {
             )),
             None => {
                 self.backends.insert(id.clone(), canonical);
+                self.add_user(&interned);
                 Ok(Applied::Changed)
             }
         }
@@ -107,6 +112,7 @@ impl ConfigState {
                     && existing.address == address.to_string() =>
             {
                 self.backends.remove(&backend.backend_id);
+                self.drop_user(&backend.cluster_id);
                 Ok(Applied::Changed)
             }
             Some(existing) => Err(ValidationError::new(

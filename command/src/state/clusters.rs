@@ -114,25 +114,31 @@ impl ConfigState {
                 format!("there is no cluster `{id}`: check `preread cluster list`"),
             ));
         }
-        let mut users: Vec<String> = self
+        let named = self
             .listeners
-            .iter()
-            .filter(|(_, l)| l.config.default_cluster.as_deref() == Some(id))
-            .map(|(address, _)| format!("the default_cluster of listener {address}"))
-            .collect();
-        users.extend(
-            self.frontends
+            .values()
+            .any(|l| l.config.default_cluster.as_deref() == Some(id));
+        // The count spares a walk of every frontend and backend; the walk
+        // only names the users of a refusal.
+        if named || self.users.contains_key(id) {
+            let mut users: Vec<String> = self
+                .listeners
                 .iter()
-                .filter(|(_, f)| &*f.cluster == id)
-                .map(|(key, _)| key.to_string()),
-        );
-        users.extend(
-            self.backends
-                .values()
-                .filter(|b| b.cluster_id == id)
-                .map(|b| format!("backend `{}`", b.backend_id)),
-        );
-        if !users.is_empty() {
+                .filter(|(_, l)| l.config.default_cluster.as_deref() == Some(id))
+                .map(|(address, _)| format!("the default_cluster of listener {address}"))
+                .collect();
+            users.extend(
+                self.frontends
+                    .iter()
+                    .filter(|(_, f)| &*f.cluster == id)
+                    .map(|(key, _)| key.to_string()),
+            );
+            users.extend(
+                self.backends
+                    .values()
+                    .filter(|b| b.cluster_id == id)
+                    .map(|b| format!("backend `{}`", b.backend_id)),
+            );
             return Err(ValidationError::new(
                 ErrorCode::InUse,
                 format!(

@@ -128,6 +128,7 @@ impl ConfigState {
                     ValidationError::new(code, format!("{key} of cluster `{id}`: {conflict}"))
                 })?;
         }
+        self.add_user(&interned);
         self.frontends
             .insert(key, StoredFrontend::new(interned, &frontend.tags));
         Ok(Applied::Changed)
@@ -168,6 +169,7 @@ impl ConfigState {
             debug_assert!(removed.is_some(), "{key} was not in the route table");
         }
         self.frontends.remove(&key);
+        self.drop_user(&frontend.cluster_id);
         Ok(Applied::Changed)
     }
 }

@@ -125,5 +125,20 @@ impl ConfigState {
                 "backend {id}"
             );
         }
+        let mut users: BTreeMap<ClusterId, u32> = BTreeMap::new();
+        let of_backends = self.backends.values().filter_map(|b| {
+            self.clusters
+                .get_key_value(b.cluster_id.as_str())
+                .map(|(id, _)| id)
+        });
+        for id in self
+            .frontends
+            .values()
+            .map(|f| &f.cluster)
+            .chain(of_backends)
+        {
+            *users.entry(id.clone()).or_insert(0) += 1;
+        }
+        debug_assert_eq!(self.users, users, "the users' counts are out of date");
     }
 }

@@ -75,6 +75,11 @@ pub struct ConfigState {
     pub(crate) frontends: BTreeMap<FrontendKey, StoredFrontend>,
     /// Keyed by backend id alone: ids are unique across clusters.
     pub(crate) backends: BTreeMap<String, proto::Backend>,
+    /// How many frontends and backends each cluster has (a cluster with
+    /// none is absent): its removal looks here instead of walking every
+    /// frontend and backend (at 10,000 clusters, a bulk rewrite removed
+    /// 10,000 of them, a walk of 20,000 objects each).
+    pub(crate) users: BTreeMap<ClusterId, u32>,
 }
 
 // prost derives only `PartialEq` for messages with a map field; the
@@ -139,6 +144,21 @@ fn some_of(names: &[String]) -> String {
 }
 
 impl ConfigState {
+    /// Counts a frontend or backend of `cluster`.
+    fn add_user(&mut self, cluster: &ClusterId) {
+        *self.users.entry(cluster.clone()).or_insert(0) += 1;
+    }
+
+    /// Counts a frontend or backend of `cluster` gone.
+    fn drop_user(&mut self, cluster: &str) {
+        if let Some(count) = self.users.get_mut(cluster) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.users.remove(cluster);
+            }
+        }
+    }
+
     /// Validates `request` against the state and applies it: call it for
     /// every state-changing request before forwarding it to the workers.
     ///

@@ -20,7 +20,10 @@
 //!   (user + sys of `/proc/PID/stat`) per datagram it relayed (each round
 //!   trip is two: one each way);
 //! - half: an open loop at 50% of that rate for `--secs`: the same, and
-//!   the datagrams lost (sent, not echoed within a second after).
+//!   the datagrams lost (sent, not echoed within a second after), and
+//!   where the kernel dropped datagrams meanwhile (each socket's `drops`
+//!   in `/proc/net/udp`): the client sockets, the proxy's listener, the
+//!   proxy's sockets towards the backend, the backend's socket.
 //!
 //! `syscalls`: one thread's CPU per datagram (`RUSAGE_THREAD`) of `send`
 //! on a connected socket, `send_to` on an unconnected one, `sendmmsg` in
@@ -54,9 +57,9 @@ fn main() {
         return;
     }
     println!(
-        "| target | flows | saturation (round trips/s) | CPU µs/datagram at saturation | 50% rate (round trips/s) | CPU µs/datagram at 50% | lost at 50% |"
+        "| target | flows | saturation (round trips/s) | CPU µs/datagram at saturation | 50% rate (round trips/s) | CPU µs/datagram at 50% | lost at 50% | kernel drops at 50%: clients / proxy listener / proxy to backend / backend |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for target in &options.targets {
         match relay::measure(*target, &options) {
             Ok(row) => println!("{row}"),

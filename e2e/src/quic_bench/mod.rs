@@ -3,10 +3,12 @@
 //!
 //! - [`relay`]: the echo backend, the client flows, the targets (direct,
 //!   preread, nginx) and the two measurements;
+//! - [`drops`]: where the kernel dropped datagrams, per socket;
 //! - [`syscalls`]: the socket calls' own CPU per datagram.
 //!
 //! Every loop is bounded in time; only loopback is used.
 
+pub(crate) mod drops;
 pub(crate) mod relay;
 pub(crate) mod syscalls;
 

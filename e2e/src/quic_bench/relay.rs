@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use e2e::proxy::{ProxyProcess, fill};
 use preread_parser::quic::{Version, client_first_flight};
 
+use super::drops::{Drops, Snapshot};
 use super::{Options, Target};
 use crate::procfs;
 
@@ -26,6 +27,33 @@ const SNI: &str = "a.example.com";
 const OPEN_WAIT: Duration = Duration::from_secs(1);
 /// How many times a flow sends its Initial before giving up.
 const OPEN_TRIES: usize = 20;
+/// The receive buffer the bench's own sockets (the echo backend, the
+/// client flows) ask for, as a QUIC server sizes its socket: the bench's
+/// ends are not to be where datagrams are lost (the kernel caps it at
+/// `net.core.rmem_max`; the `drops` column tells if they still were).
+const BENCH_RCVBUF: usize = 4 << 20;
+
+/// Asks for [`BENCH_RCVBUF`] on `socket`.
+fn widen(socket: &UdpSocket) -> Result<(), String> {
+    let value = libc::c_int::try_from(BENCH_RCVBUF).unwrap_or(libc::c_int::MAX);
+    // SAFETY: the descriptor is `socket`'s, open for the call; the value
+    // points to a live `c_int` whose size is passed with it, and the
+    // kernel only reads it.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&raw const value).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(format!("SO_RCVBUF: {}", std::io::Error::last_os_error()))
+    }
+}
 
 /// A UDP echo server on loopback, stopped on drop.
 struct Echo {
@@ -37,6 +65,7 @@ struct Echo {
 impl Echo {
     fn start() -> Result<Self, String> {
         let socket = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("echo: {e}"))?;
+        widen(&socket)?;
         socket
             .set_read_timeout(Some(Duration::from_millis(100)))
             .map_err(|e| e.to_string())?;
@@ -224,6 +253,7 @@ impl Flows {
         let mut sockets = Vec::with_capacity(count);
         for n in 0..count {
             let socket = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("flow {n}: {e}"))?;
+            widen(&socket)?;
             socket
                 .connect(target)
                 .map_err(|e| format!("flow {n}: {e}"))?;
@@ -310,6 +340,8 @@ struct Run {
     lost: u64,
     secs: f64,
     cpu: f64,
+    /// What the kernel dropped during the run, by socket.
+    drops: Drops,
 }
 
 impl Run {
@@ -340,7 +372,7 @@ fn saturate(flows: &mut Flows, running: &Running, options: &Options) -> Run {
     let cpu = running.cpu();
     let started = Instant::now();
     while started.elapsed() < bound {
-        while sent - received - lost < window && send(flows, next, &datagram) {
+        while sent.saturating_sub(received + lost) < window && send(flows, next, &datagram) {
             sent += 1;
             next += 1;
         }
@@ -350,22 +382,36 @@ fn saturate(flows: &mut Flows, running: &Running, options: &Options) -> Run {
             lost = sent - received;
         }
         received += got;
+        // An echo given up for lost that comes after all was only slow.
+        lost = lost.min(sent.saturating_sub(received));
     }
     let secs = started.elapsed().as_secs_f64();
+    let cpu = running.cpu() - cpu;
+    // The echoes still in flight are read here, not counted by the next
+    // run as its own.
+    while flows.receive(Duration::from_millis(200)) > 0 {}
     Run {
         round_trips: received,
         lost,
         secs,
-        cpu: running.cpu() - cpu,
+        cpu,
+        drops: Drops::default(),
     }
 }
 
 /// An open loop at `rate` round trips per second for `secs`, then a
 /// second for the last echoes.
-fn at_rate(flows: &mut Flows, running: &Running, options: &Options, rate: f64) -> Run {
+fn at_rate(
+    flows: &mut Flows,
+    running: &Running,
+    options: &Options,
+    rate: f64,
+    backend: SocketAddr,
+) -> Run {
     let datagram = short_header(options.size);
     let (mut sent, mut received) = (0_u64, 0_u64);
     let bound = Duration::from_secs(options.secs);
+    let snapshot = Snapshot::now();
     let cpu = running.cpu();
     let started = Instant::now();
     while started.elapsed() < bound {
@@ -380,11 +426,13 @@ fn at_rate(flows: &mut Flows, running: &Running, options: &Options, rate: f64) -
     while received < sent && drained.elapsed() < Duration::from_secs(1) {
         received += flows.receive(Duration::from_millis(50));
     }
+    let drops = Snapshot::now().since(&snapshot, running.address().port(), backend.port());
     Run {
         round_trips: received,
         lost: sent.saturating_sub(received),
         secs,
         cpu: running.cpu() - cpu,
+        drops,
     }
 }
 
@@ -402,7 +450,13 @@ pub(crate) fn measure(target: Target, options: &Options) -> Result<String, Strin
     let outcome = (|| {
         let mut flows = Flows::open(options.flows, running.address())?;
         let full = saturate(&mut flows, &running, options);
-        let half = at_rate(&mut flows, &running, options, full.rate() / 2.0);
+        let half = at_rate(
+            &mut flows,
+            &running,
+            options,
+            full.rate() / 2.0,
+            echo.address,
+        );
         let cpu = |run: &Run| {
             if matches!(target, Target::Direct) {
                 "–".to_owned()
@@ -411,7 +465,7 @@ pub(crate) fn measure(target: Target, options: &Options) -> Result<String, Strin
             }
         };
         Ok(format!(
-            "| {} | {} | {:.0} | {} | {:.0} | {} | {} of {} |",
+            "| {} | {} | {:.0} | {} | {:.0} | {} | {} of {} | {} |",
             target.name(),
             options.flows,
             full.rate(),
@@ -420,6 +474,7 @@ pub(crate) fn measure(target: Target, options: &Options) -> Result<String, Strin
             cpu(&half),
             half.lost,
             half.round_trips + half.lost,
+            half.drops,
         ))
     })();
     running.stop();

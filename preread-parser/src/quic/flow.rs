@@ -152,24 +152,25 @@ impl ClientInitials {
     ) -> Result<(), QuicError> {
         self.packet.clear();
         self.packet.extend_from_slice(packet);
-        let (mut pinned, known) = match self.pinned.take() {
-            Some(pinned) => (pinned, true),
-            None => {
-                // The header parser bounds v1 and v2 connection IDs at 20.
-                let (Some(dcid), Some(scid)) = (ConnectionId::new(dcid), ConnectionId::new(scid))
-                else {
-                    return Err(QuicError::Undecryptable);
-                };
-                let keys = PacketKeys::initial(version, dcid.as_bytes(), Side::Client);
-                let pinned = Pinned {
-                    version,
-                    dcid,
-                    scid,
-                    keys,
-                    largest: None,
-                };
-                (pinned, false)
-            }
+        let known = self.pinned.is_some();
+        // The pinned keys (hundreds of bytes of AES and GHASH tables) are
+        // built in place and used there: never moved out and back.
+        if !known {
+            // The header parser bounds v1 and v2 connection IDs at 20.
+            let (Some(dcid), Some(scid)) = (ConnectionId::new(dcid), ConnectionId::new(scid))
+            else {
+                return Err(QuicError::Undecryptable);
+            };
+            self.pinned = Some(Pinned {
+                version,
+                dcid,
+                scid,
+                keys: PacketKeys::initial(version, dcid.as_bytes(), Side::Client),
+                largest: None,
+            });
+        }
+        let Some(pinned) = self.pinned.as_mut() else {
+            return Err(QuicError::Undecryptable);
         };
         let opened = protect::open(&pinned.keys, &mut self.packet, pn_offset, pinned.largest);
         let opened = match opened {
@@ -179,17 +180,17 @@ impl ClientInitials {
             Err(QuicError::Undecryptable | QuicError::Header(HeaderFault::TooShortForSample))
                 if known =>
             {
-                self.pinned = Some(pinned);
                 fed.undecryptable += 1;
                 return Ok(());
             }
             Err(error) => {
-                self.pinned = known.then_some(pinned);
+                if !known {
+                    self.pinned = None;
+                }
                 return Err(error);
             }
         };
         pinned.largest = pinned.largest.max(Some(opened.packet_number));
-        self.pinned = Some(pinned);
         self.packets += 1;
         fed.initials += 1;
         let payload = &self.packet[opened.payload..opened.payload + opened.len];

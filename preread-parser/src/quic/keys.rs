@@ -11,6 +11,7 @@
 //! Must never: derive from anything but the DCID and the version.
 
 use core::fmt;
+use std::sync::LazyLock;
 
 use ring::aead::{self, quic};
 use ring::hkdf;
@@ -105,8 +106,22 @@ fn expand_label(prk: &hkdf::Prk, label: &[u8], out: &mut [u8]) {
         .expect("an HKDF-SHA256 output of at most 32 bytes");
 }
 
+/// The version's Initial salt, as HKDF-Extract's HMAC key: the same for
+/// every flow, so its key schedule (two SHA-256 blocks, a tenth of a
+/// flow's derivation) is computed once per process.
+fn salt(version: Version) -> &'static hkdf::Salt {
+    static V1: LazyLock<hkdf::Salt> =
+        LazyLock::new(|| hkdf::Salt::new(hkdf::HKDF_SHA256, Version::V1.initial_salt()));
+    static V2: LazyLock<hkdf::Salt> =
+        LazyLock::new(|| hkdf::Salt::new(hkdf::HKDF_SHA256, Version::V2.initial_salt()));
+    match version {
+        Version::V1 => &V1,
+        Version::V2 => &V2,
+    }
+}
+
 pub(crate) fn derive(version: Version, dcid: &[u8], side: Side) -> RawKeys {
-    let initial = hkdf::Salt::new(hkdf::HKDF_SHA256, version.initial_salt()).extract(dcid);
+    let initial = salt(version).extract(dcid);
     let mut secret = [0; SECRET_LEN];
     let side_label: &[u8] = match side {
         Side::Client => b"client in",

@@ -45,6 +45,17 @@ impl ExtensionTypeSet {
         }
     }
 
+    /// The exact bitmap of the types below 256 (JA4's extension set).
+    pub(super) fn low(&self) -> [u64; 4] {
+        self.low
+    }
+
+    /// The types from 256 on, in the order first seen; `None` once there
+    /// were too many to list (then the set is a bitmap).
+    pub(super) fn listed(&self) -> Option<&[u16]> {
+        self.bitmap.is_none().then_some(&self.small[..self.len])
+    }
+
     /// Records `ext_type`; returns `false` when it was already there.
     pub(super) fn insert(&mut self, ext_type: u16) -> bool {
         if let Ok(low) = u8::try_from(ext_type) {

@@ -16,11 +16,13 @@ use super::HandshakeFault;
 use super::dedup::ExtensionTypeSet;
 use super::extensions::{self, AlpnProtocols, EchKind, SupportedVersions};
 use super::forbidden::Forbidden;
+use super::ja4::ExtensionSet;
 
 const RANDOM_LEN: usize = 32;
 const MAX_SESSION_ID_LEN: usize = 32;
 
 const EXT_SERVER_NAME: u16 = 0x0000;
+const EXT_SIGNATURE_ALGORITHMS: u16 = 0x000d;
 const EXT_ALPN: u16 = 0x0010;
 const EXT_SUPPORTED_VERSIONS: u16 = 0x002b;
 const EXT_ENCRYPTED_CLIENT_HELLO: u16 = 0xfe0d;
@@ -35,6 +37,9 @@ pub(super) struct Body<'a> {
     pub(super) alpn: Option<AlpnProtocols<'a>>,
     pub(super) supported_versions: Option<SupportedVersions<'a>>,
     pub(super) ech: Option<EchKind>,
+    /// For JA4, gathered on this walk so that it needs none of its own.
+    pub(super) signature_algorithms: &'a [u8],
+    pub(super) extension_set: ExtensionSet,
 }
 
 /// The fault as nom's error type, private so that the public
@@ -125,9 +130,11 @@ pub(super) fn parse_body(body: &[u8]) -> Result<Body<'_>, HandshakeFault> {
             EXT_ENCRYPTED_CLIENT_HELLO => {
                 hello.ech = forbidden.check(extensions::ech(data))?;
             }
+            EXT_SIGNATURE_ALGORITHMS => hello.signature_algorithms = data,
             _ => {}
         }
         block = after;
     }
+    hello.extension_set = ExtensionSet::from_seen(seen.low(), seen.listed());
     forbidden.or(hello)
 }

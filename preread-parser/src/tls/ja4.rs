@@ -3,8 +3,9 @@
 //! [`ClientHello`] this crate already parsed and validated.
 //!
 //! Owns: the fingerprint ([`Ja4`], 36 bytes, `a_b_c`), its raw form
-//! ([`Ja4Raw`], `ja4_r`), and the syntax of a written fingerprint
-//! ([`Ja4::parse`]). GREASE values (RFC 8701) are skipped everywhere;
+//! ([`Ja4Raw`], `ja4_r`), the syntax of a written fingerprint
+//! ([`Ja4::parse`]), and what one walk of a hello tells ([`Ja4Facts`]:
+//! the `a` section, and what the cache and the hashes read next). GREASE values (RFC 8701) are skipped everywhere;
 //! ciphers and extensions are sorted; `server_name` and ALPN count in the
 //! `a` section but are left out of the extension hash; signature
 //! algorithms follow the extensions in the client's order.
@@ -29,6 +30,10 @@ use super::ClientHello;
 use super::extensions::{AlpnProtocols, SupportedVersions};
 
 mod cache;
+mod grease;
+mod set;
+
+pub(crate) use set::ExtensionSet;
 
 pub use cache::{ENTRIES as JA4_CACHE_ENTRIES, Ja4Cache, Lookup as Ja4Lookup};
 
@@ -103,7 +108,13 @@ impl Ja4 {
     /// The fingerprint of `hello` (a [`ClientHello`] or its
     /// [`Ja4Input`]), received over `transport`.
     pub fn of<'a>(hello: impl Into<Ja4Input<'a>>, transport: Transport) -> Self {
-        let lists = Lists::of(hello.into());
+        Self::of_facts(&Ja4Facts::of(hello, transport))
+    }
+
+    /// The fingerprint of the hello `facts` walked.
+    pub fn of_facts(facts: &Ja4Facts<'_>) -> Self {
+        let transport = facts.transport;
+        let lists = Lists::of(facts);
         let mut text = [b'_'; JA4_LEN];
         text[..A_LEN].copy_from_slice(&lists.section_a(transport));
         let b_at = A_LEN + 1;
@@ -117,21 +128,7 @@ impl Ja4 {
     /// walk of its lists, no sort, no hash. A `deny_ja4` list none of
     /// whose entries starts with it cannot hold the fingerprint.
     pub fn section_a_of<'a>(hello: impl Into<Ja4Input<'a>>, transport: Transport) -> [u8; A_LEN] {
-        let hello = hello.into();
-        let ciphers = u16_pairs(hello.cipher_suites)
-            .filter(|&c| !is_grease(c))
-            .count();
-        let mut facts = AFacts {
-            legacy_version: hello.legacy_version,
-            cipher_count: ciphers,
-            ..AFacts::default()
-        };
-        for (ext_type, data) in extensions(hello.extensions) {
-            if !is_grease(ext_type) {
-                facts.see(ext_type, data);
-            }
-        }
-        facts.section_a(transport)
+        Ja4Facts::of(hello, transport).section_a()
     }
 
     /// This fingerprint's `a` section.
@@ -263,7 +260,8 @@ pub struct Ja4Raw<'h> {
 
 impl fmt::Display for Ja4Raw<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let lists = Lists::of(self.hello);
+        let facts = Ja4Facts::of(self.hello, self.transport);
+        let lists = Lists::of(&facts);
         let mut sink = FmtSink { f, result: Ok(()) };
         sink.put(&lists.section_a(self.transport));
         sink.put(b"_");
@@ -321,8 +319,8 @@ fn extensions(mut block: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
 }
 
 /// The `supported_signature_algorithms` list of a `signature_algorithms`
-/// extension; the router does not validate this extension, so a list
-/// that overruns it is cut to what is there.
+/// extension (its data, empty when absent); the router does not validate
+/// this extension, so a list that overruns it is cut to what is there.
 fn signature_algorithms(data: &[u8]) -> &[u8] {
     let Some((declared, list)) = data.split_first_chunk::<2>() else {
         return &[];
@@ -333,7 +331,7 @@ fn signature_algorithms(data: &[u8]) -> &[u8] {
 
 /// What the `a` section is made of, gathered in one walk of the
 /// non-GREASE extensions.
-#[derive(Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct AFacts<'h> {
     legacy_version: u16,
     cipher_count: usize,
@@ -361,11 +359,17 @@ impl<'h> AFacts<'h> {
         }
     }
 
-    fn section_a(&self, transport: Transport) -> [u8; A_LEN] {
-        let version = match self.supported_versions {
+    /// The version JA4 reports: the highest non-GREASE
+    /// `supported_versions` entry, else `legacy_version`.
+    fn version(&self) -> u16 {
+        match self.supported_versions {
             Some(offer) => offer.iter().filter(|&v| !is_grease(v)).max().unwrap_or(0),
             None => self.legacy_version,
-        };
+        }
+    }
+
+    fn section_a(&self, transport: Transport) -> [u8; A_LEN] {
+        let version = self.version();
         let mut a = [0; A_LEN];
         a[0] = transport.letter();
         a[1..3].copy_from_slice(version_code(version));
@@ -386,28 +390,30 @@ struct Lists<'h> {
 }
 
 impl<'h> Lists<'h> {
-    fn of(hello: Ja4Input<'h>) -> Self {
+    fn of(walked: &Ja4Facts<'h>) -> Self {
         let mut lists = Self {
             ciphers: SortedU16::new(),
             hashed_extensions: SortedU16::new(),
-            facts: AFacts {
-                legacy_version: hello.legacy_version,
-                ..AFacts::default()
-            },
+            facts: walked.facts,
         };
-        u16_pairs(hello.cipher_suites)
+        u16_pairs(walked.input.cipher_suites)
             .filter(|&c| !is_grease(c))
             .for_each(|c| lists.ciphers.insert(c));
         lists.ciphers.finish();
-        lists.facts.cipher_count = lists.ciphers.as_slice().len();
-        for (ext_type, data) in extensions(hello.extensions) {
-            if is_grease(ext_type) {
-                continue;
-            }
-            lists.facts.see(ext_type, data);
-            if !matches!(ext_type, EXT_SERVER_NAME | EXT_ALPN) {
-                lists.hashed_extensions.insert(ext_type);
-            }
+        let hashed = |&t: &u16| !matches!(t, EXT_SERVER_NAME | EXT_ALPN);
+        if walked.set.is_exact() {
+            // Already in order: `finish` finds the one run.
+            walked
+                .set
+                .ascending()
+                .filter(hashed)
+                .for_each(|t| lists.hashed_extensions.insert(t));
+        } else {
+            extensions(walked.input.extensions)
+                .map(|(ext_type, _)| ext_type)
+                .filter(|&t| !is_grease(t))
+                .filter(hashed)
+                .for_each(|t| lists.hashed_extensions.insert(t));
         }
         lists.hashed_extensions.finish();
         lists
@@ -430,6 +436,75 @@ impl<'h> Lists<'h> {
             sink.put(b"_");
             write_list(sink, signatures);
         }
+    }
+}
+
+/// What one walk of a hello's lists tells: its `a` section
+/// ([`Self::section_a`]) and, for [`Ja4Cache`], its extension set. The
+/// decision walks once, asks the `a` section, and only when a `deny_ja4`
+/// entry shares it hands the same facts to the cache
+/// ([`Ja4Cache::ja4_of_facts`]), so a hit walks the extensions once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ja4Facts<'h> {
+    input: Ja4Input<'h>,
+    transport: Transport,
+    facts: AFacts<'h>,
+    set: ExtensionSet,
+}
+
+impl<'h> Ja4Facts<'h> {
+    /// Walks `hello`'s cipher suites and extensions, GREASE left out.
+    pub fn of(hello: impl Into<Ja4Input<'h>>, transport: Transport) -> Self {
+        let input = hello.into();
+        let mut facts = AFacts {
+            legacy_version: input.legacy_version,
+            cipher_count: grease::count_non_grease(input.cipher_suites),
+            ..AFacts::default()
+        };
+        let mut set = ExtensionSet::default();
+        for (ext_type, data) in extensions(input.extensions) {
+            if !is_grease(ext_type) {
+                facts.see(ext_type, data);
+                set.insert(ext_type);
+            }
+        }
+        Self {
+            input,
+            transport,
+            facts,
+            set,
+        }
+    }
+
+    /// [`Self::of`] a hello the parser returned, without walking its
+    /// extensions again: the parser's walk gathered their set, the
+    /// signature algorithms, ALPN and `supported_versions` already.
+    pub fn of_hello(hello: &ClientHello<'h>, transport: Transport) -> Self {
+        let set = hello.extension_set;
+        if !set.is_exact() {
+            return Self::of(hello, transport);
+        }
+        let input = Ja4Input::from(hello);
+        let facts = AFacts {
+            legacy_version: input.legacy_version,
+            cipher_count: grease::count_non_grease(input.cipher_suites),
+            extension_count: set.len(),
+            has_server_name: set.has_low(0),
+            signature_algorithms: signature_algorithms(hello.signature_algorithms),
+            supported_versions: hello.supported_versions,
+            alpn: hello.alpn,
+        };
+        Self {
+            input,
+            transport,
+            facts,
+            set,
+        }
+    }
+
+    /// The fingerprint's `a` section (`t13d1516h2`).
+    pub fn section_a(&self) -> [u8; A_LEN] {
+        self.facts.section_a(self.transport)
     }
 }
 

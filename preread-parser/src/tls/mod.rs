@@ -29,7 +29,8 @@ pub use alert::{AlertDescription, FIRST_FLIGHT_VERSION};
 pub use error::{HandshakeFault, RecordFault, TlsError};
 pub use extensions::{AlpnProtocols, EchKind, SupportedVersions};
 pub use ja4::{
-    JA4_CACHE_ENTRIES, Ja4, Ja4Cache, Ja4FormatError, Ja4Input, Ja4Lookup, Ja4Raw, Transport,
+    JA4_CACHE_ENTRIES, Ja4, Ja4Cache, Ja4Facts, Ja4FormatError, Ja4Input, Ja4Lookup, Ja4Raw,
+    Transport,
 };
 pub use record::FrameCursor;
 
@@ -105,6 +106,11 @@ pub struct ClientHello<'a> {
     pub supported_versions: Option<SupportedVersions<'a>>,
     /// The `encrypted_client_hello` extension's type, when present.
     pub ech: Option<EchKind>,
+    /// The `signature_algorithms` extension's data as on the wire (not
+    /// validated: JA4 reads it), empty when absent.
+    pub signature_algorithms: &'a [u8],
+    /// The extension types, GREASE aside, for JA4 ([`Ja4Facts::of_hello`]).
+    pub(crate) extension_set: ja4::ExtensionSet,
     /// Offset in the window just past the last record that carries the
     /// ClientHello: what follows is application data.
     pub end: usize,
@@ -179,6 +185,8 @@ pub fn parse_client_hello_resuming<'a>(
         alpn: body.alpn,
         supported_versions: body.supported_versions,
         ech: body.ech,
+        signature_algorithms: body.signature_algorithms,
+        extension_set: body.extension_set,
         end: framed.end,
         records: framed.records,
         handshake_len: framed.handshake_len,
@@ -231,6 +239,8 @@ pub fn parse_client_hello_message(message: &[u8], limit: usize) -> Result<Parsed
         alpn: body.alpn,
         supported_versions: body.supported_versions,
         ech: body.ech,
+        signature_algorithms: body.signature_algorithms,
+        extension_set: body.extension_set,
         end: handshake_len,
         records: 0,
         handshake_len,

@@ -1,61 +1,62 @@
 //! A small per-worker cache of JA4 fingerprints, so that a client seen
-//! again (the same browser build, a bot) costs one keyed hash of its
-//! lists instead of the sort, the hex text and two SHA-256.
+//! again (the same browser build, a bot) costs one copy of its lists and
+//! one comparison instead of the sort, the hex text and two SHA-256.
 //!
 //! Owns: [`Ja4Cache`] (direct-mapped, [`ENTRIES`] slots, allocated once
-//! with the cache, never on a lookup) and the key of a hello ([`key`]):
-//! what determines its fingerprint, written out canonically and hashed to
-//! 128 bits by SipHash-1-3 under the cache's own random key:
-//! - the transport, the version JA4 reports (the highest non-GREASE
-//!   `supported_versions` entry, else `legacy_version`), the count of
-//!   non-GREASE extensions and the two ALPN characters: the `a` section,
-//!   exactly;
-//! - the non-GREASE ciphers in the client's order (JA4 sorts them, so
-//!   two orders of one list are two entries of one fingerprint: a miss,
-//!   never a wrong value);
+//! with the cache, never on a lookup) and the key of a hello: what
+//! determines its fingerprint, written out canonically (at most
+//! [`KEY_LEN`] bytes) from the facts one walk gathered ([`Ja4Facts`]; on
+//! the decision path, the parser's own walk):
+//! - the transport, the version JA4 reports (its two characters), the two
+//!   ALPN characters;
 //! - the extension *set*, order-independent because Chrome shuffles its
-//!   extensions on every connection: a 64-bit mask of the types below 64,
-//!   then the others sorted (at most [`MAX_HIGH_EXTENSIONS`]);
-//! - the non-GREASE signature algorithms in order.
+//!   extensions on every connection: the bitmap of the types below 256,
+//!   then the count of the others and their types, sorted
+//!   ([`super::ExtensionSet`]; GREASE types left out). With the cipher
+//!   list this is the rest of the `a` section (`server_name` is bit 0;
+//!   the extension count, the set's size);
+//! - the cipher list's length, then the ciphers in the client's order,
+//!   every GREASE value written as `0a0a` (JA4 sorts the ciphers, so two
+//!   orders of one list, or a GREASE value in another place, are two
+//!   entries of one fingerprint: a miss, never a wrong value);
+//! - the signature algorithms in order, GREASE as `0a0a`, to the end.
 //!
-//! GREASE values are left out, as JA4 leaves them out: Chrome draws new
-//! ones per connection. A hello the key cannot describe exactly (a type
-//! twice, more high extensions than the key holds, lists longer than its
-//! buffer) is fingerprinted without the cache.
+//! GREASE values count for nothing, as in JA4: Chrome draws new ones per
+//! connection, in the same places. A hello the key cannot describe
+//! exactly (a type twice, more high extensions than the set holds, a key
+//! past [`KEY_LEN`]) is fingerprinted without the cache.
 //!
-//! Why a collision is not a practical risk: the 128-bit key is a keyed
-//! hash (SipHash is a PRF; the key is drawn per cache from the process's
-//! random source), so a client cannot aim its hello at another's slot
-//! without knowing the key, and by chance two distinct hellos share a key
-//! with probability 2^-128 per comparison, against 2^-48 for two distinct
-//! hellos to share a fingerprint section in JA4 itself, which truncates
-//! each SHA-256 to 48 bits. A hit returns the stored fingerprint whole,
-//! as [`Ja4::of`] computed it.
+//! Why no collision can give a wrong fingerprint: a slot stores the whole
+//! key beside the fingerprint, and a hit compares the whole key, byte for
+//! byte. The key determines the fingerprint (every input of JA4 is in it,
+//! and the counts make it prefix-free), so equal keys mean equal
+//! fingerprints. The hash only picks the slot. Before, the key was a
+//! 128-bit SipHash and a hit trusted it; with a weak hash that would let a
+//! client poison a slot (a hello crafted to collide with a good client's,
+//! carrying a denied fingerprint, and the good client refused). Comparing
+//! the key removes that; what is left to an attacker who aims at a slot is
+//! to evict it, which costs the evicted client one recomputation, as any
+//! new hello does. So the slot hash is a cheap multiply-fold over the
+//! key's words (still seeded per cache, so the aim is not free). The old
+//! lookup (its own walk, the key's text, SipHash-1-3) took about a quarter
+//! of a whole warm connection (`perf record` on the ja4 bench).
 //!
 //! Must never: allocate or lock on a lookup, or return a value other than
 //! [`Ja4::of`]'s for the same hello. One cache belongs to one worker
 //! thread (`preread_core` keeps one per thread): it is `&mut`, never shared.
 
-use siphasher::sip128::SipHasher13;
+use super::grease::copy_grease_as_one;
+use super::{Ja4, Ja4Facts, Ja4Input, Transport, alpn_chars, version_code};
 
-use super::super::extensions::{AlpnProtocols, SupportedVersions};
-use super::{
-    EXT_ALPN, EXT_SIGNATURE_ALGORITHMS, EXT_SUPPORTED_VERSIONS, Ja4, Ja4Input, Transport,
-    alpn_chars, extensions, is_grease, signature_algorithms, u16_pairs, version_code,
-};
-
-/// Slots of a cache: 256 of 64 bytes, 16 KiB per worker. A listener's
+/// Slots of a cache: 256 of 280 bytes, 70 KiB per worker. A listener's
 /// clients are a handful of browser and library builds, each one
 /// fingerprint per version of its lists.
 pub const ENTRIES: usize = 256;
 
-/// Extension types of 64 and above a key holds (GREASE aside): browsers
-/// send three or four (`renegotiation_info`, ECH, ALPS, …).
-const MAX_HIGH_EXTENSIONS: usize = 16;
-
-/// The canonical text of a key is built on the stack; a hello whose lists
-/// need more is fingerprinted without the cache.
-const KEY_TEXT: usize = 512;
+/// The longest key a slot holds: Chrome's is 102 bytes, curl's (31
+/// ciphers, 16 signature algorithms) 134; a client offering much more is
+/// fingerprinted without the cache.
+const KEY_LEN: usize = 240;
 
 /// What the cache did for one lookup, for the tests and the bench.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,33 +69,127 @@ pub enum Lookup {
     Uncached,
 }
 
-/// 56 bytes: the key as two halves keeps the slot 8-aligned.
+/// The canonical key of one hello (see the module doc); empty in an
+/// unused slot, which no hello's key is.
+#[derive(Clone, Copy)]
+struct Key {
+    len: u16,
+    bytes: [u8; KEY_LEN],
+}
+
+impl Key {
+    const EMPTY: Self = Self {
+        len: 0,
+        bytes: [0; KEY_LEN],
+    };
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+
+    /// Writes the key of the hello `walked` gathered; `None` when it has
+    /// no exact one.
+    fn write(&mut self, walked: &Ja4Facts<'_>) -> Option<()> {
+        let set = &walked.set;
+        if !set.is_exact() {
+            return None;
+        }
+        let facts = &walked.facts;
+        let version = version_code(facts.version());
+        let alpn = alpn_chars(facts.alpn);
+        let mut out = Writer {
+            bytes: &mut self.bytes,
+            at: 0,
+        };
+        out.put(&[
+            walked.transport.letter(),
+            version[0],
+            version[1],
+            alpn[0],
+            alpn[1],
+        ])?;
+        for word in set.low_words() {
+            out.put(&word.to_le_bytes())?;
+        }
+        out.put(&[u8::try_from(set.high().len()).ok()?])?;
+        for &ext_type in set.high() {
+            out.put_u16(ext_type)?;
+        }
+        let ciphers = walked.input.cipher_suites;
+        out.put_u16(u16::try_from(ciphers.len()).ok()?)?;
+        out.put_grease_as_one(ciphers)?;
+        out.put_grease_as_one(facts.signature_algorithms)?;
+        self.len = out.at as u16;
+        Some(())
+    }
+}
+
+/// Appends to a key's bytes. Its own cursor, not [`Key::len`]: a length
+/// kept in the key would be stored and reloaded around every byte
+/// written (measured: a third of a hit).
+struct Writer<'k> {
+    bytes: &'k mut [u8; KEY_LEN],
+    at: usize,
+}
+
+impl Writer<'_> {
+    fn put(&mut self, bytes: &[u8]) -> Option<()> {
+        let end = self.at + bytes.len();
+        self.bytes.get_mut(self.at..end)?.copy_from_slice(bytes);
+        self.at = end;
+        Some(())
+    }
+
+    fn put_u16(&mut self, value: u16) -> Option<()> {
+        self.put(&value.to_le_bytes())
+    }
+
+    /// `list` as is, but every GREASE value written as `0a0a`, rather
+    /// than left out: four values at a time, no branch per value. Chrome draws its GREASE values anew, not their places (first
+    /// cipher), so the key stays one per client.
+    fn put_grease_as_one(&mut self, list: &[u8]) -> Option<()> {
+        let end = self.at + list.len();
+        copy_grease_as_one(list, self.bytes.get_mut(self.at..end)?);
+        self.at = end;
+        Some(())
+    }
+}
+
 #[derive(Clone, Copy)]
 struct Entry {
-    key: [u64; 2],
+    key: Key,
     ja4: Ja4,
 }
 
-/// A direct-mapped cache of fingerprints, keyed by `key` (below).
+/// A direct-mapped cache of fingerprints, keyed by the canonical key of
+/// a hello (see the module doc).
 pub struct Ja4Cache {
-    hasher: SipHasher13,
-    slots: Box<[Option<Entry>; ENTRIES]>,
+    seed: u64,
+    /// The key of the hello being looked up, built here so that a lookup
+    /// neither zeroes nor moves a key-sized buffer.
+    scratch: Key,
+    slots: Box<[Entry]>,
 }
 
 impl core::fmt::Debug for Ja4Cache {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        let used = self.slots.iter().filter(|slot| slot.is_some()).count();
+        let used = self.slots.iter().filter(|slot| slot.key.len > 0).count();
         f.debug_struct("Ja4Cache").field("used", &used).finish()
     }
 }
 
 impl Ja4Cache {
-    /// An empty cache whose keys are SipHash-1-3 under `(k0, k1)`: random
-    /// in a worker, fixed in a test.
+    /// An empty cache whose slot hash is seeded by `(k0, k1)`: random in a
+    /// worker, fixed in a test.
     pub fn new(k0: u64, k1: u64) -> Self {
+        let empty = Entry {
+            key: Key::EMPTY,
+            ja4: Ja4 { text: [b'_'; 36] },
+        };
         Self {
-            hasher: SipHasher13::new_with_keys(k0, k1),
-            slots: Box::new([None; ENTRIES]),
+            seed: k0 ^ k1.rotate_left(32),
+            scratch: Key::EMPTY,
+            slots: vec![empty; ENTRIES].into_boxed_slice(),
         }
     }
 
@@ -104,110 +199,102 @@ impl Ja4Cache {
         self.lookup(hello.into(), transport).0
     }
 
+    /// [`Self::ja4`] of the hello `facts` walked: no second walk.
+    pub fn ja4_of_facts(&mut self, facts: &Ja4Facts<'_>) -> Ja4 {
+        self.lookup_facts(facts).0
+    }
+
     /// [`Self::ja4`], saying whether it hit.
     pub fn lookup(&mut self, hello: Ja4Input<'_>, transport: Transport) -> (Ja4, Lookup) {
-        let Some(key) = key(&self.hasher, hello, transport) else {
-            return (Ja4::of(hello, transport), Lookup::Uncached);
-        };
-        let slot = &mut self.slots[(key[0] as usize) % ENTRIES];
-        if let Some(entry) = slot
-            && entry.key == key
-        {
-            return (entry.ja4, Lookup::Hit);
+        self.lookup_facts(&Ja4Facts::of(hello, transport))
+    }
+
+    /// [`Self::ja4_of_facts`], saying whether it hit.
+    pub fn lookup_facts(&mut self, facts: &Ja4Facts<'_>) -> (Ja4, Lookup) {
+        if self.scratch.write(facts).is_none() {
+            return (Ja4::of_facts(facts), Lookup::Uncached);
         }
-        let ja4 = Ja4::of(hello, transport);
-        *slot = Some(Entry { key, ja4 });
+        let key = self.scratch.as_slice();
+        let slot = &mut self.slots[slot_of(self.seed, key)];
+        if slot.key.as_slice() == key {
+            return (slot.ja4, Lookup::Hit);
+        }
+        let ja4 = Ja4::of_facts(facts);
+        *slot = Entry {
+            key: self.scratch,
+            ja4,
+        };
         (ja4, Lookup::Miss)
     }
 }
 
-/// The canonical text of what determines a hello's fingerprint.
-struct KeyText {
-    bytes: [u8; KEY_TEXT],
-    len: usize,
+/// The slot of `key`: its words folded through 64×64→128-bit multiplies
+/// (each folds its high half into its low), from `seed`, on four
+/// independent lanes so that the multiplies overlap.
+fn slot_of(seed: u64, key: &[u8]) -> usize {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let fold = |a: u64, b: u64| {
+        let product = u128::from(a) * u128::from(b);
+        (product as u64) ^ ((product >> 64) as u64)
+    };
+    let mut lanes = [seed, seed ^ K, seed.rotate_left(16), !seed];
+    let mut mix = |block: &[u8]| {
+        for (lane, word) in lanes.iter_mut().zip(block.chunks_exact(8)) {
+            if let Some(word) = word.first_chunk::<8>() {
+                *lane = fold(*lane ^ u64::from_le_bytes(*word), K);
+            }
+        }
+    };
+    let mut blocks = key.chunks_exact(32);
+    for block in &mut blocks {
+        mix(block);
+    }
+    let mut tail = [0u8; 32];
+    tail[..blocks.remainder().len()].copy_from_slice(blocks.remainder());
+    mix(&tail);
+    let [a, b, c, d] = lanes;
+    let hash = fold(a ^ c, b ^ d ^ key.len() as u64);
+    (hash >> 32) as usize % ENTRIES
 }
 
-impl KeyText {
-    fn put(&mut self, bytes: &[u8]) -> Option<()> {
-        let room = self.bytes.get_mut(self.len..self.len + bytes.len())?;
-        room.copy_from_slice(bytes);
-        self.len += bytes.len();
-        Some(())
+#[cfg(test)]
+mod tests {
+    use super::{ENTRIES, Ja4Cache, Key, Lookup, slot_of};
+    use crate::tls::ja4::{Ja4, Ja4Facts, Ja4Input, Transport};
+
+    fn input(ciphers: &[u8]) -> Ja4Input<'_> {
+        Ja4Input {
+            legacy_version: 0x0303,
+            cipher_suites: ciphers,
+            extensions: &[],
+        }
     }
 
-    /// The non-GREASE values of `list`, in order, after their count.
-    fn put_list(&mut self, list: &[u8]) -> Option<()> {
-        let at = self.len;
-        self.put(&[0, 0])?;
-        let mut count: u16 = 0;
-        for value in u16_pairs(list).filter(|&v| !is_grease(v)) {
-            self.put(&value.to_be_bytes())?;
-            count = count.wrapping_add(1);
-        }
-        self.bytes[at..at + 2].copy_from_slice(&count.to_be_bytes());
-        Some(())
+    fn slot(cache: &Ja4Cache, ciphers: &[u8]) -> usize {
+        let mut key = Key::EMPTY;
+        key.write(&Ja4Facts::of(input(ciphers), Transport::Tcp))
+            .expect("a key");
+        slot_of(cache.seed, key.as_slice())
     }
-}
 
-/// The 128-bit key of `hello` under `hasher`; `None` when the hello
-/// cannot be described exactly (see the module doc).
-fn key(hasher: &SipHasher13, hello: Ja4Input<'_>, transport: Transport) -> Option<[u64; 2]> {
-    let mut low_types: u64 = 0;
-    let mut high = [0u16; MAX_HIGH_EXTENSIONS];
-    let mut high_len = 0;
-    let mut count: u16 = 0;
-    let mut signatures: &[u8] = &[];
-    let mut versions: Option<SupportedVersions<'_>> = None;
-    let mut alpn: Option<AlpnProtocols<'_>> = None;
-    for (ext_type, data) in extensions(hello.extensions) {
-        if is_grease(ext_type) {
-            continue;
-        }
-        count = count.wrapping_add(1);
-        if ext_type < 64 {
-            let bit = 1u64 << ext_type;
-            if low_types & bit != 0 {
-                return None;
+    /// Two hellos in one slot (found by trying more ciphers than there
+    /// are slots): each lookup compares the whole key, so neither ever
+    /// gets the other's fingerprint, however the hash falls.
+    #[test]
+    fn hellos_sharing_a_slot_never_get_each_others_value() {
+        let mut cache = Ja4Cache::new(15, 16);
+        let first = [0x13, 0x01];
+        let other = (0..=ENTRIES as u16 * 4)
+            .map(|i| (0x0100 + i).to_be_bytes())
+            .find(|c| slot(&cache, c) == slot(&cache, &first))
+            .expect("a cipher list in the same slot");
+        for _ in 0..2 {
+            for ciphers in [&first, &other] {
+                let got = cache.lookup(input(ciphers), Transport::Tcp);
+                assert_eq!(got, (Ja4::of(input(ciphers), Transport::Tcp), Lookup::Miss));
             }
-            low_types |= bit;
-        } else {
-            let known = &high[..high_len];
-            if known.contains(&ext_type) || high_len == MAX_HIGH_EXTENSIONS {
-                return None;
-            }
-            let at = known.partition_point(|&t| t < ext_type);
-            high.copy_within(at..high_len, at + 1);
-            high[at] = ext_type;
-            high_len += 1;
         }
-        match ext_type {
-            EXT_SIGNATURE_ALGORITHMS => signatures = signature_algorithms(data),
-            EXT_SUPPORTED_VERSIONS => {
-                versions = super::super::extensions::supported_versions(data).ok();
-            }
-            EXT_ALPN => alpn = super::super::extensions::alpn(data).ok(),
-            _ => {}
-        }
+        let got = cache.lookup(input(&other), Transport::Tcp);
+        assert_eq!(got.1, Lookup::Hit);
     }
-    let version = match versions {
-        Some(offer) => offer.iter().filter(|&v| !is_grease(v)).max().unwrap_or(0),
-        None => hello.legacy_version,
-    };
-    let mut text = KeyText {
-        bytes: [0; KEY_TEXT],
-        len: 0,
-    };
-    text.put(&[transport.letter()])?;
-    text.put(version_code(version))?;
-    text.put(&alpn_chars(alpn))?;
-    text.put(&count.to_be_bytes())?;
-    text.put(&low_types.to_be_bytes())?;
-    // The mask's population and `count` say how many high types follow.
-    for ext_type in &high[..high_len] {
-        text.put(&ext_type.to_be_bytes())?;
-    }
-    text.put_list(hello.cipher_suites)?;
-    text.put_list(signatures)?;
-    let (k0, k1) = hasher.hash(&text.bytes[..text.len]).as_u64();
-    Some([k0, k1])
 }

@@ -19,7 +19,7 @@ use super::flows::FlowCounts;
 use crate::metrics::families::Family;
 use crate::metrics::series::{IN, OUT, Series};
 use crate::shared::quic_flows::Refused;
-use crate::vocabulary::{Outcome, QuicDrop};
+use crate::vocabulary::{Outcome, QuicDrop, RefuseReason};
 use crate::worker::ctx::Ctx;
 
 /// A datagram read from a client on `listener`.
@@ -49,6 +49,16 @@ pub(super) fn not_admitted(ctx: &mut Ctx, listener: SocketAddr, refused: Refused
     let reason = match refused {
         Refused::MaxFlows => QuicDrop::MaxFlows,
         Refused::PerIpLimit => QuicDrop::MaxFlowsPerIp,
+    };
+    dropped(ctx, listener, reason, 1);
+}
+
+/// A new flow's first datagram dropped: the listener's access policy
+/// refused its source for `reason` (`access_denied` or `rate_limited`).
+pub(super) fn refused_access(ctx: &mut Ctx, listener: SocketAddr, reason: RefuseReason) {
+    let reason = match reason {
+        RefuseReason::RateLimited => QuicDrop::RateLimited,
+        _ => QuicDrop::AccessDenied,
     };
     dropped(ctx, listener, reason, 1);
 }

@@ -25,6 +25,7 @@
 //! need a batch for one socket, which an established flow's relay rarely
 //! has (each datagram goes on as it is read).
 
+mod buffers;
 mod capture;
 mod count;
 pub mod flows;
@@ -53,6 +54,25 @@ use super::tokens::{QUIC_FLOW_BASE, QUIC_LISTENER_BASE};
 
 /// The largest UDP payload read at once.
 const MAX_DATAGRAM: usize = 65_535;
+
+/// Asks for a listener's buffers ([`buffers`]), and says when the kernel
+/// gave less: the operator's cap, which a busy listener drops datagrams
+/// against.
+fn widen_listener(socket: &UdpSocket, address: SocketAddr) {
+    for way in [buffers::Way::Receive, buffers::Way::Send] {
+        match buffers::widen(socket, way, buffers::LISTENER_BUFFER) {
+            Ok(got) if got >= buffers::LISTENER_BUFFER => {}
+            Ok(got) => warn!(
+                "QUIC listener {address}: {way:?} buffer {} KiB, not the {} KiB asked for: \
+                 raise {} (or give preread CAP_NET_ADMIN)",
+                got >> 10,
+                buffers::LISTENER_BUFFER >> 10,
+                way.sysctl()
+            ),
+            Err(e) => warn!("QUIC listener {address}: {way:?} buffer: {e}"),
+        }
+    }
+}
 
 /// What a QUIC timer is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,6 +160,7 @@ impl QuicShell {
         }
         let registry = &ctx.registry;
         let mut socket = relay::bind_reuseport(address)?;
+        widen_listener(&socket, address);
         let entry = self.sockets.vacant_entry();
         registry.register(
             &mut socket,

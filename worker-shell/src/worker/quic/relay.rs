@@ -26,7 +26,7 @@ use preread_parser::quic::Version;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::flows::{FlowTable, Lookup, Overflow};
-use super::{QuicTimer, capture, count};
+use super::{QuicTimer, buffers, capture, count};
 use crate::access_log::{AccessLogEntry, QuicLog};
 use crate::shared::instance::Lease;
 use crate::shared::quic_flows::{FlowHolds, admit};
@@ -131,6 +131,9 @@ fn connect_to(backend: SocketAddr) -> io::Result<UdpSocket> {
         (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
     };
     let socket = UdpSocket::bind(local)?;
+    // A smaller buffer still relays (the listener's warning names the
+    // cap): not a reason to refuse the flow.
+    let _ = buffers::ask_receive(&socket, buffers::FLOW_BUFFER);
     socket.connect(backend)?;
     Ok(socket)
 }
@@ -212,6 +215,7 @@ impl Io<'_> {
                     datagrams_in: 1,
                     datagrams_out: 0,
                 };
+                count::refused_access(self.ctx, self.listener, refused.reason);
                 refuse_for_access(self.ctx, self.listener, client, refused, Some(quic));
                 return;
             }
