@@ -8,7 +8,11 @@
 #   bash bench/run.sh [bench options...]      e.g. --reps 1 --bytes 1073741824
 #
 # The options go to both runs (the second adds `--workers 2 --phases
-# rate,syscalls --slow 0`). Binaries come from $CARGO_TARGET_DIR (default
+# rate,syscalls --slow 0`). Both rate phases run with `--pin`: the proxy on
+# its own CPUs and the load generator on the others where the machine has
+# CPUs enough (one worker on two CPUs: proxy on the second, clients and
+# backends on the first; two workers on two CPUs: unpinned, and the
+# summary says so). Binaries come from $CARGO_TARGET_DIR (default
 # target/).
 #
 # Installs the peers if missing (bench/peers.sh), builds preread and the bench
@@ -86,11 +90,11 @@ trap 'kill "$sampler" 2>/dev/null || true' EXIT
 status=0
 export PREREAD_BIN
 PREREAD_BIN=$(cd "$bin" && pwd)/preread
-timeout 5400 "$bin/bench" --out "$out" "$@" || status=$?
+timeout 5400 "$bin/bench" --out "$out" --pin "$@" || status=$?
 # Two workers each: preread `worker_count = 2`, HAProxy `nbthread 2`, nginx
 # `worker_processes 2` (under its master).
 timeout 3600 "$bin/bench" --out "$out/workers2" --targets preread-copy,preread-splice,haproxy,nginx \
-    "$@" --workers 2 --phases rate,syscalls --slow 0 || status=$?
+    --pin "$@" --workers 2 --phases rate,syscalls --slow 0 || status=$?
 
 echo "uptime after: $(uptime)" | tee -a "$out/machine.txt"
 ln -sfn "$out" target/bench/latest

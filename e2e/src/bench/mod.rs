@@ -12,12 +12,14 @@
 //! - [`targets`]: what a connection goes through: nothing (direct),
 //!   preread, HAProxy, nginx: configs, processes, stop by PID;
 //! - [`syscalls`]: `strace -c -f` on a running proxy, its summary parsed;
-//! - [`report`]: raw records (JSON lines) and the median/spread summary.
+//! - [`report`]: raw records (JSON lines) and the median/spread summary;
+//! - [`pin`]: the proxy and the load generator on separate CPUs (`--pin`).
 //!
 //! Every loop is bounded in count and time; only loopback is used.
 
 pub(crate) mod backends;
 pub(crate) mod clients;
+pub(crate) mod pin;
 pub(crate) mod procfs;
 pub(crate) mod report;
 pub(crate) mod syscalls;

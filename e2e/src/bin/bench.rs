@@ -5,9 +5,14 @@
 //!
 //! Usage: `bench [--out DIR] [--phases throughput,rate,memory,syscalls]
 //! [--targets direct,preread-splice,preread-copy,haproxy,haproxy-splice,nginx]
-//! [--workers 1] [--reps 3]
+//! [--workers 1] [--pin] [--reps 3]
 //! [--bytes N] [--conns N] [--concurrency N] [--rate-bound SECONDS]
 //! [--slow N] [--sessions N] [--strace-conns N] [--hello FILE]`
+//!
+//! `--pin` runs the rate phase with the proxy on its own CPUs and the
+//! load generator (clients and backends) on the others, where the machine
+//! has CPUs enough (`bench/pin.rs`; the record's `pinned` says whether it
+//! was).
 //!
 //! `preread-nodefer` is `preread-splice` with `defer_accept = false`. With
 //! `--workers N`, each proxy runs N worker threads or processes
@@ -45,6 +50,7 @@ use std::time::{Duration, Instant};
 
 use bench::backends::{HoldBackend, RpcBackend};
 use bench::clients::{self, SlowClients};
+use bench::pin;
 use bench::procfs::{self, CpuTicks};
 use bench::report::{Record, Sink, fmt_stats, ratios, series};
 use bench::syscalls::{Tracer, breakdown};
@@ -63,6 +69,7 @@ struct Options {
     phases: Vec<String>,
     targets: Vec<Kind>,
     workers: usize,
+    pin: bool,
     reps: usize,
     bytes: u64,
     conns: u64,
@@ -95,6 +102,7 @@ fn parse_args() -> Result<Options, String> {
         .filter_map(|name| Kind::parse(name))
         .collect(),
         workers: 1,
+        pin: false,
         reps: 3,
         bytes: 4 << 30,
         conns: 20_000,
@@ -126,6 +134,7 @@ fn parse_args() -> Result<Options, String> {
             "--workers" => {
                 options.workers = usize::try_from(number(value()?)?).unwrap_or(1).max(1);
             }
+            "--pin" => options.pin = true,
             "--reps" => options.reps = usize::try_from(number(value()?)?).unwrap_or(1).max(1),
             "--bytes" => options.bytes = number(value()?)?,
             "--conns" => options.conns = number(value()?)?,
@@ -294,6 +303,14 @@ fn rate(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Kind
         }
     };
     let has_proxy = running.pid().is_some();
+    let pinned = if o.pin {
+        pin::apart(&running.pids(), o.workers).unwrap_or_else(|e| {
+            eprintln!("bench: not pinned: {e}");
+            None
+        })
+    } else {
+        None
+    };
     let run = |n: u64| {
         clients::rate(
             running.rate,
@@ -318,6 +335,9 @@ fn rate(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Kind
     );
     let mut record = rate_record("rate", kind, rep, &outcome, cpu, bench_self, has_proxy);
     record.value("load1", load);
+    if o.pin {
+        record.value("pinned", f64::from(u8::from(pinned.is_some())));
+    }
     // How SO_REUSEPORT spread the measured connections over the workers.
     if let (Some(before), Some(after)) = (accepted0, running.preread_per_worker("tcp.accepted")) {
         for (worker, (a, b)) in before.iter().zip(&after).enumerate() {
@@ -377,6 +397,9 @@ fn rate(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Kind
             );
         }
         sink.push(record);
+    }
+    if let Some(pinned) = pinned {
+        pinned.undo();
     }
     keep_stderr(
         &o.out,
@@ -717,6 +740,16 @@ fn summary(o: &Options, records: &[Record]) -> String {
         "Worker threads or processes per proxy: {}\n\n",
         o.workers
     ));
+    if o.pin {
+        let pinned = records
+            .iter()
+            .filter(|r| r.test == "rate")
+            .filter(|r| r.values.get("pinned").is_some_and(|&v| v > 0.0))
+            .count();
+        out.push_str(&format!(
+            "Rate runs with the proxy and the load generator on separate CPUs: {pinned}\n\n"
+        ));
+    }
     let names: Vec<&str> = o.targets.iter().map(|k| k.name()).collect();
     let has = |test: &str| records.iter().any(|r| r.test == test);
     let gib = o.bytes as f64 / GIB;

@@ -9,9 +9,10 @@
 //! object it holds: every series `super::configured` lists is in a
 //! snapshot, at 0 until counted.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use command::proto::{MetricSeries, WorkerMetrics};
+use hashbrown::HashMap;
 
 use super::configured::Configured;
 use crate::metrics::families::{Family, Kind};
@@ -46,7 +47,12 @@ impl Histogram {
     }
 }
 
-/// One worker's metrics.
+/// One worker's metrics. The maps hash with hashbrown's default
+/// (foldhash, seeded per process): a routed connection counts a dozen
+/// series, and SipHash over their labels was the largest of the worker's
+/// own costs per connection in a profile (doc/performance.md, "The
+/// kernel's floor"); the keys come from the configuration, never from the
+/// wire.
 #[derive(Debug)]
 pub struct Metrics {
     worker_id: u32,

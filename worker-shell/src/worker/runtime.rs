@@ -10,7 +10,6 @@
 //! policy (that state is the judge) or touch a socket; binding what the
 //! listeners say is the event loop's job.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,6 +18,7 @@ use command::change::{Change, FrontendSettings, ListenerSettings, QuicSettings};
 use command::generation::{Generation, RouteTables};
 use command::listener_key::ListenerKey;
 use command::proto;
+use hashbrown::HashMap;
 use preread_core::access::DEFAULT_IPV6_PREFIX;
 use preread_core::quic::QuicRejectWith;
 use preread_core::routes::{ClusterId, RouteTable};
@@ -103,7 +103,9 @@ impl std::error::Error for GenerationRefused {}
 /// The routing state of one worker.
 #[derive(Debug)]
 pub struct Runtime {
-    /// A TCP and a QUIC listener may share an address.
+    /// A TCP and a QUIC listener may share an address. Looked up several
+    /// times per connection: hashed with foldhash (configured keys), as
+    /// the metrics registry is.
     pub listeners: HashMap<ListenerKey, ListenerRuntime>,
     pub clusters: HashMap<ClusterId, ClusterBackends>,
     /// Where each cluster and backend finds what the workers share of it.
