@@ -7,8 +7,9 @@
 #
 #   bash bench/run.sh [bench options...]      e.g. --reps 1 --bytes 1073741824
 #
-# The options go to both runs (the second adds `--workers 2 --phases
-# rate,syscalls --slow 0`). Both rate phases run with `--pin`: the proxy on
+# The options go to every run (the second adds `--workers 2 --phases
+# rate,syscalls --slow 0`, the third `--pipe-size 1048576 --phases
+# throughput` for the bulk with 1 MiB pipes on both splicing proxies). Both rate phases run with `--pin`: the proxy on
 # its own CPUs and the load generator on the others where the machine has
 # CPUs enough (one worker on two CPUs: proxy on the second, clients and
 # backends on the first; two workers on two CPUs: unpinned, and the
@@ -21,7 +22,7 @@
 # options; its phases are throughput, rate, memory and syscalls, the last
 # one `strace -c -f` attached to each proxy for a fixed connection count).
 # Writes under target/bench/<UTC time>/ (BENCH_OUT overrides; the
-# two-worker run in its workers2/):
+# two-worker run in its workers2/, the 1 MiB-pipe bulk in pipes1m/):
 #   machine.txt   CPU, kernel, versions, limits, other busy processes
 #   loadavg.txt   /proc/loadavg and the busiest processes every 5 s
 #   raw.jsonl     one JSON object per measurement
@@ -95,6 +96,12 @@ timeout 5400 "$bin/bench" --out "$out" --pin "$@" || status=$?
 # `worker_processes 2` (under its master).
 timeout 3600 "$bin/bench" --out "$out/workers2" --targets preread-copy,preread-splice,haproxy,nginx \
     --pin "$@" --workers 2 --phases rate,syscalls --slow 0 || status=$?
+
+# Bulk with equal 1 MiB pipes on both splicing proxies (preread
+# `splice_pipe_size`, HAProxy `tune.pipesize`): the first run leaves both at
+# the kernel's default.
+timeout 3600 "$bin/bench" --out "$out/pipes1m" --targets preread-splice,haproxy-splice,haproxy \
+    "$@" --pipe-size 1048576 --phases throughput || status=$?
 
 echo "uptime after: $(uptime)" | tee -a "$out/machine.txt"
 ln -sfn "$out" target/bench/latest

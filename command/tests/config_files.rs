@@ -273,10 +273,10 @@ fn splice_pipe_size_is_a_page_to_256_mib() {
         );
     }
     let defaults = load_config("").unwrap_or_else(|p| panic!("{}", show(&p)));
-    assert_eq!(defaults.global.splice_pipe_size, 1 << 20);
+    assert_eq!(defaults.global.splice_pipe_size, None);
     let loaded =
         load_config("splice_pipe_size = 262144\n").unwrap_or_else(|p| panic!("{}", show(&p)));
-    assert_eq!(loaded.global.splice_pipe_size, 256 << 10);
+    assert_eq!(loaded.global.splice_pipe_size, Some(256 << 10));
 }
 
 #[test]

@@ -137,14 +137,17 @@ fn hello_payload_and_immediate_fin_arrive_whole() {
 }
 
 /// 16 MiB from the backend, then 16 MiB echoed back in 64 KiB rounds, then
-/// a half-close answered by `bye`; `pipe_size` is `splice_pipe_size`.
-fn sixteen_mebibytes_both_ways(splice: bool, pipe_size: usize) {
+/// a half-close answered by `bye`; `pipe_size` is `splice_pipe_size`
+/// (unset: the kernel's default pipes).
+fn sixteen_mebibytes_both_ways(splice: bool, pipe_size: Option<usize>) {
     const LEN: usize = 16 * MIB;
     let big =
         TlsBackend::start(BackendConfig::new("big-0", &["big.example.com"]).big_response(LEN));
-    let config = ConfigBuilder::new()
-        .global(&format!("splice = {splice}"))
-        .global(&format!("splice_pipe_size = {pipe_size}"))
+    let mut config = ConfigBuilder::new().global(&format!("splice = {splice}"));
+    if let Some(size) = pipe_size {
+        config = config.global(&format!("splice_pipe_size = {size}"));
+    }
+    let config = config
         .listener("main", &[])
         .frontend("big", "main", Some("big.example.com"), &[])
         .backend("big", "big-0", big.addr())
@@ -180,22 +183,22 @@ fn sixteen_mebibytes_both_ways(splice: bool, pipe_size: usize) {
     assert!(big.errors().is_empty(), "{:?}", big.errors());
 }
 
-/// Through 1 MiB pipes (the default `splice_pipe_size`).
+/// Through 1 MiB pipes (`splice_pipe_size = 1048576`).
 #[test]
 fn sixteen_mebibytes_both_ways_spliced() {
-    sixteen_mebibytes_both_ways(true, MIB);
+    sixteen_mebibytes_both_ways(true, Some(MIB));
 }
 
 /// Through one-page pipes: every splice moves at most 4 KiB, the pipe
 /// fills and drains thousands of times each way.
 #[test]
 fn sixteen_mebibytes_both_ways_through_small_pipes() {
-    sixteen_mebibytes_both_ways(true, 4096);
+    sixteen_mebibytes_both_ways(true, Some(4096));
 }
 
 #[test]
 fn sixteen_mebibytes_both_ways_copied() {
-    sixteen_mebibytes_both_ways(false, MIB);
+    sixteen_mebibytes_both_ways(false, None);
 }
 
 /// The client uploads 8 MiB (echoed back as it goes, read by a second

@@ -42,11 +42,6 @@ pub const DEFAULT_SPLICE: bool = true;
 /// 64 KiB (a short exchange never needs a kernel pipe) and splices from
 /// there on.
 pub const DEFAULT_SPLICE_THRESHOLD: u64 = 65_536;
-/// Default of `splice_pipe_size`, in bytes: Linux's default
-/// `/proc/sys/fs/pipe-max-size`, the most an unprivileged process may ask
-/// for. A bulk transfer moves up to this much per `splice` call, 16 times
-/// the kernel's default 64 KiB pipe (doc/performance.md, "Bulk").
-pub const DEFAULT_SPLICE_PIPE_SIZE: usize = 1 << 20;
 /// The smallest `splice_pipe_size`: one page, the least a pipe holds.
 pub const MIN_SPLICE_PIPE_SIZE: usize = 4096;
 /// The largest `splice_pipe_size`: far past any `pipe-max-size` an
@@ -158,8 +153,13 @@ pub struct GlobalSettings {
     /// after the window.
     pub splice_threshold: u64,
     /// With `splice`: the size each kernel pipe asks for (`F_SETPIPE_SZ`),
-    /// in bytes, [`MIN_SPLICE_PIPE_SIZE`] to [`MAX_SPLICE_PIPE_SIZE`].
-    pub splice_pipe_size: usize,
+    /// in bytes, [`MIN_SPLICE_PIPE_SIZE`] to [`MAX_SPLICE_PIPE_SIZE`];
+    /// unset, pipes keep the kernel's default size (64 KiB) and cost no
+    /// `fcntl`. Unset by default: the kernel counts every pipe's whole size
+    /// against its user's `fs.pipe-user-pages-soft` (64 MiB), so 1 MiB
+    /// pipes would give an unprivileged service (the shipped unit's
+    /// `DynamicUser`) 2-page pipes past 32 spliced sessions.
+    pub splice_pipe_size: Option<usize>,
     /// Backends tried per connection before giving up, at least 1.
     pub max_connection_attempts: u32,
     /// How long a soft stop lets open sessions finish.
@@ -238,7 +238,7 @@ impl Default for GlobalSettings {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             splice: DEFAULT_SPLICE,
             splice_threshold: DEFAULT_SPLICE_THRESHOLD,
-            splice_pipe_size: DEFAULT_SPLICE_PIPE_SIZE,
+            splice_pipe_size: None,
             max_connection_attempts: DEFAULT_MAX_CONNECTION_ATTEMPTS,
             soft_stop_grace: DEFAULT_SOFT_STOP_GRACE,
             empty_saved_state: EmptySavedState::Refuse,
@@ -395,12 +395,11 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
                 ErrorCode::InvalidValue,
                 format!(
                     "splice_pipe_size = {n} is more than {MAX_SPLICE_PIPE_SIZE}: the kernel \
-                     cannot make a pipe that large; use at most {MAX_SPLICE_PIPE_SIZE} (the \
-                     default {DEFAULT_SPLICE_PIPE_SIZE} is what an unprivileged process may ask \
-                     for)"
+                     cannot make a pipe that large; use at most {MAX_SPLICE_PIPE_SIZE} \
+                     (1048576 is the most an unprivileged process may ask for by default)"
                 ),
             ),
-            Some(n) => global.splice_pipe_size = n,
+            Some(n) => global.splice_pipe_size = Some(n),
             None => {}
         }
     }

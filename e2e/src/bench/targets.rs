@@ -111,11 +111,15 @@ impl std::fmt::Debug for Running {
 /// The preread config of the benchmark (a harness template).
 pub(crate) fn preread_config(
     (splice, defer): (bool, bool),
-    workers: usize,
+    (workers, pipe_size): (usize, Option<u64>),
     rpc: SocketAddr,
     hold: SocketAddr,
 ) -> String {
-    ConfigBuilder::new()
+    let mut config = ConfigBuilder::new();
+    if let Some(size) = pipe_size {
+        config = config.global(&format!("splice_pipe_size = {size}"));
+    }
+    config
         .global(&format!("worker_count = {workers}"))
         .global(&format!("splice = {splice}"))
         .global(&format!("defer_accept = {defer}"))
@@ -133,14 +137,15 @@ pub(crate) fn preread_config(
 /// The HAProxy config.
 pub(crate) fn haproxy_config(
     splice: bool,
-    workers: usize,
+    (workers, pipe_size): (usize, Option<u64>),
     rate: SocketAddr,
     hold: SocketAddr,
     rpc: SocketAddr,
     hold_backend: SocketAddr,
 ) -> String {
+    let pipesize = pipe_size.map_or(String::new(), |size| format!("    tune.pipesize {size}\n"));
     let mut text = format!(
-        "global\n    nbthread {workers}\n    maxconn 5000\n\n\
+        "global\n    nbthread {workers}\n    maxconn 5000\n{pipesize}\n\
          defaults\n    mode tcp\n    maxconn 5000\n    backlog 1024\n\
          \x20   timeout connect 3s\n    timeout client 60s\n    timeout server 60s\n",
     );
@@ -210,11 +215,13 @@ fn wait_listening(addrs: &[SocketAddr], child: &mut Child, bound: Duration) -> R
 }
 
 impl Running {
-    /// Starts `kind` in front of the two backends; `work` is a directory for
-    /// the peers' configs and logs.
+    /// Starts `kind` in front of the two backends, with `workers` threads
+    /// and, if set, pipes of `pipe_size` bytes (preread's
+    /// `splice_pipe_size`, HAProxy's `tune.pipesize`); `work` is a directory
+    /// for the peers' configs and logs.
     pub(crate) fn start(
         kind: Kind,
-        workers: usize,
+        (workers, pipe_size): (usize, Option<u64>),
         rpc: SocketAddr,
         hold_backend: SocketAddr,
         work: &Path,
@@ -227,7 +234,8 @@ impl Running {
                 process: Process::None,
             }),
             Kind::Preread { splice, defer } => {
-                let config = preread_config((splice, defer), workers, rpc, hold_backend);
+                let config =
+                    preread_config((splice, defer), (workers, pipe_size), rpc, hold_backend);
                 let proxy = ProxyProcess::start(&config)?;
                 Ok(Self {
                     kind,
@@ -246,7 +254,7 @@ impl Running {
                     command.arg("-db").arg("-f").arg(&file);
                     (
                         file,
-                        haproxy_config(splice, workers, rate, hold, rpc, hold_backend),
+                        haproxy_config(splice, (workers, pipe_size), rate, hold, rpc, hold_backend),
                         command,
                     )
                 } else {

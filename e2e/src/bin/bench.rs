@@ -5,7 +5,7 @@
 //!
 //! Usage: `bench [--out DIR] [--phases throughput,rate,memory,syscalls]
 //! [--targets direct,preread-splice,preread-copy,haproxy,haproxy-splice,nginx]
-//! [--workers 1] [--pin] [--reps 3]
+//! [--workers 1] [--pipe-size BYTES] [--pin] [--reps 3]
 //! [--bytes N] [--conns N] [--concurrency N] [--rate-bound SECONDS]
 //! [--slow N] [--sessions N] [--strace-conns N] [--hello FILE]`
 //!
@@ -13,6 +13,10 @@
 //! load generator (clients and backends) on the others, where the machine
 //! has CPUs enough (`bench/pin.rs`; the record's `pinned` says whether it
 //! was).
+//!
+//! `--pipe-size` gives preread's and HAProxy's spliced directions pipes
+//! of that size (`splice_pipe_size`, `tune.pipesize`; nginx does not
+//! splice); without it both keep the kernel's default.
 //!
 //! `preread-nodefer` is `preread-splice` with `defer_accept = false`. With
 //! `--workers N`, each proxy runs N worker threads or processes
@@ -69,6 +73,7 @@ struct Options {
     phases: Vec<String>,
     targets: Vec<Kind>,
     workers: usize,
+    pipe_size: Option<u64>,
     pin: bool,
     reps: usize,
     bytes: u64,
@@ -102,6 +107,7 @@ fn parse_args() -> Result<Options, String> {
         .filter_map(|name| Kind::parse(name))
         .collect(),
         workers: 1,
+        pipe_size: None,
         pin: false,
         reps: 3,
         bytes: 4 << 30,
@@ -134,6 +140,7 @@ fn parse_args() -> Result<Options, String> {
             "--workers" => {
                 options.workers = usize::try_from(number(value()?)?).unwrap_or(1).max(1);
             }
+            "--pipe-size" => options.pipe_size = Some(number(value()?)?),
             "--pin" => options.pin = true,
             "--reps" => options.reps = usize::try_from(number(value()?)?).unwrap_or(1).max(1),
             "--bytes" => options.bytes = number(value()?)?,
@@ -201,7 +208,13 @@ fn throughput(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind
         Ok(rpc) => rpc,
         Err(e) => return eprintln!("bench: rpc backend: {e}"),
     };
-    let running = match Running::start(kind, o.workers, rpc.addr(), hold.addr(), &work) {
+    let running = match Running::start(
+        kind,
+        (o.workers, o.pipe_size),
+        rpc.addr(),
+        hold.addr(),
+        &work,
+    ) {
         Ok(running) => running,
         Err(e) => {
             let mut record = Record::new("upload", kind.name(), rep);
@@ -293,7 +306,13 @@ fn rate(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Kind
         Ok(rpc) => rpc,
         Err(e) => return eprintln!("bench: rpc backend: {e}"),
     };
-    let running = match Running::start(kind, o.workers, rpc.addr(), hold.addr(), &work) {
+    let running = match Running::start(
+        kind,
+        (o.workers, o.pipe_size),
+        rpc.addr(),
+        hold.addr(),
+        &work,
+    ) {
         Ok(running) => running,
         Err(e) => {
             let mut record = Record::new("rate", kind.name(), rep);
@@ -425,7 +444,13 @@ fn memory(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Ki
     };
     for test in ["mem_idle", "mem_partial", "mem_established"] {
         let mut record = Record::new(test, kind.name(), rep);
-        let running = match Running::start(kind, o.workers, unused.addr(), hold.addr(), &work) {
+        let running = match Running::start(
+            kind,
+            (o.workers, o.pipe_size),
+            unused.addr(),
+            hold.addr(),
+            &work,
+        ) {
             Ok(running) => running,
             Err(e) => {
                 record.note("error", e);
@@ -513,7 +538,13 @@ fn syscalls(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: 
         Ok(rpc) => rpc,
         Err(e) => return eprintln!("bench: rpc backend: {e}"),
     };
-    let running = match Running::start(kind, o.workers, rpc.addr(), hold.addr(), &work) {
+    let running = match Running::start(
+        kind,
+        (o.workers, o.pipe_size),
+        rpc.addr(),
+        hold.addr(),
+        &work,
+    ) {
         Ok(running) => running,
         Err(e) => {
             record.note("error", e);

@@ -1,7 +1,7 @@
 //! Idle kernel pipes kept for the next spliced session.
 //!
 //! Owns: [`PipePool`], a bounded stack of empty [`SplicePipe`]s per worker,
-//! the size new pipes ask for (`splice_pipe_size`), and the count of pipes
+//! the size new pipes ask for (`splice_pipe_size`, if set), and the count of pipes
 //! the worker had to create. A spliced session needs two pipes; making
 //! them (`pipe2`, `F_SETPIPE_SZ`) and closing them cost a short connection
 //! about 20 µs, so they are reused, as HAProxy does. Must never: hand out a
@@ -28,10 +28,16 @@ pub const MAX_IDLE_PIPES: usize = 64;
 /// pipes never crowd out the pipes of the sessions that splice.
 const MAX_IDLE_PIPE_BYTES: usize = 16 << 20;
 
-/// How many idle pipes of `pipe_size` bytes a worker keeps: at most
-/// [`MAX_IDLE_PIPES`] and 16 MiB in all (`MAX_IDLE_PIPE_BYTES`), at least one.
-pub fn idle_pipes(pipe_size: usize) -> usize {
-    (MAX_IDLE_PIPE_BYTES / pipe_size.max(1)).clamp(1, MAX_IDLE_PIPES)
+/// The kernel's default pipe size on 4 KiB pages, for the idle bound of
+/// pipes nobody resizes.
+const KERNEL_PIPE_SIZE: usize = 64 * 1024;
+
+/// How many idle pipes of `pipe_size` bytes (the kernel's default when
+/// `None`) a worker keeps: at most [`MAX_IDLE_PIPES`] and 16 MiB in all
+/// (`MAX_IDLE_PIPE_BYTES`), at least one.
+pub fn idle_pipes(pipe_size: Option<usize>) -> usize {
+    let size = pipe_size.unwrap_or(KERNEL_PIPE_SIZE);
+    (MAX_IDLE_PIPE_BYTES / size.max(1)).clamp(1, MAX_IDLE_PIPES)
 }
 
 /// A worker's idle pipes.
@@ -39,8 +45,9 @@ pub fn idle_pipes(pipe_size: usize) -> usize {
 pub struct PipePool {
     idle: Vec<SplicePipe>,
     max_idle: usize,
-    /// The size each new pipe asks the kernel for.
-    pipe_size: usize,
+    /// The size each new pipe asks the kernel for; `None` keeps the
+    /// kernel's default (no `F_SETPIPE_SZ`).
+    pipe_size: Option<usize>,
     /// A refused size was logged at `warn` (the next ones go to `debug`).
     warned: bool,
 }
@@ -48,7 +55,7 @@ pub struct PipePool {
 impl PipePool {
     /// An empty pool of pipes of `pipe_size` bytes that keeps at most
     /// `max_idle` of them.
-    pub fn new(max_idle: usize, pipe_size: usize) -> Self {
+    pub fn new(max_idle: usize, pipe_size: Option<usize>) -> Self {
         Self {
             idle: Vec::new(),
             max_idle,
@@ -65,12 +72,12 @@ impl PipePool {
             return Ok((pipe, false));
         }
         let (pipe, refused) = SplicePipe::new(self.pipe_size)?;
-        if let Some(e) = refused {
+        if let (Some(e), Some(size)) = (refused, self.pipe_size) {
             let message = format!(
                 "splice_pipe_size = {} refused by the kernel ({e}): this pipe keeps {} bytes; \
                  raise /proc/sys/fs/pipe-max-size or fs.pipe-user-pages-soft, or lower \
                  splice_pipe_size",
-                self.pipe_size,
+                size,
                 pipe.capacity()
             );
             if self.warned {
@@ -107,7 +114,7 @@ mod tests {
 
     #[test]
     fn an_empty_pipe_is_reused_and_one_holding_bytes_is_closed() {
-        let mut pool = PipePool::new(4, 64 * 1024);
+        let mut pool = PipePool::new(4, None);
         let (pipe, created) = pool.take().expect("pipe");
         assert!(created);
         pool.give_back(pipe);
@@ -143,9 +150,9 @@ mod tests {
 
     #[test]
     fn new_pipes_take_the_configured_size_and_a_refused_one_still_serves() {
-        let mut pool = PipePool::new(4, 1 << 20);
+        let mut pool = PipePool::new(4, Some(1 << 20));
         assert_eq!(pool.take().expect("pipe").0.capacity(), 1 << 20);
-        let mut refused = PipePool::new(4, usize::MAX);
+        let mut refused = PipePool::new(4, Some(usize::MAX));
         let (pipe, created) = refused.take().expect("a pipe of the kernel's size");
         assert!(created && pipe.capacity() < 1 << 30);
         assert!(refused.warned, "the refusal was logged");
@@ -154,14 +161,14 @@ mod tests {
 
     #[test]
     fn idle_pipes_are_bounded_in_bytes_too() {
-        assert_eq!(super::idle_pipes(64 * 1024), MAX_IDLE_PIPES);
-        assert_eq!(super::idle_pipes(1 << 20), 16);
-        assert_eq!(super::idle_pipes(256 << 20), 1);
+        assert_eq!(super::idle_pipes(None), MAX_IDLE_PIPES);
+        assert_eq!(super::idle_pipes(Some(1 << 20)), 16);
+        assert_eq!(super::idle_pipes(Some(256 << 20)), 1);
     }
 
     #[test]
     fn the_pool_keeps_at_most_its_bound() {
-        let mut pool = PipePool::new(2, 64 * 1024);
+        let mut pool = PipePool::new(2, None);
         let pipes: Vec<_> = (0..3).map(|_| pool.take().expect("pipe").0).collect();
         for pipe in pipes {
             pool.give_back(pipe);

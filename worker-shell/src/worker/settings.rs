@@ -14,8 +14,9 @@ pub struct WorkerSettings {
     pub splice: bool,
     /// Bytes a direction copies before it splices (`splice_threshold`).
     pub splice_threshold: u64,
-    /// The size each kernel pipe asks for (`splice_pipe_size`).
-    pub splice_pipe_size: usize,
+    /// The size each kernel pipe asks for (`splice_pipe_size`); `None`
+    /// keeps the kernel's default.
+    pub splice_pipe_size: Option<usize>,
     pub max_connection_attempts: u32,
     /// Rejected and fallback windows kept for `preread rejects`; 0 is off.
     pub reject_capture: usize,

@@ -8,9 +8,9 @@
 //! `splice` results onto `io` semantics: `EAGAIN` is `WouldBlock`, `EINTR` is
 //! retried, 0 from a socket is its EOF, `EINVAL`/`ENOSYS` mean "this
 //! descriptor cannot splice" ([`is_unsupported`]), and the pipe's size
-//! (`F_SETPIPE_SZ`, `splice_pipe_size`): a refused size is not an error,
-//! the pipe keeps the kernel's and the refusal goes back to the caller to
-//! log. Must never: lose count of a byte in the pipe (a FIN is forwarded
+//! (`F_SETPIPE_SZ`, only when `splice_pipe_size` is set): a refused size
+//! is not an error, the pipe keeps the kernel's and the refusal goes back
+//! to the caller to log. Must never: lose count of a byte in the pipe (a FIN is forwarded
 //! only once `pending` is 0), or block.
 //!
 //! Why the size matters: `splice` moves at most a pipe's worth per call,
@@ -50,13 +50,14 @@ pub fn is_unsupported(error: &io::Error) -> bool {
 }
 
 impl SplicePipe {
-    /// A non-blocking, close-on-exec pipe, resized to `wanted` bytes when
-    /// the kernel allows it (it rounds up to a power of two pages). With
-    /// the pipe comes the kernel's refusal of that size, if any (`EPERM`
-    /// past `/proc/sys/fs/pipe-max-size` or the user's
+    /// A non-blocking, close-on-exec pipe of the kernel's default size, or
+    /// resized to `wanted` bytes when asked and the kernel allows it (it
+    /// rounds up to a power of two pages). With the pipe comes the
+    /// kernel's refusal of that size, if any (`EPERM` past
+    /// `/proc/sys/fs/pipe-max-size` or the user's
     /// `fs.pipe-user-pages-soft`, `ENOMEM`): the pipe then keeps the size
     /// the kernel gave it and works the same, in smaller steps.
-    pub fn new(wanted: usize) -> io::Result<(Self, Option<io::Error>)> {
+    pub fn new(wanted: Option<usize>) -> io::Result<(Self, Option<io::Error>)> {
         let mut fds: [libc::c_int; 2] = [-1, -1];
         // SAFETY: `fds` is a writable array of two c_ints, as pipe2 expects.
         let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) };
@@ -66,19 +67,24 @@ impl SplicePipe {
         // SAFETY: pipe2 succeeded, so both descriptors are open, and nothing
         // else owns them: each is wrapped exactly once.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let wanted = libc::c_int::try_from(wanted).unwrap_or(libc::c_int::MAX);
-        // SAFETY: fcntl on a descriptor this function owns; F_SETPIPE_SZ
-        // takes an int argument.
-        let set = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, wanted) };
+        let set = match wanted {
+            Some(wanted) => {
+                let wanted = libc::c_int::try_from(wanted).unwrap_or(libc::c_int::MAX);
+                // SAFETY: fcntl on a descriptor this function owns;
+                // F_SETPIPE_SZ takes an int argument.
+                unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, wanted) }
+            }
+            None => 0,
+        };
         let (size, refused) = if set > 0 {
             (set, None)
         } else {
-            let refused = io::Error::last_os_error();
-            // Keep whatever size the kernel gave.
+            let refused = wanted.map(|_| io::Error::last_os_error());
+            // The kernel's size: its default, or what it kept.
             // SAFETY: fcntl on a descriptor this function owns; F_GETPIPE_SZ
             // takes no argument.
             let size = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ) };
-            (size, Some(refused))
+            (size, refused)
         };
         // A page is the least a pipe holds.
         let capacity = usize::try_from(size)
@@ -212,7 +218,7 @@ mod tests {
 
     /// A pipe of `size` bytes, which the kernel must grant.
     fn sized_pipe(size: usize) -> SplicePipe {
-        let (pipe, refused) = SplicePipe::new(size).expect("pipe");
+        let (pipe, refused) = SplicePipe::new(Some(size)).expect("pipe");
         assert!(refused.is_none(), "{size} refused: {refused:?}");
         assert_eq!(pipe.capacity(), size);
         pipe
@@ -226,11 +232,23 @@ mod tests {
     }
 
     #[test]
+    fn unasked_the_pipe_keeps_the_kernels_default_size() {
+        let (pipe, refused) = SplicePipe::new(None).expect("pipe");
+        assert!(refused.is_none());
+        // SAFETY: sysconf reads a constant of the system; no pointer.
+        let page =
+            usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).expect("a page size");
+        // Linux's default pipe: 16 pages (as root, never reduced by the
+        // user's pipe allowance).
+        assert_eq!(pipe.capacity(), 16 * page);
+    }
+
+    #[test]
     fn a_refused_size_keeps_the_kernels_pipe_and_says_why() {
         // Past any pipe-max-size an unprivileged process has (EPERM), and
         // past what the kernel allocates for a pipe's ring even with
         // CAP_SYS_RESOURCE (ENOMEM).
-        let (mut pipe, refused) = SplicePipe::new(usize::MAX).expect("a pipe all the same");
+        let (mut pipe, refused) = SplicePipe::new(Some(usize::MAX)).expect("a pipe all the same");
         let refused = refused.expect("the kernel refuses a pipe of 2 GiB");
         assert!(
             matches!(refused.raw_os_error(), Some(libc::EPERM | libc::ENOMEM)),

@@ -79,7 +79,7 @@ fn nothing_is_spliced_while_the_prefix_or_the_window_waits() {
     let mut window = pool.checkout().expect("a buffer");
     window.space()[..6].copy_from_slice(b"HELLO|");
     window.fill(6);
-    let lane = Lane::Splice(SplicePipe::new(64 * 1024).expect("pipe").0);
+    let lane = Lane::Splice(SplicePipe::new(None).expect("pipe").0);
     let mut up = flow(lane, b"PREFIX|", Some(window));
     for prefix in [&b"PREFIX|"[..], b""] {
         up.prefix = prefix.to_vec();
@@ -132,7 +132,7 @@ fn a_full_kernel_pipe_keeps_the_source_readable() {
         },
     );
     let mut up = flow(
-        Lane::Splice(SplicePipe::new(64 * 1024).expect("pipe").0),
+        Lane::Splice(SplicePipe::new(None).expect("pipe").0),
         b"",
         None,
     );
@@ -151,7 +151,7 @@ fn a_full_kernel_pipe_keeps_the_source_readable() {
     assert!(front.ready.readable);
     // With the pipe empty, "would block" is the socket's: cleared.
     let mut empty = flow(
-        Lane::Splice(SplicePipe::new(64 * 1024).expect("pipe").0),
+        Lane::Splice(SplicePipe::new(None).expect("pipe").0),
         b"",
         None,
     );

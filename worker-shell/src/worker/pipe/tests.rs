@@ -57,7 +57,7 @@ pub(super) fn step(session: &mut Piped, pool: &mut BufferPool) -> Turn {
 
 /// One drive of the worker's with this `splice_threshold`.
 pub(super) fn step_with(session: &mut Piped, pool: &mut BufferPool, threshold: u64) -> Turn {
-    let mut pipes = PipePool::new(0, 64 * 1024);
+    let mut pipes = PipePool::new(0, None);
     let splicing = Splicing {
         pipes: &mut pipes,
         threshold,
@@ -319,7 +319,7 @@ fn bytes_left_in_the_kernel_pipe_go_out_before_copied_ones() {
     let (mut client, front) = pair();
     let (server, back) = pair();
     let (mut feeder, source) = pair();
-    let mut pipe = SplicePipe::new(64 * 1024).expect("pipe").0;
+    let mut pipe = SplicePipe::new(None).expect("pipe").0;
     feeder.write_all(b"OLD|").expect("write");
     let deadline = Instant::now() + BOUND;
     while pipe.pending() < 4 && Instant::now() < deadline {
