@@ -3,8 +3,9 @@
 //! its name and what it read, and client endpoints trusting the test CA.
 //!
 //! Owns building quinn's configurations the same way for every QUIC test
-//! (TLS 1.3 with the harness's ring provider). Must never: start anything
-//! outside a tokio runtime (the caller's), or bind beyond loopback.
+//! (TLS 1.3 with the harness's ring provider), and the runtime they run
+//! on ([`runtime`]). Must never: start anything outside a tokio runtime
+//! (the caller's), or bind beyond loopback.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,6 +15,16 @@ use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{ClientConfig, Endpoint, ServerConfig, TransportConfig};
 
 use crate::certs::{TestCa, provider};
+
+/// The tokio runtime a QUIC test runs its quinn peers on: two worker
+/// threads, I/O and timers.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
 
 /// The largest answer [`ask`] reads, and the largest request a backend
 /// reads.

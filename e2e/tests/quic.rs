@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use e2e::certs::TestCa;
 use e2e::proxy::{ProxyProcess, fill};
-use e2e::quic::{ask, client_at, client_config};
+use e2e::quic::{ask, client_at, client_config, runtime};
 use e2e::tools::require_tool;
 use quinn::{ConnectionError, Endpoint};
 
@@ -22,14 +22,6 @@ mod observability;
 const CLIENT_IDLE: Duration = Duration::from_secs(10);
 /// How long a test waits for what should happen.
 const WAIT: Duration = Duration::from_secs(20);
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
 
 /// A QUIC backend named `id` serving `names` with `alpn` (quinn's idle
 /// timeout); with `retry`, it answers every first Initial with a Retry.

@@ -36,14 +36,6 @@ const OTHER: &str = "127.0.0.3";
 
 type Line = BTreeMap<String, String>;
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
-
 /// A QUIC backend named `id` for `names` (ALPN h3): each stream is
 /// answered with `id:` and what the client sent.
 fn backend(id: &'static str, names: &[&str]) -> (Endpoint, SocketAddr) {
@@ -183,7 +175,7 @@ backends = [ {{ address = "${{beta}}", backend_id = "beta-0" }} ]
 
 #[test]
 fn a_listener_allow_list_drops_other_sources_before_any_flow() {
-    runtime().block_on(async {
+    quic::runtime().block_on(async {
         let (_a, alpha) = backend("alpha", &["alpha.example.com"]);
         let (_b, beta) = backend("beta", &["beta.example.com"]);
         let proxy = start(&config(
@@ -225,7 +217,7 @@ fn a_listener_allow_list_drops_other_sources_before_any_flow() {
 
 #[test]
 fn a_listener_rate_refuses_past_the_burst_and_spares_another_source() {
-    runtime().block_on(async {
+    quic::runtime().block_on(async {
         let (_a, alpha) = backend("alpha", &["alpha.example.com"]);
         let (_b, beta) = backend("beta", &["beta.example.com"]);
         let rate = "connection_rate_per_ip = { rate = 2, per = \"1h\", burst = 2 }";
@@ -249,7 +241,7 @@ fn a_listener_rate_refuses_past_the_burst_and_spares_another_source() {
 
 #[test]
 fn a_cluster_deny_list_answers_access_denied_once_routed() {
-    runtime().block_on(async {
+    quic::runtime().block_on(async {
         let (_a, alpha) = backend("alpha", &["alpha.example.com"]);
         let (_b, beta) = backend("beta", &["beta.example.com"]);
         let deny = format!("deny = [\"{OTHER}/32\"]");
@@ -273,7 +265,7 @@ fn a_cluster_deny_list_answers_access_denied_once_routed() {
 
 #[test]
 fn deny_ja4_on_a_quic_listener_and_on_a_quic_cluster() {
-    runtime().block_on(async {
+    quic::runtime().block_on(async {
         let (_a, alpha) = backend("alpha", &["alpha.example.com"]);
         let (_b, beta) = backend("beta", &["beta.example.com"]);
         // The client's fingerprint, as the proxy logs it.

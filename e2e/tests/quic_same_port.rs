@@ -43,14 +43,6 @@ frontends = [ { address = "${addr:main}", sni = "a.example.com" } ]
 backends = [ { address = "${webq}", backend_id = "webq-0" } ]
 "#;
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
-
 /// A QUIC backend for `NAME` (its certificate from the test CA, ALPN h3)
 /// answering each bidirectional stream with `webq:` and what it read.
 fn quic_backend() -> (Endpoint, SocketAddr) {
@@ -135,7 +127,7 @@ fn listeners(proxy: &ProxyProcess) -> Vec<proto::TcpListenerConfig> {
 
 #[test]
 fn one_address_routes_one_name_to_the_tcp_and_the_quic_backend_at_once() {
-    let rt = runtime();
+    let rt = quic::runtime();
     rt.block_on(async {
         let web = TlsBackend::start(BackendConfig::new("web-0", &[NAME]));
         let (_webq, webq) = quic_backend();
@@ -176,7 +168,7 @@ fn one_address_routes_one_name_to_the_tcp_and_the_quic_backend_at_once() {
 
 #[test]
 fn the_cli_changes_one_protocol_and_leaves_the_other() {
-    let rt = runtime();
+    let rt = quic::runtime();
     rt.block_on(async {
         let web = TlsBackend::start(BackendConfig::new("web-0", &[NAME]));
         let (_webq, webq) = quic_backend();

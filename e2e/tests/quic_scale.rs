@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use e2e::proxy::{ProxyProcess, fill};
-use e2e::quic::{ask, backend, client_at, client_config};
+use e2e::quic::{ask, backend, client_at, client_config, runtime};
 use quinn::{ClientConfig, Connection, ConnectionError, Endpoint};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -31,14 +31,6 @@ const LONG_IDLE: Duration = Duration::from_secs(300);
 const REFUSED_IDLE: Duration = Duration::from_secs(3);
 /// How long a test waits for what should happen.
 const WAIT: Duration = Duration::from_secs(30);
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
 
 /// Raises this process's descriptor limit (inherited by the proxy it
 /// starts) to its hard limit, which must allow `need`.

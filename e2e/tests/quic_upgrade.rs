@@ -45,14 +45,6 @@ frontends = [ { address = "${addr:quic}", sni = "alpha.example.com" } ]
 backends = [ { address = "${alpha}", backend_id = "alpha-0" } ]
 "#;
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
-
 /// A quinn backend for `alpha.example.com` answering each bidirectional
 /// stream with `alpha:` and what the client sent.
 fn backend() -> (Endpoint, SocketAddr) {
@@ -116,7 +108,7 @@ fn a_new_connection_routes(rt: &tokio::runtime::Runtime, at: SocketAddr) {
 
 #[test]
 fn an_open_quic_connection_keeps_exchanging_across_an_upgrade() {
-    let rt = runtime();
+    let rt = quic::runtime();
     let (_backend, alpha) = rt.block_on(async { backend() });
     let template = fill(CONFIG, &[("alpha", &alpha.to_string())]);
     let mut proxy = ProxyProcess::start(&template).unwrap_or_else(|e| panic!("{e}"));
@@ -228,7 +220,7 @@ fn an_open_quic_connection_keeps_exchanging_across_an_upgrade() {
 /// for the export, read them again, so the open connection goes on.
 #[test]
 fn a_failed_upgrade_leaves_the_open_connection_with_the_old_process() {
-    let rt = runtime();
+    let rt = quic::runtime();
     let (_backend, alpha) = rt.block_on(async { backend() });
     let template = fill(CONFIG, &[("alpha", &alpha.to_string())]);
     let mut proxy = ProxyProcess::start(&template).unwrap_or_else(|e| panic!("{e}"));
