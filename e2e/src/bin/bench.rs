@@ -202,19 +202,29 @@ fn rotated(targets: &[Kind], rep: usize) -> Vec<Kind> {
     order
 }
 
+/// Starts `kind` with the options' workers and pipe size in front of the
+/// two backends, its configs and logs under `<out>/work`.
+fn start(
+    o: &Options,
+    kind: Kind,
+    rpc: std::net::SocketAddr,
+    hold: std::net::SocketAddr,
+) -> Result<Running, String> {
+    Running::start(
+        kind,
+        (o.workers, o.pipe_size),
+        rpc,
+        hold,
+        &o.out.join("work"),
+    )
+}
+
 fn throughput(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Kind) {
-    let work = o.out.join("work");
     let rpc = match RpcBackend::start(o.hello.len(), 4) {
         Ok(rpc) => rpc,
         Err(e) => return eprintln!("bench: rpc backend: {e}"),
     };
-    let running = match Running::start(
-        kind,
-        (o.workers, o.pipe_size),
-        rpc.addr(),
-        hold.addr(),
-        &work,
-    ) {
+    let running = match start(o, kind, rpc.addr(), hold.addr()) {
         Ok(running) => running,
         Err(e) => {
             let mut record = Record::new("upload", kind.name(), rep);
@@ -301,18 +311,11 @@ fn rate_record(
 }
 
 fn rate(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Kind) {
-    let work = o.out.join("work");
     let rpc = match RpcBackend::start(o.hello.len(), o.concurrency * 2 + 8) {
         Ok(rpc) => rpc,
         Err(e) => return eprintln!("bench: rpc backend: {e}"),
     };
-    let running = match Running::start(
-        kind,
-        (o.workers, o.pipe_size),
-        rpc.addr(),
-        hold.addr(),
-        &work,
-    ) {
+    let running = match start(o, kind, rpc.addr(), hold.addr()) {
         Ok(running) => running,
         Err(e) => {
             let mut record = Record::new("rate", kind.name(), rep);
@@ -436,7 +439,6 @@ fn memory(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Ki
     if kind == Kind::Direct {
         return;
     }
-    let work = o.out.join("work");
     // The rate listener's backend is never reached here.
     let unused = match RpcBackend::start(o.hello.len(), 1) {
         Ok(rpc) => rpc,
@@ -444,13 +446,7 @@ fn memory(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: Ki
     };
     for test in ["mem_idle", "mem_partial", "mem_established"] {
         let mut record = Record::new(test, kind.name(), rep);
-        let running = match Running::start(
-            kind,
-            (o.workers, o.pipe_size),
-            unused.addr(),
-            hold.addr(),
-            &work,
-        ) {
+        let running = match start(o, kind, unused.addr(), hold.addr()) {
             Ok(running) => running,
             Err(e) => {
                 record.note("error", e);
@@ -532,19 +528,12 @@ fn syscalls(o: &Options, sink: &mut Sink, hold: &HoldBackend, rep: usize, kind: 
     if kind == Kind::Direct {
         return;
     }
-    let work = o.out.join("work");
     let mut record = Record::new("syscalls", kind.name(), rep);
     let rpc = match RpcBackend::start(o.hello.len(), o.concurrency * 2 + 8) {
         Ok(rpc) => rpc,
         Err(e) => return eprintln!("bench: rpc backend: {e}"),
     };
-    let running = match Running::start(
-        kind,
-        (o.workers, o.pipe_size),
-        rpc.addr(),
-        hold.addr(),
-        &work,
-    ) {
+    let running = match start(o, kind, rpc.addr(), hold.addr()) {
         Ok(running) => running,
         Err(e) => {
             record.note("error", e);
