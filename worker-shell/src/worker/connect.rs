@@ -33,10 +33,11 @@ use preread_core::Route;
 use preread_core::routes::ClusterId;
 use preread_core::step::{ProxyMode, RejectWith, access_denied, handoff};
 
+use super::backend_socket;
 use super::backends::{ClusterBackends, NoBackend};
 use super::ctx::{Ctx, Drive, TimerKind};
 use super::farewell;
-use super::io::Peer;
+use super::io::{Nodelay, Peer};
 use super::keepalive;
 use super::pipe::Pipe;
 use super::pool::Checkout;
@@ -176,6 +177,11 @@ fn next(
         if attempts >= ctx.settings.max_connection_attempts {
             return refused(RefuseReason::BackendUnavailable);
         }
+        let at_once = backend_socket::writes_at_once(
+            proxy_mode(backends.proxy_protocol()),
+            connecting.target.route.content_offset,
+            connecting.window.as_ref().map_or(0, Checkout::len),
+        );
         let lease = match backends.pick(now, &mut ctx.rng, &connecting.tried) {
             Ok(lease) => lease,
             Err(NoBackend::Full) => return refused(RefuseReason::BackendFull),
@@ -192,7 +198,7 @@ fn next(
             ctx.metrics.incr(retry);
         }
         connecting.tried.push(instance);
-        match open_backend(ctx, key, address, now) {
+        match open_backend(ctx, key, (address, at_once), now) {
             Ok(back) => {
                 connecting.attempt = Some(Attempt { lease, back });
                 let at = now + connect_timeout(ctx, whose.listener);
@@ -224,10 +230,10 @@ enum OpenError {
 fn open_backend(
     ctx: &mut Ctx,
     key: usize,
-    address: SocketAddr,
+    (address, at_once): (SocketAddr, bool),
     now: Instant,
 ) -> Result<Peer, OpenError> {
-    let mut stream = TcpStream::connect(address).map_err(|e| {
+    let mut stream = backend_socket::open(address, at_once).map_err(|e| {
         if is_local(&e) {
             OpenError::Local(e)
         } else {
@@ -242,7 +248,9 @@ fn open_backend(
             Interest::READABLE | Interest::WRITABLE,
         )
         .map_err(OpenError::Local)?;
-    Ok(Peer::new(stream, now))
+    let mut back = Peer::new(stream, now);
+    back.nodelay = Nodelay::Unwritten;
+    Ok(back)
 }
 
 /// This host could not open or connect the backend socket of `lease`:
@@ -463,7 +471,6 @@ fn connected_to_backend(
     let Connecting {
         target, mut window, ..
     } = *connecting;
-    let _ = back.stream.set_nodelay(true);
     // Passive health waits for the backend's first byte (`passive.rs`): a
     // backend that accepts and closes at once must not pass for healthy.
     let backend = lease.instance().backend_id();

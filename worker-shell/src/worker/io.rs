@@ -1,8 +1,8 @@
 //! Non-blocking reads and writes as the edge-triggered loop needs them.
 //!
 //! Owns: [`Ready`] (readiness remembered per socket), [`Peer`] (a session's
-//! socket with its readiness, its last activity and the bytes read from
-//! it), and the two loops that
+//! socket with its readiness, its last activity, the bytes read from
+//! it and when its `TCP_NODELAY` is set, [`Nodelay`]), and the two loops that
 //! move bytes between a socket and a pooled buffer until the socket is
 //! known to be drained (or full). A TCP read that returns less than it
 //! asked for emptied the receive queue, and a short write filled the send
@@ -67,6 +67,27 @@ pub struct Peer {
     /// Bytes read from it: the client's `bytes_in`; for the backend,
     /// whether it sent anything yet.
     pub read: u64,
+    /// Where it stands with `TCP_NODELAY`.
+    pub nodelay: Nodelay,
+}
+
+/// Where a socket stands with `TCP_NODELAY`. Linux applies Nagle in
+/// Minshall's variant (`tcp_nagle_check`): a segment under the MSS waits
+/// only while an earlier *short* segment is unacknowledged. A connection's
+/// first write has no earlier segment, so it leaves whole at once with or
+/// without the option; only a later write could wait for the peer's
+/// (delayed) ACK. A backend socket therefore gets the option just before
+/// its second write, and a session that writes to its backend once (a
+/// short request) spends no `setsockopt` on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Nodelay {
+    /// On: a client's socket inherits it from its listener; or set.
+    #[default]
+    On,
+    /// Off, and nothing written yet.
+    Unwritten,
+    /// Off, written once: turned on before the next write.
+    Due,
 }
 
 impl Peer {
@@ -77,6 +98,37 @@ impl Peer {
             ready: Ready::default(),
             last_activity: now,
             read: 0,
+            nodelay: Nodelay::On,
+        }
+    }
+
+    /// Writes `data` as [`write_some`] does, turning `TCP_NODELAY` on
+    /// first when it is due.
+    pub fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if data.is_empty() || !self.ready.writable {
+            return Ok(0);
+        }
+        self.before_write();
+        let n = write_some(&mut self.stream, data, &mut self.ready)?;
+        self.wrote(n);
+        Ok(n)
+    }
+
+    /// To be called before any write to this socket (a `splice` into it
+    /// too): turns `TCP_NODELAY` on if this is not its first write. A
+    /// socket that refuses the option still carries the bytes, and is not
+    /// asked again.
+    pub fn before_write(&mut self) {
+        if self.nodelay == Nodelay::Due {
+            let _ = self.stream.set_nodelay(true);
+            self.nodelay = Nodelay::On;
+        }
+    }
+
+    /// To be called with the bytes each write to this socket took.
+    pub fn wrote(&mut self, n: usize) {
+        if n > 0 && self.nodelay == Nodelay::Unwritten {
+            self.nodelay = Nodelay::Due;
         }
     }
 }
@@ -137,3 +189,6 @@ pub fn write_some(stream: &mut TcpStream, data: &[u8], ready: &mut Ready) -> io:
     }
     Ok(written)
 }
+
+#[cfg(test)]
+mod tests;

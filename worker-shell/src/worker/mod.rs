@@ -9,6 +9,7 @@
 mod accept;
 mod accept_retry;
 pub mod access;
+mod backend_socket;
 pub mod backends;
 mod close;
 pub mod configured;

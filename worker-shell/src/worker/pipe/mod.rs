@@ -21,7 +21,7 @@ use std::time::Instant;
 use log::debug;
 use mio::net::TcpStream;
 
-use super::io::{Peer, Ready, read_some, write_some};
+use super::io::{Peer, read_some};
 use super::lanes::Lane;
 use super::pool::Checkout;
 use super::splice::{SplicePipe, is_unsupported};
@@ -295,8 +295,7 @@ impl Flow {
         moved: &mut Moved,
     ) -> Result<(), RoundFault> {
         if !self.prefix.is_empty() {
-            let n = write_some(&mut dst.stream, &self.prefix, &mut dst.ready)
-                .map_err(at_destination)?;
+            let n = dst.write(&self.prefix).map_err(at_destination)?;
             self.prefix.drain(..n);
             moved.written += n;
         }
@@ -304,8 +303,7 @@ impl Flow {
             && let Some(buf) = self.buf.as_mut()
             && !buf.is_empty()
         {
-            let n =
-                write_some(&mut dst.stream, buf.data(), &mut dst.ready).map_err(at_destination)?;
+            let n = dst.write(buf.data()).map_err(at_destination)?;
             buf.consume(n);
             moved.written += n;
         }
@@ -377,7 +375,7 @@ fn splice_round(
     eof: &mut bool,
     moved: &mut Moved,
 ) -> Result<(), RoundFault> {
-    moved.written += drain_pipe(pipe, &dst.stream, &mut dst.ready).map_err(at_destination)?;
+    moved.written += drain_pipe(pipe, dst).map_err(at_destination)?;
     if *eof || !src.ready.readable {
         return Ok(());
     }
@@ -389,8 +387,7 @@ fn splice_round(
         }
         Ok(n) => {
             moved.read += n;
-            moved.written +=
-                drain_pipe(pipe, &dst.stream, &mut dst.ready).map_err(at_destination)?;
+            moved.written += drain_pipe(pipe, dst).map_err(at_destination)?;
         }
         // With bytes in the pipe, "would block" may mean a full pipe rather
         // than an empty socket: the flag stays until the pipe drained, or the
@@ -407,14 +404,18 @@ fn splice_round(
 
 /// Splices what the pipe holds to `dst`, as much as it takes now; a full
 /// `dst` clears its writable flag.
-fn drain_pipe(pipe: &mut SplicePipe, dst: &TcpStream, ready: &mut Ready) -> io::Result<usize> {
-    if pipe.pending() == 0 || !ready.writable {
+fn drain_pipe(pipe: &mut SplicePipe, dst: &mut Peer) -> io::Result<usize> {
+    if pipe.pending() == 0 || !dst.ready.writable {
         return Ok(0);
     }
-    match pipe.drain_to(dst) {
-        Ok(n) => Ok(n),
+    dst.before_write();
+    match pipe.drain_to(&dst.stream) {
+        Ok(n) => {
+            dst.wrote(n);
+            Ok(n)
+        }
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-            ready.writable = false;
+            dst.ready.writable = false;
             Ok(0)
         }
         Err(e) => Err(e),

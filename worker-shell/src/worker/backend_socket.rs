@@ -1,0 +1,93 @@
+//! Opening a backend's socket: a non-blocking connect that, when the
+//! session has bytes to write the moment it is connected, lets the kernel
+//! carry the handshake's last ACK on those bytes instead of a packet of
+//! its own.
+//!
+//! Owns: the socket and its `connect` ([`open`]), and the rule that says
+//! whether the session writes at once ([`writes_at_once`]). Must never:
+//! hold back the ACK of a connection whose backend may speak first (no
+//! bytes to send: its banner would wait for the kernel's delayed-ACK
+//! timer), or fail a connect over the option (a socket that refuses it
+//! connects as usual).
+//!
+//! Why: on a connecting socket, Linux sends the ACK of the SYN-ACK at once
+//! unless the socket has `TCP_DEFER_ACCEPT` (or is in delayed-ACK
+//! "pingpong" mode); then it arms the delayed-ACK timer (at most 200 ms)
+//! and the first data segment carries the ACK (`tcp_rcv_synsent_state_process`).
+//! The worker writes the preread window (or the PROXY header) as soon as
+//! the connect's writable edge comes, so the timer never fires. HAProxy
+//! does the same with `TCP_QUICKACK` off (`option smart-connect`); the
+//! defer option is used here because it touches only this one ACK, never
+//! the later ones (`TCP_QUICKACK` off delays them too, which can stall a
+//! backend that writes twice without `TCP_NODELAY`). On loopback this
+//! saves a packet the proxy's `connect` used to send and the backend's
+//! stack used to receive, and the backend then answers the hello with its
+//! own first bytes rather than a bare ACK: two packets fewer per short
+//! connection (doc/performance.md, "The handshake's last ACK").
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+
+use log::debug;
+use mio::net::TcpStream;
+use preread_core::step::ProxyMode;
+use socket2::{Domain, Socket, Type};
+
+/// Whether a session connecting with `mode` has bytes to write to its
+/// backend at once: a PROXY header always; else what is left of its
+/// `window` bytes once the first `content_offset` (a PROXY header the
+/// client sent, dropped unless relayed) are skipped.
+pub(super) fn writes_at_once(mode: ProxyMode, content_offset: usize, window: usize) -> bool {
+    match mode {
+        ProxyMode::Send => true,
+        ProxyMode::Relay => window > 0,
+        ProxyMode::None => window > content_offset,
+    }
+}
+
+/// A non-blocking, close-on-exec TCP socket connecting to `address`
+/// (`EINPROGRESS` is the usual answer). With `writes_at_once`, the
+/// handshake's last ACK waits for the first bytes written.
+pub(super) fn open(address: SocketAddr, writes_at_once: bool) -> io::Result<TcpStream> {
+    let socket = Socket::new(
+        Domain::for_address(address),
+        Type::STREAM.nonblocking(),
+        None,
+    )?;
+    if writes_at_once {
+        merge_last_ack(&socket);
+    }
+    match socket.connect(&address.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(TcpStream::from_std(socket.into()))
+}
+
+/// `TCP_DEFER_ACCEPT` on a socket about to connect: any non-zero value
+/// does; 1 s is the least.
+fn merge_last_ack(socket: &Socket) {
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt on a descriptor `socket` owns, with a pointer to
+    // a live c_int and its exact size.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&raw const on).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        debug!(
+            "TCP_DEFER_ACCEPT refused on a backend socket ({}): its handshake ends with an ACK of its own",
+            io::Error::last_os_error()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests;
