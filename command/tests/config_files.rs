@@ -175,6 +175,7 @@ fn defaults_apply_to_an_empty_config() {
     assert_eq!(global.soft_stop_grace, Duration::from_secs(30));
     assert!(global.defer_accept);
     assert!(!global.backend_keepalive);
+    assert!(!global.backend_delayed_ack);
 }
 
 #[test]
@@ -198,6 +199,7 @@ fn global_settings_are_typed() {
         command_client_timeout = 2
         defer_accept = false
         backend_keepalive = true
+        backend_delayed_ack = true
         "#,
     )
     .unwrap_or_else(|p| panic!("{}", show(&p)));
@@ -226,6 +228,7 @@ fn global_settings_are_typed() {
     assert_eq!(g.command_client_timeout, Duration::from_secs(2));
     assert!(!g.defer_accept);
     assert!(g.backend_keepalive);
+    assert!(g.backend_delayed_ack);
     assert_eq!(
         load_config(r#"empty_saved_state = "keep_empty""#)
             .unwrap()

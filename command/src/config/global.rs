@@ -52,6 +52,10 @@ pub const MAX_SPLICE_PIPE_SIZE: usize = 256 << 20;
 pub const DEFAULT_BACKEND_KEEPALIVE: bool = false;
 /// Default of `defer_accept`.
 pub const DEFAULT_DEFER_ACCEPT: bool = true;
+/// Default of `backend_delayed_ack`: off, since a backend socket that
+/// delays its ACKs from the start can stall a backend that writes its first
+/// answer in two small writes without `TCP_NODELAY` (doc/configure.md).
+pub const DEFAULT_BACKEND_DELAYED_ACK: bool = false;
 /// Default of `max_connection_attempts`.
 pub const DEFAULT_MAX_CONNECTION_ATTEMPTS: u32 = 3;
 /// Default of `soft_stop_grace`.
@@ -177,6 +181,9 @@ pub struct GlobalSettings {
     pub tcp_keepalive: Option<TcpKeepalive>,
     /// Whether the backend sockets get `tcp_keepalive` too.
     pub backend_keepalive: bool,
+    /// Whether a backend socket with bytes to write at once holds the
+    /// handshake's last ACK for them (and so delays its ACKs from the start).
+    pub backend_delayed_ack: bool,
     /// Whether listeners that wait for the client's first bytes ask the
     /// kernel to hand a connection over only once they are there.
     pub defer_accept: bool,
@@ -246,6 +253,7 @@ impl Default for GlobalSettings {
             sources: SourceSettings::default(),
             tcp_keepalive: Some(TcpKeepalive::default()),
             backend_keepalive: DEFAULT_BACKEND_KEEPALIVE,
+            backend_delayed_ack: DEFAULT_BACKEND_DELAYED_ACK,
             defer_accept: DEFAULT_DEFER_ACCEPT,
             resolve_interval: DEFAULT_RESOLVE_INTERVAL,
         }
@@ -440,6 +448,9 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
     global.tcp_keepalive = tcp_keepalive(raw, problems);
     if let Some(on) = &raw.backend_keepalive {
         global.backend_keepalive = *on.get_ref();
+    }
+    if let Some(on) = &raw.backend_delayed_ack {
+        global.backend_delayed_ack = *on.get_ref();
     }
     if let Some(on) = &raw.defer_accept {
         global.defer_accept = *on.get_ref();

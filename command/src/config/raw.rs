@@ -51,6 +51,7 @@ pub(super) struct RawConfig {
     pub(super) tcp_keepalive_interval: Option<Spanned<Seconds>>,
     pub(super) tcp_keepalive_count: Option<Spanned<i64>>,
     pub(super) backend_keepalive: Option<Spanned<bool>>,
+    pub(super) backend_delayed_ack: Option<Spanned<bool>>,
     pub(super) defer_accept: Option<Spanned<bool>>,
     pub(super) resolve_interval: Option<Spanned<Seconds>>,
     #[serde(default)]

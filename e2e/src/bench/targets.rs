@@ -7,7 +7,9 @@
 //! each (1 by default, `--workers`):
 //!
 //! - preread: `worker_count = workers`, access logs off, `splice` as
-//!   given, `defer_accept` on (its default) but for `preread-nodefer`;
+//!   given, `defer_accept` on (its default) but for `preread-nodefer`,
+//!   `backend_delayed_ack` off (its default) but for `preread-delack`
+//!   (copying);
 //! - HAProxy: `nbthread workers`, TCP mode, `tcp-request inspect-delay 5s`,
 //!   `accept if { req.ssl_hello_type 1 }`, else `reject`;
 //!   `use_backend ... if { req.ssl_sni -i a.example.com }`, no logging;
@@ -38,8 +40,14 @@ use super::SNI;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
     Direct,
-    Preread { splice: bool, defer: bool },
-    Haproxy { splice: bool },
+    Preread {
+        splice: bool,
+        defer: bool,
+        delack: bool,
+    },
+    Haproxy {
+        splice: bool,
+    },
     Nginx,
 }
 
@@ -50,14 +58,22 @@ impl Kind {
             "preread-splice" => Self::Preread {
                 splice: true,
                 defer: true,
+                delack: false,
             },
             "preread-copy" => Self::Preread {
                 splice: false,
                 defer: true,
+                delack: false,
             },
             "preread-nodefer" => Self::Preread {
                 splice: true,
                 defer: false,
+                delack: false,
+            },
+            "preread-delack" => Self::Preread {
+                splice: false,
+                defer: true,
+                delack: true,
             },
             "haproxy" => Self::Haproxy { splice: false },
             "haproxy-splice" => Self::Haproxy { splice: true },
@@ -69,13 +85,16 @@ impl Kind {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Direct => "direct",
+            Self::Preread { delack: true, .. } => "preread-delack",
             Self::Preread {
                 splice: true,
                 defer: true,
+                ..
             } => "preread-splice",
             Self::Preread {
                 splice: false,
                 defer: true,
+                ..
             } => "preread-copy",
             Self::Preread { defer: false, .. } => "preread-nodefer",
             Self::Haproxy { splice: false } => "haproxy",
@@ -110,7 +129,7 @@ impl std::fmt::Debug for Running {
 
 /// The preread config of the benchmark (a harness template).
 pub(crate) fn preread_config(
-    (splice, defer): (bool, bool),
+    (splice, defer, delack): (bool, bool, bool),
     (workers, pipe_size): (usize, Option<u64>),
     rpc: SocketAddr,
     hold: SocketAddr,
@@ -123,6 +142,7 @@ pub(crate) fn preread_config(
         .global(&format!("worker_count = {workers}"))
         .global(&format!("splice = {splice}"))
         .global(&format!("defer_accept = {defer}"))
+        .global(&format!("backend_delayed_ack = {delack}"))
         .global("access_logs = \"off\"")
         .global("log_level = \"warn\"")
         .listener("rate", &[])
@@ -233,9 +253,17 @@ impl Running {
                 hold: hold_backend,
                 process: Process::None,
             }),
-            Kind::Preread { splice, defer } => {
-                let config =
-                    preread_config((splice, defer), (workers, pipe_size), rpc, hold_backend);
+            Kind::Preread {
+                splice,
+                defer,
+                delack,
+            } => {
+                let config = preread_config(
+                    (splice, defer, delack),
+                    (workers, pipe_size),
+                    rpc,
+                    hold_backend,
+                );
                 let proxy = ProxyProcess::start(&config)?;
                 Ok(Self {
                     kind,

@@ -18,7 +18,8 @@
 //! of that size (`splice_pipe_size`, `tune.pipesize`; nginx does not
 //! splice); without it both keep the kernel's default.
 //!
-//! `preread-nodefer` is `preread-splice` with `defer_accept = false`. With
+//! `preread-nodefer` is `preread-splice` with `defer_accept = false`;
+//! `preread-delack` is `preread-copy` with `backend_delayed_ack = true`. With
 //! `--workers N`, each proxy runs N worker threads or processes
 //! (`worker_count`, `nbthread`, nginx's `worker_processes` under its
 //! master): CPU and syscalls are summed over its processes.
@@ -641,7 +642,12 @@ fn ratio_lines(records: &[Record]) -> String {
     let mut out = String::new();
     let peers = ["haproxy", "nginx"];
     if let Some(best) = lowest_median(records, "rate", &peers, "proxy_cpu_us_per_conn") {
-        for name in ["preread-copy", "preread-splice", "preread-nodefer"] {
+        for name in [
+            "preread-copy",
+            "preread-splice",
+            "preread-nodefer",
+            "preread-delack",
+        ] {
             let mine = median(records, "rate", name, "proxy_cpu_us_per_conn");
             if !mine.is_nan() {
                 out.push_str(&format!(
@@ -651,7 +657,12 @@ fn ratio_lines(records: &[Record]) -> String {
             }
         }
     }
-    for name in ["preread-copy", "preread-splice", "preread-nodefer"] {
+    for name in [
+        "preread-copy",
+        "preread-splice",
+        "preread-nodefer",
+        "preread-delack",
+    ] {
         let mine = median(records, "syscalls", name, "syscalls_per_conn");
         if let (false, Some(best)) = (
             mine.is_nan(),

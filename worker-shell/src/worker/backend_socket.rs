@@ -1,7 +1,7 @@
-//! Opening a backend's socket: a non-blocking connect that, when the
-//! session has bytes to write the moment it is connected, lets the kernel
-//! carry the handshake's last ACK on those bytes instead of a packet of
-//! its own.
+//! Opening a backend's socket: a non-blocking connect that, with
+//! `backend_delayed_ack` and when the session has bytes to write the moment
+//! it is connected, lets the kernel carry the handshake's last ACK on those
+//! bytes instead of a packet of its own.
 //!
 //! Owns: the socket and its `connect` ([`open`]), and the rule that says
 //! whether the session writes at once ([`writes_at_once`]). Must never:
@@ -10,20 +10,23 @@
 //! timer), or fail a connect over the option (a socket that refuses it
 //! connects as usual).
 //!
-//! Why: on a connecting socket, Linux sends the ACK of the SYN-ACK at once
+//! How: on a connecting socket, Linux sends the ACK of the SYN-ACK at once
 //! unless the socket has `TCP_DEFER_ACCEPT` (or is in delayed-ACK
 //! "pingpong" mode); then it arms the delayed-ACK timer (at most 200 ms)
-//! and the first data segment carries the ACK (`tcp_rcv_synsent_state_process`).
-//! The worker writes the preread window (or the PROXY header) as soon as
-//! the connect's writable edge comes, so the timer never fires. HAProxy
-//! does the same with `TCP_QUICKACK` off (`option smart-connect`); the
-//! defer option is used here because it touches only this one ACK, never
-//! the later ones (`TCP_QUICKACK` off delays them too, which can stall a
-//! backend that writes twice without `TCP_NODELAY`). On loopback this
-//! saves a packet the proxy's `connect` used to send and the backend's
-//! stack used to receive, and the backend then answers the hello with its
-//! own first bytes rather than a bare ACK: two packets fewer per short
-//! connection (doc/performance.md, "The handshake's last ACK").
+//! and the first data segment carries the ACK
+//! (`tcp_rcv_synsent_state_process`). The worker writes the preread window
+//! (or the PROXY header) as soon as the connect's writable edge comes, so
+//! the timer does not fire. HAProxy does the same with `TCP_QUICKACK` off
+//! under `option smart-connect`.
+//!
+//! Why it is not the default: that path also starts the socket's ACK
+//! clock, so the hello, sent within the delayed-ACK interval of the
+//! SYN-ACK, counts as an interactive reply and the socket delays its ACKs
+//! from then on (pingpong mode). A backend that writes its first answer in
+//! two small writes without `TCP_NODELAY` would then wait for the delayed
+//! ACK (40 ms or more) before its second one. On loopback it saves two
+//! packets per short connection: the handshake's ACK, and one ACK of the
+//! backend's answer (doc/performance.md, "The handshake's last ACK").
 
 use std::io;
 use std::net::SocketAddr;

@@ -177,11 +177,12 @@ fn next(
         if attempts >= ctx.settings.max_connection_attempts {
             return refused(RefuseReason::BackendUnavailable);
         }
-        let at_once = backend_socket::writes_at_once(
-            proxy_mode(backends.proxy_protocol()),
-            connecting.target.route.content_offset,
-            connecting.window.as_ref().map_or(0, Checkout::len),
-        );
+        let at_once = ctx.settings.backend_delayed_ack
+            && backend_socket::writes_at_once(
+                proxy_mode(backends.proxy_protocol()),
+                connecting.target.route.content_offset,
+                connecting.window.as_ref().map_or(0, Checkout::len),
+            );
         let lease = match backends.pick(now, &mut ctx.rng, &connecting.tried) {
             Ok(lease) => lease,
             Err(NoBackend::Full) => return refused(RefuseReason::BackendFull),

@@ -29,6 +29,9 @@ pub struct WorkerSettings {
     /// `defer_accept`: listeners that wait for the client's first bytes
     /// use `TCP_DEFER_ACCEPT` (`worker/defer.rs`).
     pub defer_accept: bool,
+    /// `backend_delayed_ack`: the handshake's last ACK rides on the first
+    /// bytes (`worker/backend_socket.rs`).
+    pub backend_delayed_ack: bool,
 }
 
 impl WorkerSettings {
@@ -46,6 +49,7 @@ impl WorkerSettings {
                 .filter(|_| global.backend_keepalive)
                 .map(super::keepalive::options),
             defer_accept: global.defer_accept,
+            backend_delayed_ack: global.backend_delayed_ack,
         }
     }
 }
