@@ -111,6 +111,9 @@ impl DenyJa4 {
         if self.listener.binary_search(ja4).is_ok() {
             return Some(DenyRule::ListenerDenyJa4);
         }
+        if self.clusters.is_empty() {
+            return None;
+        }
         let list = self.clusters.get(cluster)?;
         list.binary_search(ja4)
             .is_ok()
