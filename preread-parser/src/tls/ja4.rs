@@ -489,13 +489,7 @@ impl<'h> Ja4Facts<'h> {
                 set.insert(ext_type);
             }
         }
-        Self {
-            input,
-            transport,
-            a: facts.section_a(transport),
-            facts,
-            set,
-        }
+        Self::gathered(input, transport, facts, set)
     }
 
     /// [`Self::of`] a hello the parser returned, without walking its
@@ -516,6 +510,15 @@ impl<'h> Ja4Facts<'h> {
             supported_versions: hello.supported_versions,
             alpn: hello.alpn,
         };
+        Self::gathered(input, transport, facts, set)
+    }
+
+    fn gathered(
+        input: Ja4Input<'h>,
+        transport: Transport,
+        facts: AFacts<'h>,
+        set: ExtensionSet,
+    ) -> Self {
         Self {
             input,
             transport,
