@@ -76,9 +76,9 @@ pub enum Lookup {
 }
 
 /// The key of one hello, read where it lies: its fixed part built in
-/// registers, its lists left in the hello and read word by word (GREASE
-/// as `0a0a`) to hash, to compare and, on a miss, to store. Nothing is
-/// copied on a hit.
+/// registers, its lists left in the hello, their end words hashed, then
+/// compared with a slot's copy in place and, on a miss, copied into the
+/// slot (GREASE as `0a0a` throughout). Nothing is copied on a hit.
 struct Probe<'h> {
     head: [u64; HEAD_WORDS],
     ciphers: &'h [u8],
