@@ -6,39 +6,20 @@
 #[allow(unreachable_pub)]
 mod checks;
 
-use std::path::PathBuf;
-
-fn corpus() -> Vec<(String, Vec<u8>)> {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../fuzz/corpus/command"
-    ));
-    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
-        .filter_map(|entry| entry.ok())
-        .map(|entry| {
-            let bytes = std::fs::read(entry.path()).unwrap_or_default();
-            (entry.file_name().to_string_lossy().into_owned(), bytes)
-        })
-        .collect();
-    files.sort();
-    files
-}
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../testdata/fuzz_replay.rs"]
+mod corpus;
 
 #[test]
 fn command_corpus_replays() {
-    let files = corpus();
-    assert!(files.len() >= 10, "only {} corpus files", files.len());
+    let files = corpus::files("command", 10);
     // Real frames start with a zero byte, which the target reads as
     // 1-byte chunks: the example's whole request sequence goes through the
     // decoder byte by byte, then through dispatch and replay.
     assert!(
         files
             .iter()
-            .any(|(name, bytes)| name == "example_all_frames.bin" && bytes[0] == 0)
+            .any(|(path, bytes)| path.ends_with("example_all_frames.bin") && bytes[0] == 0)
     );
-    for (name, bytes) in &files {
-        eprintln!("{name}");
-        checks::check_command(bytes);
-    }
+    corpus::replay("command", 10, checks::check_command);
 }

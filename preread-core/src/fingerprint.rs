@@ -62,9 +62,10 @@ pub(crate) fn ja4_of_facts(facts: &Ja4Facts<'_>) -> Ja4 {
 pub struct DenyJa4 {
     listener: Box<[Ja4]>,
     clusters: HashMap<ClusterId, Box<[Ja4]>>,
-    /// The `a` section of every entry of every list, sorted: a hello
-    /// whose `a` is not here matches no list, and is not fingerprinted.
-    sections: Box<[[u8; 10]]>,
+    /// The `a` section of every entry of every list ([`section_key`]),
+    /// sorted: a hello whose `a` is not here matches no list, and is not
+    /// fingerprinted.
+    sections: Box<[u128]>,
 }
 
 impl DenyJa4 {
@@ -91,7 +92,7 @@ impl DenyJa4 {
     /// Whether a hello whose `a` section is `section_a` may be on a list;
     /// when not, its fingerprint need not be computed.
     pub(crate) fn may_hold(&self, section_a: &[u8; 10]) -> bool {
-        self.sections.binary_search(section_a).is_ok()
+        self.sections.binary_search(&section_key(section_a)).is_ok()
     }
 
     /// No list at all: nothing is ever fingerprinted to decide.
@@ -110,6 +111,9 @@ impl DenyJa4 {
         if self.listener.binary_search(ja4).is_ok() {
             return Some(DenyRule::ListenerDenyJa4);
         }
+        if self.clusters.is_empty() {
+            return None;
+        }
         let list = self.clusters.get(cluster)?;
         list.binary_search(ja4)
             .is_ok()
@@ -117,9 +121,21 @@ impl DenyJa4 {
     }
 }
 
+/// An `a` section as one integer ordered as its bytes: compared inline,
+/// where a 10-byte array is compared by a call to `memcmp`.
+fn section_key(section_a: &[u8; 10]) -> u128 {
+    let mut bytes = [0; 16];
+    bytes[..10].copy_from_slice(section_a);
+    u128::from_be_bytes(bytes)
+}
+
 /// The `a` sections of `list` and `more`, sorted, without duplicates.
-fn sections(list: &[Ja4], more: impl IntoIterator<Item = [u8; 10]>) -> Box<[[u8; 10]]> {
-    let mut all: Vec<[u8; 10]> = list.iter().map(Ja4::section_a).chain(more).collect();
+fn sections(list: &[Ja4], more: impl IntoIterator<Item = u128>) -> Box<[u128]> {
+    let mut all: Vec<u128> = list
+        .iter()
+        .map(|ja4| section_key(&ja4.section_a()))
+        .chain(more)
+        .collect();
     all.sort_unstable();
     all.dedup();
     all.into()

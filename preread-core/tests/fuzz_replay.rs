@@ -12,33 +12,15 @@ mod checks;
 #[path = "../../testdata/route_pool.rs"]
 mod route_pool;
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::Path;
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../testdata/fuzz_replay.rs"]
+mod corpus;
 
 use preread_core::{Output, RejectReason};
 
 #[test]
 fn core_corpus() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/core");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|entry| entry.expect("corpus entry").path())
-        .filter(|path| path.is_file())
-        .collect();
-    files.sort();
-    assert!(
-        files.len() >= 40,
-        "fuzz/corpus/core holds {} files, expected at least 40",
-        files.len()
-    );
-    let decisions: Vec<Output> = files
-        .iter()
-        .map(|path| {
-            let bytes = std::fs::read(path).expect("corpus file");
-            catch_unwind(AssertUnwindSafe(|| checks::check_core(&bytes)))
-                .unwrap_or_else(|_| panic!("{} breaks an invariant of the core", path.display()))
-        })
-        .collect();
+    let decisions = corpus::replay("core", 40, checks::check_core);
     let routed = decisions
         .iter()
         .filter(|d| matches!(d, Output::Routed(r) if r.fallback.is_none()))
@@ -61,7 +43,7 @@ fn core_corpus() {
     reasons.sort_unstable();
     println!(
         "{} files: {routed} routed, {fallback} fallbacks, {rejected} rejected {reasons:?}",
-        files.len()
+        decisions.len()
     );
     assert!(
         routed >= 5 && fallback >= 1 && rejected >= 5,

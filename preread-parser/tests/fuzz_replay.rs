@@ -7,43 +7,12 @@
 #[path = "../../fuzz/src/checks_parser.rs"]
 mod checks;
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::{Path, PathBuf};
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../testdata/fuzz_replay.rs"]
+mod corpus;
 
 use checks::TlsOutcome;
-
-fn corpus(target: &str, at_least: usize) -> Vec<(PathBuf, Vec<u8>)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus")
-        .join(target);
-    let mut files: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|entry| entry.expect("corpus entry").path())
-        .filter(|path| path.is_file())
-        .map(|path| {
-            let bytes = std::fs::read(&path).expect("corpus file");
-            (path, bytes)
-        })
-        .collect();
-    files.sort();
-    assert!(
-        files.len() >= at_least,
-        "fuzz/corpus/{target} holds {} files, expected at least {at_least}",
-        files.len()
-    );
-    files
-}
-
-/// Runs `check` on every file, naming the file that broke an invariant.
-fn replay<T>(target: &str, at_least: usize, check: fn(&[u8]) -> T) -> Vec<T> {
-    corpus(target, at_least)
-        .iter()
-        .map(|(path, bytes)| {
-            catch_unwind(AssertUnwindSafe(|| check(bytes)))
-                .unwrap_or_else(|_| panic!("{} breaks an invariant", path.display()))
-        })
-        .collect()
-}
+use corpus::replay;
 
 #[test]
 fn clienthello_corpus() {

@@ -345,3 +345,25 @@ proptest! {
         prop_assert_eq!((ja4, raw), fingerprints(&hello(&sorted, &[])));
     }
 }
+
+proptest! {
+    /// Fingerprints order as their text does (a `deny_ja4` list is
+    /// searched by bisection), however they differ: in any of the 36
+    /// places, including the three the integer comparison splits at.
+    #[test]
+    fn fingerprints_order_as_their_text(
+        base in "[tq]1[0-3][di][0-9]{4}[a-z0-9]{2}_[0-9a-f]{12}_[0-9a-f]{12}",
+        at in 0usize..36,
+        digit in "[0-9a-f]",
+    ) {
+        let one = Ja4::parse(&base).expect("a fingerprint");
+        let mut text = base.clone().into_bytes();
+        if text[at] != b'_' && at > 9 {
+            text[at] = digit.as_bytes()[0];
+        }
+        let text = String::from_utf8(text).expect("ascii");
+        let two = Ja4::parse(&text).expect("a fingerprint");
+        prop_assert_eq!(one.cmp(&two), base.cmp(&text));
+        prop_assert_eq!(one == two, base == text);
+    }
+}

@@ -6,33 +6,15 @@
 #[path = "../../fuzz/src/checks_quic.rs"]
 mod checks;
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::Path;
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../testdata/fuzz_replay.rs"]
+mod corpus;
 
 use checks::QuicOutcome;
 
 #[test]
 fn quic_initial_corpus() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/quic_initial");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|entry| entry.expect("corpus entry").path())
-        .filter(|path| path.is_file())
-        .collect();
-    files.sort();
-    assert!(
-        files.len() >= 9,
-        "fuzz/corpus/quic_initial holds {} files",
-        files.len()
-    );
-    let outcomes: Vec<QuicOutcome> = files
-        .iter()
-        .map(|path| {
-            let bytes = std::fs::read(path).expect("corpus file");
-            catch_unwind(AssertUnwindSafe(|| checks::check_quic_initial(&bytes)))
-                .unwrap_or_else(|_| panic!("{} breaks an invariant", path.display()))
-        })
-        .collect();
+    let outcomes = corpus::replay("quic_initial", 9, checks::check_quic_initial);
     // The seeds reach every outcome: a corpus that stops at the AEAD
     // would test nothing past it.
     for outcome in [

@@ -7,33 +7,15 @@
 #[path = "../../fuzz/src/checks_pcap.rs"]
 mod checks;
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::Path;
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../testdata/fuzz_replay.rs"]
+mod corpus;
 
 use checks::PcapOutcome;
 
 #[test]
 fn pcap_corpus() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/pcap");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|entry| entry.expect("corpus entry").path())
-        .filter(|path| path.is_file())
-        .collect();
-    files.sort();
-    assert!(
-        files.len() >= 7,
-        "fuzz/corpus/pcap holds {} files",
-        files.len()
-    );
-    let outcomes: Vec<PcapOutcome> = files
-        .iter()
-        .map(|path| {
-            let bytes = std::fs::read(path).expect("corpus file");
-            catch_unwind(AssertUnwindSafe(|| checks::check_pcap(&bytes)))
-                .unwrap_or_else(|_| panic!("{} breaks an invariant", path.display()))
-        })
-        .collect();
+    let outcomes = corpus::replay("pcap", 7, checks::check_pcap);
     for outcome in [PcapOutcome::Refused, PcapOutcome::Flights] {
         assert!(outcomes.contains(&outcome), "no seed is {outcome:?}");
     }

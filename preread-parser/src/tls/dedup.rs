@@ -14,6 +14,9 @@ const BITMAP_WORDS: usize = (u16::MAX as usize + 1) / 64;
 pub(super) struct ExtensionTypeSet {
     /// Types below 256, exactly.
     low: [u64; 4],
+    /// How many types below 256 (JA4's extension count wants it, and a
+    /// count here is cheaper than counting `low`'s bits later).
+    low_len: u16,
     /// Types from 256 on: a hashed filter in front of `small`.
     filter: [u64; 4],
     small: [u16; SMALL],
@@ -38,6 +41,7 @@ impl ExtensionTypeSet {
     pub(super) fn new() -> Self {
         Self {
             low: [0; 4],
+            low_len: 0,
             filter: [0; 4],
             small: [0; SMALL],
             len: 0,
@@ -48,6 +52,11 @@ impl ExtensionTypeSet {
     /// The exact bitmap of the types below 256 (JA4's extension set).
     pub(super) fn low(&self) -> [u64; 4] {
         self.low
+    }
+
+    /// How many types below 256 were recorded.
+    pub(super) fn low_len(&self) -> u16 {
+        self.low_len
     }
 
     /// The types from 256 on, in the order first seen; `None` once there
@@ -62,6 +71,7 @@ impl ExtensionTypeSet {
             let (word, bit) = (usize::from(low >> 6), 1u64 << (low & 63));
             let fresh = self.low[word] & bit == 0;
             self.low[word] |= bit;
+            self.low_len += u16::from(fresh);
             return fresh;
         }
         if let Some(bitmap) = &mut self.bitmap {

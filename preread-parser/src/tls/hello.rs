@@ -135,6 +135,6 @@ pub(super) fn parse_body(body: &[u8]) -> Result<Body<'_>, HandshakeFault> {
         }
         block = after;
     }
-    hello.extension_set = ExtensionSet::from_seen(seen.low(), seen.listed());
+    hello.extension_set = ExtensionSet::from_seen(seen.low(), seen.low_len(), seen.listed());
     forbidden.or(hello)
 }

@@ -93,10 +93,25 @@ impl<'a> From<&ClientHello<'a>> for Ja4Input<'a> {
 /// A JA4 fingerprint, such as `t13d1516h2_8daaf6152771_e5627efa2ab1`.
 ///
 /// Computed by [`Ja4::of`], or read from configuration by [`Ja4::parse`];
-/// two are equal when their 36 bytes are.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// two are equal when their 36 bytes are, and ordered as their bytes.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Ja4 {
     text: [u8; JA4_LEN],
+}
+
+impl Ord for Ja4 {
+    /// The bytes' order, compared as three big-endian integers: a
+    /// `deny_ja4` list is searched by bisection on every fingerprinted
+    /// hello, and a byte-wise comparison is a call to `memcmp`.
+    fn cmp(&self, other: &Self) -> core::cmp::Ordering {
+        self.order_key().cmp(&other.order_key())
+    }
+}
+
+impl PartialOrd for Ja4 {
+    fn partial_cmp(&self, other: &Self) -> Option<core::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 impl Ja4 {
@@ -124,6 +139,14 @@ impl Ja4 {
     /// whose entries starts with it cannot hold the fingerprint.
     pub fn section_a_of<'a>(hello: impl Into<Ja4Input<'a>>, transport: Transport) -> [u8; A_LEN] {
         Ja4Facts::of(hello, transport).section_a()
+    }
+
+    fn order_key(&self) -> (u128, u128, u32) {
+        let (first, rest) = self.text.split_at(16);
+        let (second, last) = rest.split_at(16);
+        let word = |bytes: &[u8]| bytes.try_into().map_or(0, u128::from_be_bytes);
+        let tail = last.try_into().map_or(0, u32::from_be_bytes);
+        (word(first), word(second), tail)
     }
 
     /// This fingerprint's `a` section.
@@ -445,6 +468,9 @@ pub struct Ja4Facts<'h> {
     transport: Transport,
     facts: AFacts<'h>,
     set: ExtensionSet,
+    /// The `a` section, formatted once: the decision's prefilter reads
+    /// it, and the cache's key starts with it.
+    a: [u8; A_LEN],
 }
 
 impl<'h> Ja4Facts<'h> {
@@ -463,12 +489,7 @@ impl<'h> Ja4Facts<'h> {
                 set.insert(ext_type);
             }
         }
-        Self {
-            input,
-            transport,
-            facts,
-            set,
-        }
+        Self::gathered(input, transport, facts, set)
     }
 
     /// [`Self::of`] a hello the parser returned, without walking its
@@ -489,9 +510,19 @@ impl<'h> Ja4Facts<'h> {
             supported_versions: hello.supported_versions,
             alpn: hello.alpn,
         };
+        Self::gathered(input, transport, facts, set)
+    }
+
+    fn gathered(
+        input: Ja4Input<'h>,
+        transport: Transport,
+        facts: AFacts<'h>,
+        set: ExtensionSet,
+    ) -> Self {
         Self {
             input,
             transport,
+            a: facts.section_a(transport),
             facts,
             set,
         }
@@ -499,7 +530,7 @@ impl<'h> Ja4Facts<'h> {
 
     /// The fingerprint's `a` section (`t13d1516h2`).
     pub fn section_a(&self) -> [u8; A_LEN] {
-        self.facts.section_a(self.transport)
+        self.a
     }
 }
 

@@ -1,62 +1,68 @@
 //! A small per-worker cache of JA4 fingerprints, so that a client seen
-//! again (the same browser build, a bot) costs one copy of its lists and
-//! one comparison instead of the sort, the hex text and two SHA-256.
+//! again (the same browser build, a bot) costs one comparison of its lists
+//! instead of the sort, the hex text and two SHA-256.
 //!
 //! Owns: [`Ja4Cache`] (direct-mapped, [`ENTRIES`] slots, allocated once
 //! with the cache, never on a lookup) and the key of a hello: what
-//! determines its fingerprint, written out canonically (at most
-//! [`KEY_LEN`] bytes) from the facts one walk gathered ([`Ja4Facts`]; on
-//! the decision path, the parser's own walk):
-//! - the transport, the version JA4 reports (its two characters), the two
-//!   ALPN characters;
+//! determines its fingerprint, from the facts one walk gathered
+//! ([`Ja4Facts`]; on the decision path, the parser's own walk):
+//! - the `a` section (transport, the version JA4 reports, the counts, the
+//!   two ALPN characters);
 //! - the extension *set*, order-independent because Chrome shuffles its
 //!   extensions on every connection: the bitmap of the types below 256,
 //!   then the count of the others and their types, sorted
-//!   ([`super::ExtensionSet`]; GREASE types left out). With the cipher
-//!   list this is the rest of the `a` section (`server_name` is bit 0;
-//!   the extension count, the set's size);
-//! - the cipher list's length, then the ciphers in the client's order,
-//!   every GREASE value written as `0a0a` (JA4 sorts the ciphers, so two
-//!   orders of one list, or a GREASE value in another place, are two
-//!   entries of one fingerprint: a miss, never a wrong value);
-//! - the signature algorithms in order, GREASE as `0a0a`, to the end.
+//!   ([`super::ExtensionSet`]; GREASE types left out);
+//! - the lengths of the two lists, then the ciphers in the client's order,
+//!   every GREASE value as `0a0a` (JA4 sorts the ciphers, so two orders of
+//!   one list, or a GREASE value in another place, are two entries of one
+//!   fingerprint: a miss, never a wrong value);
+//! - the signature algorithms in order, GREASE as `0a0a`.
 //!
 //! GREASE values count for nothing, as in JA4: Chrome draws new ones per
 //! connection, in the same places. A hello the key cannot describe
-//! exactly (a type twice, more high extensions than the set holds, a key
-//! past [`KEY_LEN`]) is fingerprinted without the cache.
+//! exactly (a type twice, more high extensions than the set holds, lists
+//! past [`LIST_BYTES`]) is fingerprinted without the cache.
+//!
+//! A hit reads the key where it lies: the fixed part is built in
+//! registers, the lists are compared in the hello itself against the
+//! slot's copy (byte for byte past the stored list's last GREASE word,
+//! which for Chrome is its first cipher). Nothing is copied on a hit; a
+//! miss copies the lists into the slot. Measured on the ja4 bench, the
+//! copy of the key into a buffer, its hash over every word and the
+//! comparison were most of a hit.
 //!
 //! Why no collision can give a wrong fingerprint: a slot stores the whole
-//! key beside the fingerprint, and a hit compares the whole key, byte for
-//! byte. The key determines the fingerprint (every input of JA4 is in it,
-//! and the counts make it prefix-free), so equal keys mean equal
-//! fingerprints. The hash only picks the slot. Before, the key was a
-//! 128-bit SipHash and a hit trusted it; with a weak hash that would let a
-//! client poison a slot (a hello crafted to collide with a good client's,
-//! carrying a denied fingerprint, and the good client refused). Comparing
-//! the key removes that; what is left to an attacker who aims at a slot is
-//! to evict it, which costs the evicted client one recomputation, as any
-//! new hello does. So the slot hash is a cheap multiply-fold over the
-//! key's words (still seeded per cache, so the aim is not free). The old
-//! lookup (its own walk, the key's text, SipHash-1-3) took about a quarter
-//! of a whole warm connection (`perf record` on the ja4 bench).
+//! key beside the fingerprint, and a hit compares the whole key. The key
+//! determines the fingerprint (every input of JA4 is in it, and the
+//! lengths make it prefix-free), so equal keys mean equal fingerprints.
+//! The hash only picks the slot, so it reads only the fixed part and each
+//! list's first and last word; it is seeded per cache, so aiming a hello
+//! at a slot is not free, and all an aimed hello can do is evict the slot,
+//! which costs the evicted client one recomputation, as any new hello
+//! does. A 128-bit hash trusted on a hit (the first design) would let a
+//! crafted collision poison a slot with a denied fingerprint.
 //!
 //! Must never: allocate or lock on a lookup, or return a value other than
 //! [`Ja4::of`]'s for the same hello. One cache belongs to one worker
 //! thread (`preread_core` keeps one per thread): it is `&mut`, never shared.
 
-use super::grease::copy_grease_as_one;
-use super::{Ja4, Ja4Facts, Ja4Input, Transport, alpn_chars, version_code};
+use super::grease::{copy_grease_as_one, end_words, equals_grease_as_one, grease_end};
+use super::{Ja4, Ja4Facts, Ja4Input, Transport};
 
-/// Slots of a cache: 256 of 280 bytes, 70 KiB per worker. A listener's
+/// Slots of a cache: 256 of 312 bytes, 78 KiB per worker. A listener's
 /// clients are a handful of browser and library builds, each one
 /// fingerprint per version of its lists.
 pub const ENTRIES: usize = 256;
 
-/// The longest key a slot holds: Chrome's is 102 bytes, curl's (31
-/// ciphers, 16 signature algorithms) 134; a client offering much more is
+/// The fixed part of a key: the `a` section (transport, version, counts,
+/// ALPN characters), the number of high types and the two lists'
+/// lengths (2 words); the bitmap of the low types (4); the high types (2).
+const HEAD_WORDS: usize = 8;
+
+/// Bytes the two lists may fill together: Chrome's take 48, curl's (31
+/// ciphers, 16 signature algorithms) 94; a client offering much more is
 /// fingerprinted without the cache.
-const KEY_LEN: usize = 240;
+const LIST_BYTES: usize = 208;
 
 /// What the cache did for one lookup, for the tests and the bench.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,95 +75,149 @@ pub enum Lookup {
     Uncached,
 }
 
-/// The canonical key of one hello (see the module doc); empty in an
-/// unused slot, which no hello's key is.
-#[derive(Clone, Copy)]
-struct Key {
-    len: u16,
-    bytes: [u8; KEY_LEN],
+/// The key of one hello, read where it lies: its fixed part built in
+/// registers, its lists left in the hello, their end words hashed, then
+/// compared with a slot's copy in place and, on a miss, copied into the
+/// slot (GREASE as `0a0a` throughout). Nothing is copied on a hit.
+struct Probe<'h> {
+    head: [u64; HEAD_WORDS],
+    ciphers: &'h [u8],
+    signatures: &'h [u8],
 }
 
-impl Key {
-    const EMPTY: Self = Self {
-        len: 0,
-        bytes: [0; KEY_LEN],
-    };
-
-    fn as_slice(&self) -> &[u8] {
-        &self.bytes[..usize::from(self.len)]
-    }
-
-    /// Writes the key of the hello `walked` gathered; `None` when it has
-    /// no exact one.
-    fn write(&mut self, walked: &Ja4Facts<'_>) -> Option<()> {
+impl<'h> Probe<'h> {
+    /// The key of the hello `walked` gathered; `None` when it has no
+    /// exact one that fits a slot.
+    fn of(walked: &Ja4Facts<'h>) -> Option<Self> {
         let set = &walked.set;
-        if !set.is_exact() {
+        let ciphers = walked.input.cipher_suites;
+        let signatures = walked.facts.signature_algorithms;
+        if !set.is_exact() || ciphers.len() + signatures.len() > LIST_BYTES {
             return None;
         }
-        let facts = &walked.facts;
-        let version = version_code(facts.version());
-        let alpn = alpn_chars(facts.alpn);
-        let mut out = Writer {
-            bytes: &mut self.bytes,
-            at: 0,
+        let a = &walked.a;
+        let high_len = u8::try_from(set.high().len()).ok()?;
+        let mut high = [0u16; 8];
+        high.get_mut(..set.high().len())?
+            .copy_from_slice(set.high());
+        let pack = |four: &[u16]| {
+            four.iter()
+                .rev()
+                .fold(0u64, |word, &t| word << 16 | u64::from(t))
         };
-        out.put(&[
-            walked.transport.letter(),
-            version[0],
-            version[1],
-            alpn[0],
-            alpn[1],
-        ])?;
-        for word in set.low_words() {
-            out.put(&word.to_le_bytes())?;
+        let low = set.low_words();
+        let head = [
+            u64::from_le_bytes([a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]]),
+            u64::from_le_bytes([a[8], a[9], high_len, 0, 0, 0, 0, 0])
+                | u64::from(u16::try_from(ciphers.len()).ok()?) << 32
+                | u64::from(u16::try_from(signatures.len()).ok()?) << 48,
+            low[0],
+            low[1],
+            low[2],
+            low[3],
+            pack(&high[..4]),
+            pack(&high[4..]),
+        ];
+        Some(Self {
+            head,
+            ciphers,
+            signatures,
+        })
+    }
+
+    /// Whether `entry` holds this key: the fixed part, which holds both
+    /// lengths, then both lists. Past the last word where the stored list
+    /// has GREASE, the lists are compared byte for byte (`bcmp`): a
+    /// hello's list with GREASE there differs, as its key would (`0a0a`
+    /// is GREASE). Only the words up to it are compared a word at a time,
+    /// GREASE as `0a0a`.
+    fn is_in(&self, entry: &Entry) -> bool {
+        let differ = self
+            .head
+            .iter()
+            .zip(&entry.head)
+            .fold(0, |differ, (word, stored)| differ | (word ^ stored));
+        let split = self.ciphers.len();
+        let end = split + self.signatures.len();
+        let (Some(ciphers), Some(signatures)) =
+            (entry.lists.get(..split), entry.lists.get(split..end))
+        else {
+            return false;
+        };
+        let same = |list: &[u8], stored: &[u8], grease_end: u16| {
+            let at = usize::from(grease_end);
+            match (list.split_at_checked(at), stored.split_at_checked(at)) {
+                (Some((list, rest)), Some((stored, stored_rest))) => {
+                    equals_grease_as_one(list, stored) && rest == stored_rest
+                }
+                _ => false,
+            }
+        };
+        differ == 0
+            && same(self.ciphers, ciphers, entry.grease_end[0])
+            && same(self.signatures, signatures, entry.grease_end[1])
+    }
+
+    fn store(&self, entry: &mut Entry, ja4: Ja4) {
+        let end = self.ciphers.len() + self.signatures.len();
+        let Some((ciphers, signatures)) = entry
+            .lists
+            .get_mut(..end)
+            .map(|lists| lists.split_at_mut(self.ciphers.len()))
+        else {
+            return;
+        };
+        copy_grease_as_one(self.ciphers, ciphers);
+        copy_grease_as_one(self.signatures, signatures);
+        // Both lists are shorter than LIST_BYTES.
+        let end = |list: &[u8]| u16::try_from(grease_end(list)).unwrap_or(u16::MAX);
+        entry.grease_end = [end(self.ciphers), end(self.signatures)];
+        entry.head = self.head;
+        entry.ja4 = ja4;
+    }
+
+    /// The slot of the key: the fixed part and each list's first and last
+    /// word, folded through 64×64→128-bit multiplies (each folds its high
+    /// half into its low) from `seed`, on four independent lanes so that
+    /// the multiplies overlap. Not the words between: two keys that
+    /// differ only there share a slot, which costs a recomputation when
+    /// both are in use, never a wrong value (a hit compares every word).
+    fn slot(&self, seed: u64) -> usize {
+        const K: u64 = 0x9e37_79b9_7f4a_7c15;
+        let fold = |a: u64, b: u64| {
+            let product = u128::from(a) * u128::from(b);
+            (product as u64) ^ ((product >> 64) as u64)
+        };
+        let [c0, c1] = end_words(self.ciphers);
+        let [s0, s1] = end_words(self.signatures);
+        let h = &self.head;
+        let mut lanes = [seed, seed ^ K, seed.rotate_left(16), !seed];
+        for words in [
+            [h[0], h[1], h[2], h[3]],
+            [h[4], h[5], h[6], h[7]],
+            [c0, c1, s0, s1],
+        ] {
+            for (lane, word) in lanes.iter_mut().zip(words) {
+                *lane = fold(*lane ^ word, K);
+            }
         }
-        out.put(&[u8::try_from(set.high().len()).ok()?])?;
-        for &ext_type in set.high() {
-            out.put_u16(ext_type)?;
-        }
-        let ciphers = walked.input.cipher_suites;
-        out.put_u16(u16::try_from(ciphers.len()).ok()?)?;
-        out.put_grease_as_one(ciphers)?;
-        out.put_grease_as_one(facts.signature_algorithms)?;
-        self.len = out.at as u16;
-        Some(())
-    }
-}
-
-/// Appends to a key's bytes. Its own cursor, not [`Key::len`]: a length
-/// kept in the key would be stored and reloaded around every byte
-/// written (measured: a third of a hit).
-struct Writer<'k> {
-    bytes: &'k mut [u8; KEY_LEN],
-    at: usize,
-}
-
-impl Writer<'_> {
-    fn put(&mut self, bytes: &[u8]) -> Option<()> {
-        let end = self.at + bytes.len();
-        self.bytes.get_mut(self.at..end)?.copy_from_slice(bytes);
-        self.at = end;
-        Some(())
-    }
-
-    fn put_u16(&mut self, value: u16) -> Option<()> {
-        self.put(&value.to_le_bytes())
-    }
-
-    /// `list` as is, but every GREASE value written as `0a0a`, rather
-    /// than left out: four values at a time, no branch per value. Chrome draws its GREASE values anew, not their places (first
-    /// cipher), so the key stays one per client.
-    fn put_grease_as_one(&mut self, list: &[u8]) -> Option<()> {
-        let end = self.at + list.len();
-        copy_grease_as_one(list, self.bytes.get_mut(self.at..end)?);
-        self.at = end;
-        Some(())
+        let [a, b, c, d] = lanes;
+        (fold(a ^ c, b ^ d) >> 32) as usize % ENTRIES
     }
 }
 
 #[derive(Clone, Copy)]
 struct Entry {
-    key: Key,
+    /// All zero in an unused slot, which no key's is (its first byte is
+    /// the transport's letter).
+    head: [u64; HEAD_WORDS],
+    /// The cipher suites then the signature algorithms, GREASE as
+    /// `0a0a`; only as many bytes as the lengths in `head` say are the
+    /// key's.
+    lists: [u8; LIST_BYTES],
+    /// Where each list's last word holding GREASE ends ([`grease_end`]):
+    /// up to there it is compared word by word, then byte for byte.
+    grease_end: [u16; 2],
     ja4: Ja4,
 }
 
@@ -165,15 +225,12 @@ struct Entry {
 /// a hello (see the module doc).
 pub struct Ja4Cache {
     seed: u64,
-    /// The key of the hello being looked up, built here so that a lookup
-    /// neither zeroes nor moves a key-sized buffer.
-    scratch: Key,
     slots: Box<[Entry]>,
 }
 
 impl core::fmt::Debug for Ja4Cache {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        let used = self.slots.iter().filter(|slot| slot.key.len > 0).count();
+        let used = self.slots.iter().filter(|slot| slot.head[0] != 0).count();
         f.debug_struct("Ja4Cache").field("used", &used).finish()
     }
 }
@@ -183,12 +240,13 @@ impl Ja4Cache {
     /// worker, fixed in a test.
     pub fn new(k0: u64, k1: u64) -> Self {
         let empty = Entry {
-            key: Key::EMPTY,
+            head: [0; HEAD_WORDS],
+            lists: [0; LIST_BYTES],
+            grease_end: [0; 2],
             ja4: Ja4 { text: [b'_'; 36] },
         };
         Self {
             seed: k0 ^ k1.rotate_left(32),
-            scratch: Key::EMPTY,
             slots: vec![empty; ENTRIES].into_boxed_slice(),
         }
     }
@@ -211,55 +269,22 @@ impl Ja4Cache {
 
     /// [`Self::ja4_of_facts`], saying whether it hit.
     pub fn lookup_facts(&mut self, facts: &Ja4Facts<'_>) -> (Ja4, Lookup) {
-        if self.scratch.write(facts).is_none() {
+        let Some(probe) = Probe::of(facts) else {
             return (Ja4::of_facts(facts), Lookup::Uncached);
-        }
-        let key = self.scratch.as_slice();
-        let slot = &mut self.slots[slot_of(self.seed, key)];
-        if slot.key.as_slice() == key {
+        };
+        let slot = &mut self.slots[probe.slot(self.seed)];
+        if probe.is_in(slot) {
             return (slot.ja4, Lookup::Hit);
         }
         let ja4 = Ja4::of_facts(facts);
-        *slot = Entry {
-            key: self.scratch,
-            ja4,
-        };
+        probe.store(slot, ja4);
         (ja4, Lookup::Miss)
     }
 }
 
-/// The slot of `key`: its words folded through 64×64→128-bit multiplies
-/// (each folds its high half into its low), from `seed`, on four
-/// independent lanes so that the multiplies overlap.
-fn slot_of(seed: u64, key: &[u8]) -> usize {
-    const K: u64 = 0x9e37_79b9_7f4a_7c15;
-    let fold = |a: u64, b: u64| {
-        let product = u128::from(a) * u128::from(b);
-        (product as u64) ^ ((product >> 64) as u64)
-    };
-    let mut lanes = [seed, seed ^ K, seed.rotate_left(16), !seed];
-    let mut mix = |block: &[u8]| {
-        for (lane, word) in lanes.iter_mut().zip(block.chunks_exact(8)) {
-            if let Some(word) = word.first_chunk::<8>() {
-                *lane = fold(*lane ^ u64::from_le_bytes(*word), K);
-            }
-        }
-    };
-    let mut blocks = key.chunks_exact(32);
-    for block in &mut blocks {
-        mix(block);
-    }
-    let mut tail = [0u8; 32];
-    tail[..blocks.remainder().len()].copy_from_slice(blocks.remainder());
-    mix(&tail);
-    let [a, b, c, d] = lanes;
-    let hash = fold(a ^ c, b ^ d ^ key.len() as u64);
-    (hash >> 32) as usize % ENTRIES
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{ENTRIES, Ja4Cache, Key, Lookup, slot_of};
+    use super::{ENTRIES, Entry, Ja4Cache, Lookup, Probe};
     use crate::tls::ja4::{Ja4, Ja4Facts, Ja4Input, Transport};
 
     fn input(ciphers: &[u8]) -> Ja4Input<'_> {
@@ -271,10 +296,9 @@ mod tests {
     }
 
     fn slot(cache: &Ja4Cache, ciphers: &[u8]) -> usize {
-        let mut key = Key::EMPTY;
-        key.write(&Ja4Facts::of(input(ciphers), Transport::Tcp))
-            .expect("a key");
-        slot_of(cache.seed, key.as_slice())
+        Probe::of(&Ja4Facts::of(input(ciphers), Transport::Tcp))
+            .expect("a key")
+            .slot(cache.seed)
     }
 
     /// Two hellos in one slot (found by trying more ciphers than there
@@ -296,5 +320,44 @@ mod tests {
         }
         let got = cache.lookup(input(&other), Transport::Tcp);
         assert_eq!(got.1, Lookup::Hit);
+    }
+
+    /// Lists that differ only between their first and last word share a
+    /// slot by design (the hash does not read them); each lookup still
+    /// compares every byte, so they take turns in the slot and never get
+    /// each other's fingerprint. Also with a GREASE cipher in the first
+    /// word, which the comparison reads word by word.
+    #[test]
+    fn lists_differing_only_in_the_middle_share_a_slot_and_stay_apart() {
+        let list = |middle: u8, first: [u8; 2]| {
+            let mut ciphers: Vec<u8> = (0..24u8).map(|i| 0x30 + i).collect();
+            ciphers[..2].copy_from_slice(&first);
+            ciphers[10] = middle;
+            ciphers
+        };
+        let mut cache = Ja4Cache::new(3, 4);
+        for first in [[0x13, 0x01], [0x1a, 0x1a]] {
+            let (one, two) = (list(0x01, first), list(0x02, first));
+            assert_eq!(slot(&cache, &one), slot(&cache, &two));
+            for ciphers in [&one, &two, &one] {
+                let got = cache.lookup(input(ciphers), Transport::Tcp);
+                assert_eq!(got, (Ja4::of(input(ciphers), Transport::Tcp), Lookup::Miss));
+            }
+            let regreased = list(0x01, [first[0] ^ 0x10, first[1] ^ 0x10]);
+            let got = cache.lookup(input(&regreased), Transport::Tcp);
+            let expected = if first == [0x1a, 0x1a] {
+                Lookup::Hit
+            } else {
+                Lookup::Miss
+            };
+            assert_eq!(got, (Ja4::of(input(&regreased), Transport::Tcp), expected));
+        }
+    }
+
+    /// What the doc of [`ENTRIES`] says a cache costs.
+    #[test]
+    fn a_cache_is_78_kib() {
+        assert_eq!(size_of::<Entry>(), 312);
+        assert_eq!(size_of::<Entry>() * ENTRIES, 78 * 1024);
     }
 }

@@ -1,6 +1,7 @@
 //! GREASE (RFC 8701) values in a list of u16, four at a time: the count
 //! of those that are not GREASE (the `a` section's cipher count) and the
-//! list with each GREASE value written as `0a0a` (the cache's key).
+//! list's words with each GREASE value written as `0a0a` (the cache's
+//! key).
 //!
 //! Owns: the word-at-a-time test. Why not per value: on the decision path
 //! these two passes are most of what a `deny_ja4` list costs a hello, and
@@ -35,37 +36,108 @@ fn words(list: &[u8]) -> (impl Iterator<Item = u64> + '_, &[u8]) {
 /// How many u16 of `list` are not GREASE (a trailing odd byte is none).
 pub(super) fn count_non_grease(list: &[u8]) -> usize {
     let (words, tail) = words(list);
-    let grease: u32 = words.map(|word| grease_lanes(word).count_ones()).sum();
+    // The lanes' bits (8, 24, 40, 56) summed into the top 16 bits by one
+    // multiply: a bit count without POPCNT is a dozen operations.
+    let grease: u64 = words
+        .map(|word| (grease_lanes(word) >> 8).wrapping_mul(0x0001_0001_0001_0001) >> 48)
+        .sum();
     let tail_grease = super::u16_pairs(tail)
         .filter(|&v| super::is_grease(v))
         .count();
     list.len() / 2 - grease as usize - tail_grease
 }
 
+/// `word` (four values) with each GREASE value as `0a0a`, branch-free.
+fn grease_as_one(word: u64) -> u64 {
+    let lanes = (grease_lanes(word) >> 8) * 0xffff;
+    (word & !lanes) | (0x0a0a_0a0a_0a0a_0a0a & lanes)
+}
+
+/// The bytes of `list` past its last whole word (fewer than 8) as a
+/// word padded with zero bytes; `None` when there are none. A pair the
+/// padding completes is never GREASE (a zero byte's low nibble is not
+/// `a`); the list's length, kept beside the words, tells an odd byte from
+/// an even one. Loaded as the list's last 8 bytes, shifted: a copy into a
+/// zeroed buffer would stall the load that reads it back.
+fn tail_word(list: &[u8]) -> Option<u64> {
+    let tail = list.len() % 8;
+    if tail == 0 {
+        return None;
+    }
+    Some(match list.last_chunk::<8>() {
+        Some(last) => u64::from_le_bytes(*last) >> ((8 - tail) * 8),
+        None => list
+            .iter()
+            .rev()
+            .fold(0, |word, &byte| word << 8 | u64::from(byte)),
+    })
+}
+
+/// Where the last word of `list` (8 bytes) that holds a GREASE value
+/// ends, as an offset into `list`; 0 when none does. Past it, `list` is
+/// its own key: Chrome's GREASE cipher is the first, so all but one word
+/// of its list can be compared byte for byte.
+pub(super) fn grease_end(list: &[u8]) -> usize {
+    let (words, _) = words(list);
+    let whole = words
+        .enumerate()
+        .filter(|&(_, word)| grease_lanes(word) != 0)
+        .last()
+        .map_or(0, |(at, _)| at * 8 + 8);
+    match tail_word(list) {
+        Some(word) if grease_lanes(word) != 0 => list.len(),
+        _ => whole,
+    }
+}
+
 /// Copies `list` into `out` (as long), each GREASE value as `0a0a`.
 pub(super) fn copy_grease_as_one(list: &[u8], out: &mut [u8]) {
     for (to, from) in out.chunks_exact_mut(8).zip(list.chunks_exact(8)) {
         if let Some(word) = from.first_chunk::<8>() {
-            let word = u64::from_le_bytes(*word);
-            let lanes = (grease_lanes(word) >> 8) * 0xffff;
-            let word = (word & !lanes) | (0x0a0a_0a0a_0a0a_0a0a & lanes);
-            to.copy_from_slice(&word.to_le_bytes());
+            to.copy_from_slice(&grease_as_one(u64::from_le_bytes(*word)).to_le_bytes());
         }
     }
     let done = list.len() / 8 * 8;
-    for (to, from) in out[done..].chunks_mut(2).zip(list[done..].chunks(2)) {
-        to.copy_from_slice(from);
-        if let [a, b] = *from
-            && super::is_grease(u16::from_be_bytes([a, b]))
-        {
-            to.copy_from_slice(&[0x0a, 0x0a]);
+    if let (Some(word), Some(to)) = (tail_word(list), out.get_mut(done..)) {
+        let word = grease_as_one(word).to_le_bytes();
+        to.copy_from_slice(&word[..to.len()]);
+    }
+}
+
+/// The first and the last word of `list` (its last bytes padded, see
+/// [`tail_word`]; zero for an empty list), each GREASE value as `0a0a`.
+pub(super) fn end_words(list: &[u8]) -> [u64; 2] {
+    let first = match list.first_chunk::<8>() {
+        Some(word) => u64::from_le_bytes(*word),
+        None => tail_word(list).unwrap_or(0),
+    };
+    let last = match tail_word(list) {
+        Some(word) => word,
+        None => list
+            .last_chunk::<8>()
+            .map_or(0, |word| u64::from_le_bytes(*word)),
+    };
+    [grease_as_one(first), grease_as_one(last)]
+}
+
+/// Whether `list` with each GREASE value as `0a0a` is `stored` (as
+/// long): a word at a time, no copy.
+pub(super) fn equals_grease_as_one(list: &[u8], stored: &[u8]) -> bool {
+    let mut differ = 0;
+    for (word, stored) in list.chunks_exact(8).zip(stored.chunks_exact(8)) {
+        if let (Some(word), Some(stored)) = (word.first_chunk::<8>(), stored.first_chunk::<8>()) {
+            differ |= grease_as_one(u64::from_le_bytes(*word)) ^ u64::from_le_bytes(*stored);
         }
     }
+    if let (Some(word), Some(stored)) = (tail_word(list), tail_word(stored)) {
+        differ |= grease_as_one(word) ^ stored;
+    }
+    differ == 0 && list.len() == stored.len()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{copy_grease_as_one, count_non_grease};
+    use super::{copy_grease_as_one, count_non_grease, equals_grease_as_one, grease_end};
     use crate::tls::ja4::is_grease;
 
     /// Every u16 in every lane of a word and in the tail, beside values
@@ -80,22 +152,58 @@ mod tests {
                 let bytes: Vec<u8> = list.iter().flat_map(|v| v.to_be_bytes()).collect();
                 let expected = list.iter().filter(|&&v| !is_grease(v)).count();
                 assert_eq!(count_non_grease(&bytes), expected, "{value:#06x} at {at}");
-                let mut out = vec![0; bytes.len()];
-                copy_grease_as_one(&bytes, &mut out);
                 let want: Vec<u8> = list
                     .iter()
                     .flat_map(|&v| if is_grease(v) { 0x0a0a } else { v }.to_be_bytes())
                     .collect();
-                assert_eq!(out, want, "{value:#06x} at {at}");
+                assert_eq!(copied(&bytes), want, "{value:#06x} at {at}");
+                assert!(equals_grease_as_one(&bytes, &want), "{value:#06x} at {at}");
+                let end = list
+                    .iter()
+                    .rposition(|&v| is_grease(v))
+                    .map_or(0, |i| (i * 2 / 8 * 8 + 8).min(bytes.len()));
+                assert_eq!(grease_end(&bytes), end, "{value:#06x} at {at}");
             }
         }
     }
 
+    fn copied(list: &[u8]) -> Vec<u8> {
+        let mut out = vec![0; list.len()];
+        copy_grease_as_one(list, &mut out);
+        out
+    }
+
     #[test]
-    fn an_odd_byte_at_the_end_is_copied_and_not_counted() {
-        let mut out = [0; 3];
-        copy_grease_as_one(&[0x1a, 0x1a, 0x2a], &mut out);
-        assert_eq!(out, [0x0a, 0x0a, 0x2a]);
+    fn an_odd_byte_at_the_end_is_kept_and_not_counted() {
+        assert_eq!(copied(&[0x1a, 0x1a, 0x2a]), [0x0a, 0x0a, 0x2a]);
+        assert!(equals_grease_as_one(
+            &[0x1a, 0x1a, 0x2a],
+            &[0x0a, 0x0a, 0x2a]
+        ));
+        assert!(!equals_grease_as_one(
+            &[0x1a, 0x1a, 0x2a],
+            &[0x0a, 0x0a, 0x2b]
+        ));
         assert_eq!(count_non_grease(&[0x13, 0x01, 0x2a]), 1);
+    }
+
+    /// One byte changed anywhere in a list of any length up to 3 words
+    /// makes it another list; the padding never makes a GREASE pair.
+    #[test]
+    fn every_byte_of_every_length_counts() {
+        for len in 0..24 {
+            let list: Vec<u8> = (0..len as u8).map(|i| 0x31 + i).collect();
+            assert!(equals_grease_as_one(&list, &list));
+            assert_eq!(grease_end(&list), 0);
+            for at in 0..len {
+                let mut other = list.clone();
+                other[at] ^= 0x40;
+                assert!(!equals_grease_as_one(&other, &list), "{len} {at}");
+            }
+        }
+        for byte in 0..=u8::MAX {
+            assert_eq!(copied(&[byte]), [byte]);
+            assert_eq!(grease_end(&[byte]), 0);
+        }
     }
 }
