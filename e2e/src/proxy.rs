@@ -1009,6 +1009,32 @@ impl ProxyProcess {
             .collect()
     }
 
+    /// The access-log lines once `enough` says they are all there, or
+    /// an error after `timeout`. A line is written by the access log's own
+    /// thread after its session closed and its metrics were counted, so a
+    /// test that waited for a metric waits for the lines too.
+    pub fn wait_access_logs(
+        &self,
+        timeout: Duration,
+        enough: impl Fn(&[BTreeMap<String, String>]) -> bool,
+    ) -> Result<Vec<BTreeMap<String, String>>, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let lines = self.access_logs();
+            if enough(&lines) {
+                return Ok(lines);
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "the access log is still short after {timeout:?}: {} line(s):\n{}",
+                    lines.len(),
+                    tail(&self.stderr_text(), 40)
+                ));
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
     /// Rewrites the config file from a new template (same `${addr:NAME}`
     /// ports; new names get new ones), e.g. before a `reload`.
     pub fn write_config(&mut self, template: &str) -> Result<(), String> {

@@ -344,7 +344,10 @@ fn every_reject_reason_is_seen_from_the_socket() {
     .map(|r| (r, 1))
     .collect();
     assert_eq!(rejected, expected);
-    assert_eq!(proxy.access_logs().len(), 11, "{:?}", proxy.access_logs());
+    let logs = proxy
+        .wait_access_logs(T, |lines| lines.len() >= 11)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(logs.len(), 11, "{logs:?}");
     assert_eq!(get(&m, "tcp.sni_preread.routed"), 0);
 }
 
@@ -542,7 +545,10 @@ fn server_first_and_health_checks_behind_a_proxy_header() {
     let m = settle(&proxy, 8);
     assert_eq!(rejected_sum(&m), 1, "only the malformed record: {m:?}");
     assert_eq!(get(&m, "tcp.sni_preread.fallback.server_first"), 3, "{m:?}");
-    assert_eq!(proxy.access_logs().len(), 4, "{:?}", proxy.access_logs());
+    let logs = proxy
+        .wait_access_logs(T, |lines| lines.len() >= 4)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(logs.len(), 4, "{logs:?}");
 }
 
 // ---------------------------------------------------------------------------

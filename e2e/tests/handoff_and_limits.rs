@@ -864,7 +864,9 @@ fn idle_clients_hold_no_buffer_and_a_shorter_front_timeout_refuses_them() {
     assert_eq!(get(&m, "tcp.sni_preread.active"), 0, "{m:?}");
     // Silent until a timeout: refused, each once, with its line.
     assert_eq!(get(&m, "tcp.refused.silent_timeout"), open, "{m:?}");
-    let logs = proxy.access_logs();
+    let logs = proxy
+        .wait_access_logs(T, |lines| lines.len() >= IDLERS)
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(
         logs.len() == IDLERS
             && logs

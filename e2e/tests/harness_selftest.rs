@@ -1,6 +1,7 @@
 //! The harness checked on its own, without the proxy: clients talk to the
 //! backends directly. Loopback only; every wait is bounded.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -307,12 +308,12 @@ fn proxy_process_smoke() {
     proxy
         .wait_stderr("outcome=fallback:not_tls", T)
         .expect("access log");
-    let logs = proxy.access_logs();
-    assert!(
-        logs.iter()
-            .any(|l| l["backend"] == "alpha-0" && l["outcome"] == "routed"),
-        "{logs:?}"
-    );
+    let routed = |lines: &[BTreeMap<String, String>]| {
+        (lines.iter()).any(|l| l["backend"] == "alpha-0" && l["outcome"] == "routed")
+    };
+    if let Err(e) = proxy.wait_access_logs(T, routed) {
+        panic!("no routed line to alpha-0: {e}");
+    }
     let status = proxy.cli(&["status"]).expect("cli");
     assert!(status.status.success(), "{status:?}");
     let exit = proxy.stop_soft().expect("soft stop");

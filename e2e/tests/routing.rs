@@ -216,14 +216,13 @@ fn sni_exact_and_wildcards_with_precedence_and_alpn_preference() {
     proxy
         .wait_metric("tcp.sni_preread.routed", |v| v == 11, T)
         .expect("11 routed");
-    let logs = proxy.access_logs();
-    assert!(
-        logs.iter().any(
-            |l| l.get("sni").map(String::as_str) == Some("a.example.com")
-                && l.get("backend").map(String::as_str) == Some("exact-0")
-        ),
-        "{logs:?}"
-    );
+    let exact = |l: &BTreeMap<String, String>| {
+        l.get("sni").map(String::as_str) == Some("a.example.com")
+            && l.get("backend").map(String::as_str) == Some("exact-0")
+    };
+    if let Err(e) = proxy.wait_access_logs(T, |lines| lines.iter().any(exact)) {
+        panic!("no line for a.example.com on exact-0: {e}");
+    }
     assert_no_leak(&proxy);
 }
 

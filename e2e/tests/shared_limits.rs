@@ -9,6 +9,7 @@
 //! Build the binary first: `cargo build -p proxy-shell`. Loopback only;
 //! every wait is bounded; every backend and proxy stops on Drop.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
@@ -107,11 +108,14 @@ fn per_ip_limit_admits_exactly_its_limit_over_four_workers() {
     let backend = PlainBackend::start("alpha-0");
     let proxy = proxy("", "max_connections_per_ip = 2", "", &backend);
     twenty_admit_exactly_two(&proxy, &backend, "tcp.refused.per_ip_limit");
+    let per_ip = |lines: &[BTreeMap<String, String>]| {
+        (lines.iter())
+            .filter(|l| l.get("outcome").map(String::as_str) == Some("refused:per_ip_limit"))
+            .count()
+    };
     let refused = proxy
-        .access_logs()
-        .into_iter()
-        .filter(|l| l.get("outcome").map(String::as_str) == Some("refused:per_ip_limit"))
-        .count();
+        .wait_access_logs(T, |lines| per_ip(lines) >= CLIENTS - LIMIT)
+        .map_or(0, |lines| per_ip(&lines));
     assert_eq!(refused, CLIENTS - LIMIT, "each refusal is logged");
     // The counts came back: two more are admitted.
     let hello = capture("curl_h2.bin");
