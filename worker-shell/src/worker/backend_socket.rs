@@ -30,7 +30,6 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 
 use log::debug;
 use mio::net::TcpStream;
@@ -69,25 +68,12 @@ pub(super) fn open(address: SocketAddr, writes_at_once: bool) -> io::Result<TcpS
     Ok(TcpStream::from_std(socket.into()))
 }
 
-/// `TCP_DEFER_ACCEPT` on a socket about to connect: any non-zero value
-/// does; 1 s is the least.
+/// `TCP_DEFER_ACCEPT` on a socket about to connect (the listeners' own
+/// setter, `defer.rs`): any non-zero value does; 1 s is the least.
 fn merge_last_ack(socket: &Socket) {
-    let on: libc::c_int = 1;
-    // SAFETY: setsockopt on a descriptor `socket` owns, with a pointer to
-    // a live c_int and its exact size.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_DEFER_ACCEPT,
-            (&raw const on).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
+    if let Err(e) = super::defer::apply(socket, 1) {
         debug!(
-            "TCP_DEFER_ACCEPT refused on a backend socket ({}): its handshake ends with an ACK of its own",
-            io::Error::last_os_error()
+            "TCP_DEFER_ACCEPT refused on a backend socket ({e}): its handshake ends with an ACK of its own"
         );
     }
 }

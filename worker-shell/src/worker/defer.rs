@@ -81,7 +81,7 @@ pub(super) fn apply(listener: &impl AsRawFd, seconds: u32) -> io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::net::SocketAddr;
     use std::os::fd::AsRawFd;
     use std::time::Duration;
@@ -143,7 +143,9 @@ mod tests {
         Ok(())
     }
 
-    fn defer_accept(fd: i32) -> std::io::Result<libc::c_int> {
+    /// The socket's `TCP_DEFER_ACCEPT`, as the kernel reports it (the
+    /// backend sockets' tests read it too).
+    pub(in crate::worker) fn defer_accept(fd: i32) -> std::io::Result<libc::c_int> {
         let mut value: libc::c_int = -1;
         let mut len = size_of::<libc::c_int>() as libc::socklen_t;
         // SAFETY: `fd` is the test's open listening socket; `value` and

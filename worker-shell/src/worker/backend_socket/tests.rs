@@ -7,6 +7,7 @@ use mio::{Events, Interest, Poll, Token};
 use preread_core::step::ProxyMode;
 
 use super::{open, writes_at_once};
+use crate::worker::defer::tests::defer_accept;
 
 #[test]
 fn only_a_session_with_bytes_to_send_writes_at_once() {
@@ -22,27 +23,6 @@ fn only_a_session_with_bytes_to_send_writes_at_once() {
     assert!(writes_at_once(ProxyMode::None, 40, 41));
     assert!(!writes_at_once(ProxyMode::None, 40, 40));
     assert!(!writes_at_once(ProxyMode::None, 0, 0));
-}
-
-fn defer_accept(fd: i32) -> std::io::Result<libc::c_int> {
-    let mut value: libc::c_int = -1;
-    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `fd` is the test's open socket; `value` and `len` are live
-    // locals the kernel writes at most `len` bytes to.
-    let got = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_DEFER_ACCEPT,
-            (&raw mut value).cast(),
-            &raw mut len,
-        )
-    };
-    if got == 0 {
-        Ok(value)
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }
 
 /// Connects with `open`, waits for the writable edge (bounded), writes
