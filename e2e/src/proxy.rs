@@ -49,7 +49,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::fs::File;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -97,6 +97,21 @@ pub fn free_addr() -> SocketAddr {
         }
     }
     panic!("free_addr: no new free port in 100 tries");
+}
+
+/// A port [`free_addr`] hands out that also binds on every address of
+/// `ips` now. For listeners that share one port over several loopback
+/// addresses: a port free on 127.0.0.1 may still be held on 127.0.0.2 by
+/// another test's client socket in `TIME_WAIT` (bound there, then closed
+/// first), which refuses the listener's bind for a minute.
+pub fn free_port_on(ips: &[IpAddr]) -> u16 {
+    for _ in 0..100 {
+        let port = free_addr().port();
+        if ips.iter().all(|&ip| TcpListener::bind((ip, port)).is_ok()) {
+            return port;
+        }
+    }
+    panic!("free_port_on: no port free on all of {ips:?} in 100 tries");
 }
 
 /// Replaces `${NAME}` by its value for each `(NAME, value)`.

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use e2e::backend::PlainBackend;
 use e2e::client::{proxy_v1, proxy_v2, read_line};
-use e2e::proxy::{ProxyProcess, fill, free_addr};
+use e2e::proxy::{ProxyProcess, fill, free_port_on};
 use e2e::testkit::{capture, eventually, start, stderr_tail};
 use socket2::{Domain, Socket, Type};
 
@@ -157,7 +157,7 @@ fn proxy(
     cluster: &str,
     backend: &PlainBackend,
 ) -> (ProxyProcess, SocketAddr) {
-    let v6 = SocketAddr::new(ip("::1"), free_addr().port());
+    let v6 = SocketAddr::new(ip("::1"), free_port_on(&[ip("::1")]));
     let proxy = start(&config(listener, v6_lines, cluster, v6, backend.addr()));
     assert!(
         eventually(T, || proxy.metric("tcp.active") == 0),

@@ -7,13 +7,13 @@
 //! report the same excluded fragments with the same codes.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use e2e::backend::{BackendConfig, TlsBackend};
 use e2e::client::tls_request;
-use e2e::proxy::{ProxyProcess, free_addr};
+use e2e::proxy::{ProxyProcess, free_port_on};
 use e2e::testkit::{TempDir, eventually, stderr_tail};
 
 /// How long a change may take to reach both replicas: the debounce, the
@@ -36,7 +36,7 @@ struct Replica {
 fn replicas(dir: &Path) -> Vec<Replica> {
     let mut last = String::new();
     for _ in 0..3 {
-        let port = free_addr().port();
+        let port = free_port_on(&[2, 3].map(|n| IpAddr::from([127, 0, 0, n])));
         let started: Result<Vec<Replica>, String> = ["127.0.0.2", "127.0.0.3"]
             .into_iter()
             .map(|ip| {

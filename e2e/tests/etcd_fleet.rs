@@ -14,7 +14,7 @@
 //! Every wait is for a condition, with a generous deadline.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -23,7 +23,7 @@ use command::proto::{self, request::RequestType, response_content::ContentType};
 use e2e::backend::{BackendConfig, TlsBackend};
 use e2e::client::tls_request;
 use e2e::etcd::EtcdCluster;
-use e2e::proxy::{ProxyProcess, free_addr};
+use e2e::proxy::{ProxyProcess, free_addr, free_port_on};
 use e2e::testkit::{eventually, stderr_tail};
 
 /// How long a change may take to reach every replica on a loaded machine.
@@ -52,7 +52,7 @@ fn replica_config(cluster: &EtcdCluster, addr: SocketAddr, id: &str) -> String {
 fn replicas(cluster: &EtcdCluster) -> Vec<Replica> {
     let mut last = String::new();
     for _ in 0..3 {
-        let port = free_addr().port();
+        let port = free_port_on(&[2, 3, 4].map(|n| IpAddr::from([127, 0, 0, n])));
         let started: Result<Vec<Replica>, String> = (2..=4)
             .map(|n| {
                 let addr: SocketAddr = format!("127.0.0.{n}:{port}")

@@ -11,12 +11,12 @@
 //!
 //! Every wait is for a condition, with a generous deadline.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use e2e::certs::TestCa;
 use e2e::etcd::{EtcdCluster, EtcdTls};
-use e2e::proxy::{ProxyProcess, free_addr, preread_bin};
+use e2e::proxy::{ProxyProcess, free_port_on, preread_bin};
 use e2e::tools::run;
 
 /// How long a replica may take to read the store on a loaded machine.
@@ -67,7 +67,8 @@ fn a_replica_reads_routes_over_tls_and_names_an_untrusted_member() {
         endpoints.iter().all(|e| e.starts_with("https://")),
         "{endpoints:?}"
     );
-    let port = free_addr().port();
+    let replicas: Vec<IpAddr> = (2..=5).map(|n| IpAddr::from([127, 0, 0, n])).collect();
+    let port = free_port_on(&replicas);
     let revision = cluster.put(&format!("{PREFIX}routes/a"), &route("a", port));
 
     let addr: SocketAddr = format!("127.0.0.2:{port}").parse().expect("address");
