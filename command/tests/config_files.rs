@@ -283,6 +283,35 @@ fn splice_pipe_size_is_a_page_to_256_mib() {
 }
 
 #[test]
+fn splice_bulk_pipe_size_is_off_or_a_page_to_256_mib_and_its_budget_not_negative() {
+    for (text, said) in [
+        ("splice_bulk_pipe_size = 4095\n", "at least 4096"),
+        ("splice_bulk_pipe_size = -1\n", "at least 4096"),
+        ("splice_bulk_pipe_size = 268435457\n", "at most 268435456"),
+        ("splice_bulk_budget = -1\n", "at least 0"),
+    ] {
+        let problems = check_config(text);
+        assert_eq!(problems.len(), 1, "{text}: {}", show(&problems));
+        assert_eq!(problems[0].code, ErrorCode::InvalidValue);
+        assert!(
+            problems[0].message.contains(said),
+            "{}",
+            problems[0].message
+        );
+    }
+    let defaults = load_config("").unwrap_or_else(|p| panic!("{}", show(&p)));
+    assert_eq!(defaults.global.splice_bulk_pipe_size, 1 << 20);
+    assert_eq!(defaults.global.splice_bulk_budget, 32 << 20);
+    let loaded = load_config("splice_bulk_pipe_size = 0\nsplice_bulk_budget = 0\n")
+        .unwrap_or_else(|p| panic!("{}", show(&p)));
+    assert_eq!(loaded.global.splice_bulk_pipe_size, 0);
+    assert_eq!(loaded.global.splice_bulk_budget, 0);
+    let loaded =
+        load_config("splice_bulk_pipe_size = 262144\n").unwrap_or_else(|p| panic!("{}", show(&p)));
+    assert_eq!(loaded.global.splice_bulk_pipe_size, 256 << 10);
+}
+
+#[test]
 fn automatic_state_save_needs_saved_state() {
     let problems = check_config("automatic_state_save = true\n");
     assert_eq!(problems.len(), 1, "{}", show(&problems));

@@ -138,12 +138,15 @@ fn hello_payload_and_immediate_fin_arrive_whole() {
 
 /// 16 MiB from the backend, then 16 MiB echoed back in 64 KiB rounds, then
 /// a half-close answered by `bye`; `pipe_size` is `splice_pipe_size`
-/// (unset: the kernel's default pipes).
+/// (unset: the kernel's default pipes), and no pipe grows
+/// (`splice_bulk_pipe_size = 0`): the pipes keep the size asked for.
 fn sixteen_mebibytes_both_ways(splice: bool, pipe_size: Option<usize>) {
     const LEN: usize = 16 * MIB;
     let big =
         TlsBackend::start(BackendConfig::new("big-0", &["big.example.com"]).big_response(LEN));
-    let mut config = ConfigBuilder::new().global(&format!("splice = {splice}"));
+    let mut config = ConfigBuilder::new()
+        .global(&format!("splice = {splice}"))
+        .global("splice_bulk_pipe_size = 0");
     if let Some(size) = pipe_size {
         config = config.global(&format!("splice_pipe_size = {size}"));
     }
@@ -237,6 +240,71 @@ fn half_close_after_a_large_upload_gets_the_whole_answer() {
     assert_eq!(raw.len(), sent.len());
     assert!(raw == sent, "the backend received other bytes");
     assert_clean(&proxy);
+}
+
+/// `size` bytes uploaded after the hello, the client reading the echo
+/// only once it wrote everything (so the pipes fill: a bulk transfer's
+/// backpressure); checks what the backend received and the answer.
+fn upload_then_read(proxy: &ProxyProcess, plain: &PlainBackend, index: usize, size: usize) {
+    let mut sent = corpus("curl_h2.bin");
+    sent.extend_from_slice(&pattern(size + index));
+    let mut tcp = client::connect(proxy.addr("main"), T).expect("connect");
+    let writer = {
+        let mut tcp = tcp.try_clone().expect("clone");
+        let sent = sent.clone();
+        let _ = tcp.set_write_timeout(Some(BIG_T));
+        std::thread::spawn(move || -> Result<(), String> {
+            tcp.write_all(&sent).map_err(|e| format!("upload: {e}"))?;
+            tcp.shutdown(Shutdown::Write)
+                .map_err(|e| format!("FIN: {e}"))
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let (answer, closed) = read_to_close(&mut tcp, BIG_T);
+    writer.join().expect("writer thread").expect("upload");
+    assert!(closed, "the proxy closed after the backend");
+    assert_plain_answer(&answer, &sent);
+    let raw = recorded(|| plain.connections(), index, sent.len());
+    assert!(raw == sent, "the backend received other bytes");
+    if let Err(err) = proxy.wait_metric("tcp.active", |v| v == 0, T) {
+        panic!("{err}; stderr:\n{}", stderr_tail(proxy));
+    }
+}
+
+/// With the defaults, a bulk upload grows its kernel pipe
+/// (`splice_bulk_pipe_size`, `splice.pipes_grown`) and a short one keeps
+/// the kernel's; `splice_bulk_pipe_size = 0` grows none. Every byte
+/// arrives either way.
+#[test]
+fn a_bulk_transfer_grows_its_pipe_and_a_short_one_does_not() {
+    let plain = PlainBackend::start("plain-0");
+    for (bulk_size, grows) in [(None, true), (Some(0), false)] {
+        let mut config = ConfigBuilder::new().global("splice = true");
+        if let Some(size) = bulk_size {
+            config = config.global(&format!("splice_bulk_pipe_size = {size}"));
+        }
+        let config = config
+            .listener("main", &[])
+            .frontend("plain", "main", Some("a.example.com"), &[])
+            .backend("plain", "plain-0", plain.addr())
+            .build();
+        let proxy = ProxyProcess::start(&config).expect("proxy ready");
+        let first = plain.connections().len();
+        // 64 KiB copied, then under 4 fills of half a 64 KiB pipe spliced.
+        upload_then_read(&proxy, &plain, first, 100_000);
+        assert_eq!(proxy.metric("splice.pipes_grown"), 0, "a short upload");
+        upload_then_read(&proxy, &plain, first + 1, 16 * MIB);
+        let grown = proxy.metric("splice.pipes_grown");
+        if grows {
+            assert!(
+                (1..=2).contains(&grown),
+                "{grown} pipes grown by one bulk session"
+            );
+        } else {
+            assert_eq!(grown, 0, "splice_bulk_pipe_size = 0");
+        }
+        assert_clean(&proxy);
+    }
 }
 
 /// An established session holds no pooled buffer once its window went out

@@ -58,6 +58,9 @@ pub const BUFFERS_IN_USE: &str = "buffers.in_use";
 pub const SPLICE_FALLBACKS: &str = "splice.fallbacks";
 /// Counter: kernel pipes created for splicing (the rest were reused).
 pub const SPLICE_PIPES_CREATED: &str = "splice.pipes_created";
+/// Counter: kernel pipes grown to `splice_bulk_pipe_size` for a bulk
+/// transfer.
+pub const SPLICE_PIPES_GROWN: &str = "splice.pipes_grown";
 /// Counter: access-log lines dropped because the writer's queue was full
 /// (a slow disk, a pipe nobody reads): the worker never waits for it.
 pub const ACCESS_LOG_DROPPED: &str = "access_log.dropped_total";
@@ -327,6 +330,7 @@ pub fn fixed_names() -> impl Iterator<Item = &'static str> {
         BUFFERS_IN_USE,
         SPLICE_FALLBACKS,
         SPLICE_PIPES_CREATED,
+        SPLICE_PIPES_GROWN,
         ACCESS_LOG_DROPPED,
         QUIC_FLOWS_ACTIVE,
         QUIC_DATAGRAMS_IN,

@@ -47,6 +47,15 @@ pub const MIN_SPLICE_PIPE_SIZE: usize = 4096;
 /// The largest `splice_pipe_size`: far past any `pipe-max-size` an
 /// operator means, below what the kernel cannot allocate for one pipe.
 pub const MAX_SPLICE_PIPE_SIZE: usize = 256 << 20;
+/// Default of `splice_bulk_pipe_size`: `/proc/sys/fs/pipe-max-size`'s
+/// default, the most an unprivileged process may ask for; 16 times
+/// fewer `splice` calls per byte than the kernel's 64 KiB pipe.
+pub const DEFAULT_SPLICE_BULK_PIPE_SIZE: usize = 1 << 20;
+/// Default of `splice_bulk_budget`: half of the kernel's default
+/// `fs.pipe-user-pages-soft` (16,384 pages, 64 MiB), so that the pipes of
+/// the kernel's size, the ones every other spliced session takes, keep
+/// the other half.
+pub const DEFAULT_SPLICE_BULK_BUDGET: usize = 32 << 20;
 /// Default of `backend_keepalive`: the backend is usually near and alive,
 /// and the four `setsockopt` per connection it costs are for who asks.
 pub const DEFAULT_BACKEND_KEEPALIVE: bool = false;
@@ -164,6 +173,16 @@ pub struct GlobalSettings {
     /// pipes would give an unprivileged service (the shipped unit's
     /// `DynamicUser`) 2-page pipes past 32 spliced sessions.
     pub splice_pipe_size: Option<usize>,
+    /// With `splice`: the size a direction's pipe grows to once the
+    /// direction proves a bulk transfer (its source filled the pipe again
+    /// and again), [`MIN_SPLICE_PIPE_SIZE`] to [`MAX_SPLICE_PIPE_SIZE`];
+    /// 0 never grows a pipe.
+    pub splice_bulk_pipe_size: usize,
+    /// Bytes of grown pipes the whole process holds at most, whatever
+    /// `worker_count` is: `splice_bulk_budget / splice_bulk_pipe_size`
+    /// pipes grown at once; a bulk direction past it splices through the
+    /// pipe it has.
+    pub splice_bulk_budget: usize,
     /// Backends tried per connection before giving up, at least 1.
     pub max_connection_attempts: u32,
     /// How long a soft stop lets open sessions finish.
@@ -246,6 +265,8 @@ impl Default for GlobalSettings {
             splice: DEFAULT_SPLICE,
             splice_threshold: DEFAULT_SPLICE_THRESHOLD,
             splice_pipe_size: None,
+            splice_bulk_pipe_size: DEFAULT_SPLICE_BULK_PIPE_SIZE,
+            splice_bulk_budget: DEFAULT_SPLICE_BULK_BUDGET,
             max_connection_attempts: DEFAULT_MAX_CONNECTION_ATTEMPTS,
             soft_stop_grace: DEFAULT_SOFT_STOP_GRACE,
             empty_saved_state: EmptySavedState::Refuse,
@@ -392,23 +413,20 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
         }
     }
     if let Some(size) = &raw.splice_pipe_size {
-        match ranged::<usize>(
-            size,
-            "splice_pipe_size",
-            MIN_SPLICE_PIPE_SIZE as i64,
-            problems,
-        ) {
-            Some(n) if n > MAX_SPLICE_PIPE_SIZE => problems.push(
-                size.span().start,
-                ErrorCode::InvalidValue,
-                format!(
-                    "splice_pipe_size = {n} is more than {MAX_SPLICE_PIPE_SIZE}: the kernel \
-                     cannot make a pipe that large; use at most {MAX_SPLICE_PIPE_SIZE} \
-                     (1048576 is the most an unprivileged process may ask for by default)"
-                ),
-            ),
-            Some(n) => global.splice_pipe_size = Some(n),
-            None => {}
+        if let Some(n) = pipe_size(size, "splice_pipe_size", problems) {
+            global.splice_pipe_size = Some(n);
+        }
+    }
+    if let Some(size) = &raw.splice_bulk_pipe_size {
+        if *size.get_ref() == 0 {
+            global.splice_bulk_pipe_size = 0;
+        } else if let Some(n) = pipe_size(size, "splice_bulk_pipe_size", problems) {
+            global.splice_bulk_pipe_size = n;
+        }
+    }
+    if let Some(budget) = &raw.splice_bulk_budget {
+        if let Some(budget) = ranged::<usize>(budget, "splice_bulk_budget", 0, problems) {
+            global.splice_bulk_budget = budget;
         }
     }
     if let Some(attempts) = &raw.max_connection_attempts {
@@ -463,6 +481,26 @@ pub(super) fn global_settings(raw: &RawConfig, problems: &mut Problems<'_>) -> G
         }
     }
     global
+}
+
+/// A pipe size key (`splice_pipe_size`, `splice_bulk_pipe_size`):
+/// [`MIN_SPLICE_PIPE_SIZE`] to [`MAX_SPLICE_PIPE_SIZE`] bytes.
+fn pipe_size(value: &Spanned<i64>, key: &str, problems: &mut Problems<'_>) -> Option<usize> {
+    match ranged::<usize>(value, key, MIN_SPLICE_PIPE_SIZE as i64, problems) {
+        Some(n) if n > MAX_SPLICE_PIPE_SIZE => {
+            problems.push(
+                value.span().start,
+                ErrorCode::InvalidValue,
+                format!(
+                    "{key} = {n} is more than {MAX_SPLICE_PIPE_SIZE}: the kernel cannot make a \
+                     pipe that large; use at most {MAX_SPLICE_PIPE_SIZE} (1048576 is the most \
+                     an unprivileged process may ask for by default)"
+                ),
+            );
+            None
+        }
+        other => other,
+    }
 }
 
 fn non_empty_path(

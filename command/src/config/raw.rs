@@ -42,6 +42,8 @@ pub(super) struct RawConfig {
     pub(super) splice: Option<Spanned<bool>>,
     pub(super) splice_threshold: Option<Spanned<i64>>,
     pub(super) splice_pipe_size: Option<Spanned<i64>>,
+    pub(super) splice_bulk_pipe_size: Option<Spanned<i64>>,
+    pub(super) splice_bulk_budget: Option<Spanned<i64>>,
     pub(super) max_connection_attempts: Option<Spanned<i64>>,
     pub(super) soft_stop_grace: Option<Spanned<Seconds>>,
     pub(super) empty_saved_state: Option<Spanned<String>>,

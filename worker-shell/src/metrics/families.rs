@@ -97,6 +97,7 @@ pub enum Family {
     BackendRecovered,
     BackendResolveErrors,
     SplicePipesCreated,
+    SplicePipesGrown,
     SpliceFallbacks,
     BuffersInUse,
     AccessLogDropped,
@@ -111,7 +112,7 @@ pub enum Family {
 
 impl Family {
     /// Every family, in the order served and documented.
-    pub const ALL: [Self; 33] = [
+    pub const ALL: [Self; 34] = [
         Self::ConnectionsAccepted,
         Self::ConnectionsActive,
         Self::ConnectionsRefused,
@@ -135,6 +136,7 @@ impl Family {
         Self::BackendRecovered,
         Self::BackendResolveErrors,
         Self::SplicePipesCreated,
+        Self::SplicePipesGrown,
         Self::SpliceFallbacks,
         Self::BuffersInUse,
         Self::AccessLogDropped,
@@ -173,6 +175,7 @@ impl Family {
             Self::BackendRecovered => "preread_backend_recovered_total",
             Self::BackendResolveErrors => "preread_backend_resolve_errors_total",
             Self::SplicePipesCreated => "preread_splice_pipes_created_total",
+            Self::SplicePipesGrown => "preread_splice_pipes_grown_total",
             Self::SpliceFallbacks => "preread_splice_fallbacks_total",
             Self::BuffersInUse => "preread_buffers_in_use",
             Self::AccessLogDropped => "preread_access_log_dropped_total",
@@ -222,6 +225,7 @@ impl Family {
             | Self::BackendRecovered
             | Self::BackendResolveErrors
             | Self::SplicePipesCreated
+            | Self::SplicePipesGrown
             | Self::SpliceFallbacks
             | Self::AccessLogDropped
             | Self::QuicDatagrams
@@ -259,6 +263,7 @@ impl Family {
             | Self::BackendRecovered
             | Self::BackendResolveErrors
             | Self::SplicePipesCreated
+            | Self::SplicePipesGrown
             | Self::SpliceFallbacks
             | Self::BuffersInUse
             | Self::AccessLogDropped
@@ -319,6 +324,9 @@ impl Family {
             Self::BackendRecovered => "Backend instances that came back up.",
             Self::BackendResolveErrors => "Resolutions of a named backend that failed.",
             Self::SplicePipesCreated => "Kernel pipes created for splicing (the rest were reused).",
+            Self::SplicePipesGrown => {
+                "Kernel pipes grown to splice_bulk_pipe_size for a bulk transfer."
+            }
             Self::SpliceFallbacks => "Directions that fell back from splice to copying.",
             Self::BuffersInUse => "Pooled buffers checked out (max_buffers bounds them).",
             Self::AccessLogDropped => {

@@ -123,6 +123,7 @@ fn names_of(series: &MetricSeries) -> Vec<String> {
         Family::BackendRecovered => fixed(Some(names::BACKEND_RECOVERED)),
         Family::BackendResolveErrors => fixed(Some(names::BACKEND_RESOLVE_ERRORS)),
         Family::SplicePipesCreated => fixed(Some(names::SPLICE_PIPES_CREATED)),
+        Family::SplicePipesGrown => fixed(Some(names::SPLICE_PIPES_GROWN)),
         Family::SpliceFallbacks => fixed(Some(names::SPLICE_FALLBACKS)),
         Family::BuffersInUse => fixed(Some(names::BUFFERS_IN_USE)),
         Family::AccessLogDropped => fixed(Some(names::ACCESS_LOG_DROPPED)),

@@ -2,7 +2,7 @@
 //! whatever `worker_count` is: admission counts, backend health, and named
 //! backends' addresses.
 //!
-//! Owns: [`Shared`] (the session and buffer caps, the unrouted counts per
+//! Owns: [`Shared`] (the session, buffer and grown-pipe caps, the unrouted counts per
 //! listener and address, the listeners' connection rates per source, the registry of clusters and backends, the
 //! process-wide counters), and the two threads that work on the registry
 //! beside the workers: the health checker (`checker`) and the resolver
@@ -37,6 +37,9 @@ pub struct Shared {
     pub sessions: Arc<Slots>,
     /// Pooled buffers checked out by all workers, capped at `max_buffers`.
     pub buffers: Arc<Slots>,
+    /// Kernel pipes grown for bulk transfers, by all workers, capped at
+    /// `splice_bulk_budget / splice_bulk_pipe_size`.
+    pub bulk_pipes: Arc<Slots>,
     /// Connections not routed yet, per listener and client address
     /// (`max_unrouted_per_ip`).
     pub unrouted: Arc<PerIp<(SocketAddr, IpAddr)>>,
@@ -57,6 +60,12 @@ impl Shared {
         Arc::new(Self {
             sessions: Slots::new(global.max_connections),
             buffers: Slots::new(global.max_buffers),
+            bulk_pipes: Slots::new(
+                global
+                    .splice_bulk_budget
+                    .checked_div(global.splice_bulk_pipe_size)
+                    .unwrap_or(0),
+            ),
             unrouted: PerIp::new(),
             listener_rates: SharedRates::new(),
             registry: Arc::new(Registry::default()),

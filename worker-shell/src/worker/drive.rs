@@ -23,7 +23,7 @@ use super::ctx::{Ctx, Drive};
 use super::farewell;
 use super::io::Peer;
 use super::passive;
-use super::pipe::{PipeFault, PipeStep, Splicing, turn};
+use super::pipe::{Bulk, PipeFault, PipeStep, Splicing, turn};
 use super::preread;
 use super::session::{Phase, Session};
 use super::tokens::Side;
@@ -68,6 +68,10 @@ fn drive_pipe(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instant) ->
     let splicing = ctx.settings.splice.then_some(Splicing {
         pipes: &mut ctx.pipes,
         threshold: ctx.settings.splice_threshold,
+        bulk: Bulk {
+            size: ctx.settings.splice_bulk_pipe_size,
+            budget: &ctx.shared.bulk_pipes,
+        },
     });
     let front = &mut session.front;
     let Ok(done) = turn(
@@ -85,6 +89,16 @@ fn drive_pipe(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instant) ->
             Series::of(Family::SplicePipesCreated),
             u64::from(done.pipes_created),
         );
+    }
+    if done.grew.grown > 0 {
+        ctx.metrics.add(
+            Series::of(Family::SplicePipesGrown),
+            u64::from(done.grew.grown),
+        );
+    }
+    if let Some(e) = &done.grew.refused {
+        ctx.pipes
+            .growth_refused(e, ctx.settings.splice_bulk_pipe_size);
     }
     let (step, fallbacks) = (done.step, done.fallbacks);
     let fault = match &step {

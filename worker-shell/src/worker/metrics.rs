@@ -70,6 +70,7 @@ impl Metrics {
         let values = [
             Family::BackendConnectLocalErrors,
             Family::SplicePipesCreated,
+            Family::SplicePipesGrown,
             Family::SpliceFallbacks,
             Family::BuffersInUse,
             Family::AccessLogDropped,

@@ -2,7 +2,8 @@
 //!
 //! Owns: [`PipePool`], a bounded stack of empty [`SplicePipe`]s per worker,
 //! the size new pipes ask for (`splice_pipe_size`, if set), and the count of pipes
-//! the worker had to create. A spliced session needs two pipes; making
+//! the worker had to create. A pipe a bulk transfer grew
+//! (`worker/pipe/grow.rs`) waits here at its former size. A spliced session needs two pipes; making
 //! them (`pipe2`, `F_SETPIPE_SZ`) and closing them cost a short connection
 //! about 20 µs, so they are reused, as HAProxy does. Must never: hand out a
 //! pipe that holds a byte (another session's bytes would reach the wrong
@@ -48,7 +49,8 @@ pub struct PipePool {
     /// The size each new pipe asks the kernel for; `None` keeps the
     /// kernel's default (no `F_SETPIPE_SZ`).
     pipe_size: Option<usize>,
-    /// A refused size was logged at `warn` (the next ones go to `debug`).
+    /// A refused size (new or grown) was logged at `warn` (the next ones
+    /// go to `debug`).
     warned: bool,
 }
 
@@ -73,27 +75,43 @@ impl PipePool {
         }
         let (pipe, refused) = SplicePipe::new(self.pipe_size)?;
         if let (Some(e), Some(size)) = (refused, self.pipe_size) {
-            let message = format!(
+            self.refused(format!(
                 "splice_pipe_size = {} refused by the kernel ({e}): this pipe keeps {} bytes; \
                  raise /proc/sys/fs/pipe-max-size or fs.pipe-user-pages-soft, or lower \
                  splice_pipe_size",
                 size,
                 pipe.capacity()
-            );
-            if self.warned {
-                debug!("{message}");
-            } else {
-                warn!("{message} (logged once per worker, then at debug)");
-                self.warned = true;
-            }
+            ));
         }
         Ok((pipe, true))
     }
 
+    /// Logs the kernel's refusal to grow a bulk direction's pipe to
+    /// `size` bytes (the direction splices on through the pipe it has).
+    pub fn growth_refused(&mut self, error: &io::Error, size: usize) {
+        self.refused(format!(
+            "splice_bulk_pipe_size = {size} refused by the kernel ({error}): a bulk transfer \
+             splices through its smaller pipe; raise /proc/sys/fs/pipe-max-size or \
+             fs.pipe-user-pages-soft, or lower splice_bulk_pipe_size or splice_bulk_budget"
+        ));
+    }
+
+    /// The first refusal of a pipe size at `warn`, the next ones at
+    /// `debug`.
+    fn refused(&mut self, message: String) {
+        if self.warned {
+            debug!("{message}");
+        } else {
+            warn!("{message} (logged once per worker, then at debug)");
+            self.warned = true;
+        }
+    }
+
     /// Keeps `pipe` for a later session if it is empty and the pool has
-    /// room; closes it otherwise.
-    pub fn give_back(&mut self, pipe: SplicePipe) {
-        if self.idle.len() < self.max_idle && pipe.is_empty() {
+    /// room, at its size from before a bulk transfer grew it; closes it
+    /// otherwise.
+    pub fn give_back(&mut self, mut pipe: SplicePipe) {
+        if self.idle.len() < self.max_idle && pipe.is_empty() && pipe.shrink_back().is_ok() {
             self.idle.push(pipe);
         }
     }
@@ -157,6 +175,21 @@ mod tests {
         assert!(created && pipe.capacity() < 1 << 30);
         assert!(refused.warned, "the refusal was logged");
         assert!(refused.take().is_ok(), "and the next pipe too");
+    }
+
+    #[test]
+    fn a_grown_pipe_waits_in_the_pool_at_its_former_size() {
+        let mut pool = PipePool::new(4, None);
+        let (mut pipe, _) = pool.take().expect("pipe");
+        let kernels = pipe.capacity();
+        pipe.grow(1 << 20)
+            .expect("an unprivileged process may grow a pipe to 1 MiB");
+        assert!(pipe.is_grown() && pipe.capacity() == 1 << 20);
+        pool.give_back(pipe);
+        let (again, created) = pool.take().expect("pipe");
+        assert!(!created, "the grown pipe was kept");
+        assert!(!again.is_grown());
+        assert_eq!(again.capacity(), kernels);
     }
 
     #[test]

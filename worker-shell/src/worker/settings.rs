@@ -17,6 +17,9 @@ pub struct WorkerSettings {
     /// The size each kernel pipe asks for (`splice_pipe_size`); `None`
     /// keeps the kernel's default.
     pub splice_pipe_size: Option<usize>,
+    /// The size a bulk direction's pipe grows to
+    /// (`splice_bulk_pipe_size`); 0 never grows one.
+    pub splice_bulk_pipe_size: usize,
     pub max_connection_attempts: u32,
     /// Rejected and fallback windows kept for `preread rejects`; 0 is off.
     pub reject_capture: usize,
@@ -42,6 +45,7 @@ impl WorkerSettings {
             splice: global.splice,
             splice_threshold: global.splice_threshold,
             splice_pipe_size: global.splice_pipe_size,
+            splice_bulk_pipe_size: global.splice_bulk_pipe_size,
             max_connection_attempts: global.max_connection_attempts.max(1),
             reject_capture: global.reject_capture,
             tcp_keepalive: global.tcp_keepalive.as_ref().map(super::keepalive::options),

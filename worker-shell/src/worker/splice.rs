@@ -8,9 +8,10 @@
 //! `splice` results onto `io` semantics: `EAGAIN` is `WouldBlock`, `EINTR` is
 //! retried, 0 from a socket is its EOF, `EINVAL`/`ENOSYS` mean "this
 //! descriptor cannot splice" ([`is_unsupported`]), and the pipe's size
-//! (`F_SETPIPE_SZ`, only when `splice_pipe_size` is set): a refused size
-//! is not an error, the pipe keeps the kernel's and the refusal goes back
-//! to the caller to log. Must never: lose count of a byte in the pipe (a FIN is forwarded
+//! (`F_SETPIPE_SZ`: at creation when `splice_pipe_size` is set, and when a
+//! bulk direction grows its pipe, `worker/pipe/grow.rs`): a refused size
+//! is not an error, the pipe keeps the size it had and the refusal goes
+//! back to the caller to log. Must never: lose count of a byte in the pipe (a FIN is forwarded
 //! only once `pending` is 0), or block.
 //!
 //! Why the size matters: `splice` moves at most a pipe's worth per call,
@@ -40,6 +41,9 @@ pub struct SplicePipe {
     /// The pipe's size in bytes, as the kernel reports it: the most one
     /// `fill_from` asks for.
     capacity: usize,
+    /// The size it had before [`SplicePipe::grow`], which
+    /// [`SplicePipe::shrink_back`] restores.
+    grown_from: Option<usize>,
 }
 
 /// `EINVAL` or `ENOSYS` from `splice`: one of the descriptors does not
@@ -67,35 +71,19 @@ impl SplicePipe {
         // SAFETY: pipe2 succeeded, so both descriptors are open, and nothing
         // else owns them: each is wrapped exactly once.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let set = match wanted {
-            Some(wanted) => {
-                let wanted = libc::c_int::try_from(wanted).unwrap_or(libc::c_int::MAX);
-                // SAFETY: fcntl on a descriptor this function owns;
-                // F_SETPIPE_SZ takes an int argument.
-                unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, wanted) }
-            }
-            None => 0,
+        let (size, refused) = match wanted.map(|wanted| set_size(&write, wanted)) {
+            Some(Ok(size)) => (Some(size), None),
+            Some(Err(e)) => (None, Some(e)),
+            None => (None, None),
         };
-        let (size, refused) = if set > 0 {
-            (set, None)
-        } else {
-            let refused = wanted.map(|_| io::Error::last_os_error());
-            // The kernel's size: its default, or what it kept.
-            // SAFETY: fcntl on a descriptor this function owns; F_GETPIPE_SZ
-            // takes no argument.
-            let size = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ) };
-            (size, refused)
-        };
-        // A page is the least a pipe holds.
-        let capacity = usize::try_from(size)
-            .ok()
-            .filter(|&s| s > 0)
-            .unwrap_or(4096);
+        // The kernel's size: its default, or what it kept.
+        let capacity = size.unwrap_or_else(|| get_size(&write));
         let pipe = Self {
             read: File::from(read),
             write,
             pending: 0,
             capacity,
+            grown_from: None,
         };
         Ok((pipe, refused))
     }
@@ -108,6 +96,36 @@ impl SplicePipe {
     /// The pipe's size in bytes.
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Resizes the pipe to `size` bytes for a bulk transfer
+    /// (`F_SETPIPE_SZ`; the kernel rounds up to a power of two pages). A
+    /// refusal (`EPERM` past `pipe-max-size` or the user's
+    /// `fs.pipe-user-pages-soft`, `ENOMEM`) leaves the pipe as it was, its
+    /// bytes included. Growing keeps every pending byte: the kernel only
+    /// refuses a size smaller than what the pipe holds.
+    pub fn grow(&mut self, size: usize) -> io::Result<()> {
+        let grown = set_size(&self.write, size)?;
+        self.grown_from.get_or_insert(self.capacity);
+        self.capacity = grown;
+        Ok(())
+    }
+
+    /// Whether [`SplicePipe::grow`] resized it.
+    pub fn is_grown(&self) -> bool {
+        self.grown_from.is_some()
+    }
+
+    /// Gives an empty grown pipe its size from before [`SplicePipe::grow`]
+    /// back, so that it can wait in the pool at the size the pool's pipes
+    /// have. Shrinking an empty pipe is never refused for lack of budget.
+    pub fn shrink_back(&mut self) -> io::Result<()> {
+        let Some(size) = self.grown_from else {
+            return Ok(());
+        };
+        self.capacity = set_size(&self.write, size)?;
+        self.grown_from = None;
+        Ok(())
     }
 
     /// Whether the pipe holds no byte, by its own count and by the kernel's
@@ -177,6 +195,31 @@ impl SplicePipe {
         }
         Err(io::ErrorKind::Interrupted.into())
     }
+}
+
+/// Asks the kernel to make the pipe of `write` `wanted` bytes; its size
+/// as granted, or the refusal.
+fn set_size(write: &OwnedFd, wanted: usize) -> io::Result<usize> {
+    let wanted = libc::c_int::try_from(wanted).unwrap_or(libc::c_int::MAX);
+    // SAFETY: fcntl on a descriptor the pipe owns; F_SETPIPE_SZ takes an
+    // int argument and touches no memory of this process.
+    let size = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, wanted) };
+    match usize::try_from(size) {
+        Ok(size) if size > 0 => Ok(size),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// The size of the pipe of `write`; a page, the least a pipe holds, if the
+/// kernel does not say.
+fn get_size(write: &OwnedFd) -> usize {
+    // SAFETY: fcntl on a descriptor the pipe owns; F_GETPIPE_SZ takes no
+    // argument.
+    let size = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ) };
+    usize::try_from(size)
+        .ok()
+        .filter(|&s| s > 0)
+        .unwrap_or(4096)
 }
 
 /// One non-blocking `splice` of at most `len` bytes from `from` to `to`,

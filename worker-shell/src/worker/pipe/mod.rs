@@ -4,7 +4,8 @@
 //!
 //! Owns: [`Pipe`] (the backend's socket and both directions) and [`Flow`],
 //! the one type of either direction, whose round, counts and FIN are
-//! written once for both; [`pipe`] over them: what each kind of lane does
+//! written once for both (and whose kernel pipe grows for a bulk transfer:
+//! `grow.rs`); [`pipe`] over them: what each kind of lane does
 //! in a round, its fallback to copying when `splice` is refused, and which
 //! side a failed socket operation belongs to ([`PipeFault`]). One drive around it (lanes switched to splice,
 //! buffers lent and given back) is [`turn`], in `turn.rs`. Must never: splice while
@@ -133,6 +134,11 @@ pub struct Flow {
     /// The FIN was forwarded to the destination (or needs no forwarding:
     /// the close sends it).
     pub shut: bool,
+    /// Fills of its kernel pipe that found at least half a pipe waiting
+    /// (counted up to 255): the mark of a bulk transfer (`grow.rs`).
+    pub big_fills: u8,
+    /// Whether its kernel pipe was grown for a bulk transfer.
+    pub growth: Growth,
 }
 
 impl Pipe {
@@ -237,6 +243,8 @@ struct Moved {
     eof: bool,
     /// `splice` was refused in this round: the direction falls back.
     fell_back: Option<io::Error>,
+    /// A fill of the kernel pipe found at least half a pipe waiting.
+    big_fill: bool,
 }
 
 impl Moved {
@@ -254,6 +262,7 @@ impl Flow {
     fn round(&mut self, src: &mut Peer, dst: &mut Peer, now: Instant) -> Result<Moved, RoundFault> {
         let mut moved = Moved::default();
         let done = self.move_bytes(src, dst, &mut moved);
+        self.big_fills = self.big_fills.saturating_add(u8::from(moved.big_fill));
         src.read += moved.read as u64;
         if moved.read > 0 || moved.eof {
             src.last_activity = now;
@@ -387,6 +396,7 @@ fn splice_round(
         }
         Ok(n) => {
             moved.read += n;
+            moved.big_fill = n >= pipe.capacity() / 2;
             moved.written += drain_pipe(pipe, dst).map_err(at_destination)?;
         }
         // With bytes in the pipe, "would block" may mean a full pipe rather
@@ -430,13 +440,17 @@ fn shutdown_write(stream: &TcpStream) -> io::Result<()> {
     }
 }
 
+mod grow;
 mod turn;
+pub use grow::{Bulk, Growth};
 pub use turn::{Exhausted, Splicing, Turn, turn};
 
 #[cfg(test)]
 mod auto_tests;
 #[cfg(test)]
 mod fault_tests;
+#[cfg(test)]
+mod grow_tests;
 #[cfg(test)]
 mod round_tests;
 #[cfg(test)]

@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 
-use super::{Pipe, PipeStep, Splicing, Turn, turn};
+use std::sync::{Arc, LazyLock};
+
+use super::{Bulk, Growth, Pipe, PipeStep, Splicing, Turn, turn};
+use crate::shared::admission::Slots;
 use crate::worker::io::{Peer, Ready};
 use crate::worker::lanes::Lane;
 use crate::worker::pipe_pool::PipePool;
@@ -55,12 +58,34 @@ pub(super) fn step(session: &mut Piped, pool: &mut BufferPool) -> Turn {
     step_with(session, pool, 0)
 }
 
+/// A budget of no grown pipe.
+static NO_BUDGET: LazyLock<Arc<Slots>> = LazyLock::new(|| Slots::new(0));
+
+/// Growing off (`splice_bulk_pipe_size = 0`).
+pub(super) fn no_bulk() -> Bulk<'static> {
+    Bulk {
+        size: 0,
+        budget: &NO_BUDGET,
+    }
+}
+
 /// One drive of the worker's with this `splice_threshold`.
 pub(super) fn step_with(session: &mut Piped, pool: &mut BufferPool, threshold: u64) -> Turn {
+    step_bulk(session, pool, threshold, no_bulk())
+}
+
+/// [`step_with`], growing bulk directions' pipes as `bulk` says.
+pub(super) fn step_bulk(
+    session: &mut Piped,
+    pool: &mut BufferPool,
+    threshold: u64,
+    bulk: Bulk<'_>,
+) -> Turn {
     let mut pipes = PipePool::new(0, None);
     let splicing = Splicing {
         pipes: &mut pipes,
         threshold,
+        bulk,
     };
     let client = SocketAddr::from(([127, 0, 0, 1], 1));
     let (front, pipe) = (&mut session.front, &mut session.pipe);
@@ -86,6 +111,8 @@ pub(super) struct Ended {
     pub(super) buffers_held: (bool, bool),
     /// Buffers held plus parked claims: what the pool counts in use for it.
     pub(super) claims: usize,
+    /// Whether each direction's pipe grew (up, down).
+    pub(super) growth: [Growth; 2],
 }
 
 /// Runs the pipe like the worker ([`drive`]), then drops the session:
@@ -96,11 +123,21 @@ fn run(session: Piped, pool: &mut BufferPool) -> Result<Ended, String> {
 
 /// [`run`] with this `splice_threshold`.
 pub(super) fn run_with(
-    mut session: Piped,
+    session: Piped,
     pool: &mut BufferPool,
     threshold: u64,
 ) -> Result<Ended, String> {
-    let (fallbacks, pipes_created) = drive(&mut session, pool, threshold)?;
+    run_bulk(session, pool, threshold, no_bulk())
+}
+
+/// [`run_with`], growing bulk directions' pipes as `bulk` says.
+pub(super) fn run_bulk(
+    mut session: Piped,
+    pool: &mut BufferPool,
+    threshold: u64,
+    bulk: Bulk<'_>,
+) -> Result<Ended, String> {
+    let (fallbacks, pipes_created) = drive(&mut session, pool, threshold, bulk)?;
     let pipe = &mut session.pipe;
     let held = (pipe.up.buf.is_some(), pipe.down.buf.is_some());
     Ok(Ended {
@@ -115,6 +152,10 @@ pub(super) fn run_with(
         prefix_left: pipe.up.prefix.len(),
         buffers_held: held,
         claims: usize::from(held.0) + usize::from(held.1) + usize::from(pipe.parked),
+        growth: [
+            std::mem::take(&mut pipe.up.growth),
+            std::mem::take(&mut pipe.down.growth),
+        ],
     })
 }
 
@@ -123,7 +164,12 @@ pub(super) fn run_with(
 /// cleared only by the pipe; a drive per event or yield, until `Done`.
 /// A readiness flag wrongly cleared shows as a stall: an error here.
 /// Returns the directions that fell back from splice and the pipes made.
-fn drive(session: &mut Piped, pool: &mut BufferPool, threshold: u64) -> Result<(u32, u32), String> {
+fn drive(
+    session: &mut Piped,
+    pool: &mut BufferPool,
+    threshold: u64,
+    bulk: Bulk<'_>,
+) -> Result<(u32, u32), String> {
     let mut poll = Poll::new().map_err(|e| e.to_string())?;
     let both = Interest::READABLE | Interest::WRITABLE;
     poll.registry()
@@ -162,7 +208,7 @@ fn drive(session: &mut Piped, pool: &mut BufferPool, threshold: u64) -> Result<(
             continue;
         }
         drive = false;
-        let done = step_with(session, pool, threshold);
+        let done = step_bulk(session, pool, threshold, bulk);
         let (outcome, fell_back) = (done.step, done.fallbacks);
         created += done.pipes_created;
         if fell_back > 0 {

@@ -8,8 +8,9 @@
 //!
 //! Owns: the end of the preread
 //! window (parked once drained), when a direction needs a buffer, [`turn`]
-//! and what it tells its caller ([`Turn`]): the pipes it had to create and
-//! the fallbacks it saw. Must never: take a pipe for a direction that has
+//! and what it tells its caller ([`Turn`]): the pipes it had to create,
+//! the fallbacks it saw and the pipes it grew (`grow.rs`, after the pipe
+//! ran: the next turn splices through the grown pipe). Must never: take a pipe for a direction that has
 //! not earned one ([`Lane::wants_pipe`]), give back or park a buffer that
 //! still holds a byte, hold more claims than its copying directions, or
 //! count anything itself (the caller owns the metrics).
@@ -19,18 +20,21 @@ use std::time::Instant;
 
 use log::debug;
 
+use super::grow::{Bulk, Grew, grow_lanes};
 use super::{Flow, Pipe, PipeStep};
 use crate::worker::io::Peer;
 use crate::worker::lanes::Lane;
 use crate::worker::pipe_pool::PipePool;
 use crate::worker::pool::BufferPool;
 
-/// What splicing a drive may do: the worker's idle pipes, and the bytes a
-/// direction copies before it splices (`splice_threshold`).
+/// What splicing a drive may do: the worker's idle pipes, the bytes a
+/// direction copies before it splices (`splice_threshold`), and how a bulk
+/// direction's pipe grows.
 #[derive(Debug)]
 pub struct Splicing<'a> {
     pub pipes: &'a mut PipePool,
     pub threshold: u64,
+    pub bulk: Bulk<'a>,
 }
 
 /// What one [`turn`] did.
@@ -42,6 +46,9 @@ pub struct Turn {
     pub pipes_created: u32,
     /// Directions that fell back from splice to copying.
     pub fallbacks: u32,
+    /// Kernel pipes grown for a bulk transfer, and the kernel's refusal
+    /// of a growth.
+    pub grew: Grew,
 }
 
 /// The buffer pool had no buffer for a copying direction.
@@ -57,6 +64,7 @@ pub fn turn(
     buffers: &mut BufferPool,
     splicing: Option<Splicing<'_>>,
 ) -> Result<Turn, Exhausted> {
+    let bulk = splicing.as_ref().map(|s| s.bulk);
     let pipes_created = splicing.map_or(0, |s| switch_lanes(pipe, client, s));
     // The preread window is the up direction's first buffer; once it went
     // out, a pooled buffer of the pipe's size replaces it when the
@@ -85,10 +93,12 @@ pub fn turn(
     }
     let (step, fallbacks) = super::pipe(front, pipe, client, now);
     settle_buffers(pipe, buffers);
+    let grew = bulk.map_or_else(Grew::default, |bulk| grow_lanes(pipe, bulk));
     Ok(Turn {
         step,
         pipes_created,
         fallbacks,
+        grew,
     })
 }
 
