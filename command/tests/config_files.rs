@@ -260,20 +260,25 @@ fn splice_threshold_is_a_byte_count_from_zero() {
     assert_eq!(loaded.global.splice_threshold, 1 << 20);
 }
 
+/// `text` is refused with one E003 whose message says `said`.
+fn assert_one_invalid_value(text: &str, said: &str) {
+    let problems = check_config(text);
+    assert_eq!(problems.len(), 1, "{text}: {}", show(&problems));
+    assert_eq!(problems[0].code, ErrorCode::InvalidValue);
+    assert!(
+        problems[0].message.contains(said),
+        "{}",
+        problems[0].message
+    );
+}
+
 #[test]
 fn splice_pipe_size_is_a_page_to_256_mib() {
     for (text, said) in [
         ("splice_pipe_size = 4095\n", "at least 4096"),
         ("splice_pipe_size = 268435457\n", "at most 268435456"),
     ] {
-        let problems = check_config(text);
-        assert_eq!(problems.len(), 1, "{}", show(&problems));
-        assert_eq!(problems[0].code, ErrorCode::InvalidValue);
-        assert!(
-            problems[0].message.contains(said),
-            "{}",
-            problems[0].message
-        );
+        assert_one_invalid_value(text, said);
     }
     let defaults = load_config("").unwrap_or_else(|p| panic!("{}", show(&p)));
     assert_eq!(defaults.global.splice_pipe_size, None);
@@ -290,14 +295,7 @@ fn splice_bulk_pipe_size_is_off_or_a_page_to_256_mib_and_its_budget_not_negative
         ("splice_bulk_pipe_size = 268435457\n", "at most 268435456"),
         ("splice_bulk_budget = -1\n", "at least 0"),
     ] {
-        let problems = check_config(text);
-        assert_eq!(problems.len(), 1, "{text}: {}", show(&problems));
-        assert_eq!(problems[0].code, ErrorCode::InvalidValue);
-        assert!(
-            problems[0].message.contains(said),
-            "{}",
-            problems[0].message
-        );
+        assert_one_invalid_value(text, said);
     }
     let defaults = load_config("").unwrap_or_else(|p| panic!("{}", show(&p)));
     assert_eq!(defaults.global.splice_bulk_pipe_size, 1 << 20);

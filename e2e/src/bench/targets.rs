@@ -9,7 +9,8 @@
 //! - preread: `worker_count = workers`, access logs off, `splice` as
 //!   given, `defer_accept` on (its default) but for `preread-nodefer`,
 //!   `backend_delayed_ack` off (its default) but for `preread-delack`
-//!   (copying);
+//!   (copying), bulk directions' pipes grown (`splice_bulk_pipe_size`, its
+//!   default) but for `preread-nogrow` (splicing);
 //! - HAProxy: `nbthread workers`, TCP mode, `tcp-request inspect-delay 5s`,
 //!   `accept if { req.ssl_hello_type 1 }`, else `reject`;
 //!   `use_backend ... if { req.ssl_sni -i a.example.com }`, no logging;
@@ -44,6 +45,7 @@ pub(crate) enum Kind {
         splice: bool,
         defer: bool,
         delack: bool,
+        grow: bool,
     },
     Haproxy {
         splice: bool,
@@ -59,21 +61,31 @@ impl Kind {
                 splice: true,
                 defer: true,
                 delack: false,
+                grow: true,
             },
             "preread-copy" => Self::Preread {
                 splice: false,
                 defer: true,
                 delack: false,
+                grow: true,
             },
             "preread-nodefer" => Self::Preread {
                 splice: true,
                 defer: false,
                 delack: false,
+                grow: true,
             },
             "preread-delack" => Self::Preread {
                 splice: false,
                 defer: true,
                 delack: true,
+                grow: true,
+            },
+            "preread-nogrow" => Self::Preread {
+                splice: true,
+                defer: true,
+                delack: false,
+                grow: false,
             },
             "haproxy" => Self::Haproxy { splice: false },
             "haproxy-splice" => Self::Haproxy { splice: true },
@@ -86,6 +98,7 @@ impl Kind {
         match self {
             Self::Direct => "direct",
             Self::Preread { delack: true, .. } => "preread-delack",
+            Self::Preread { grow: false, .. } => "preread-nogrow",
             Self::Preread {
                 splice: true,
                 defer: true,
@@ -129,7 +142,7 @@ impl std::fmt::Debug for Running {
 
 /// The preread config of the benchmark (a harness template).
 pub(crate) fn preread_config(
-    (splice, defer, delack): (bool, bool, bool),
+    (splice, defer, delack, grow): (bool, bool, bool, bool),
     (workers, pipe_size): (usize, Option<u64>),
     rpc: SocketAddr,
     hold: SocketAddr,
@@ -137,6 +150,9 @@ pub(crate) fn preread_config(
     let mut config = ConfigBuilder::new();
     if let Some(size) = pipe_size {
         config = config.global(&format!("splice_pipe_size = {size}"));
+    }
+    if !grow {
+        config = config.global("splice_bulk_pipe_size = 0");
     }
     config
         .global(&format!("worker_count = {workers}"))
@@ -257,9 +273,10 @@ impl Running {
                 splice,
                 defer,
                 delack,
+                grow,
             } => {
                 let config = preread_config(
-                    (splice, defer, delack),
+                    (splice, defer, delack, grow),
                     (workers, pipe_size),
                     rpc,
                     hold_backend,

@@ -19,7 +19,9 @@
 //! splice); without it both keep the kernel's default.
 //!
 //! `preread-nodefer` is `preread-splice` with `defer_accept = false`;
-//! `preread-delack` is `preread-copy` with `backend_delayed_ack = true`. With
+//! `preread-delack` is `preread-copy` with `backend_delayed_ack = true`;
+//! `preread-nogrow` is `preread-splice` with `splice_bulk_pipe_size = 0`
+//! (its pipes keep their size, as before bulk directions grew theirs). With
 //! `--workers N`, each proxy runs N worker threads or processes
 //! (`worker_count`, `nbthread`, nginx's `worker_processes` under its
 //! master): CPU and syscalls are summed over its processes.
@@ -729,18 +731,27 @@ fn bulk_per_rep(records: &[Record], target: &str) -> (Vec<f64>, Vec<f64>) {
 }
 
 /// The bulk goal, both directions together, medians of this run's
-/// alternated repetitions: preread's spliced GiB/s against HAProxy's
-/// splice, and its CPU per GiB against HAProxy's copy path.
+/// alternated repetitions: preread's spliced GiB/s (with its pipes grown,
+/// the default, and without) against HAProxy's splice, and its CPU per GiB
+/// against HAProxy's copy path.
 fn bulk_line(records: &[Record]) -> String {
+    let mut out = String::new();
+    for name in ["preread-splice", "preread-nogrow"] {
+        out.push_str(&bulk_lines_of(records, name));
+    }
+    out
+}
+
+fn bulk_lines_of(records: &[Record], name: &str) -> String {
     let median_of = |v: &[f64]| bench::report::stats(v).0;
-    let (mine, my_cpu) = bulk_per_rep(records, "preread-splice");
+    let (mine, my_cpu) = bulk_per_rep(records, name);
     let (theirs, _) = bulk_per_rep(records, "haproxy-splice");
     let (_, copy_cpu) = bulk_per_rep(records, "haproxy");
     let mut out = String::new();
     let (m, t) = (median_of(&mine), median_of(&theirs));
     if !(m / t).is_nan() {
         out.push_str(&format!(
-            "- bulk (upload + download), preread-splice {m:.3} GiB/s vs haproxy-splice {t:.3}: **{:.2}×** (median of {} / {} runs; per run {:?} / {:?})\n",
+            "- bulk (upload + download), {name} {m:.3} GiB/s vs haproxy-splice {t:.3}: **{:.2}×** (median of {} / {} runs; per run {:?} / {:?})\n",
             m / t,
             mine.len(),
             theirs.len(),
@@ -751,7 +762,7 @@ fn bulk_line(records: &[Record]) -> String {
     let (c, h) = (median_of(&my_cpu), median_of(&copy_cpu));
     if !(c / h).is_nan() {
         out.push_str(&format!(
-            "- bulk CPU, preread-splice {c:.3} s/GiB vs haproxy (copy) {h:.3}: **{:.2}×**\n",
+            "- bulk CPU, {name} {c:.3} s/GiB vs haproxy (copy) {h:.3}: **{:.2}×**\n",
             c / h
         ));
     }
