@@ -324,6 +324,7 @@ fn serve(
     mut successor: Option<Successor>,
 ) -> Result<(), StartFailure> {
     preread_worker::fd_budget::check(global, state.listeners().len());
+    preread_worker::pipe_budget::check(global);
     let (replies_tx, replies_rx) = mpsc::channel();
     let settings = ServerSettings {
         config_path: Some(config_path.to_path_buf()),

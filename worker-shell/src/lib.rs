@@ -13,6 +13,7 @@ pub mod access_log;
 pub mod answer_code;
 pub mod fd_budget;
 pub mod metrics;
+pub mod pipe_budget;
 pub mod shared;
 pub mod vocabulary;
 pub mod worker;

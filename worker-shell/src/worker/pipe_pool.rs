@@ -31,7 +31,7 @@ const MAX_IDLE_PIPE_BYTES: usize = 16 << 20;
 
 /// The kernel's default pipe size on 4 KiB pages, for the idle bound of
 /// pipes nobody resizes.
-const KERNEL_PIPE_SIZE: usize = 64 * 1024;
+pub const KERNEL_PIPE_SIZE: usize = 64 * 1024;
 
 /// How many idle pipes of `pipe_size` bytes (the kernel's default when
 /// `None`) a worker keeps: at most [`MAX_IDLE_PIPES`] and 16 MiB in all
