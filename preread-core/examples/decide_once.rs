@@ -6,7 +6,10 @@
 //! for the shape (`exact`, `one-label`, `any-depth`, `unmatched`) on a table
 //! of `size` frontends; `<size>:exact-rotating` writes the next exact name
 //! of the table into the capture before each decision; `corpus:<file>` is a
-//! routed real corpus hello on the 1,000-route corpus table.
+//! routed real corpus hello on the 1,000-route corpus table;
+//! `ja4-other:<file>` and `ja4-hit:<file>` the same with a `deny_ja4`
+//! entry of another `a` section, or of the hello's own `a` section (its
+//! fingerprint from the thread's cache), as in `benches/ja4.rs`.
 //!
 //! ```text
 //! cargo build --release -p preread-core --example decide_once
@@ -28,6 +31,8 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
+#[path = "../benches/ja4_cases/mod.rs"]
+mod ja4_cases;
 #[path = "../benches/tables/mod.rs"]
 mod tables;
 
@@ -136,6 +141,11 @@ fn cases() -> Vec<String> {
     for (file, _) in corpus_names() {
         cases.push(format!("corpus:{file}"));
     }
+    for file in ja4_cases::FILES {
+        for kind in ["ja4-other", "ja4-hit"] {
+            cases.push(format!("{kind}:{file}"));
+        }
+    }
     cases
 }
 
@@ -155,6 +165,20 @@ struct Case {
 fn setup(case: &str) -> Case {
     let (kind, name) = case.split_once(':').expect("case is kind:name");
     let now = Instant::now();
+    if let Some(list) = kind.strip_prefix("ja4-") {
+        let cases = ja4_cases::Cases::of(name, now);
+        let config = match list {
+            "other" => cases.other_a,
+            "hit" => cases.warm,
+            _ => panic!("{case}: ja4-other or ja4-hit"),
+        };
+        return Case {
+            config,
+            window: cases.window,
+            rotate: None,
+            next: 0,
+        };
+    }
     if kind == "corpus" {
         let (_, sni) = corpus_names()
             .into_iter()
