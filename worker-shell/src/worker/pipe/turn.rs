@@ -93,7 +93,11 @@ pub fn turn(
     }
     let (step, fallbacks) = super::pipe(front, pipe, client, now);
     settle_buffers(pipe, buffers);
-    let grew = bulk.map_or_else(Grew::default, |bulk| grow_lanes(pipe, bulk));
+    // A pipe that is done or failed closes now: no growth for it.
+    let grew = match (&step, bulk) {
+        (PipeStep::Continue { .. } | PipeStep::Yield, Some(bulk)) => grow_lanes(pipe, bulk),
+        _ => Grew::default(),
+    };
     Ok(Turn {
         step,
         pipes_created,
