@@ -260,6 +260,10 @@ fn upload_then_read(proxy: &ProxyProcess, plain: &PlainBackend, index: usize, si
         })
     };
     std::thread::sleep(Duration::from_millis(300));
+    // A pipe grown while the session is open is held until it ends.
+    if proxy.metric("splice.pipes_grown") > 0 {
+        assert!(proxy.metric("splice.bulk_pipes") >= 1, "a grown pipe held");
+    }
     let (answer, closed) = read_to_close(&mut tcp, BIG_T);
     writer.join().expect("writer thread").expect("upload");
     assert!(closed, "the proxy closed after the backend");
@@ -295,6 +299,11 @@ fn a_bulk_transfer_grows_its_pipe_and_a_short_one_does_not() {
         assert_eq!(proxy.metric("splice.pipes_grown"), 0, "a short upload");
         upload_then_read(&proxy, &plain, first + 1, 16 * MIB);
         let grown = proxy.metric("splice.pipes_grown");
+        assert_eq!(
+            proxy.metric("splice.bulk_pipes"),
+            0,
+            "every grown pipe went back with its session"
+        );
         if grows {
             assert!(
                 (1..=2).contains(&grown),

@@ -54,6 +54,8 @@ pub const BYTES_IN: &str = "bytes_in";
 pub const BYTES_OUT: &str = "bytes_out";
 /// Gauge: pooled buffers checked out.
 pub const BUFFERS_IN_USE: &str = "buffers.in_use";
+/// Gauge: kernel pipes grown for a bulk transfer and held now.
+pub const SPLICE_BULK_PIPES: &str = "splice.bulk_pipes";
 /// Counter: directions that fell back from splice to copying.
 pub const SPLICE_FALLBACKS: &str = "splice.fallbacks";
 /// Counter: kernel pipes created for splicing (the rest were reused).
@@ -328,6 +330,7 @@ pub fn fixed_names() -> impl Iterator<Item = &'static str> {
         BYTES_IN,
         BYTES_OUT,
         BUFFERS_IN_USE,
+        SPLICE_BULK_PIPES,
         SPLICE_FALLBACKS,
         SPLICE_PIPES_CREATED,
         SPLICE_PIPES_GROWN,

@@ -100,6 +100,7 @@ pub enum Family {
     SplicePipesGrown,
     SpliceFallbacks,
     BuffersInUse,
+    SpliceBulkPipes,
     AccessLogDropped,
     WorkerConnectionsActive,
     ConfigGeneration,
@@ -112,7 +113,7 @@ pub enum Family {
 
 impl Family {
     /// Every family, in the order served and documented.
-    pub const ALL: [Self; 34] = [
+    pub const ALL: [Self; 35] = [
         Self::ConnectionsAccepted,
         Self::ConnectionsActive,
         Self::ConnectionsRefused,
@@ -139,6 +140,7 @@ impl Family {
         Self::SplicePipesGrown,
         Self::SpliceFallbacks,
         Self::BuffersInUse,
+        Self::SpliceBulkPipes,
         Self::AccessLogDropped,
         Self::WorkerConnectionsActive,
         Self::ConfigGeneration,
@@ -178,6 +180,7 @@ impl Family {
             Self::SplicePipesGrown => "preread_splice_pipes_grown_total",
             Self::SpliceFallbacks => "preread_splice_fallbacks_total",
             Self::BuffersInUse => "preread_buffers_in_use",
+            Self::SpliceBulkPipes => "preread_splice_bulk_pipes",
             Self::AccessLogDropped => "preread_access_log_dropped_total",
             Self::WorkerConnectionsActive => "preread_worker_connections_active",
             Self::ConfigGeneration => "preread_config_generation",
@@ -202,6 +205,7 @@ impl Family {
             | Self::BackendConnections
             | Self::BackendUp
             | Self::BuffersInUse
+            | Self::SpliceBulkPipes
             | Self::WorkerConnectionsActive
             | Self::ConfigGeneration
             | Self::SourceRevision
@@ -266,6 +270,7 @@ impl Family {
             | Self::SplicePipesGrown
             | Self::SpliceFallbacks
             | Self::BuffersInUse
+            | Self::SpliceBulkPipes
             | Self::AccessLogDropped
             | Self::ConfigGeneration => &[],
             Self::SourceRevision | Self::SourceConnected => &[Label::Source],
@@ -329,6 +334,9 @@ impl Family {
             }
             Self::SpliceFallbacks => "Directions that fell back from splice to copying.",
             Self::BuffersInUse => "Pooled buffers checked out (max_buffers bounds them).",
+            Self::SpliceBulkPipes => {
+                "Kernel pipes grown for a bulk transfer, held now (splice_bulk_budget bounds them)."
+            }
             Self::AccessLogDropped => {
                 "Access-log entries dropped because the writer's queue was full."
             }

@@ -126,6 +126,7 @@ fn names_of(series: &MetricSeries) -> Vec<String> {
         Family::SplicePipesGrown => fixed(Some(names::SPLICE_PIPES_GROWN)),
         Family::SpliceFallbacks => fixed(Some(names::SPLICE_FALLBACKS)),
         Family::BuffersInUse => fixed(Some(names::BUFFERS_IN_USE)),
+        Family::SpliceBulkPipes => fixed(Some(names::SPLICE_BULK_PIPES)),
         Family::AccessLogDropped => fixed(Some(names::ACCESS_LOG_DROPPED)),
         Family::ConfigGeneration => fixed(Some(names::CONFIG_GENERATION)),
         Family::QuicFlowsActive => fixed(Some(names::QUIC_FLOWS_ACTIVE)),

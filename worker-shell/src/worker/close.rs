@@ -19,6 +19,7 @@ use preread_parser::tls::Ja4;
 
 use super::access::AccessRule;
 use super::ctx::Ctx;
+use super::pipe::Growth;
 use super::preread;
 use super::session::{Phase, Session};
 use crate::access_log::AccessLogEntry;
@@ -102,6 +103,9 @@ fn give_back(ctx: &mut Ctx, phase: &mut Phase) {
                 }
                 if let Some(kernel_pipe) = std::mem::take(&mut flow.lane).into_pipe() {
                     ctx.pipes.give_back(kernel_pipe);
+                }
+                if let Growth::Grown(_) = std::mem::take(&mut flow.growth) {
+                    ctx.pipes.count_released();
                 }
             }
             ctx.pool.release_parked(usize::from(pipe.parked));

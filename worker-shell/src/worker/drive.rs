@@ -91,6 +91,7 @@ fn drive_pipe(ctx: &mut Ctx, key: usize, session: &mut Session, now: Instant) ->
         );
     }
     if done.grew.grown > 0 {
+        ctx.pipes.count_grown(done.grew.grown);
         ctx.metrics.add(
             Series::of(Family::SplicePipesGrown),
             u64::from(done.grew.grown),

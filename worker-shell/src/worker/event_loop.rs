@@ -275,6 +275,10 @@ impl Worker {
                 let in_use = self.ctx.pool.in_use() as i64;
                 let buffers = Series::of(Family::BuffersInUse);
                 self.ctx.metrics.gauge_set(buffers, in_use);
+                let bulk = Series::of(Family::SpliceBulkPipes);
+                self.ctx
+                    .metrics
+                    .gauge_set(bulk, self.ctx.pipes.grown() as i64);
                 let configured = Configured::of(&self.ctx.runtime);
                 Answer::Metrics(self.ctx.metrics.snapshot(&configured))
             }

@@ -73,6 +73,7 @@ impl Metrics {
             Family::SplicePipesGrown,
             Family::SpliceFallbacks,
             Family::BuffersInUse,
+            Family::SpliceBulkPipes,
             Family::AccessLogDropped,
         ]
         .into_iter()

@@ -2,7 +2,8 @@
 //!
 //! Owns: [`PipePool`], a bounded stack of empty [`SplicePipe`]s per worker,
 //! the size new pipes ask for (`splice_pipe_size`, if set), and the count of pipes
-//! the worker had to create. A pipe a bulk transfer grew
+//! the worker had to create and of the grown pipes its sessions hold
+//! (`splice.bulk_pipes`). A pipe a bulk transfer grew
 //! (`worker/pipe/grow.rs`) waits here at its former size. A spliced session needs two pipes; making
 //! them (`pipe2`, `F_SETPIPE_SZ`) and closing them cost a short connection
 //! about 20 µs, so they are reused, as HAProxy does. Must never: hand out a
@@ -52,6 +53,8 @@ pub struct PipePool {
     /// A refused size (new or grown) was logged at `warn` (the next ones
     /// go to `debug`).
     warned: bool,
+    /// Pipes the worker's sessions hold grown for a bulk transfer.
+    grown: usize,
 }
 
 impl PipePool {
@@ -63,6 +66,7 @@ impl PipePool {
             max_idle,
             pipe_size,
             warned: false,
+            grown: 0,
         }
     }
 
@@ -114,6 +118,21 @@ impl PipePool {
         if self.idle.len() < self.max_idle && pipe.is_empty() && pipe.shrink_back().is_ok() {
             self.idle.push(pipe);
         }
+    }
+
+    /// Counts `n` pipes the worker's sessions grew.
+    pub fn count_grown(&mut self, n: u32) {
+        self.grown += n as usize;
+    }
+
+    /// Counts one grown pipe's session ended (its budget slot went back).
+    pub fn count_released(&mut self) {
+        self.grown = self.grown.saturating_sub(1);
+    }
+
+    /// Pipes the worker's sessions hold grown now (`splice.bulk_pipes`).
+    pub fn grown(&self) -> usize {
+        self.grown
     }
 
     /// Pipes waiting for a session.
@@ -190,6 +209,17 @@ mod tests {
         assert!(!created, "the grown pipe was kept");
         assert!(!again.is_grown());
         assert_eq!(again.capacity(), kernels);
+    }
+
+    #[test]
+    fn the_grown_pipes_held_are_counted_until_released() {
+        let mut pool = PipePool::new(4, None);
+        pool.count_grown(2);
+        pool.count_released();
+        assert_eq!(pool.grown(), 1);
+        pool.count_released();
+        pool.count_released();
+        assert_eq!(pool.grown(), 0, "never below zero");
     }
 
     #[test]
