@@ -49,6 +49,11 @@ fn upload(len: usize, bulk: Bulk<'_>) -> Ended {
     ended
 }
 
+/// Growth to `size` bytes within `budget`.
+fn bulk_of(size: usize, budget: &Arc<Slots>) -> Bulk<'_> {
+    Bulk { size, budget }
+}
+
 fn capacity(ended: Ended) -> (usize, usize) {
     let size = |lane: crate::worker::lanes::Lane| lane.into_pipe().map_or(0, |p| p.capacity());
     (size(ended.lanes.up), size(ended.lanes.down))
@@ -57,10 +62,7 @@ fn capacity(ended: Ended) -> (usize, usize) {
 #[test]
 fn a_bulk_transfer_grows_its_pipe_and_holds_a_slot_of_the_budget_until_it_ends() {
     let budget = Slots::new(1);
-    let bulk = Bulk {
-        size: MIB,
-        budget: &budget,
-    };
+    let bulk = bulk_of(MIB, &budget);
     let mut ended = upload(16 * MIB, bulk);
     assert!(
         matches!(ended.growth[0], Growth::Grown(_)),
@@ -91,10 +93,7 @@ fn a_bulk_transfer_grows_its_pipe_and_holds_a_slot_of_the_budget_until_it_ends()
 #[test]
 fn a_transfer_shorter_than_the_bulk_mark_keeps_the_kernels_pipe() {
     let budget = Slots::new(4);
-    let bulk = Bulk {
-        size: MIB,
-        budget: &budget,
-    };
+    let bulk = bulk_of(MIB, &budget);
     // Under 4 fills of half a 64 KiB pipe whatever the timing.
     let ended = upload(120 * 1024, bulk);
     assert!(
@@ -108,10 +107,7 @@ fn a_transfer_shorter_than_the_bulk_mark_keeps_the_kernels_pipe() {
 #[test]
 fn without_a_bulk_size_nothing_grows() {
     let budget = Slots::new(4);
-    let bulk = Bulk {
-        size: 0,
-        budget: &budget,
-    };
+    let bulk = bulk_of(0, &budget);
     let ended = upload(16 * MIB, bulk);
     assert!(matches!(ended.growth[0], Growth::Ungrown));
     assert_eq!(budget.taken(), 0);
@@ -122,10 +118,7 @@ fn without_a_bulk_size_nothing_grows() {
 #[test]
 fn a_pipe_grows_to_the_bulk_size_asked_for() {
     let budget: Arc<Slots> = Slots::new(1);
-    let bulk = Bulk {
-        size: 256 * 1024,
-        budget: &budget,
-    };
+    let bulk = bulk_of(256 * 1024, &budget);
     let ended = upload(16 * MIB, bulk);
     assert!(matches!(ended.growth[0], Growth::Grown(_)));
     let (up, _) = capacity(ended);
