@@ -22,8 +22,8 @@
 //!
 //! Must never: fingerprint on the decision path unless a `deny_ja4` list
 //! applies to the connection and holds an entry with the hello's `a`
-//! section (one walk of the lists, no hash, tells; a fingerprint then
-//! reuses that walk), or allocate there.
+//! section (the cache tells for a hello seen before; else the parser's
+//! walk does, no hash), or allocate there.
 
 use std::cell::RefCell;
 use std::hash::BuildHasher;
@@ -47,12 +47,28 @@ pub fn ja4<'a>(hello: impl Into<Ja4Input<'a>>, transport: Transport) -> Ja4 {
     ja4_of_facts(&Ja4Facts::of(hello, transport))
 }
 
-/// [`ja4`] of the hello `facts` walked (the decision walked it for its
-/// `a` section already).
-pub(crate) fn ja4_of_facts(facts: &Ja4Facts<'_>) -> Ja4 {
+fn ja4_of_facts(facts: &Ja4Facts<'_>) -> Ja4 {
     CACHE.with(|cache| match cache.try_borrow_mut() {
         Ok(mut cache) => cache.ja4_of_facts(facts),
         Err(_) => Ja4::of_facts(facts),
+    })
+}
+
+/// The fingerprint of the parsed `hello` when `wanted` accepts its `a`
+/// section or this thread's cache knows the whole of it
+/// ([`Ja4Cache::lookup_hello`]): a hello seen before costs the
+/// comparison of its key, whichever.
+pub(crate) fn ja4_where(
+    hello: &ClientHello<'_>,
+    transport: Transport,
+    wanted: impl FnOnce(&[u8; 10]) -> bool,
+) -> Option<Ja4> {
+    CACHE.with(|cache| match cache.try_borrow_mut() {
+        Ok(mut cache) => cache.lookup_hello(hello, transport, wanted).0,
+        Err(_) => {
+            let facts = Ja4Facts::of_hello(hello, transport);
+            wanted(&facts.section_a()).then(|| Ja4::of_facts(&facts))
+        }
     })
 }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use preread_parser::proxy::{ProxyParsed, parse_proxy_header_within};
 use preread_parser::tls::{
-    AlpnProtocols, ClientHello, FrameCursor, Ja4Facts, Needed, Parsed, TlsError, Transport,
+    AlpnProtocols, ClientHello, FrameCursor, Needed, Parsed, TlsError, Transport,
     parse_client_hello_resuming,
 };
 
@@ -231,11 +231,10 @@ fn deny_ja4(
     if !config.deny_ja4.applies_to(&route.cluster) {
         return output;
     }
-    let facts = Ja4Facts::of_hello(hello, transport);
-    if !config.deny_ja4.may_hold(&facts.section_a()) {
+    let wanted = |section_a: &[u8; 10]| config.deny_ja4.may_hold(section_a);
+    let Some(ja4) = crate::fingerprint::ja4_where(hello, transport, wanted) else {
         return output;
-    }
-    let ja4 = crate::fingerprint::ja4_of_facts(&facts);
+    };
     let Some(rule) = config.deny_ja4.denies(&route.cluster, &ja4) else {
         return output;
     };

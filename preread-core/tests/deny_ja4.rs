@@ -138,6 +138,33 @@ fn an_entry_with_the_same_a_section_refuses_only_if_whole() {
     assert_eq!(core.denied_by(), Some(DenyRule::ListenerDenyJa4));
 }
 
+/// A client first seen while no entry had its `a` section leaves only
+/// that section in the worker thread's cache; once a list (a reload, a
+/// `listener update`) holds its whole fingerprint, its next connection
+/// is refused, and routed again when the entry goes.
+#[test]
+fn a_list_that_gains_the_fingerprint_refuses_a_client_seen_before() {
+    let chromium = ja4_of("chromium_a_1.bin");
+    let other = Ja4::parse("t13d1516h2_8daaf6152771_e5627efa2ab1").expect("a fingerprint");
+    assert_ne!(other.section_a(), chromium.section_a());
+    let window = corpus_file("chromium_a_1.bin");
+    let mut config = config(CORPUS_ROUTES);
+    config.deny_ja4 = DenyJa4::new([other]);
+    for _ in 0..2 {
+        let (_, output) = decide(&config, &window);
+        assert!(matches!(output, Output::Routed(_)), "{output:?}");
+    }
+    config.deny_ja4 = DenyJa4::new([other, chromium]);
+    for _ in 0..2 {
+        let (core, output) = decide(&config, &window);
+        assert_eq!(output, Output::Reject(RejectReason::AccessDenied));
+        assert_eq!(core.denied_by(), Some(DenyRule::ListenerDenyJa4));
+    }
+    config.deny_ja4 = DenyJa4::new([other]);
+    let (_, output) = decide(&config, &window);
+    assert!(matches!(output, Output::Routed(_)), "{output:?}");
+}
+
 #[test]
 fn a_cluster_list_refuses_only_connections_routed_to_it() {
     let curl_h2 = ja4_of("curl_h2.bin");

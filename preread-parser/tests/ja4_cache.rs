@@ -305,3 +305,96 @@ fn a_grease_cipher_in_another_place_misses_but_gives_the_same_value() {
     let again = cache.lookup(shuffled(hello, 2).input(), Transport::Tcp);
     assert_eq!(again, (original, Ja4Lookup::Hit));
 }
+
+/// GREASE past the first word takes the comparison's other loop, and in
+/// a list's padded last bytes its tail: regreased, such a list still
+/// hits; a value that is not GREASE in its place misses.
+#[test]
+fn grease_further_on_and_in_the_last_bytes_hits_when_regreased() {
+    let hellos = hellos();
+    let hello = hellos
+        .iter()
+        .find(|h| h.file.starts_with("chromium"))
+        .expect("a chromium hello");
+    let mut last = hello.ciphers.clone();
+    last.rotate_left(2);
+    let in_tail = last[2..].to_vec();
+    assert_eq!(last.len() % 8, 0, "GREASE in the last whole word");
+    assert_ne!(in_tail.len() % 8, 0, "GREASE in the padded last bytes");
+    for ciphers in [last, in_tail] {
+        let mut cache = Ja4Cache::new(15, 16);
+        let first = Hello {
+            ciphers,
+            ..shuffled(hello, 0)
+        };
+        let want = Ja4::of(first.input(), Transport::Tcp);
+        assert_eq!(
+            cache.lookup(first.input(), Transport::Tcp),
+            (want, Ja4Lookup::Miss)
+        );
+        let mut again = Hello {
+            ciphers: first.ciphers.clone(),
+            ..shuffled(hello, 1)
+        };
+        regrease(&mut again.ciphers);
+        assert_ne!(again.ciphers, first.ciphers);
+        assert_eq!(
+            cache.lookup(again.input(), Transport::Tcp),
+            (want, Ja4Lookup::Hit)
+        );
+        let mut plain = Hello {
+            ciphers: first.ciphers.clone(),
+            ..shuffled(hello, 2)
+        };
+        let at = plain.ciphers.len() - 2;
+        plain.ciphers[at..].copy_from_slice(&[0x00, 0xff]);
+        let got = cache.lookup(plain.input(), Transport::Tcp);
+        assert_eq!(
+            got,
+            (Ja4::of(plain.input(), Transport::Tcp), Ja4Lookup::Miss)
+        );
+        assert_ne!(got.0, want);
+    }
+}
+
+/// What a `deny_ja4` list asks of the cache, for every captured hello
+/// the parser returns: a hello whose `a` section no entry has is asked
+/// about once per lookup and leaves only that section in the cache (no
+/// hash computed); once an entry has it, the fingerprint is computed and
+/// kept whole, and later lookups return it without asking. The parser's
+/// key and the walk's are one: the stored input hits the same slot.
+#[test]
+fn a_section_no_list_wants_is_kept_alone_then_filled() {
+    let mut scratch = Vec::new();
+    for entry in common::corpus() {
+        let tls = &entry.bytes[entry.prefix_len()..];
+        let Ok(Parsed::Complete(hello)) = parse_client_hello(tls, &mut scratch) else {
+            continue;
+        };
+        let file = &entry.file;
+        let want = Ja4::of(&hello, Transport::Tcp);
+        let mut cache = Ja4Cache::new(17, 18);
+        let mut asked = Vec::new();
+        let mut refuse = |a: &[u8; 10]| {
+            asked.push(*a);
+            false
+        };
+        let got = cache.lookup_hello(&hello, Transport::Tcp, &mut refuse);
+        assert_eq!(got, (None, Ja4Lookup::Miss), "{file}");
+        let got = cache.lookup_hello(&hello, Transport::Tcp, &mut refuse);
+        assert_eq!(got, (None, Ja4Lookup::Hit), "{file}");
+        assert_eq!(asked, [want.section_a(); 2], "{file}");
+        let got = cache.lookup_hello(&hello, Transport::Tcp, |a| a == &want.section_a());
+        assert_eq!(got, (Some(want), Ja4Lookup::Miss), "{file}");
+        let got = cache.lookup_hello(&hello, Transport::Tcp, |_| panic!("{file}: asked"));
+        assert_eq!(got, (Some(want), Ja4Lookup::Hit), "{file}");
+        let input = Ja4Input::from(&hello);
+        assert_eq!(
+            cache.lookup(input, Transport::Tcp),
+            (want, Ja4Lookup::Hit),
+            "{file}"
+        );
+        let quic = cache.lookup_hello(&hello, Transport::Quic, |_| false);
+        assert_eq!(quic, (None, Ja4Lookup::Miss), "{file}: q is another key");
+    }
+}

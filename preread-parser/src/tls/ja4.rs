@@ -123,10 +123,9 @@ impl Ja4 {
 
     /// The fingerprint of the hello `facts` walked.
     pub fn of_facts(facts: &Ja4Facts<'_>) -> Self {
-        let transport = facts.transport;
         let lists = Lists::of(facts);
         let mut text = [b'_'; JA4_LEN];
-        text[..A_LEN].copy_from_slice(&lists.section_a(transport));
+        text[..A_LEN].copy_from_slice(&lists.a);
         let b_at = A_LEN + 1;
         let c_at = b_at + HASH_HEX_LEN + 1;
         text[b_at..b_at + HASH_HEX_LEN].copy_from_slice(&hash12(|sink| lists.write_b(sink)));
@@ -139,6 +138,15 @@ impl Ja4 {
     /// whose entries starts with it cannot hold the fingerprint.
     pub fn section_a_of<'a>(hello: impl Into<Ja4Input<'a>>, transport: Transport) -> [u8; A_LEN] {
         Ja4Facts::of(hello, transport).section_a()
+    }
+
+    /// A fingerprint of which only the `a` section is known (the rest
+    /// `_`): what the cache keeps of a hello whose full fingerprint no
+    /// list wanted. Never returned to a caller.
+    pub(crate) fn section_only(a: [u8; A_LEN]) -> Self {
+        let mut text = [b'_'; JA4_LEN];
+        text[..A_LEN].copy_from_slice(&a);
+        Self { text }
     }
 
     fn order_key(&self) -> (u128, u128, u32) {
@@ -281,7 +289,7 @@ impl fmt::Display for Ja4Raw<'_> {
         let facts = Ja4Facts::of(self.hello, self.transport);
         let lists = Lists::of(&facts);
         let mut sink = FmtSink { f, result: Ok(()) };
-        sink.put(&lists.section_a(self.transport));
+        sink.put(&lists.a);
         sink.put(b"_");
         lists.write_b(&mut sink);
         sink.put(b"_");
@@ -352,7 +360,6 @@ fn signature_algorithms(data: &[u8]) -> &[u8] {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct AFacts<'h> {
     legacy_version: u16,
-    cipher_count: usize,
     /// Every extension, `server_name` and ALPN included.
     extension_count: usize,
     has_server_name: bool,
@@ -380,19 +387,17 @@ impl<'h> AFacts<'h> {
     /// The version JA4 reports: the highest non-GREASE
     /// `supported_versions` entry, else `legacy_version`.
     fn version(&self) -> u16 {
-        match self.supported_versions {
-            Some(offer) => offer.iter().filter(|&v| !is_grease(v)).max().unwrap_or(0),
-            None => self.legacy_version,
-        }
+        reported_version(self.supported_versions, self.legacy_version)
     }
 
-    fn section_a(&self, transport: Transport) -> [u8; A_LEN] {
+    /// The `a` section of a hello with these facts and `ciphers`.
+    fn section_a(&self, transport: Transport, ciphers: &[u8]) -> [u8; A_LEN] {
         let version = self.version();
         let mut a = [0; A_LEN];
         a[0] = transport.letter();
         a[1..3].copy_from_slice(version_code(version));
         a[3] = if self.has_server_name { b'd' } else { b'i' };
-        a[4..6].copy_from_slice(&two_digits(self.cipher_count));
+        a[4..6].copy_from_slice(&two_digits(grease::count_non_grease(ciphers)));
         a[6..8].copy_from_slice(&two_digits(self.extension_count));
         a[8..10].copy_from_slice(&alpn_chars(self.alpn));
         a
@@ -405,6 +410,8 @@ struct Lists<'h> {
     /// Extensions minus `server_name` and ALPN.
     hashed_extensions: SortedU16,
     facts: AFacts<'h>,
+    /// The `a` section, whose cipher count is of the list as sent.
+    a: [u8; A_LEN],
 }
 
 impl<'h> Lists<'h> {
@@ -413,6 +420,7 @@ impl<'h> Lists<'h> {
             ciphers: SortedU16::new(),
             hashed_extensions: SortedU16::new(),
             facts: walked.facts,
+            a: walked.section_a(),
         };
         u16_pairs(walked.input.cipher_suites)
             .filter(|&c| !is_grease(c))
@@ -437,10 +445,6 @@ impl<'h> Lists<'h> {
         lists
     }
 
-    fn section_a(&self, transport: Transport) -> [u8; A_LEN] {
-        self.facts.section_a(transport)
-    }
-
     fn write_b(&self, sink: &mut impl Sink) {
         write_list(sink, self.ciphers.as_slice().iter().copied());
     }
@@ -458,19 +462,17 @@ impl<'h> Lists<'h> {
 }
 
 /// What one walk of a hello's lists tells: its `a` section
-/// ([`Self::section_a`]) and, for [`Ja4Cache`], its extension set. The
-/// decision walks once, asks the `a` section, and only when a `deny_ja4`
-/// entry shares it hands the same facts to the cache
-/// ([`Ja4Cache::ja4_of_facts`]), so a hit walks the extensions once.
+/// ([`Self::section_a`], formatted when asked) and, for [`Ja4Cache`], its
+/// extension set. On the decision path the walk is the parser's own
+/// ([`Self::of_hello`]), and the cache tells from these facts alone
+/// whether the hello was seen before, its `a` section with it
+/// ([`Ja4Cache::lookup_where`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ja4Facts<'h> {
     input: Ja4Input<'h>,
     transport: Transport,
     facts: AFacts<'h>,
     set: ExtensionSet,
-    /// The `a` section, formatted once: the decision's prefilter reads
-    /// it, and the cache's key starts with it.
-    a: [u8; A_LEN],
 }
 
 impl<'h> Ja4Facts<'h> {
@@ -479,7 +481,6 @@ impl<'h> Ja4Facts<'h> {
         let input = hello.into();
         let mut facts = AFacts {
             legacy_version: input.legacy_version,
-            cipher_count: grease::count_non_grease(input.cipher_suites),
             ..AFacts::default()
         };
         let mut set = ExtensionSet::default();
@@ -489,7 +490,12 @@ impl<'h> Ja4Facts<'h> {
                 set.insert(ext_type);
             }
         }
-        Self::gathered(input, transport, facts, set)
+        Self {
+            input,
+            transport,
+            facts,
+            set,
+        }
     }
 
     /// [`Self::of`] a hello the parser returned, without walking its
@@ -503,26 +509,15 @@ impl<'h> Ja4Facts<'h> {
         let input = Ja4Input::from(hello);
         let facts = AFacts {
             legacy_version: input.legacy_version,
-            cipher_count: grease::count_non_grease(input.cipher_suites),
             extension_count: set.len(),
             has_server_name: set.has_low(0),
             signature_algorithms: signature_algorithms(hello.signature_algorithms),
             supported_versions: hello.supported_versions,
             alpn: hello.alpn,
         };
-        Self::gathered(input, transport, facts, set)
-    }
-
-    fn gathered(
-        input: Ja4Input<'h>,
-        transport: Transport,
-        facts: AFacts<'h>,
-        set: ExtensionSet,
-    ) -> Self {
         Self {
             input,
             transport,
-            a: facts.section_a(transport),
             facts,
             set,
         }
@@ -530,8 +525,22 @@ impl<'h> Ja4Facts<'h> {
 
     /// The fingerprint's `a` section (`t13d1516h2`).
     pub fn section_a(&self) -> [u8; A_LEN] {
-        self.a
+        self.facts
+            .section_a(self.transport, self.input.cipher_suites)
     }
+}
+
+/// The version JA4 reports: the highest non-GREASE entry of `offer`
+/// (0 when all are GREASE), else `legacy_version`. Branch-free per entry:
+/// the cache's key computes it on every lookup.
+fn reported_version(offer: Option<SupportedVersions<'_>>, legacy_version: u16) -> u16 {
+    let Some(offer) = offer else {
+        return legacy_version;
+    };
+    offer.iter().fold(0, |highest, version| {
+        let counted = if is_grease(version) { 0 } else { version };
+        highest.max(counted)
+    })
 }
 
 fn two_digits(count: usize) -> [u8; 2] {

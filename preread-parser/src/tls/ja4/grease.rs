@@ -48,9 +48,14 @@ pub(super) fn count_non_grease(list: &[u8]) -> usize {
 }
 
 /// `word` (four values) with each GREASE value as `0a0a`, branch-free.
-fn grease_as_one(word: u64) -> u64 {
+pub(super) fn grease_as_one(word: u64) -> u64 {
     let lanes = (grease_lanes(word) >> 8) * 0xffff;
     (word & !lanes) | (0x0a0a_0a0a_0a0a_0a0a & lanes)
+}
+
+/// Whether one of the four values of `word` is GREASE.
+pub(super) fn has_grease(word: u64) -> bool {
+    grease_lanes(word) != 0
 }
 
 /// The bytes of `list` past its last whole word (fewer than 8) as a
@@ -59,7 +64,7 @@ fn grease_as_one(word: u64) -> u64 {
 /// `a`); the list's length, kept beside the words, tells an odd byte from
 /// an even one. Loaded as the list's last 8 bytes, shifted: a copy into a
 /// zeroed buffer would stall the load that reads it back.
-fn tail_word(list: &[u8]) -> Option<u64> {
+pub(super) fn tail_word(list: &[u8]) -> Option<u64> {
     let tail = list.len() % 8;
     if tail == 0 {
         return None;
@@ -73,72 +78,38 @@ fn tail_word(list: &[u8]) -> Option<u64> {
     })
 }
 
-/// Where the last word of `list` (8 bytes) that holds a GREASE value
-/// ends, as an offset into `list`; 0 when none does. Past it, `list` is
-/// its own key: Chrome's GREASE cipher is the first, so all but one word
-/// of its list can be compared byte for byte.
-pub(super) fn grease_end(list: &[u8]) -> usize {
+/// `list` as the cache keeps it: its whole words, then its last bytes
+/// padded ([`tail_word`]), as loaded (little-endian), GREASE untouched.
+pub(super) fn list_words(list: &[u8]) -> impl Iterator<Item = u64> + '_ {
     let (words, _) = words(list);
-    let whole = words
-        .enumerate()
-        .filter(|&(_, word)| grease_lanes(word) != 0)
-        .last()
-        .map_or(0, |(at, _)| at * 8 + 8);
-    match tail_word(list) {
-        Some(word) if grease_lanes(word) != 0 => list.len(),
-        _ => whole,
-    }
-}
-
-/// Copies `list` into `out` (as long), each GREASE value as `0a0a`.
-pub(super) fn copy_grease_as_one(list: &[u8], out: &mut [u8]) {
-    for (to, from) in out.chunks_exact_mut(8).zip(list.chunks_exact(8)) {
-        if let Some(word) = from.first_chunk::<8>() {
-            to.copy_from_slice(&grease_as_one(u64::from_le_bytes(*word)).to_le_bytes());
-        }
-    }
-    let done = list.len() / 8 * 8;
-    if let (Some(word), Some(to)) = (tail_word(list), out.get_mut(done..)) {
-        let word = grease_as_one(word).to_le_bytes();
-        to.copy_from_slice(&word[..to.len()]);
-    }
-}
-
-/// The first and the last word of `list` (its last bytes padded, see
-/// [`tail_word`]; zero for an empty list), each GREASE value as `0a0a`.
-pub(super) fn end_words(list: &[u8]) -> [u64; 2] {
-    let first = match list.first_chunk::<8>() {
-        Some(word) => u64::from_le_bytes(*word),
-        None => tail_word(list).unwrap_or(0),
-    };
-    let last = match tail_word(list) {
-        Some(word) => word,
-        None => list
-            .last_chunk::<8>()
-            .map_or(0, |word| u64::from_le_bytes(*word)),
-    };
-    [grease_as_one(first), grease_as_one(last)]
-}
-
-/// Whether `list` with each GREASE value as `0a0a` is `stored` (as
-/// long): a word at a time, no copy.
-pub(super) fn equals_grease_as_one(list: &[u8], stored: &[u8]) -> bool {
-    let mut differ = 0;
-    for (word, stored) in list.chunks_exact(8).zip(stored.chunks_exact(8)) {
-        if let (Some(word), Some(stored)) = (word.first_chunk::<8>(), stored.first_chunk::<8>()) {
-            differ |= grease_as_one(u64::from_le_bytes(*word)) ^ u64::from_le_bytes(*stored);
-        }
-    }
-    if let (Some(word), Some(stored)) = (tail_word(list), tail_word(stored)) {
-        differ |= grease_as_one(word) ^ stored;
-    }
-    differ == 0 && list.len() == stored.len()
+    words.chain(tail_word(list))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{copy_grease_as_one, count_non_grease, equals_grease_as_one, grease_end};
+    use super::{count_non_grease, grease_as_one, has_grease, list_words};
     use crate::tls::ja4::is_grease;
+
+    /// `list`'s words as the cache stores them, GREASE as `0a0a`.
+    fn normalized(list: &[u8]) -> Vec<u64> {
+        list_words(list).map(grease_as_one).collect()
+    }
+
+    /// The words of `list` built a value at a time, the reference.
+    fn expected_words(list: &[u8]) -> Vec<u64> {
+        list.chunks(8)
+            .map(|chunk| {
+                let mut word = [0u8; 8];
+                word[..chunk.len()].copy_from_slice(chunk);
+                for pair in word[..chunk.len()].chunks_exact_mut(2) {
+                    if is_grease(u16::from_be_bytes([pair[0], pair[1]])) {
+                        pair.copy_from_slice(&[0x0a, 0x0a]);
+                    }
+                }
+                u64::from_le_bytes(word)
+            })
+            .collect()
+    }
 
     /// Every u16 in every lane of a word and in the tail, beside values
     /// that are GREASE and values that nearly are.
@@ -152,58 +123,48 @@ mod tests {
                 let bytes: Vec<u8> = list.iter().flat_map(|v| v.to_be_bytes()).collect();
                 let expected = list.iter().filter(|&&v| !is_grease(v)).count();
                 assert_eq!(count_non_grease(&bytes), expected, "{value:#06x} at {at}");
-                let want: Vec<u8> = list
-                    .iter()
-                    .flat_map(|&v| if is_grease(v) { 0x0a0a } else { v }.to_be_bytes())
+                assert_eq!(
+                    normalized(&bytes),
+                    expected_words(&bytes),
+                    "{value:#06x} at {at}"
+                );
+                let flagged: Vec<bool> = list_words(&bytes).map(has_grease).collect();
+                let want: Vec<bool> = list
+                    .chunks(4)
+                    .map(|four| four.iter().any(|&v| is_grease(v)))
                     .collect();
-                assert_eq!(copied(&bytes), want, "{value:#06x} at {at}");
-                assert!(equals_grease_as_one(&bytes, &want), "{value:#06x} at {at}");
-                let end = list
-                    .iter()
-                    .rposition(|&v| is_grease(v))
-                    .map_or(0, |i| (i * 2 / 8 * 8 + 8).min(bytes.len()));
-                assert_eq!(grease_end(&bytes), end, "{value:#06x} at {at}");
+                assert_eq!(flagged, want, "{value:#06x} at {at}");
             }
         }
-    }
-
-    fn copied(list: &[u8]) -> Vec<u8> {
-        let mut out = vec![0; list.len()];
-        copy_grease_as_one(list, &mut out);
-        out
     }
 
     #[test]
     fn an_odd_byte_at_the_end_is_kept_and_not_counted() {
-        assert_eq!(copied(&[0x1a, 0x1a, 0x2a]), [0x0a, 0x0a, 0x2a]);
-        assert!(equals_grease_as_one(
-            &[0x1a, 0x1a, 0x2a],
-            &[0x0a, 0x0a, 0x2a]
-        ));
-        assert!(!equals_grease_as_one(
-            &[0x1a, 0x1a, 0x2a],
-            &[0x0a, 0x0a, 0x2b]
-        ));
+        assert_eq!(normalized(&[0x1a, 0x1a, 0x2a]), [0x2a_0a0a]);
+        assert_ne!(
+            normalized(&[0x1a, 0x1a, 0x2a]),
+            normalized(&[0x1a, 0x1a, 0x2b])
+        );
         assert_eq!(count_non_grease(&[0x13, 0x01, 0x2a]), 1);
     }
 
     /// One byte changed anywhere in a list of any length up to 3 words
-    /// makes it another list; the padding never makes a GREASE pair.
+    /// makes other words; the padding never makes a GREASE pair.
     #[test]
     fn every_byte_of_every_length_counts() {
         for len in 0..24 {
             let list: Vec<u8> = (0..len as u8).map(|i| 0x31 + i).collect();
-            assert!(equals_grease_as_one(&list, &list));
-            assert_eq!(grease_end(&list), 0);
+            assert_eq!(normalized(&list), expected_words(&list));
+            assert!(!list_words(&list).any(has_grease), "{len}");
             for at in 0..len {
                 let mut other = list.clone();
                 other[at] ^= 0x40;
-                assert!(!equals_grease_as_one(&other, &list), "{len} {at}");
+                assert_ne!(normalized(&other), normalized(&list), "{len} {at}");
             }
         }
         for byte in 0..=u8::MAX {
-            assert_eq!(copied(&[byte]), [byte]);
-            assert_eq!(grease_end(&[byte]), 0);
+            assert_eq!(normalized(&[byte]), [u64::from(byte)]);
+            assert!(!list_words(&[byte]).any(has_grease));
         }
     }
 }

@@ -117,9 +117,18 @@ impl ExtensionSet {
         self.low[usize::from(ext_type >> 6)] & (1u64 << (ext_type & 63)) != 0
     }
 
-    /// The bitmap of the types below 256.
-    pub(crate) fn low_words(&self) -> &[u64; 4] {
-        &self.low
+    /// The set as the cache's key reads it: the bitmap of the low types
+    /// (4 words), then the high types packed four to a word (2; unused
+    /// places are 0, which no high type is). Only an exact set is a key.
+    pub(crate) fn key_words(&self) -> [u64; 6] {
+        let pack = |four: &[u16]| {
+            four.iter()
+                .rev()
+                .fold(0u64, |word, &t| word << 16 | u64::from(t))
+        };
+        let (first, second) = self.high.split_at(MAX_HIGH / 2);
+        let [l0, l1, l2, l3] = self.low;
+        [l0, l1, l2, l3, pack(first), pack(second)]
     }
 
     /// The types of 256 and above, ascending.
@@ -190,13 +199,9 @@ mod tests {
     fn the_parsers_set_drops_grease_and_equals_the_walk() {
         let types = [0x0000, 0xff01, 0x002b, 0xfe0d];
         let walk = walked(&types);
-        let seen = ExtensionSet::from_seen(
-            *walk.low_words(),
-            2,
-            Some(&[0x1a1a, 0xfe0d, 0xff01, 0xfafa]),
-        );
+        let seen = ExtensionSet::from_seen(walk.low, 2, Some(&[0x1a1a, 0xfe0d, 0xff01, 0xfafa]));
         assert_eq!(seen, walk);
         assert_eq!(seen.len(), types.len());
-        assert!(!ExtensionSet::from_seen(*walk.low_words(), 2, None).is_exact());
+        assert!(!ExtensionSet::from_seen(walk.low, 2, None).is_exact());
     }
 }
