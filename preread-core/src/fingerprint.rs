@@ -8,8 +8,8 @@
 //! fingerprint wanted after the decision (the access log, `inspect`) needs
 //! neither a second parse nor a copy. The fingerprint itself is the
 //! parser's ([`preread_parser::tls::Ja4`]); [`ja4`] takes it through the
-//! calling thread's [`Ja4Cache`], so a client seen again costs a copy and
-//! a comparison of its lists, not the sort and two SHA-256.
+//! calling thread's [`Ja4Cache`], so a client seen again costs a
+//! comparison of its key, not the sort and two SHA-256.
 //!
 //! The cache is one per thread: each worker thread owns its own, created
 //! on its first fingerprint (its one allocation) with a random seed for
