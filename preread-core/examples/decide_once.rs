@@ -9,7 +9,11 @@
 //! routed real corpus hello on the 1,000-route corpus table;
 //! `ja4-other:<file>` and `ja4-hit:<file>` the same with a `deny_ja4`
 //! entry of another `a` section, or of the hello's own `a` section (its
-//! fingerprint from the thread's cache), as in `benches/ja4.rs`.
+//! fingerprint from the thread's cache), as in `benches/ja4.rs`;
+//! `ja4-section:<file>` the `ja4-other` list with the decisions run on a
+//! thread of their own, whose cache never held the whole fingerprint: it
+//! answers from a slot that holds the hello's `a` section alone (as in a
+//! worker with a blocklist and no access log).
 //!
 //! ```text
 //! cargo build --release -p preread-core --example decide_once
@@ -142,7 +146,7 @@ fn cases() -> Vec<String> {
         cases.push(format!("corpus:{file}"));
     }
     for file in ja4_cases::FILES {
-        for kind in ["ja4-other", "ja4-hit"] {
+        for kind in ["ja4-other", "ja4-hit", "ja4-section"] {
             cases.push(format!("{kind}:{file}"));
         }
     }
@@ -158,6 +162,9 @@ struct Case {
     rotate: Option<(usize, usize, Vec<u8>)>,
     /// The next name to write, so that successive runs go on through them.
     next: usize,
+    /// Decide on a new thread (a fresh JA4 cache), after one decision
+    /// there that fills it.
+    fresh_thread: bool,
 }
 
 /// The config and hello of `case`, checked with one decision (one per
@@ -168,15 +175,16 @@ fn setup(case: &str) -> Case {
     if let Some(list) = kind.strip_prefix("ja4-") {
         let cases = ja4_cases::Cases::of(name, now);
         let config = match list {
-            "other" => cases.other_a,
+            "other" | "section" => cases.other_a,
             "hit" => cases.warm,
-            _ => panic!("{case}: ja4-other or ja4-hit"),
+            _ => panic!("{case}: ja4-other, ja4-hit or ja4-section"),
         };
         return Case {
             config,
             window: cases.window,
             rotate: None,
             next: 0,
+            fresh_thread: list == "section",
         };
     }
     if kind == "corpus" {
@@ -197,6 +205,7 @@ fn setup(case: &str) -> Case {
             window,
             rotate: None,
             next: 0,
+            fresh_thread: false,
         };
     }
     let size: usize = kind.parse().expect("table size");
@@ -224,6 +233,7 @@ fn setup(case: &str) -> Case {
             window,
             rotate: Some((at, len, names)),
             next: 0,
+            fresh_thread: false,
         };
     }
     let (_, sni, matched) = SHAPES
@@ -244,6 +254,7 @@ fn setup(case: &str) -> Case {
         window,
         rotate: None,
         next: 0,
+        fresh_thread: false,
     }
 }
 
@@ -284,6 +295,12 @@ fn decide_rotating(
 
 fn decide_n(case: &mut Case, now: Instant, n: u64) {
     match &case.rotate {
+        None if case.fresh_thread => std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let _ = black_box(decide(&case.config, &case.window, now));
+                decide_loop(&case.config, &case.window, now, n);
+            });
+        }),
         None => decide_loop(&case.config, &case.window, now, n),
         Some((at, len, names)) => {
             let rotate = (*at, *len, names.as_slice());
