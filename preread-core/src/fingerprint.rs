@@ -22,15 +22,16 @@
 //!
 //! Must never: fingerprint on the decision path unless a `deny_ja4` list
 //! applies to the connection and holds an entry with the hello's `a`
-//! section (the cache tells for a hello seen before; else the parser's
-//! walk does, no hash), or allocate there.
+//! section (what the parse gave tells most hellos apart: the
+//! [`SectionHint`]; then the cache for a hello seen before; else the
+//! parser's walk, no hash), or allocate there.
 
 use std::cell::RefCell;
 use std::hash::BuildHasher;
 use std::ops::Range;
 
 use hashbrown::HashMap;
-use preread_parser::tls::{ClientHello, Ja4, Ja4Cache, Ja4Facts, Ja4Input, Transport};
+use preread_parser::tls::{ClientHello, Ja4, Ja4Cache, Ja4Facts, Ja4Input, SectionHint, Transport};
 
 use crate::routes::ClusterId;
 
@@ -82,14 +83,20 @@ pub struct DenyJa4 {
     /// sorted: a hello whose `a` is not here matches no list, and is not
     /// fingerprinted.
     sections: Box<[u128]>,
+    /// The [`SectionHint`] of each of those sections, sorted: a hello
+    /// whose hint is not here is let through before its `a` section is
+    /// asked for.
+    hints: Box<[SectionHint]>,
 }
 
 impl DenyJa4 {
     /// The listener's own list.
     pub fn new(listener: impl IntoIterator<Item = Ja4>) -> Self {
         let listener = sorted(listener);
+        let sections = sections(&listener, []);
         Self {
-            sections: sections(&listener, []),
+            hints: hints(&sections),
+            sections,
             listener,
             clusters: HashMap::new(),
         }
@@ -100,9 +107,21 @@ impl DenyJa4 {
         let list = sorted(list);
         if !list.is_empty() {
             self.sections = sections(&list, self.sections.iter().copied());
+            self.hints = hints(&self.sections);
             self.clusters.insert(cluster, list);
         }
         self
+    }
+
+    /// Whether a hello whose `a` section has `hint` may be on a list;
+    /// when not, neither its `a` section nor its fingerprint is needed.
+    pub(crate) fn may_hint(&self, hint: SectionHint) -> bool {
+        // A short list is scanned: most lists have a handful of hints,
+        // and a bisection's set-up costs more than the scan.
+        match self.hints.len() {
+            0..=8 => self.hints.contains(&hint),
+            _ => self.hints.binary_search(&hint).is_ok(),
+        }
     }
 
     /// Whether a hello whose `a` section is `section_a` may be on a list;
@@ -151,6 +170,22 @@ fn sections(list: &[Ja4], more: impl IntoIterator<Item = u128>) -> Box<[u128]> {
         .iter()
         .map(|ja4| section_key(&ja4.section_a()))
         .chain(more)
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    all.into()
+}
+
+/// The hints of `sections` (as [`section_key`] made them), sorted,
+/// without duplicates.
+fn hints(sections: &[u128]) -> Box<[SectionHint]> {
+    let mut all: Vec<SectionHint> = sections
+        .iter()
+        .map(|&key| {
+            let mut a = [0; 10];
+            a.copy_from_slice(&key.to_be_bytes()[..10]);
+            SectionHint::of_section(&a)
+        })
         .collect();
     all.sort_unstable();
     all.dedup();

@@ -165,6 +165,37 @@ fn a_list_that_gains_the_fingerprint_refuses_a_client_seen_before() {
     assert!(matches!(output, Output::Routed(_)), "{output:?}");
 }
 
+/// A list of many entries, whose `a` sections differ in what the parse
+/// gives for nothing (their extension counts): the hellos of none of
+/// them are let through before any fingerprint, the client of one is
+/// refused, short list or long.
+#[test]
+fn a_long_list_refuses_its_client_and_lets_the_others_through() {
+    let curl = ja4_of("curl_h2.bin");
+    let others: Vec<Ja4> = (20..60)
+        .map(|count| {
+            Ja4::parse(&format!("t13d31{count}h2_e8f1e7e78f70_b26ce05bbdd6"))
+                .expect("a fingerprint")
+        })
+        .filter(|ja4| *ja4 != curl)
+        .collect();
+    for len in [3, others.len()] {
+        let mut config = config(CORPUS_ROUTES);
+        config.deny_ja4 = DenyJa4::new(others[..len].iter().copied());
+        for file in ["curl_h2.bin", "chromium_a_1.bin"] {
+            let (_, output) = decide(&config, &corpus_file(file));
+            assert!(
+                matches!(output, Output::Routed(_)),
+                "{len} {file}: {output:?}"
+            );
+        }
+        config.deny_ja4 = DenyJa4::new(others[..len].iter().copied().chain([curl]));
+        let (core, output) = decide(&config, &corpus_file("curl_h2.bin"));
+        assert_eq!(output, Output::Reject(RejectReason::AccessDenied), "{len}");
+        assert_eq!(core.denied_by(), Some(DenyRule::ListenerDenyJa4));
+    }
+}
+
 #[test]
 fn a_cluster_list_refuses_only_connections_routed_to_it() {
     let curl_h2 = ja4_of("curl_h2.bin");

@@ -7,7 +7,7 @@ mod common;
 
 use preread_parser::proxy::{ProxyParsed, parse_proxy_header};
 use preread_parser::tls::{
-    ClientHello, Ja4, Ja4Facts, Ja4FormatError, Parsed, Transport, parse_client_hello,
+    ClientHello, Ja4, Ja4Facts, Ja4FormatError, Parsed, SectionHint, Transport, parse_client_hello,
 };
 use proptest::prelude::*;
 
@@ -123,6 +123,14 @@ fn the_a_section_alone_is_the_fingerprints_first_ten() {
                 assert_eq!(parsed.section_a(), whole.section_a());
                 assert_eq!(Ja4::of_facts(&parsed), whole);
                 assert_eq!(&whole.section_a(), &whole.as_str().as_bytes()[..10]);
+                // The hint the parse gives for nothing is the section's:
+                // a list prefiltered by hints never lets a listed one by.
+                assert_eq!(
+                    SectionHint::of_hello(&hello, transport),
+                    Some(SectionHint::of_section(&whole.section_a())),
+                    "{}",
+                    entry.file
+                );
             }
             seen += 1;
         }
@@ -365,5 +373,45 @@ proptest! {
         let two = Ja4::parse(&text).expect("a fingerprint");
         prop_assert_eq!(one.cmp(&two), base.cmp(&text));
         prop_assert_eq!(one == two, base == text);
+    }
+}
+
+proptest! {
+    /// The hint the parse gives (`SectionHint::of_hello`) is the `a`
+    /// section's, past 99 extensions (the count stops at 99) and with an
+    /// ALPN name whose ends are not letters or digits (hex instead).
+    #[test]
+    fn the_parses_hint_is_the_sections(
+        low in prop::collection::btree_set(1u16..0x0100, 0..130),
+        high in prop::collection::btree_set(0x0100u16..0xff00, 0..=8),
+        alpn in prop::option::of(prop::collection::vec(any::<u8>(), 1..6)),
+    ) {
+        // ALPN, supported_versions and ECH are validated by the parser
+        // (ALPN is added below, with a name); GREASE types are not counted.
+        let mut extensions: Vec<(u16, Vec<u8>)> = low
+            .into_iter()
+            .chain(high)
+            .filter(|&t| !matches!(t, 0x0010 | 0x002b | 0xfe0d) && t & 0x0f0f != 0x0a0a)
+            .map(|t| (t, Vec::new()))
+            .collect();
+        if let Some(name) = alpn {
+            let mut list = vec![name.len() as u8];
+            list.extend(&name);
+            let mut data = (list.len() as u16).to_be_bytes().to_vec();
+            data.extend(list);
+            extensions.push((0x0010, data));
+        }
+        let record = hello(&[0x1301, 0x1302], &extensions);
+        let mut scratch = Vec::new();
+        let Ok(Parsed::Complete(parsed)) = parse_client_hello(&record, &mut scratch) else {
+            return Err(TestCaseError::fail("the hello parses"));
+        };
+        for transport in [Transport::Tcp, Transport::Quic] {
+            let a = Ja4::of(&parsed, transport).section_a();
+            prop_assert_eq!(
+                SectionHint::of_hello(&parsed, transport),
+                Some(SectionHint::of_section(&a))
+            );
+        }
     }
 }

@@ -30,7 +30,7 @@ pub use error::{HandshakeFault, RecordFault, TlsError};
 pub use extensions::{AlpnProtocols, EchKind, SupportedVersions};
 pub use ja4::{
     JA4_CACHE_ENTRIES, Ja4, Ja4Cache, Ja4Facts, Ja4FormatError, Ja4Input, Ja4Lookup, Ja4Raw,
-    Transport,
+    SectionHint, Transport,
 };
 pub use record::FrameCursor;
 
