@@ -5,8 +5,11 @@
 //! Owns: the fingerprint ([`Ja4`], 36 bytes, `a_b_c`), its raw form
 //! ([`Ja4Raw`], `ja4_r`), the syntax of a written fingerprint
 //! ([`Ja4::parse`]), and what one walk of a hello tells ([`Ja4Facts`]:
-//! the `a` section, and what the cache and the hashes read next). GREASE values (RFC 8701) are skipped everywhere;
-//! ciphers and extensions are sorted; `server_name` and ALPN count in the
+//! the `a` section, and what the cache and the hashes read next). Its
+//! parts: the cache (`cache`), the hint a parse gives for nothing
+//! (`hint`), the extension set (`set`), GREASE a word at a time
+//! (`grease`), the lists' text and hashes (`text`). GREASE values (RFC
+//! 8701) are skipped everywhere; ciphers and extensions are sorted; `server_name` and ALPN count in the
 //! `a` section but are left out of the extension hash; signature
 //! algorithms follow the extensions in the client's order.
 //!
@@ -29,6 +32,7 @@ use super::extensions::{AlpnProtocols, SupportedVersions};
 
 mod cache;
 mod grease;
+mod hint;
 mod set;
 mod text;
 
@@ -36,6 +40,7 @@ pub(crate) use set::ExtensionSet;
 use text::{FmtSink, Sink, SortedU16, hash12, write_list};
 
 pub use cache::{ENTRIES as JA4_CACHE_ENTRIES, Ja4Cache, Lookup as Ja4Lookup};
+pub use hint::SectionHint;
 
 const EXT_SERVER_NAME: u16 = 0x0000;
 const EXT_SIGNATURE_ALGORITHMS: u16 = 0x000d;
@@ -527,48 +532,6 @@ impl<'h> Ja4Facts<'h> {
     pub fn section_a(&self) -> [u8; A_LEN] {
         self.facts
             .section_a(self.transport, self.input.cipher_suites)
-    }
-}
-
-/// What of a hello's `a` section its parse gives for nothing: the
-/// transport, whether it names a server, its extension count and the two
-/// ALPN characters (`t··d··16h2`), without the version and the cipher
-/// count, which cost a walk of their lists. Hellos whose hints differ
-/// have different `a` sections, so a `deny_ja4` list none of whose
-/// entries has the hint of a hello cannot hold its fingerprint: most
-/// clients of a listener with a blocklist are let through on this alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SectionHint(u64);
-
-impl SectionHint {
-    /// The hint of an `a` section (of a fingerprint on a list).
-    pub fn of_section(a: &[u8; A_LEN]) -> Self {
-        Self(u64::from_le_bytes([
-            a[0], a[3], a[6], a[7], a[8], a[9], 0, 0,
-        ]))
-    }
-
-    /// The hint of a hello the parser returned, from its walk; `None`
-    /// when the walk could not tell its extensions apart (a type twice),
-    /// which only a full [`Ja4Facts`] counts.
-    pub fn of_hello(hello: &ClientHello<'_>, transport: Transport) -> Option<Self> {
-        let set = &hello.extension_set;
-        if !set.is_exact() {
-            return None;
-        }
-        let [tens, ones] = two_digits(set.len());
-        let [first, last] = alpn_chars(hello.alpn);
-        let named = if set.has_low(0) { b'd' } else { b'i' };
-        Some(Self(u64::from_le_bytes([
-            transport.letter(),
-            named,
-            tens,
-            ones,
-            first,
-            last,
-            0,
-            0,
-        ])))
     }
 }
 
