@@ -38,8 +38,9 @@ use preread_core::step::{
     TimerAction, TimerPlan,
 };
 use preread_core::window::FIRST_WINDOW_BYTES;
-use preread_core::{Input, Output, PrereadConfig, RejectReason, SniPrereadCore};
-use preread_parser::proxy::parse_proxy_header;
+use preread_core::{DenyJa4, Input, Output, PrereadConfig, RejectReason, SniPrereadCore};
+use preread_parser::proxy::{ProxyParsed, parse_proxy_header};
+use preread_parser::tls::{Ja4, Parsed, Transport, parse_client_hello};
 
 use reading::{
     Reading, client_spoke, ends_within, explain, learned, proxy_header, server_first_route,
@@ -109,7 +110,36 @@ fn config(u: &mut Unstructured<'_>, data: &[u8]) -> PrereadConfig {
         config.server_first_timeout =
             Some(Duration::from_millis(u.int_in_range(1..=5000).unwrap_or(1)));
     }
+    config.deny_ja4 = deny_ja4(data, config.expect_proxy);
     config
+}
+
+/// A `deny_ja4` list for half the streams whose hello parses, picked by
+/// the stream's length so that the control bytes keep their meaning: the
+/// hello's own fingerprint (refused once routed), or one with its `a`
+/// section and other hashes (the list's hint lets the hello on to the
+/// thread's cache, which clears it).
+fn deny_ja4(data: &[u8], expect_proxy: bool) -> DenyJa4 {
+    let start = match parse_proxy_header(data) {
+        Ok(ProxyParsed::Complete(header)) if expect_proxy => header.len(),
+        _ if expect_proxy => return DenyJa4::default(),
+        _ => 0,
+    };
+    let mut scratch = Vec::new();
+    let Some(Ok(Parsed::Complete(hello))) = data
+        .get(start..)
+        .map(|tls| parse_client_hello(tls, &mut scratch))
+    else {
+        return DenyJa4::default();
+    };
+    let own = Ja4::of(&hello, Transport::Tcp);
+    let section = own.as_str().get(..10).unwrap_or_default();
+    let same_a = Ja4::parse(&format!("{section}_000000000000_000000000000"));
+    match (data.len() % 4, same_a) {
+        (0, _) => DenyJa4::new([own]),
+        (1, Ok(other)) => DenyJa4::new([other]),
+        _ => DenyJa4::default(),
+    }
 }
 
 /// How far the clock moves before the next event: mostly not at all.
