@@ -169,7 +169,11 @@ impl<'h> Probe<'h> {
         if differ != 0 {
             return false;
         }
-        let (ciphers, signatures) = entry.words.split_at(words_of(self.ciphers.len()));
+        let Some((ciphers, signatures)) =
+            entry.words.split_at_checked(words_of(self.ciphers.len()))
+        else {
+            return false;
+        };
         same_words(self.ciphers, ciphers, entry.grease[0])
             && same_words(self.signatures, signatures, entry.grease[1])
     }
