@@ -9,7 +9,7 @@
 //! stopped on Drop. Run `cargo build -p proxy-shell` first.
 
 use std::io::{Read, Write};
-use std::net::Shutdown;
+use std::net::{Shutdown, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,18 @@ fn corpus(name: &str) -> Vec<u8> {
         .join("../testdata/clienthellos")
         .join(name);
     std::fs::read(&path).unwrap_or_else(|err| panic!("read {}: {err}", path.display()))
+}
+
+/// A config of `globals` and one route: listener `main`, `sni` to
+/// cluster `cluster`, whose one backend `<cluster>-0` is at `addr`.
+fn one_route(globals: &[String], cluster: &str, sni: &str, addr: SocketAddr) -> String {
+    globals
+        .iter()
+        .fold(ConfigBuilder::new(), |config, line| config.global(line))
+        .listener("main", &[])
+        .frontend(cluster, "main", Some(sni), &[])
+        .backend(cluster, &format!("{cluster}-0"), addr)
+        .build()
 }
 
 /// No session leaked, and no direction fell back from splice (TCP always
@@ -144,17 +156,12 @@ fn sixteen_mebibytes_both_ways(splice: bool, pipe_size: Option<usize>) {
     const LEN: usize = 16 * MIB;
     let big =
         TlsBackend::start(BackendConfig::new("big-0", &["big.example.com"]).big_response(LEN));
-    let mut config = ConfigBuilder::new()
-        .global(&format!("splice = {splice}"))
-        .global("splice_bulk_pipe_size = 0");
-    if let Some(size) = pipe_size {
-        config = config.global(&format!("splice_pipe_size = {size}"));
-    }
-    let config = config
-        .listener("main", &[])
-        .frontend("big", "main", Some("big.example.com"), &[])
-        .backend("big", "big-0", big.addr())
-        .build();
+    let mut globals = vec![
+        format!("splice = {splice}"),
+        "splice_bulk_pipe_size = 0".to_owned(),
+    ];
+    globals.extend(pipe_size.map(|size| format!("splice_pipe_size = {size}")));
+    let config = one_route(&globals, "big", "big.example.com", big.addr());
     let proxy = ProxyProcess::start(&config).expect("proxy ready");
     let mut stream = tls_client(proxy.addr("main"), "big.example.com", &[]).expect("handshake");
     let _ = stream.sock.set_read_timeout(Some(BIG_T));
@@ -210,12 +217,12 @@ fn sixteen_mebibytes_both_ways_copied() {
 #[test]
 fn half_close_after_a_large_upload_gets_the_whole_answer() {
     let plain = PlainBackend::start("plain-0");
-    let config = ConfigBuilder::new()
-        .global("splice = true")
-        .listener("main", &[])
-        .frontend("plain", "main", Some("a.example.com"), &[])
-        .backend("plain", "plain-0", plain.addr())
-        .build();
+    let config = one_route(
+        &["splice = true".to_owned()],
+        "plain",
+        "a.example.com",
+        plain.addr(),
+    );
     let proxy = ProxyProcess::start(&config).expect("proxy ready");
     let mut sent = corpus("curl_h2.bin");
     sent.extend_from_slice(&pattern(8 * MIB));
@@ -283,15 +290,9 @@ fn upload_then_read(proxy: &ProxyProcess, plain: &PlainBackend, index: usize, si
 fn a_bulk_transfer_grows_its_pipe_and_a_short_one_does_not() {
     let plain = PlainBackend::start("plain-0");
     for (bulk_size, grows) in [(None, true), (Some(0), false)] {
-        let mut config = ConfigBuilder::new().global("splice = true");
-        if let Some(size) = bulk_size {
-            config = config.global(&format!("splice_bulk_pipe_size = {size}"));
-        }
-        let config = config
-            .listener("main", &[])
-            .frontend("plain", "main", Some("a.example.com"), &[])
-            .backend("plain", "plain-0", plain.addr())
-            .build();
+        let mut globals = vec!["splice = true".to_owned()];
+        globals.extend(bulk_size.map(|size| format!("splice_bulk_pipe_size = {size}")));
+        let config = one_route(&globals, "plain", "a.example.com", plain.addr());
         let proxy = ProxyProcess::start(&config).expect("proxy ready");
         let first = plain.connections().len();
         // 64 KiB copied, then under 4 fills of half a 64 KiB pipe spliced.
@@ -324,13 +325,11 @@ fn a_bulk_transfer_grows_its_pipe_and_a_short_one_does_not() {
 fn a_spliced_session_gives_its_buffers_back() {
     let tls = TlsBackend::start(BackendConfig::new("tls-0", &["tls.example.com"]));
     for (splice, held) in [(true, 0..=0), (false, 1..=2)] {
-        let config = ConfigBuilder::new()
-            .global(&format!("splice = {splice}"))
-            .global("splice_threshold = 0")
-            .listener("main", &[])
-            .frontend("tls", "main", Some("tls.example.com"), &[])
-            .backend("tls", "tls-0", tls.addr())
-            .build();
+        let globals = [
+            format!("splice = {splice}"),
+            "splice_threshold = 0".to_owned(),
+        ];
+        let config = one_route(&globals, "tls", "tls.example.com", tls.addr());
         let proxy = ProxyProcess::start(&config).expect("proxy ready");
         let mut stream = tls_client(proxy.addr("main"), "tls.example.com", &[]).expect("handshake");
         stream.write_all(b"hello\n").expect("write");
@@ -361,12 +360,12 @@ fn a_spliced_session_gives_its_buffers_back() {
 #[test]
 fn short_connections_with_splice_on_take_no_pipe() {
     let plain = PlainBackend::start("plain-0");
-    let config = ConfigBuilder::new()
-        .global("splice = true")
-        .listener("main", &[])
-        .frontend("plain", "main", Some("a.example.com"), &[])
-        .backend("plain", "plain-0", plain.addr())
-        .build();
+    let config = one_route(
+        &["splice = true".to_owned()],
+        "plain",
+        "a.example.com",
+        plain.addr(),
+    );
     let proxy = ProxyProcess::start(&config).expect("proxy ready");
     const ROUNDS: usize = 20;
     for round in 0..ROUNDS {
@@ -393,13 +392,8 @@ fn short_connections_with_splice_on_take_no_pipe() {
 #[test]
 fn kernel_pipes_are_reused_and_never_carry_bytes_across_sessions() {
     let plain = PlainBackend::start("plain-0");
-    let config = ConfigBuilder::new()
-        .global("splice = true")
-        .global("worker_count = 1")
-        .listener("main", &[])
-        .frontend("plain", "main", Some("a.example.com"), &[])
-        .backend("plain", "plain-0", plain.addr())
-        .build();
+    let globals = ["splice = true".to_owned(), "worker_count = 1".to_owned()];
+    let config = one_route(&globals, "plain", "a.example.com", plain.addr());
     let proxy = ProxyProcess::start(&config).expect("proxy ready");
     let addr = proxy.addr("main");
     const ROUNDS: usize = 12;
