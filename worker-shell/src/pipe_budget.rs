@@ -14,6 +14,8 @@
 //! splice), or warn a process the limit does not apply to (one with
 //! `CAP_SYS_RESOURCE` or `CAP_SYS_ADMIN`).
 
+use std::fmt;
+
 use command::config::GlobalSettings;
 
 use crate::worker::pipe_pool::{KERNEL_PIPE_SIZE, idle_pipes};
@@ -43,11 +45,7 @@ impl PipeBudget {
         }
         let size = global.splice_pipe_size.unwrap_or(KERNEL_PIPE_SIZE);
         let per_worker = idle_pipes(global.splice_pipe_size) * size;
-        let grown = global
-            .splice_bulk_budget
-            .checked_div(global.splice_bulk_pipe_size)
-            .unwrap_or(0)
-            * global.splice_bulk_pipe_size;
+        let grown = global.bulk_pipe_slots() * global.splice_bulk_pipe_size;
         Self {
             idle: (per_worker * global.worker_count.max(1)) as u64,
             grown: grown as u64,
@@ -59,26 +57,49 @@ impl PipeBudget {
     }
 }
 
-/// The warning for an unprivileged process whose soft limit of
-/// `soft_pages` pages of `page` bytes (0: no limit) does not cover
-/// `budget`, in one line: what it means and what to change.
-pub fn shortage(budget: &PipeBudget, soft_pages: u64, page: u64) -> Option<String> {
+/// An unprivileged process's soft limit that does not cover its
+/// [`PipeBudget`]: the warning, written by [`fmt::Display`] in one line
+/// that says what it means and what to change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shortage {
+    budget: PipeBudget,
+    soft_pages: u64,
+    page: u64,
+}
+
+/// The shortage of a soft limit of `soft_pages` pages of `page` bytes
+/// (0: no limit) against `budget`, if there is one.
+pub fn shortage(budget: &PipeBudget, soft_pages: u64, page: u64) -> Option<Shortage> {
     let limit = soft_pages.saturating_mul(page);
-    if soft_pages == 0 || budget.total() <= limit {
-        return None;
+    (soft_pages != 0 && budget.total() > limit).then_some(Shortage {
+        budget: *budget,
+        soft_pages,
+        page,
+    })
+}
+
+impl fmt::Display for Shortage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Self {
+            budget,
+            soft_pages,
+            page,
+        } = self;
+        write!(
+            f,
+            "fs.pipe-user-pages-soft is {soft_pages} pages ({} bytes), less than the {} bytes \
+             of kernel pipes this config sets aside ({} for the workers' idle pipes, {} for \
+             splice_bulk_budget): past it the kernel refuses to grow a bulk transfer's pipe and \
+             gives every new pipe 2 pages; raise fs.pipe-user-pages-soft to {} pages (twice that, \
+             so that the sessions' own pipes fit too), or lower splice_bulk_budget, worker_count \
+             or splice_pipe_size",
+            soft_pages.saturating_mul(*page),
+            budget.total(),
+            budget.idle,
+            budget.grown,
+            budget.total().div_ceil((*page).max(1)) * 2,
+        )
     }
-    Some(format!(
-        "fs.pipe-user-pages-soft is {soft_pages} pages ({limit} bytes), less than the {} bytes \
-         of kernel pipes this config sets aside ({} for the workers' idle pipes, {} for \
-         splice_bulk_budget): past it the kernel refuses to grow a bulk transfer's pipe and \
-         gives every new pipe 2 pages; raise fs.pipe-user-pages-soft to {} pages (twice that, so \
-         that the sessions' own pipes fit too), or lower splice_bulk_budget, worker_count or \
-         splice_pipe_size",
-        budget.total(),
-        budget.idle,
-        budget.grown,
-        budget.total().div_ceil(page.max(1)) * 2,
-    ))
 }
 
 /// Whether the effective capabilities of `/proc/self/status`'s text
@@ -145,12 +166,32 @@ mod tests {
             ..GlobalSettings::default()
         };
         let budget = PipeBudget::of(&global);
-        let warning = shortage(&budget, 16_384, 4096).expect("68 MiB > 64 MiB");
+        let warning = shortage(&budget, 16_384, 4096)
+            .expect("68 MiB > 64 MiB")
+            .to_string();
         assert!(warning.contains("splice_bulk_budget"), "{warning}");
         assert!(warning.contains("fs.pipe-user-pages-soft"), "{warning}");
         // No limit at all, or one that covers it.
         assert_eq!(shortage(&budget, 0, 4096), None);
         assert_eq!(shortage(&budget, 1 << 20, 4096), None);
+    }
+
+    /// The shared cap of grown pipes and this check reckon one budget:
+    /// whole pipes of `splice_bulk_pipe_size`, none when pipes never grow.
+    #[test]
+    fn the_grown_budget_is_whole_pipes_and_none_without_growth() {
+        let global = GlobalSettings {
+            splice_bulk_budget: (5 << 20) + 1,
+            ..GlobalSettings::default()
+        };
+        assert_eq!(global.bulk_pipe_slots(), 5);
+        assert_eq!(PipeBudget::of(&global).grown, 5 << 20);
+        let never = GlobalSettings {
+            splice_bulk_pipe_size: 0,
+            ..global
+        };
+        assert_eq!(never.bulk_pipe_slots(), 0);
+        assert_eq!(PipeBudget::of(&never).grown, 0);
     }
 
     #[test]

@@ -212,6 +212,16 @@ pub struct GlobalSettings {
 }
 
 impl GlobalSettings {
+    /// How many pipes may be grown at once, process-wide:
+    /// `splice_bulk_budget / splice_bulk_pipe_size`, 0 when pipes never
+    /// grow. The one reckoning of the budget: the workers' shared cap and
+    /// the start's pipe-limit check both read it.
+    pub fn bulk_pipe_slots(&self) -> usize {
+        self.splice_bulk_budget
+            .checked_div(self.splice_bulk_pipe_size)
+            .unwrap_or(0)
+    }
+
     /// Makes relative paths relative to the folder of `config_file`.
     pub fn resolve_paths_beside(&mut self, config_file: &Path) {
         let folder = config_file.parent().unwrap_or_else(|| Path::new(""));

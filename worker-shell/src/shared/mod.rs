@@ -60,12 +60,7 @@ impl Shared {
         Arc::new(Self {
             sessions: Slots::new(global.max_connections),
             buffers: Slots::new(global.max_buffers),
-            bulk_pipes: Slots::new(
-                global
-                    .splice_bulk_budget
-                    .checked_div(global.splice_bulk_pipe_size)
-                    .unwrap_or(0),
-            ),
+            bulk_pipes: Slots::new(global.bulk_pipe_slots()),
             unrouted: PerIp::new(),
             listener_rates: SharedRates::new(),
             registry: Arc::new(Registry::default()),
