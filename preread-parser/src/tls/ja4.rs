@@ -471,7 +471,7 @@ impl<'h> Lists<'h> {
 /// extension set. On the decision path the walk is the parser's own
 /// ([`Self::of_hello`]), and the cache tells from these facts alone
 /// whether the hello was seen before, its `a` section with it
-/// ([`Ja4Cache::lookup_where`]).
+/// ([`Ja4Cache::lookup_hello`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ja4Facts<'h> {
     input: Ja4Input<'h>,
