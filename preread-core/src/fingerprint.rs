@@ -59,7 +59,7 @@ fn ja4_of_facts(facts: &Ja4Facts<'_>) -> Ja4 {
 /// section or this thread's cache knows the whole of it
 /// ([`Ja4Cache::lookup_hello`]): a hello seen before costs the
 /// comparison of its key, whichever.
-pub(crate) fn ja4_where(
+fn ja4_where(
     hello: &ClientHello<'_>,
     transport: Transport,
     wanted: impl FnOnce(&[u8; 10]) -> bool,
@@ -113,9 +113,32 @@ impl DenyJa4 {
         self
     }
 
+    /// The rule that refuses the parsed `hello` (over `transport`) on a
+    /// connection routed to `cluster`, if a list holds its fingerprint.
+    /// Cheapest first: no list for the cluster; no entry with the hello's
+    /// [`SectionHint`]; the thread's cache, which knows a hello seen
+    /// before (or only its `a` section, when no entry had that); only a
+    /// new hello whose `a` section an entry has is hashed.
+    pub(crate) fn refuses(
+        &self,
+        hello: &ClientHello<'_>,
+        transport: Transport,
+        cluster: &ClusterId,
+    ) -> Option<DenyRule> {
+        if !self.applies_to(cluster) {
+            return None;
+        }
+        let hint = SectionHint::of_hello(hello, transport);
+        if hint.is_some_and(|hint| !self.may_hint(hint)) {
+            return None;
+        }
+        let ja4 = ja4_where(hello, transport, |section_a| self.may_hold(section_a))?;
+        self.denies(cluster, &ja4)
+    }
+
     /// Whether a hello whose `a` section has `hint` may be on a list;
     /// when not, neither its `a` section nor its fingerprint is needed.
-    pub(crate) fn may_hint(&self, hint: SectionHint) -> bool {
+    fn may_hint(&self, hint: SectionHint) -> bool {
         // A short list is scanned: most lists have a handful of hints,
         // and a bisection's set-up costs more than the scan.
         match self.hints.len() {
@@ -126,7 +149,7 @@ impl DenyJa4 {
 
     /// Whether a hello whose `a` section is `section_a` may be on a list;
     /// when not, its fingerprint need not be computed.
-    pub(crate) fn may_hold(&self, section_a: &[u8; 10]) -> bool {
+    fn may_hold(&self, section_a: &[u8; 10]) -> bool {
         self.sections.binary_search(&section_key(section_a)).is_ok()
     }
 
@@ -136,13 +159,13 @@ impl DenyJa4 {
     }
 
     /// A list applies to a connection routed to `cluster`.
-    pub(crate) fn applies_to(&self, cluster: &ClusterId) -> bool {
+    fn applies_to(&self, cluster: &ClusterId) -> bool {
         !self.listener.is_empty() || self.clusters.contains_key(cluster)
     }
 
     /// The rule that refuses `ja4` on a connection routed to `cluster`:
     /// the listener's list, else the cluster's.
-    pub(crate) fn denies(&self, cluster: &ClusterId, ja4: &Ja4) -> Option<DenyRule> {
+    fn denies(&self, cluster: &ClusterId, ja4: &Ja4) -> Option<DenyRule> {
         if self.listener.binary_search(ja4).is_ok() {
             return Some(DenyRule::ListenerDenyJa4);
         }

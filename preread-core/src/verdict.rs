@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use preread_parser::proxy::{ProxyParsed, parse_proxy_header_within};
 use preread_parser::tls::{
-    AlpnProtocols, ClientHello, FrameCursor, Needed, Parsed, SectionHint, TlsError, Transport,
+    AlpnProtocols, ClientHello, FrameCursor, Needed, Parsed, TlsError, Transport,
     parse_client_hello_resuming,
 };
 
@@ -215,10 +215,8 @@ pub(crate) fn refuse_unread(config: &PrereadConfig, reason: RejectReason) -> Out
 }
 
 /// A routed connection whose fingerprint a `deny_ja4` list of the
-/// listener or of the routed cluster holds is refused; the fingerprint is
-/// computed only when a list applies and holds an entry with the hello's
-/// `a` section, and the cache is asked only when an entry has the
-/// hello's [`SectionHint`].
+/// listener or of the routed cluster holds is refused
+/// ([`crate::fingerprint::DenyJa4::refuses`] says how little it computes).
 fn deny_ja4(
     config: &PrereadConfig,
     hello: &ClientHello<'_>,
@@ -229,18 +227,7 @@ fn deny_ja4(
     let Output::Routed(route) = &output else {
         return output;
     };
-    if !config.deny_ja4.applies_to(&route.cluster) {
-        return output;
-    }
-    let hint = SectionHint::of_hello(hello, transport);
-    if hint.is_some_and(|hint| !config.deny_ja4.may_hint(hint)) {
-        return output;
-    }
-    let wanted = |section_a: &[u8; 10]| config.deny_ja4.may_hold(section_a);
-    let Some(ja4) = crate::fingerprint::ja4_where(hello, transport, wanted) else {
-        return output;
-    };
-    let Some(rule) = config.deny_ja4.denies(&route.cluster, &ja4) else {
+    let Some(rule) = config.deny_ja4.refuses(hello, transport, &route.cluster) else {
         return output;
     };
     learned.denied_by = Some(rule);
