@@ -9,8 +9,9 @@
 //! stopped on Drop. Run `cargo build -p proxy-shell` first.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::path::Path;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use e2e::backend::{BackendConfig, PlainBackend, TlsBackend, pattern};
@@ -227,18 +228,7 @@ fn half_close_after_a_large_upload_gets_the_whole_answer() {
     let mut sent = corpus("curl_h2.bin");
     sent.extend_from_slice(&pattern(8 * MIB));
     let mut tcp = client::connect(proxy.addr("main"), T).expect("connect");
-    let writer = {
-        let mut tcp = tcp.try_clone().expect("clone");
-        let sent = sent.clone();
-        let _ = tcp.set_write_timeout(Some(BIG_T));
-        std::thread::spawn(move || -> Result<(), String> {
-            for chunk in sent.chunks(256 * 1024) {
-                tcp.write_all(chunk).map_err(|e| format!("upload: {e}"))?;
-            }
-            tcp.shutdown(Shutdown::Write)
-                .map_err(|e| format!("FIN: {e}"))
-        })
-    };
+    let writer = upload(&tcp, sent.clone());
     let (answer, closed) = read_to_close(&mut tcp, BIG_T);
     writer.join().expect("writer thread").expect("upload");
     assert!(closed, "the proxy closed after the backend");
@@ -249,23 +239,28 @@ fn half_close_after_a_large_upload_gets_the_whole_answer() {
     assert_clean(&proxy);
 }
 
+/// Writes `sent` on a clone of `tcp` from another thread, then its FIN,
+/// so that the caller can read while the upload backs up.
+fn upload(tcp: &TcpStream, sent: Vec<u8>) -> JoinHandle<Result<(), String>> {
+    let mut tcp = tcp.try_clone().expect("clone");
+    let _ = tcp.set_write_timeout(Some(BIG_T));
+    std::thread::spawn(move || {
+        for chunk in sent.chunks(256 * 1024) {
+            tcp.write_all(chunk).map_err(|e| format!("upload: {e}"))?;
+        }
+        tcp.shutdown(Shutdown::Write)
+            .map_err(|e| format!("FIN: {e}"))
+    })
+}
+
 /// `size` bytes uploaded after the hello, the client reading the echo
-/// only once it wrote everything (so the pipes fill: a bulk transfer's
+/// only 300 ms into the upload (so the pipes fill: a bulk transfer's
 /// backpressure); checks what the backend received and the answer.
 fn upload_then_read(proxy: &ProxyProcess, plain: &PlainBackend, index: usize, size: usize) {
     let mut sent = corpus("curl_h2.bin");
     sent.extend_from_slice(&pattern(size + index));
     let mut tcp = client::connect(proxy.addr("main"), T).expect("connect");
-    let writer = {
-        let mut tcp = tcp.try_clone().expect("clone");
-        let sent = sent.clone();
-        let _ = tcp.set_write_timeout(Some(BIG_T));
-        std::thread::spawn(move || -> Result<(), String> {
-            tcp.write_all(&sent).map_err(|e| format!("upload: {e}"))?;
-            tcp.shutdown(Shutdown::Write)
-                .map_err(|e| format!("FIN: {e}"))
-        })
-    };
+    let writer = upload(&tcp, sent.clone());
     std::thread::sleep(Duration::from_millis(300));
     // A pipe grown while the session is open is held until it ends.
     if proxy.metric("splice.pipes_grown") > 0 {
