@@ -255,16 +255,28 @@ fn upload(tcp: &TcpStream, sent: Vec<u8>) -> JoinHandle<Result<(), String>> {
 
 /// `size` bytes uploaded after the hello, the client reading the echo
 /// only 300 ms into the upload (so the pipes fill: a bulk transfer's
-/// backpressure); checks what the backend received and the answer.
-fn upload_then_read(proxy: &ProxyProcess, plain: &PlainBackend, index: usize, size: usize) {
+/// backpressure), or, when `grows`, once a pipe has grown, which must
+/// happen while the client does not read; checks that the session holds
+/// that pipe while it is open, what the backend received and the answer.
+fn upload_then_read(
+    proxy: &ProxyProcess,
+    plain: &PlainBackend,
+    (index, size): (usize, usize),
+    grows: bool,
+) {
     let mut sent = corpus("curl_h2.bin");
     sent.extend_from_slice(&pattern(size + index));
     let mut tcp = client::connect(proxy.addr("main"), T).expect("connect");
     let writer = upload(&tcp, sent.clone());
-    std::thread::sleep(Duration::from_millis(300));
-    // A pipe grown while the session is open is held until it ends.
-    if proxy.metric("splice.pipes_grown") > 0 {
+    if grows {
+        // The session cannot end before the client reads its answer, so
+        // a pipe grown by now is still the session's.
+        if let Err(err) = proxy.wait_metric("splice.pipes_grown", |v| v >= 1, T) {
+            panic!("a bulk upload backed up: {err}");
+        }
         assert!(proxy.metric("splice.bulk_pipes") >= 1, "a grown pipe held");
+    } else {
+        std::thread::sleep(Duration::from_millis(300));
     }
     let (answer, closed) = read_to_close(&mut tcp, BIG_T);
     writer.join().expect("writer thread").expect("upload");
@@ -291,9 +303,9 @@ fn a_bulk_transfer_grows_its_pipe_and_a_short_one_does_not() {
         let proxy = ProxyProcess::start(&config).expect("proxy ready");
         let first = plain.connections().len();
         // 64 KiB copied, then under 4 fills of half a 64 KiB pipe spliced.
-        upload_then_read(&proxy, &plain, first, 100_000);
+        upload_then_read(&proxy, &plain, (first, 100_000), false);
         assert_eq!(proxy.metric("splice.pipes_grown"), 0, "a short upload");
-        upload_then_read(&proxy, &plain, first + 1, 16 * MIB);
+        upload_then_read(&proxy, &plain, (first + 1, 16 * MIB), grows);
         let grown = proxy.metric("splice.pipes_grown");
         assert_eq!(
             proxy.metric("splice.bulk_pipes"),
