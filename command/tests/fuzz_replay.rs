@@ -1,10 +1,15 @@
-//! Replays the committed corpus of the `command` fuzz target on stable, so
-//! CI exercises the channel decoder and `ConfigState::dispatch` the way the
-//! fuzzer does.
+//! Replays the committed corpora of the `command` and `config` fuzz
+//! targets on stable, so CI exercises the channel decoder,
+//! `ConfigState::dispatch`, the config loader and the state file's reader
+//! the way the fuzzers do.
 
 #[path = "../../fuzz/src/checks_command.rs"]
 #[allow(unreachable_pub)]
 mod checks;
+
+#[path = "../../fuzz/src/checks_config.rs"]
+#[allow(unreachable_pub)]
+mod config_checks;
 
 #[allow(dead_code, unreachable_pub)]
 #[path = "../../testdata/fuzz_replay.rs"]
@@ -22,4 +27,24 @@ fn command_corpus_replays() {
             .any(|(path, bytes)| path.ends_with("example_all_frames.bin") && bytes[0] == 0)
     );
     corpus::replay("command", 10, checks::check_command);
+}
+
+#[test]
+fn config_corpus_replays() {
+    use config_checks::Reached;
+    let reached = corpus::replay("config", 30, config_checks::check_config);
+    // The seeds are the example configs, the loader's test files (most of
+    // them refused) and state bodies rendered from configs, one of them
+    // refused by a mutation; each kind of answer must stay reachable.
+    for kind in [
+        Reached::ConfigLoaded,
+        Reached::ConfigRefused,
+        Reached::StateRead,
+        Reached::StateRefused,
+    ] {
+        assert!(
+            reached.contains(&kind),
+            "no input of the corpus reaches {kind:?}"
+        );
+    }
 }

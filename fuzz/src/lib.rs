@@ -8,13 +8,15 @@
 //! [`checks_quic`] (which may use only `preread_parser` and std), and
 //! `preread-core/tests/fuzz_replay.rs` includes [`checks_core`] (which may
 //! also use `preread_core` and `arbitrary`), and `command/tests/fuzz_replay.rs`
-//! includes [`checks_command`] (`command` and `prost`), and
+//! includes [`checks_command`] (`command` and `prost`) and [`checks_config`]
+//! (`command`), and
 //! `proxy-shell/tests/pcap_fuzz_replay.rs` includes [`checks_pcap`]
 //! (`proxy_shell` and `serde_json`). Must never: read a clock other
 //! than one `Instant::now()` as a base, or depend on anything but the input
 //! bytes, so that a crash replays exactly.
 
 pub mod checks_command;
+pub mod checks_config;
 pub mod checks_core;
 pub mod checks_parser;
 pub mod checks_pcap;
@@ -25,6 +27,7 @@ pub mod checks_quic;
 pub mod route_pool;
 
 pub use checks_command::check_command;
+pub use checks_config::check_config;
 pub use checks_core::check_core;
 pub use checks_parser::{check_clienthello, check_proxy_header};
 pub use checks_pcap::check_pcap;
