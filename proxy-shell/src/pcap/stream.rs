@@ -39,6 +39,9 @@ pub(crate) struct Stream {
     /// segments costs what it carries, not the cap per connection.
     runs: BTreeMap<usize, Vec<u8>>,
     arrivals: Vec<Arrival>,
+    /// Bytes came at or past the cap (and were not kept): with a prefix
+    /// short of the cap, the capture misses bytes before them.
+    past_cap: bool,
     /// Two copies of a byte differed (the first was kept).
     pub conflicting: bool,
 }
@@ -51,6 +54,7 @@ impl Stream {
             cap,
             runs: BTreeMap::new(),
             arrivals: Vec::new(),
+            past_cap: false,
             conflicting: false,
         }
     }
@@ -69,6 +73,7 @@ impl Stream {
             (payload, offset as usize)
         };
         let room = self.cap.saturating_sub(offset);
+        self.past_cap |= payload.len() > room;
         let payload = &payload[..payload.len().min(room)];
         if payload.is_empty() {
             return;
@@ -125,9 +130,12 @@ impl Stream {
         self.runs.get(&0).map_or(0, Vec::len)
     }
 
-    /// Whether bytes arrived past a hole the capture never filled.
+    /// Whether bytes arrived past a hole the capture never filled: held
+    /// ones, or ones at or past the cap while the contiguous bytes stop
+    /// short of it (whatever the cap, a client whose first bytes the
+    /// capture missed is reported with its hole, never as silent).
     pub(crate) fn has_gap(&self) -> bool {
-        self.runs.keys().any(|&from| from > 0)
+        self.runs.keys().any(|&from| from > 0) || (self.past_cap && self.prefix() < self.cap)
     }
 
     /// The contiguous bytes, and when each stretch of them arrived.
@@ -180,8 +188,28 @@ mod tests {
         assert!(stream.conflicting);
         stream.segment(1004, b"efgh", at(3));
         stream.segment(2000, b"far", at(4));
+        // The bytes reach the cap: what comes past it is no hole.
+        assert!(!stream.has_gap());
         let (bytes, _) = stream.into_parts();
         assert_eq!(bytes, b"abcZef");
+    }
+
+    /// A client whose bytes the capture has only from past the cap sent
+    /// something the capture missed before them: a hole, under any cap
+    /// (found by the `pcap` fuzz target: under a small cap the flow was
+    /// left out as silent, under a larger one it had a hole).
+    #[test]
+    fn bytes_only_past_the_cap_leave_a_hole() {
+        for (cap, gap) in [(6, true), (5000, true)] {
+            let mut stream = Stream::new(1000, cap);
+            stream.segment(4000, b"late", at(1));
+            assert_eq!(stream.has_gap(), gap, "cap {cap}");
+            assert_eq!(stream.prefix(), 0);
+        }
+        let mut stream = Stream::new(1000, 6);
+        stream.segment(1000, b"ab", at(1));
+        stream.segment(1010, b"late", at(2));
+        assert!(stream.has_gap(), "two bytes, then a hole up to the cap");
     }
 
     #[test]
