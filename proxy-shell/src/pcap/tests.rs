@@ -176,6 +176,39 @@ fn a_capture_cut_short_or_with_a_lying_length_keeps_the_packets_before() {
     );
 }
 
+/// A pcapng block that declares fewer than the 12 bytes every block has
+/// (here a process information block of 8) stops the walk as malformed,
+/// the packets before it kept; `pcap-parser` alone would subtract past
+/// zero on it (found by the `pcap` fuzz target).
+#[test]
+fn a_pcapng_block_shorter_than_any_block_stops_the_walk() {
+    let mut at = 0;
+    let mut ends = Vec::new();
+    while let Some(len) = ANY.get(at + 4..at + 8) {
+        let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        at += len;
+        ends.push(at);
+    }
+    assert_eq!(
+        at,
+        ANY.len(),
+        "a little-endian capture, read block by block"
+    );
+    let whole = read_capture(ANY, CAP).expect("a capture");
+    let cut_at = ends[ends.len() / 2];
+    let mut damaged = ANY[..cut_at].to_vec();
+    damaged.extend_from_slice(&0x8000_0001_u32.to_le_bytes());
+    damaged.extend_from_slice(&8_u32.to_le_bytes());
+    damaged.extend_from_slice(&ANY[cut_at..]);
+    let capture = read_capture(&damaged, CAP).expect("a capture");
+    let stop = capture.walked.stop.expect("stopped");
+    assert_eq!(stop.offset, cut_at);
+    assert!(!stop.past_end, "malformed, not cut short");
+    assert_eq!(stop.packets, capture.walked.records);
+    assert!(capture.walked.records < whole.walked.records);
+    assert!(capture.walked.records > 0);
+}
+
 #[test]
 fn files_that_are_no_capture_are_refused_by_name() {
     assert_eq!(

@@ -24,11 +24,8 @@ use etherparse::err::packet::SliceError;
 use etherparse::{LaxNetSlice, LaxSlicedPacket, TransportSlice};
 use pcap_parser::data::{PacketData, get_packetdata_linux_sll, get_packetdata_linux_sll2};
 use pcap_parser::nom;
-use pcap_parser::pcapng::Block;
-use pcap_parser::{
-    Linktype, PcapBlockOwned, PcapError, PcapNGSlice, parse_pcap_frame, parse_pcap_frame_be,
-    parse_pcap_header,
-};
+use pcap_parser::pcapng::{Block, parse_block_be, parse_block_le, parse_sectionheaderblock};
+use pcap_parser::{Linktype, PcapError, parse_pcap_frame, parse_pcap_frame_be, parse_pcap_header};
 
 use super::error::CaptureError;
 
@@ -213,24 +210,39 @@ fn walk_pcapng<'a>(
     walked: &mut Walked,
     handle: &mut impl FnMut(&mut Walked, Linktype, Duration, &'a [u8]),
 ) -> Result<(), CaptureError> {
-    let blocks = PcapNGSlice::from_slice(bytes).map_err(|error| match error {
+    parse_sectionheaderblock(bytes).map_err(|error| match error {
         nom::Err::Incomplete(_) => CaptureError::TooShort { len: bytes.len() },
         _ => CaptureError::BadSectionHeader,
     })?;
     let mut interfaces: Vec<Interface> = Vec::new();
-    let mut offset = 0;
-    for block in blocks {
-        let block = match block {
-            Ok(PcapBlockOwned::NG(block)) => block,
-            Ok(_) => continue,
+    let mut big_endian = false;
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let offset = bytes.len() - rest.len();
+        if shorter_than_any_block(rest, big_endian) {
+            walked.stop = Some(Stop {
+                offset,
+                packets: walked.records,
+                past_end: false,
+            });
+            return Ok(());
+        }
+        let parsed = if big_endian {
+            parse_block_be(rest)
+        } else {
+            parse_block_le(rest)
+        };
+        let (after, block) = match parsed {
+            Ok(parsed) => parsed,
             Err(error) => {
                 walked.stop = Some(stop(offset, walked.records, &error));
                 return Ok(());
             }
         };
-        offset += block_len(&block);
+        rest = after;
         let (if_id, ts, data, caplen) = match block {
-            Block::SectionHeader(_) => {
+            Block::SectionHeader(shb) => {
+                big_endian = shb.big_endian();
                 interfaces.clear();
                 continue;
             }
@@ -262,6 +274,29 @@ fn walk_pcapng<'a>(
     Ok(())
 }
 
+/// Whether the block at the start of `rest` declares a length under the
+/// 12 bytes every pcapng block has (its type, its length twice): a
+/// malformed block, refused here because `pcap-parser` 0.17 subtracts 12
+/// from a length it only checked against the block type's own minimum (4
+/// for a process information block), which overflows. A section header
+/// block is left to the parser: its length is read in its own byte order,
+/// and its minimum is 28.
+fn shorter_than_any_block(rest: &[u8], big_endian: bool) -> bool {
+    const SECTION_HEADER: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
+    let Some((&kind, rest)) = rest.split_first_chunk::<4>() else {
+        return false;
+    };
+    let Some(&len) = rest.first_chunk::<4>() else {
+        return false;
+    };
+    let len = if big_endian {
+        u32::from_be_bytes(len)
+    } else {
+        u32::from_le_bytes(len)
+    };
+    kind != SECTION_HEADER && len < 12
+}
+
 impl Interface {
     fn time(self, ts: u64) -> Duration {
         let resolution = self.resolution.max(1);
@@ -272,24 +307,6 @@ impl Interface {
             u64::try_from(nanos).unwrap_or(u64::MAX),
         ))
     }
-}
-
-/// The length a parsed pcapng block took in the file.
-fn block_len(block: &Block<'_>) -> usize {
-    let len = match block {
-        Block::SectionHeader(b) => b.block_len1,
-        Block::InterfaceDescription(b) => b.block_len1,
-        Block::EnhancedPacket(b) => b.block_len1,
-        Block::SimplePacket(b) => b.block_len1,
-        Block::NameResolution(b) => b.block_len1,
-        Block::InterfaceStatistics(b) => b.block_len1,
-        Block::SystemdJournalExport(b) => b.block_len1,
-        Block::DecryptionSecrets(b) => b.block_len1,
-        Block::ProcessInformation(b) => b.block_len1,
-        Block::Custom(b) => b.block_len1,
-        Block::Unknown(b) => b.block_len1,
-    };
-    len as usize
 }
 
 fn stop<I>(offset: usize, packets: usize, error: &nom::Err<PcapError<I>>) -> Stop {
