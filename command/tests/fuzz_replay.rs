@@ -34,13 +34,18 @@ fn config_corpus_replays() {
     use config_checks::Reached;
     let reached = corpus::replay("config", 30, config_checks::check_config);
     // The seeds are the example configs, the loader's test files (most of
-    // them refused) and state bodies rendered from configs, one of them
-    // refused by a mutation; each kind of answer must stay reachable.
+    // them refused), state bodies rendered from configs (one of them
+    // refused by a mutation) and etcd route keys (one that applies, one
+    // that clashes with the file, one broken, one not a route key); each
+    // kind of answer must stay reachable.
     for kind in [
         Reached::ConfigLoaded,
         Reached::ConfigRefused,
         Reached::StateRead,
         Reached::StateRefused,
+        Reached::KeyIgnored,
+        Reached::FragmentApplied,
+        Reached::FragmentExcluded,
     ] {
         assert!(
             reached.contains(&kind),

@@ -6,17 +6,28 @@
 //! Owns: [`check_config`]. An input that starts with a state file's header
 //! (`{"preread_state"`) is a state body: it is sealed with its trailer
 //! (`command::state_file::seal`, as `preread state seal` does), so the
-//! fuzzer reaches the request lines behind the checksum. Any other input is
-//! a config text.
+//! fuzzer reaches the request lines behind the checksum. One that starts
+//! with `routes/` is an etcd route key (its first line, any bytes) and its
+//! value (the rest): the fragment the source makes of them is merged onto
+//! the example config's state, as a replica does. Any other input is a
+//! config text.
 //!
 //! Included by `command/tests/fuzz_replay.rs` too, so it may use only
 //! `command` and std. Must never: decide what a text means a second time;
 //! every expectation is another shipped path's answer to the same text
-//! (`check_config` against `load_config`, a saved state read back).
+//! (`check_config` against `load_config`, a saved state read back, the
+//! merge's own account of what it applied).
+
+use std::collections::BTreeSet;
+use std::sync::OnceLock;
 
 use command::codes::ErrorCode;
 use command::config::{ConfigProblem, Outline, check_config as problems_of, load_config};
+use command::diff::diff;
 use command::proto;
+use command::proto::request::RequestType;
+use command::sources::etcd::{fragment, route_name};
+use command::sources::merge;
 use command::state::ConfigState;
 use command::state_file::{parse_state_requests, render_state, seal};
 
@@ -29,14 +40,28 @@ pub enum Reached {
     ConfigRefused,
     StateRead,
     StateRefused,
+    /// A key the etcd source does not read as a route key.
+    KeyIgnored,
+    FragmentApplied,
+    FragmentExcluded,
 }
 
 /// How a state body starts: its version header's first bytes.
 const STATE_HEADER: &[u8] = b"{\"preread_state\"";
 
+/// The routes prefix of the etcd source's keys, as a replica whose
+/// `prefix` is empty reads them.
+const ROUTES_PREFIX: &str = "routes/";
+
+/// The file a route key's fragment is merged onto: the example config.
+const BASE_CONFIG: &str = include_str!("../../doc/examples/preread.toml");
+
 /// Checks `data` as a state body when it starts with [`STATE_HEADER`],
 /// else as a config text; bytes that are not UTF-8 are neither.
 pub fn check_config(data: &[u8]) -> Reached {
+    if data.starts_with(ROUTES_PREFIX.as_bytes()) {
+        return check_route_key(data);
+    }
     let Ok(text) = std::str::from_utf8(data) else {
         return Reached::NotText;
     };
@@ -131,6 +156,67 @@ fn check_state_body(body: &str) -> Reached {
             Reached::StateRefused
         }
     }
+}
+
+/// The key (the first line) and the value (the rest) as the etcd source
+/// reads them: a route key's fragment, merged onto the example config's
+/// state, applies or is excluded with its reasons, and adds to the file's
+/// state without changing what the file declared.
+fn check_route_key(data: &[u8]) -> Reached {
+    let (key, value) = match data.iter().position(|&byte| byte == b'\n') {
+        Some(end) => (&data[..end], &data[end + 1..]),
+        None => (data, &[][..]),
+    };
+    let Some(name) = route_name(key, ROUTES_PREFIX) else {
+        return Reached::KeyIgnored;
+    };
+    let fragment = fragment(name, value);
+    let base = base_state();
+    let merged = merge(base, [&fragment], &BTreeSet::new());
+    merged.state.check_invariants();
+    match (merged.applied.as_slice(), merged.excluded.is_empty()) {
+        ([applied], true) => {
+            assert_eq!(applied.id, fragment.id);
+            for step in diff(base, &merged.state) {
+                let addition = matches!(
+                    step.request_type,
+                    Some(
+                        RequestType::AddCluster(_)
+                            | RequestType::AddTcpFrontend(_)
+                            | RequestType::AddBackend(_)
+                    )
+                );
+                assert!(addition, "a fragment changed the file's state: {step:?}");
+            }
+            Reached::FragmentApplied
+        }
+        ([], false) => {
+            assert_eq!(&merged.state, base, "an excluded fragment left a trace");
+            for exclusion in &merged.excluded {
+                assert_eq!(exclusion.id, fragment.id);
+                assert!(
+                    !exclusion.message.is_empty(),
+                    "an exclusion without a message"
+                );
+                let _ = exclusion.code.explain();
+            }
+            Reached::FragmentExcluded
+        }
+        (applied, _) => panic!(
+            "one fragment, {} applied and {} exclusions",
+            applied.len(),
+            merged.excluded.len()
+        ),
+    }
+}
+
+/// The example config's state, loaded once.
+fn base_state() -> &'static ConfigState {
+    static BASE: OnceLock<ConfigState> = OnceLock::new();
+    BASE.get_or_init(|| match load_config(BASE_CONFIG) {
+        Ok(loaded) => loaded.state,
+        Err(problems) => panic!("the example config does not load: {problems:?}"),
+    })
 }
 
 /// `requests` dispatched in order into a fresh state, each accepted.
