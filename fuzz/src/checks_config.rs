@@ -1,7 +1,8 @@
-//! The config target's invariants: whatever bytes an operator's file holds,
-//! a config text and a state file's body each get an answer (loaded, or
-//! problems with a code, a message and a place in the text), never a panic,
-//! and what loads saves and reads back as the same state.
+//! The config target's invariants: whatever bytes an operator's file or a
+//! store key holds, a config text, a state file's body and an etcd route
+//! key each get an answer (loaded, or problems with a code, a message and a
+//! place), never a panic, and what loads saves and reads back as the same
+//! state.
 //!
 //! Owns: [`check_config`]. An input that starts with a state file's header
 //! (`{"preread_state"`) is a state body: it is sealed with its trailer
@@ -56,8 +57,10 @@ const ROUTES_PREFIX: &str = "routes/";
 /// The file a route key's fragment is merged onto: the example config.
 const BASE_CONFIG: &str = include_str!("../../doc/examples/preread.toml");
 
-/// Checks `data` as a state body when it starts with [`STATE_HEADER`],
-/// else as a config text; bytes that are not UTF-8 are neither.
+/// Checks `data` as an etcd route key and its value when it starts with
+/// [`ROUTES_PREFIX`], as a state body when it starts with
+/// [`STATE_HEADER`], else as a config text; other bytes that are not
+/// UTF-8 are none of them.
 pub fn check_config(data: &[u8]) -> Reached {
     if data.starts_with(ROUTES_PREFIX.as_bytes()) {
         return check_route_key(data);
