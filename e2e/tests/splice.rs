@@ -261,7 +261,8 @@ fn upload(tcp: &TcpStream, sent: Vec<u8>) -> JoinHandle<Result<(), String>> {
 fn upload_then_read(
     proxy: &ProxyProcess,
     plain: &PlainBackend,
-    (index, size): (usize, usize),
+    index: usize,
+    size: usize,
     grows: bool,
 ) {
     let mut sent = corpus("curl_h2.bin");
@@ -303,9 +304,9 @@ fn a_bulk_transfer_grows_its_pipe_and_a_short_one_does_not() {
         let proxy = ProxyProcess::start(&config).expect("proxy ready");
         let first = plain.connections().len();
         // 64 KiB copied, then under 4 fills of half a 64 KiB pipe spliced.
-        upload_then_read(&proxy, &plain, (first, 100_000), false);
+        upload_then_read(&proxy, &plain, first, 100_000, false);
         assert_eq!(proxy.metric("splice.pipes_grown"), 0, "a short upload");
-        upload_then_read(&proxy, &plain, (first + 1, 16 * MIB), grows);
+        upload_then_read(&proxy, &plain, first + 1, 16 * MIB, grows);
         let grown = proxy.metric("splice.pipes_grown");
         assert_eq!(
             proxy.metric("splice.bulk_pipes"),
