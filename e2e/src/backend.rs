@@ -215,6 +215,10 @@ fn accept_loop(listener: &TcpListener, stop: &AtomicBool, shared: &Arc<Shared>, 
             workers.push(handle);
         }
     }
+    // Stopped means refusing connections at once, even while a process
+    // another test is starting holds a copy of this descriptor until its
+    // exec: closing ours alone would leave the socket listening for it.
+    let _ = socket2::SockRef::from(listener).shutdown(Shutdown::Both);
 }
 
 fn join_bounded(handle: JoinHandle<()>, deadline: Instant, what: &str) {

@@ -92,6 +92,10 @@ pub fn free_addr() -> SocketAddr {
     for _ in 0..100 {
         let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local_addr of a bound socket");
+        // Shut down, the port is free at once even while a process
+        // another test is starting holds a copy of this descriptor until
+        // its exec (closing ours alone would keep it bound and listening).
+        let _ = socket2::SockRef::from(&listener).shutdown(std::net::Shutdown::Both);
         if handed_out.insert(addr.port()) {
             return addr;
         }

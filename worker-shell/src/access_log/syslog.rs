@@ -144,8 +144,10 @@ fn hostname() -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use std::io::ErrorKind;
     use std::os::unix::net::UnixDatagram;
-    use std::time::{Duration, UNIX_EPOCH};
+    use std::path::Path;
+    use std::time::{Duration, Instant, UNIX_EPOCH};
 
     use command::config::SyslogTarget;
 
@@ -158,6 +160,30 @@ mod tests {
         let (head, msg) = text.split_once('\u{feff}').unwrap_or((&text, ""));
         let fields = head.split_whitespace().map(str::to_owned).collect();
         (fields, msg.to_owned())
+    }
+
+    /// Closes `daemon` and returns once its socket is gone: a process
+    /// that another test of this binary forks (`mkfifo`) holds a copy of
+    /// every descriptor until it execs, and a socket a copy holds still
+    /// takes datagrams, which would then never reach the new daemon. A
+    /// probe connected to it is refused once it is gone (bounded: 10 s).
+    fn gone(daemon: UnixDatagram, path: &Path) -> std::io::Result<()> {
+        let probe = UnixDatagram::unbound()?;
+        probe.connect(path)?;
+        probe.set_nonblocking(true)?;
+        drop(daemon);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match probe.send(b"") {
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused => return Ok(()),
+                _ if Instant::now() >= deadline => {
+                    return Err(std::io::Error::other(
+                        "the old daemon's socket outlived 10 s",
+                    ));
+                }
+                _ => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
     }
 
     #[test]
@@ -184,8 +210,9 @@ mod tests {
         );
         assert_eq!(msg, line.text);
 
-        // The daemon restarts: a new socket at the same path.
-        drop(daemon);
+        // The daemon restarts: its socket goes away, a new one takes the
+        // path.
+        gone(daemon, &path)?;
         std::fs::remove_file(&path)?;
         let daemon = UnixDatagram::bind(&path)?;
         daemon.set_read_timeout(Some(Duration::from_secs(5)))?;
