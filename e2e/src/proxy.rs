@@ -90,12 +90,7 @@ pub fn free_addr() -> SocketAddr {
     let mut handed_out = HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner);
     let handed_out = handed_out.get_or_insert_with(HashSet::new);
     for _ in 0..100 {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind 127.0.0.1:0");
-        let addr = listener.local_addr().expect("local_addr of a bound socket");
-        // Shut down, the port is free at once even while a process
-        // another test is starting holds a copy of this descriptor until
-        // its exec (closing ours alone would keep it bound and listening).
-        let _ = socket2::SockRef::from(&listener).shutdown(std::net::Shutdown::Both);
+        let addr = bind_and_free(([127, 0, 0, 1], 0).into()).expect("bind 127.0.0.1:0");
         if handed_out.insert(addr.port()) {
             return addr;
         }
@@ -111,11 +106,25 @@ pub fn free_addr() -> SocketAddr {
 pub fn free_port_on(ips: &[IpAddr]) -> u16 {
     for _ in 0..100 {
         let port = free_addr().port();
-        if ips.iter().all(|&ip| TcpListener::bind((ip, port)).is_ok()) {
+        if ips
+            .iter()
+            .all(|&ip| bind_and_free((ip, port).into()).is_some())
+        {
             return port;
         }
     }
     panic!("free_port_on: no port free on all of {ips:?} in 100 tries");
+}
+
+/// The address a listener bound at `addr` got, the port free again on
+/// return: the listener is shut down before it is dropped, which frees it
+/// even while a process another test is starting holds a copy of the
+/// descriptor until its exec (dropping alone would keep it listening there).
+fn bind_and_free(addr: SocketAddr) -> Option<SocketAddr> {
+    let listener = TcpListener::bind(addr).ok()?;
+    let bound = listener.local_addr().ok();
+    let _ = socket2::SockRef::from(&listener).shutdown(std::net::Shutdown::Both);
+    bound
 }
 
 /// Replaces `${NAME}` by its value for each `(NAME, value)`.
@@ -763,10 +772,13 @@ impl ProxyProcess {
             return false;
         }
         !wait_listeners
-            || self
-                .listeners
-                .iter()
-                .all(|addr| TcpStream::connect_timeout(addr, Duration::from_millis(200)).is_ok())
+            || self.listeners.iter().all(|addr| {
+                // Shut down, the probe's FIN leaves now even while a
+                // process another test starts holds a copy of it: a late
+                // one would be a silent client to a short preread timeout.
+                TcpStream::connect_timeout(addr, Duration::from_millis(200))
+                    .is_ok_and(|probe| probe.shutdown(std::net::Shutdown::Both).is_ok())
+            })
     }
 
     fn try_wait(&mut self) -> Result<Option<ExitStatus>, String> {

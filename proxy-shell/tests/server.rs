@@ -1129,7 +1129,13 @@ fn the_socket_is_private_and_not_taken_twice() {
 fn a_stale_socket_file_is_replaced() {
     let dir = temp_dir("stale");
     let path = dir.path().join("cmd.sock");
-    drop(std::os::unix::net::UnixListener::bind(&path).expect("stale"));
+    // A process that died: its listener is shut down, which refuses a
+    // connect even while a child another test starts holds a copy of it.
+    let stale = std::os::unix::net::UnixListener::bind(&path).expect("stale");
+    socket2::SockRef::from(&stale)
+        .shutdown(std::net::Shutdown::Both)
+        .expect("shutdown");
+    drop(stale);
     assert!(path.exists());
     let settings = settings(dir.path());
     let h = Harness::start_with(dir, settings, ConfigState::default(), &[]);

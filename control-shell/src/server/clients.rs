@@ -93,6 +93,8 @@ fn refuse_busy(stream: &mio::net::UnixStream) {
         let mut writer = stream;
         let _ = writer.write(&frame);
     }
+    // Closed now, whoever else holds a copy (see `close`).
+    let _ = stream.shutdown(std::net::Shutdown::Both);
 }
 
 /// Reads and drops what the socket still holds, up to a bound.
@@ -329,6 +331,10 @@ impl CommandServer {
         });
         let _ = self.poll.registry().deregister(&mut client.channel);
         discard_input(client.channel.get_ref());
+        // The client reads its end now, even while a process this one is
+        // starting (an upgrade's successor) holds a copy of the descriptor
+        // until its exec: dropping ours alone would close it only then.
+        let _ = client.channel.get_ref().shutdown(std::net::Shutdown::Both);
     }
 
     /// Closes every client the server waited on for `command_client_timeout`

@@ -1,5 +1,5 @@
 use std::io::{Read, Write};
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
@@ -69,9 +69,16 @@ fn a_session_with_nothing_to_send_connects_plainly() -> std::io::Result<()> {
 
 #[test]
 fn a_refused_connect_is_an_error() -> std::io::Result<()> {
-    // A port just freed: nothing listens there any more. The refusal
-    // comes at once or as the socket's error, never as a panic.
-    let address = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    // A port bound but not listening: a connect is refused. Not a listener
+    // dropped (a child another test forks holds a copy until its exec, and
+    // the copy would still accept). The refusal comes at once or as the
+    // socket's error, never as a panic.
+    let bound = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    bound.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())?;
+    let address = bound
+        .local_addr()?
+        .as_socket()
+        .ok_or_else(|| std::io::Error::other("an IPv4 socket's address"))?;
     match open(address, true) {
         Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused),
         Ok(stream) => {
