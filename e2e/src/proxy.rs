@@ -1,5 +1,7 @@
 //! The proxy as a process: a config written into a fresh temp dir,
-//! `preread start -c <dir>/preread.toml` spawned, readiness awaited, the
+//! `preread start -c <dir>/preread.toml` spawned, readiness awaited (the
+//! command socket answers, every TCP listener accepts, and the probes that
+//! showed it are closed, so a test starts with no session open), the
 //! command socket spoken to, signals sent, and the process killed on Drop.
 //!
 //! # Which binary
@@ -56,7 +58,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use command::channel::BlockingChannel;
+use command::channel::{BlockingChannel, MAX_ANSWER_LEN};
 use command::proto::request::RequestType;
 use command::proto::response_content::ContentType;
 use command::proto::{self, Request, Response, ResponseStatus};
@@ -609,6 +611,9 @@ pub struct ProxyProcess {
     /// Processes that took over through `preread upgrade`: not children of
     /// the test, so stopped by pid on Drop.
     successors: Vec<u32>,
+    /// Readiness probes connected to the running process's listeners: each
+    /// is a session it accepts and closes.
+    probes: i64,
 }
 
 impl fmt::Debug for ProxyProcess {
@@ -666,7 +671,8 @@ enum Attempt {
 
 impl ProxyProcess {
     /// Starts the proxy with the config `template` (see the module
-    /// documentation) and waits until it is ready.
+    /// documentation) and waits until it is ready and has closed the
+    /// readiness probes.
     pub fn start(template: &str) -> Result<Self, String> {
         Self::start_with(template, &StartOptions::default())
     }
@@ -728,6 +734,7 @@ impl ProxyProcess {
             listeners,
             env: options.env.clone(),
             successors: Vec::new(),
+            probes: 0,
         };
         let deadline = Instant::now() + options.ready_timeout;
         loop {
@@ -744,6 +751,7 @@ impl ProxyProcess {
                 ));
             }
             if proxy.is_ready(options.wait_listeners) {
+                proxy.wait_probes_closed(options.ready_timeout)?;
                 return Ok(Attempt::Ready(proxy));
             }
             if Instant::now() >= deadline {
@@ -757,7 +765,7 @@ impl ProxyProcess {
         }
     }
 
-    fn is_ready(&self, wait_listeners: bool) -> bool {
+    fn is_ready(&mut self, wait_listeners: bool) -> bool {
         let status = BlockingChannel::connect(&self.socket, Duration::from_millis(500)).and_then(
             |mut channel| {
                 channel.request(
@@ -771,14 +779,47 @@ impl ProxyProcess {
         if !status.is_ok_and(|response| response.status == ResponseStatus::Ok as i32) {
             return false;
         }
-        !wait_listeners
-            || self.listeners.iter().all(|addr| {
-                // Shut down, the probe's FIN leaves now even while a
-                // process another test starts holds a copy of it: a late
-                // one would be a silent client to a short preread timeout.
-                TcpStream::connect_timeout(addr, Duration::from_millis(200))
-                    .is_ok_and(|probe| probe.shutdown(std::net::Shutdown::Both).is_ok())
-            })
+        if !wait_listeners {
+            return true;
+        }
+        let mut made = 0;
+        let ready = self.listeners.iter().all(|addr| {
+            let Ok(probe) = TcpStream::connect_timeout(addr, Duration::from_millis(200)) else {
+                return false;
+            };
+            made += 1;
+            // Shut down, the probe's FIN leaves now even while a process
+            // another test starts holds a copy of it: a late one would be a
+            // silent client to a short preread timeout.
+            probe.shutdown(std::net::Shutdown::Both).is_ok()
+        });
+        self.probes += made;
+        ready
+    }
+
+    /// Waits (at most `timeout`) until the proxy has accepted every
+    /// readiness probe and no session is open: a test's counts and limits
+    /// then start from its own connections. Ready is not enough: a probe's
+    /// connect completes in the kernel, before any worker accepts it.
+    fn wait_probes_closed(&self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let metrics = self.metrics()?;
+            let get = |name: &str| metrics.get(name).copied().unwrap_or(0);
+            let (accepted, active) = (get("tcp.accepted"), get("tcp.active"));
+            if accepted >= self.probes && active == 0 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "the proxy did not close the harness's {} readiness probes within \
+                     {timeout:?}: tcp.accepted {accepted}, tcp.active {active}; stderr:\n{}",
+                    self.probes,
+                    tail(&self.stderr_text(), 40)
+                ));
+            }
+            std::thread::sleep(POLL);
+        }
     }
 
     fn try_wait(&mut self) -> Result<Option<ExitStatus>, String> {
@@ -855,8 +896,11 @@ impl ProxyProcess {
     /// Sends one request on a fresh command connection and returns the
     /// final response (progress responses are skipped).
     pub fn command(&self, request: &Request) -> Result<Response, String> {
+        // As the CLI: a large proxy's answers (its metrics) go past the
+        // request cap.
         let mut channel = BlockingChannel::connect(&self.socket, COMMAND_TIMEOUT)
-            .map_err(|e| format!("connect to the command socket: {e}"))?;
+            .map_err(|e| format!("connect to the command socket: {e}"))?
+            .with_max_frame_len(MAX_ANSWER_LEN);
         channel
             .request(request, |_| {})
             .map_err(|e| format!("command {request:?}: {e}"))
@@ -1132,6 +1176,7 @@ impl ProxyProcess {
         let child = spawn_start(&preread_bin()?, self.dir.path(), &options, true)?;
         self.child = Some(child);
         self.exit = None;
+        self.probes = 0;
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.try_wait()? {
@@ -1141,7 +1186,7 @@ impl ProxyProcess {
                 ));
             }
             if self.is_ready(true) {
-                return Ok(());
+                return self.wait_probes_closed(timeout);
             }
             if Instant::now() >= deadline {
                 return Err(format!(

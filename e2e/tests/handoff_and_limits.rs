@@ -456,8 +456,6 @@ fn per_ip_limit_refuses_past_the_limit_per_source_and_recovers() {
     let proxy = start(&config);
     let main = proxy.addr("main");
     let pp = proxy.addr("pp");
-    // The readiness probes closed.
-    wait_metric(&proxy, "tcp.active", |v| v == 0);
     let lb = |ip: &str, port: u16| -> SocketAddr { format!("{ip}:{port}").parse().expect("addr") };
     let dst = inbound_destination();
 
