@@ -121,7 +121,7 @@ async fn accept_loop(
 ) {
     while let Ok((tcp, _)) = listener.accept().await {
         if stop.load(Ordering::SeqCst) {
-            return;
+            break;
         }
         let acceptor = acceptor.clone();
         let name = Arc::clone(&name);
@@ -132,6 +132,10 @@ async fn accept_loop(
             let _ = tokio::time::timeout(IO_TIMEOUT, serve(acceptor, tcp, &name, &answered)).await;
         });
     }
+    // Stopped means refusing connections at once, even while a process
+    // another test is starting holds a copy of this descriptor until its
+    // exec: closing ours alone would leave the socket listening for it.
+    let _ = socket2::SockRef::from(&listener).shutdown(std::net::Shutdown::Both);
 }
 
 type Failure = Box<dyn std::error::Error + Send + Sync>;
