@@ -50,6 +50,7 @@ use std::time::{Duration, Instant};
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 
 use crate::certs::{self, Leaf, TestCa};
+use crate::testkit;
 
 /// Idle timeout of a backend connection, both directions.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(30);
@@ -215,10 +216,8 @@ fn accept_loop(listener: &TcpListener, stop: &AtomicBool, shared: &Arc<Shared>, 
             workers.push(handle);
         }
     }
-    // Stopped means refusing connections at once, even while a process
-    // another test is starting holds a copy of this descriptor until its
-    // exec: closing ours alone would leave the socket listening for it.
-    let _ = socket2::SockRef::from(listener).shutdown(Shutdown::Both);
+    // Stopped means refusing connections at once.
+    let _ = testkit::shut(listener);
 }
 
 fn join_bounded(handle: JoinHandle<()>, deadline: Instant, what: &str) {

@@ -132,10 +132,8 @@ async fn accept_loop(
             let _ = tokio::time::timeout(IO_TIMEOUT, serve(acceptor, tcp, &name, &answered)).await;
         });
     }
-    // Stopped means refusing connections at once, even while a process
-    // another test is starting holds a copy of this descriptor until its
-    // exec: closing ours alone would leave the socket listening for it.
-    let _ = socket2::SockRef::from(&listener).shutdown(std::net::Shutdown::Both);
+    // Stopped means refusing connections at once.
+    let _ = crate::testkit::shut(&listener);
 }
 
 type Failure = Box<dyn std::error::Error + Send + Sync>;

@@ -63,7 +63,7 @@ use command::proto::request::RequestType;
 use command::proto::response_content::ContentType;
 use command::proto::{self, Request, Response, ResponseStatus};
 
-use crate::testkit::TempDir;
+use crate::testkit::{TempDir, shut};
 
 /// Default readiness bound of [`ProxyProcess::start`].
 pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -119,13 +119,11 @@ pub fn free_port_on(ips: &[IpAddr]) -> u16 {
 }
 
 /// The address a listener bound at `addr` got, the port free again on
-/// return: the listener is shut down before it is dropped, which frees it
-/// even while a process another test is starting holds a copy of the
-/// descriptor until its exec (dropping alone would keep it listening there).
+/// return ([`shut`], not only dropped).
 fn bind_and_free(addr: SocketAddr) -> Option<SocketAddr> {
     let listener = TcpListener::bind(addr).ok()?;
     let bound = listener.local_addr().ok();
-    let _ = socket2::SockRef::from(&listener).shutdown(std::net::Shutdown::Both);
+    let _ = shut(&listener);
     bound
 }
 
@@ -788,10 +786,9 @@ impl ProxyProcess {
                 return false;
             };
             made += 1;
-            // Shut down, the probe's FIN leaves now even while a process
-            // another test starts holds a copy of it: a late one would be a
-            // silent client to a short preread timeout.
-            probe.shutdown(std::net::Shutdown::Both).is_ok()
+            // Its FIN now: a late one would be a silent client to a short
+            // preread timeout.
+            shut(&probe).is_ok()
         });
         self.probes += made;
         ready

@@ -1,16 +1,28 @@
 //! Small helpers the end-to-end test files share: reading a capture of
 //! the corpus, building a large ClientHello over several records from one,
-//! starting the proxy, reading its metrics and stderr, and the
-//! harness's one temp dir ([`TempDir`], which [`ProxyProcess`] uses too).
+//! starting the proxy, reading its metrics and stderr, closing a socket
+//! at once ([`shut`]), and the harness's one temp dir ([`TempDir`], which
+//! [`ProxyProcess`] uses too).
 //! Must never: be used outside tests and tools (they panic on failure, which
 //! is what a test wants), or grow a second temp-dir helper.
 
 use std::collections::BTreeMap;
 use std::io;
+use std::net::Shutdown;
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::proxy::ProxyProcess;
+
+/// Shuts `socket` down both ways: a listener refuses connects and frees
+/// its port (if it was bound to port 0), a stream sends its FIN, now.
+/// Dropping closes one descriptor only, and a process another test is
+/// starting holds a copy of every descriptor until its exec: the socket
+/// would live on in it, still listening, its FIN not sent.
+pub fn shut(socket: &impl AsFd) -> io::Result<()> {
+    socket2::SockRef::from(socket).shutdown(Shutdown::Both)
+}
 
 pub fn capture(name: &str) -> Vec<u8> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))

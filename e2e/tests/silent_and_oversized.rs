@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use e2e::backend::PlainBackend;
 use e2e::client::{End, connect, raw_exchange, read_line, read_until_end};
 use e2e::proxy::{ConfigBuilder, ProxyProcess};
-use e2e::testkit::{capture, eventually, start, tail};
+use e2e::testkit::{capture, eventually, shut, start, tail};
 
 /// The general bound of a wait.
 const T: Duration = Duration::from_secs(5);
@@ -103,12 +103,8 @@ fn a_silent_client_is_closed_at_sni_preread_timeout() {
 
     // A bare connect-and-close (a health check) stays silent.
     let accepted = proxy.metric("tcp.accepted");
-    // Shut down, its FIN leaves now even while a child another test starts
-    // holds a copy of it (a late one would be a second silent client).
-    connect(proxy.addr("main"), T)
-        .expect("connect")
-        .shutdown(std::net::Shutdown::Both)
-        .expect("shutdown");
+    // Its FIN now: a late one would be a second silent client.
+    shut(&connect(proxy.addr("main"), T).expect("connect")).expect("shutdown");
     proxy
         .wait_metric("tcp.accepted", |v| v > accepted, T)
         .expect("accepted");
